@@ -1,5 +1,11 @@
 //! kaas: HGEMM kernels as a service. The library behind the `kaas` binary: the
 //! domain words, storage, the HTTP API, the GPU harness and the CLI commands.
 
+pub mod api;
+pub mod auth;
+pub mod catalog;
+pub mod cli;
+pub mod config;
+pub mod db;
 pub mod manifest;
 pub mod problem;

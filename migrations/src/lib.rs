@@ -1,1 +1,15 @@
+//! The kaas schema as sea-orm migrations, run at start-up by `kaas serve`, `kaas import`
+//! and the tests (which run these, never a schema built from the entities).
+
 pub use sea_orm_migration::prelude::*;
+
+mod m20261122_000001_init;
+
+pub struct Migrator;
+
+#[async_trait::async_trait]
+impl MigratorTrait for Migrator {
+    fn migrations() -> Vec<Box<dyn MigrationTrait>> {
+        vec![Box::new(m20261122_000001_init::Migration)]
+    }
+}

@@ -1,0 +1,48 @@
+//! moka caches: hot artifacts (immutable, content-addressed, weighed by size) and rendered
+//! catalog answers (invalidated whole on any catalog change, and aged out after a short
+//! TTL so that replicas sharing one Postgres converge without talking to each other).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix_web::web::Bytes;
+use moka::future::Cache;
+
+/// A rendered answer: status, content type and body, ready to send again.
+#[derive(Debug, Clone)]
+pub struct Rendered {
+    pub status: u16,
+    pub content_type: &'static str,
+    pub body: Bytes,
+}
+
+/// PTX of one artifact, with its strong ETag.
+#[derive(Debug)]
+pub struct ArtifactBody {
+    pub sha256: String,
+    pub etag: String,
+    pub body: Bytes,
+}
+
+#[derive(Clone)]
+pub struct Caches {
+    pub artifacts: Cache<String, Arc<ArtifactBody>>,
+    pub catalog: Cache<String, Arc<Rendered>>,
+}
+
+impl Caches {
+    pub fn new(artifact_bytes: u64, catalog_ttl: Duration) -> Self {
+        Caches {
+            artifacts: Cache::builder()
+                .weigher(|_k: &String, v: &Arc<ArtifactBody>| u32::try_from(v.body.len()).unwrap_or(u32::MAX))
+                .max_capacity(artifact_bytes)
+                .build(),
+            catalog: Cache::builder().max_capacity(20_000).time_to_live(catalog_ttl).build(),
+        }
+    }
+
+    /// Call after anything that changes the catalog (import, a new best run).
+    pub fn catalog_changed(&self) {
+        self.catalog.invalidate_all();
+    }
+}

@@ -1,0 +1,173 @@
+//! One error type for the HTTP API. Every variant has a stable snake_case `code`; one
+//! table maps codes to statuses; every failure leaves as `application/problem+json`
+//! (RFC 9457) with a message that says what to do next.
+
+use actix_web::http::StatusCode;
+use actix_web::http::header::{self, HeaderValue};
+use actix_web::{HttpResponse, ResponseError};
+use serde::Serialize;
+use utoipa::ToSchema;
+
+use crate::catalog::CatalogError;
+use crate::catalog::bundle::BundleError;
+
+/// The body of every error response.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ProblemDetails {
+    /// `urn:kaas:error:<code>`.
+    #[serde(rename = "type")]
+    pub type_: String,
+    pub title: String,
+    pub status: u16,
+    pub detail: String,
+    /// Stable machine-readable error code.
+    pub code: String,
+    /// Extra members, e.g. `use_instead` on `baseline_faster`.
+    #[serde(flatten)]
+    #[schema(value_type = Object)]
+    pub extra: serde_json::Map<String, serde_json::Value>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error("{0}")]
+    InvalidPath(String),
+    #[error("{0}")]
+    InvalidQuery(String),
+    #[error("{0}")]
+    InvalidBody(String),
+    #[error("{0}")]
+    InvalidArtifact(String),
+    #[error("{0}")]
+    NotFound(String),
+    #[error("{detail}")]
+    KernelNotFound { detail: String, extra: serde_json::Map<String, serde_json::Value> },
+    #[error("{detail}")]
+    BaselineFaster { detail: String, extra: serde_json::Map<String, serde_json::Value> },
+    #[error("{0}")]
+    MissingToken(String),
+    #[error("{0}")]
+    InvalidToken(String),
+    #[error("{0}")]
+    RevokedToken(String),
+    #[error("{0}")]
+    Forbidden(String),
+    #[error("{0}")]
+    PayloadTooLarge(String),
+    #[error("{0}")]
+    UnsupportedMediaType(String),
+    #[error("{0}")]
+    MethodNotAllowed(String),
+    #[error("rate limit exceeded for this token; retry in {retry_after_secs} s")]
+    RateLimited { retry_after_secs: u64 },
+    #[error("{0}")]
+    Unavailable(String),
+    #[error("{0}")]
+    Internal(String),
+}
+
+impl ApiError {
+    /// The one table: (stable code, status, title).
+    fn describe(&self) -> (&'static str, StatusCode, &'static str) {
+        use ApiError::*;
+        match self {
+            InvalidPath(_) => ("invalid_path", StatusCode::BAD_REQUEST, "Invalid path parameter"),
+            InvalidQuery(_) => ("invalid_query", StatusCode::BAD_REQUEST, "Invalid query parameter"),
+            InvalidBody(_) => ("invalid_body", StatusCode::BAD_REQUEST, "Invalid request body"),
+            InvalidArtifact(_) => ("invalid_artifact", StatusCode::UNPROCESSABLE_ENTITY, "Invalid PTX artifact"),
+            NotFound(_) => ("not_found", StatusCode::NOT_FOUND, "Not found"),
+            KernelNotFound { .. } => ("kernel_not_found", StatusCode::NOT_FOUND, "No kernel for this problem"),
+            BaselineFaster { .. } => ("baseline_faster", StatusCode::NOT_FOUND, "A baseline is faster than every kernel"),
+            MissingToken(_) => ("missing_token", StatusCode::UNAUTHORIZED, "Authentication required"),
+            InvalidToken(_) => ("invalid_token", StatusCode::UNAUTHORIZED, "Invalid token"),
+            RevokedToken(_) => ("revoked_token", StatusCode::UNAUTHORIZED, "Revoked token"),
+            Forbidden(_) => ("forbidden", StatusCode::FORBIDDEN, "Forbidden"),
+            PayloadTooLarge(_) => ("payload_too_large", StatusCode::PAYLOAD_TOO_LARGE, "Payload too large"),
+            UnsupportedMediaType(_) => ("unsupported_media_type", StatusCode::UNSUPPORTED_MEDIA_TYPE, "Unsupported media type"),
+            MethodNotAllowed(_) => ("method_not_allowed", StatusCode::METHOD_NOT_ALLOWED, "Method not allowed"),
+            RateLimited { .. } => ("rate_limited", StatusCode::TOO_MANY_REQUESTS, "Too many requests"),
+            Unavailable(_) => ("unavailable", StatusCode::SERVICE_UNAVAILABLE, "Service unavailable"),
+            Internal(_) => ("internal", StatusCode::INTERNAL_SERVER_ERROR, "Internal error"),
+        }
+    }
+
+    pub fn code(&self) -> &'static str {
+        self.describe().0
+    }
+
+    pub fn details(&self) -> ProblemDetails {
+        let (code, status, title) = self.describe();
+        let extra = match self {
+            ApiError::KernelNotFound { extra, .. } | ApiError::BaselineFaster { extra, .. } => extra.clone(),
+            _ => Default::default(),
+        };
+        ProblemDetails {
+            type_: format!("urn:kaas:error:{code}"),
+            title: title.to_string(),
+            status: status.as_u16(),
+            detail: self.to_string(),
+            code: code.to_string(),
+            extra,
+        }
+    }
+}
+
+impl ResponseError for ApiError {
+    fn status_code(&self) -> StatusCode {
+        self.describe().1
+    }
+
+    fn error_response(&self) -> HttpResponse {
+        let details = self.details();
+        let mut res = HttpResponse::build(self.status_code());
+        res.insert_header((header::CONTENT_TYPE, HeaderValue::from_static("application/problem+json")));
+        if let ApiError::RateLimited { retry_after_secs } = self {
+            res.insert_header((header::RETRY_AFTER, retry_after_secs.to_string()));
+        }
+        res.body(serde_json::to_string(&details).unwrap_or_else(|_| "{}".into()))
+    }
+}
+
+impl From<sea_orm::DbErr> for ApiError {
+    fn from(e: sea_orm::DbErr) -> Self {
+        tracing::error!(error = %e, "database error");
+        ApiError::Unavailable("the database did not answer; retry shortly".into())
+    }
+}
+
+impl From<CatalogError> for ApiError {
+    fn from(e: CatalogError) -> Self {
+        match e {
+            CatalogError::Db(e) => e.into(),
+            CatalogError::Corrupt(m) => {
+                tracing::error!(error = %m, "catalog inconsistency");
+                ApiError::Internal("the catalog holds inconsistent data; operators were told".into())
+            }
+        }
+    }
+}
+
+impl From<BundleError> for ApiError {
+    fn from(e: BundleError) -> Self {
+        match e {
+            BundleError::Catalog(c) => c.into(),
+            BundleError::Invalid { message, .. } => ApiError::InvalidArtifact(message),
+            BundleError::Io { .. } => ApiError::Internal(e.to_string()),
+        }
+    }
+}
+
+/// Maps actix's own extractor errors (JSON, path, query, payload) into problem+json.
+pub fn from_actix(err: &actix_web::Error, what: &str) -> ApiError {
+    let status = err.as_response_error().status_code();
+    let msg = format!("{what}: {err}");
+    match status {
+        StatusCode::PAYLOAD_TOO_LARGE => ApiError::PayloadTooLarge(msg),
+        StatusCode::UNSUPPORTED_MEDIA_TYPE => ApiError::UnsupportedMediaType(msg),
+        _ => match what {
+            "path" => ApiError::InvalidPath(msg),
+            "query" => ApiError::InvalidQuery(msg),
+            _ => ApiError::InvalidBody(msg),
+        },
+    }
+}

@@ -1,0 +1,206 @@
+//! The HTTP API (actix-web). `create_app` builds the one `App` that both `kaas serve`
+//! and the integration tests run, so the tests exercise the real wiring.
+
+pub mod cache;
+pub mod error;
+pub mod metrics;
+pub mod openapi;
+pub mod routes;
+
+use std::future::Future;
+use std::num::NonZeroU32;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use actix_web::body::MessageBody;
+use actix_web::dev::{ServiceFactory, ServiceRequest, ServiceResponse};
+use actix_web::http::StatusCode;
+use actix_web::middleware::{ErrorHandlerResponse, ErrorHandlers};
+use actix_web::{App, FromRequest, HttpRequest, HttpResponse, web};
+use governor::clock::{Clock, DefaultClock};
+use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
+use sea_orm::DatabaseConnection;
+
+use crate::auth::{self, Caller, Role};
+pub use cache::Caches;
+pub use error::ApiError;
+pub use metrics::Metrics;
+
+/// Settings the API itself needs (the rest of `kaas serve`'s configuration stays outside).
+#[derive(Debug, Clone)]
+pub struct ApiSettings {
+    pub max_body_bytes: usize,
+    pub rate_limit_per_minute: u32,
+    pub rate_limit_burst: u32,
+    pub artifact_cache_bytes: u64,
+    pub catalog_cache_ttl: Duration,
+    pub db_max_connections: u32,
+}
+
+impl Default for ApiSettings {
+    fn default() -> Self {
+        ApiSettings {
+            max_body_bytes: 16 << 20,
+            rate_limit_per_minute: 120,
+            rate_limit_burst: 30,
+            artifact_cache_bytes: 256 << 20,
+            catalog_cache_ttl: Duration::from_secs(10),
+            db_max_connections: 16,
+        }
+    }
+}
+
+/// Everything the handlers share.
+pub struct AppState {
+    pub db: DatabaseConnection,
+    pub caches: Caches,
+    pub metrics: Metrics,
+    pub settings: ApiSettings,
+    limiter: DefaultKeyedRateLimiter<i32>,
+    pub started: Instant,
+}
+
+impl AppState {
+    pub fn new(db: DatabaseConnection, settings: ApiSettings) -> anyhow::Result<Arc<Self>> {
+        let per_minute = NonZeroU32::new(settings.rate_limit_per_minute.max(1)).unwrap_or(NonZeroU32::MIN);
+        let burst = NonZeroU32::new(settings.rate_limit_burst.max(1)).unwrap_or(NonZeroU32::MIN);
+        Ok(Arc::new(AppState {
+            db,
+            caches: Caches::new(settings.artifact_cache_bytes, settings.catalog_cache_ttl),
+            metrics: Metrics::new()?,
+            limiter: RateLimiter::keyed(Quota::per_minute(per_minute).allow_burst(burst)),
+            settings,
+            started: Instant::now(),
+        }))
+    }
+
+    /// Imports a catalog bundle and drops every cached catalog answer.
+    pub async fn import_bundle(&self, dir: &std::path::Path) -> Result<crate::catalog::bundle::ImportReport, crate::catalog::bundle::BundleError> {
+        let report = crate::catalog::bundle::import(&self.db, dir).await?;
+        self.caches.catalog_changed();
+        Ok(report)
+    }
+
+    /// Charges one request to a token; the error says when to come back.
+    fn charge(&self, token_id: i32) -> Result<(), ApiError> {
+        self.limiter.check_key(&token_id).map_err(|not_until| {
+            let wait = not_until.wait_time_from(DefaultClock::default().now());
+            ApiError::RateLimited { retry_after_secs: wait.as_secs() + u64::from(wait.subsec_nanos() > 0) }
+        })
+    }
+}
+
+pub type State = web::Data<AppState>;
+
+/// An authenticated, rate-limited caller: take it as a handler argument to require a token.
+impl FromRequest for Caller {
+    type Error = ApiError;
+    type Future = Pin<Box<dyn Future<Output = Result<Self, Self::Error>>>>;
+
+    fn from_request(req: &HttpRequest, _: &mut actix_web::dev::Payload) -> Self::Future {
+        let state = req.app_data::<State>().cloned();
+        let header = req.headers().get(actix_web::http::header::AUTHORIZATION).map(|v| v.to_str().map(str::to_string));
+        Box::pin(async move {
+            let state = state.ok_or_else(|| ApiError::Internal("application state missing".into()))?;
+            let secret = match header {
+                None => return Err(ApiError::MissingToken("send `Authorization: Bearer <token>`; `kaas token create` makes one".into())),
+                Some(Err(_)) => return Err(ApiError::InvalidToken("the Authorization header is not ASCII".into())),
+                Some(Ok(h)) => match h.strip_prefix("Bearer ") {
+                    Some(s) if !s.trim().is_empty() => s.trim().to_string(),
+                    _ => return Err(ApiError::InvalidToken("the Authorization header must be `Bearer <token>`".into())),
+                },
+            };
+            let caller = match auth::lookup(&state.db, &secret).await? {
+                auth::Lookup::Found(c) => c,
+                auth::Lookup::Unknown => return Err(ApiError::InvalidToken("this token is not known to the service".into())),
+                auth::Lookup::Revoked => {
+                    return Err(ApiError::RevokedToken("this token was revoked; ask an admin for a new one".into()));
+                }
+            };
+            state.charge(caller.token_id)?;
+            Ok(caller)
+        })
+    }
+}
+
+impl Caller {
+    pub fn require(&self, role: Role) -> Result<(), ApiError> {
+        if role == Role::Admin && self.role != Role::Admin {
+            return Err(ApiError::Forbidden("this needs an admin token".into()));
+        }
+        Ok(())
+    }
+}
+
+/// Rewrites actix's bare error responses (unknown route, wrong method) as problem+json.
+fn problem_json_for<B: MessageBody + 'static>(res: ServiceResponse<B>) -> actix_web::Result<ErrorHandlerResponse<B>> {
+    let is_problem = res
+        .headers()
+        .get(actix_web::http::header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/problem+json"));
+    if is_problem {
+        return Ok(ErrorHandlerResponse::Response(res.map_into_left_body()));
+    }
+    let path = res.request().path().to_string();
+    let err = match res.status() {
+        StatusCode::METHOD_NOT_ALLOWED => ApiError::MethodNotAllowed(format!("{} does not answer this method", path)),
+        StatusCode::PAYLOAD_TOO_LARGE => ApiError::PayloadTooLarge("the request body is over the limit".into()),
+        _ => ApiError::NotFound(format!("nothing at {path}; see /docs for the API")),
+    };
+    let (req, _) = res.into_parts();
+    let res = ServiceResponse::new(req, actix_web::ResponseError::error_response(&err)).map_into_right_body();
+    Ok(ErrorHandlerResponse::Response(res))
+}
+
+/// Builds the application: routes, extractor limits and error mapping, metrics.
+pub fn create_app(
+    state: Arc<AppState>,
+) -> App<
+    impl ServiceFactory<
+        ServiceRequest,
+        Config = (),
+        Response = ServiceResponse<impl MessageBody>,
+        Error = actix_web::Error,
+        InitError = (),
+    >,
+> {
+    let data = web::Data::from(state.clone());
+    let limit = state.settings.max_body_bytes;
+    let metrics = state.metrics.clone();
+    App::new()
+        .app_data(data)
+        .app_data(web::PayloadConfig::new(limit))
+        .app_data(web::JsonConfig::default().limit(limit).error_handler(|e, _| error::from_actix(&e.into(), "body").into()))
+        .app_data(web::PathConfig::default().error_handler(|e, _| error::from_actix(&e.into(), "path").into()))
+        .app_data(web::QueryConfig::default().error_handler(|e, _| error::from_actix(&e.into(), "query").into()))
+        .configure(routes::configure)
+        .default_service(web::to(|req: HttpRequest| async move {
+            // Routes are method-guarded, so a known path with the wrong method lands here too.
+            Err::<HttpResponse, _>(match req.match_pattern() {
+                Some(pattern) => ApiError::MethodNotAllowed(format!("{pattern} does not answer {}", req.method())),
+                None => ApiError::NotFound(format!("nothing at {}; see /docs for the API", req.path())),
+            })
+        }))
+        .wrap(
+            ErrorHandlers::new()
+                .handler(StatusCode::METHOD_NOT_ALLOWED, problem_json_for)
+                .handler(StatusCode::NOT_FOUND, problem_json_for)
+                .handler(StatusCode::PAYLOAD_TOO_LARGE, problem_json_for),
+        )
+        .wrap_fn(move |req, srv| {
+            use actix_web::dev::Service;
+            let started = Instant::now();
+            let route = req.match_pattern().unwrap_or_else(|| "unmatched".into());
+            let method = req.method().to_string();
+            let metrics = metrics.clone();
+            let fut = srv.call(req);
+            async move {
+                let res = fut.await?;
+                let status = res.status().as_u16().to_string();
+                metrics.http_requests.with_label_values(&[method.as_str(), route.as_str(), status.as_str()]).inc();
+                metrics.http_duration.with_label_values(&[method.as_str(), route.as_str()]).observe(started.elapsed().as_secs_f64());
+                Ok(res)
+            }
+        })
+}

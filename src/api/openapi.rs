@@ -1,0 +1,50 @@
+//! The OpenAPI document (utoipa), served at `/openapi.json` with Swagger UI at `/docs`,
+//! and committed as `openapi/openapi.json` (a test fails when the two drift;
+//! `kaas openapi --write` regenerates it).
+
+use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa::{Modify, OpenApi};
+use utoipa_swagger_ui::SwaggerUi;
+
+use super::routes::{artifacts, catalog, system};
+
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "kaas",
+        description = "HGEMM kernels as a service: verified, benchmarked half-precision GEMM kernels per GPU and problem, served as PTX with a launch manifest (ABI kaas.hgemm.v1).",
+        license(name = "Apache-2.0")
+    ),
+    paths(
+        system::health, system::metrics, system::whoami,
+        catalog::list_problems, catalog::get_kernel, catalog::get_kernel_ptx,
+        catalog::problem_leaderboard, catalog::global_leaderboard,
+        artifacts::get_artifact, artifacts::upload_artifact,
+    ),
+    modifiers(&BearerAuth),
+    tags(
+        (name = "catalog", description = "Problems, best kernels and their PTX"),
+        (name = "artifacts", description = "Content-addressed PTX"),
+        (name = "leaderboard", description = "Rankings of submitters and runs"),
+        (name = "system", description = "Health, metrics, identity"),
+    )
+)]
+pub struct ApiDoc;
+
+struct BearerAuth;
+
+impl Modify for BearerAuth {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme("bearer", SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()));
+    }
+}
+
+/// The document as committed: pretty JSON with a trailing newline.
+pub fn document_text() -> String {
+    ApiDoc::openapi().to_pretty_json().map(|s| s + "\n").unwrap_or_default()
+}
+
+pub fn configure(cfg: &mut actix_web::web::ServiceConfig) {
+    cfg.service(SwaggerUi::new("/docs/{_:.*}").url("/openapi.json", ApiDoc::openapi()));
+}

@@ -1,0 +1,110 @@
+//! PTX artifacts: download by sha256 (immutable, strong ETag, 304 on a match) and upload
+//! (a submitter's token; static checks answer at once).
+
+use std::sync::Arc;
+
+use actix_web::http::header::{self, HeaderValue};
+use actix_web::{HttpRequest, HttpResponse, get, post, web};
+use chrono::Utc;
+
+use crate::api::cache::ArtifactBody;
+use crate::api::{ApiError, State};
+use crate::auth::{Caller, Role};
+use crate::catalog::{self, ArtifactView, bundle};
+
+/// Whether an `If-None-Match` header matches this strong ETag (weak comparison, as
+/// RFC 9110 asks for If-None-Match).
+fn none_match(req: &HttpRequest, etag: &str) -> bool {
+    let Some(v) = req.headers().get(header::IF_NONE_MATCH).and_then(|v| v.to_str().ok()) else { return false };
+    v.split(',').map(str::trim).any(|t| t == "*" || t.trim_start_matches("W/") == etag)
+}
+
+fn is_sha256(s: &str) -> bool {
+    s.len() == 64 && s.bytes().all(|c| matches!(c, b'0'..=b'9' | b'a'..=b'f'))
+}
+
+async fn load(state: &State, sha: &str) -> Result<Option<Arc<ArtifactBody>>, ApiError> {
+    if let Some(hit) = state.caches.artifacts.get(sha).await {
+        state.metrics.cache("artifacts", true);
+        return Ok(Some(hit));
+    }
+    state.metrics.cache("artifacts", false);
+    let Some(row) = catalog::artifact(&state.db, sha).await? else { return Ok(None) };
+    let body = Arc::new(ArtifactBody { etag: format!("\"{}\"", row.sha256), sha256: row.sha256, body: row.ptx.into_bytes().into() });
+    state.caches.artifacts.insert(sha.to_string(), body.clone()).await;
+    Ok(Some(body))
+}
+
+/// Sends an artifact's PTX, or 304 when the client already has it.
+pub async fn serve_artifact(req: &HttpRequest, state: &State, sha: &str, cache_control: &'static str) -> Result<HttpResponse, ApiError> {
+    let Some(a) = load(state, sha).await? else {
+        return Err(ApiError::NotFound(format!("no artifact with sha256 {sha}")));
+    };
+    let etag = HeaderValue::from_str(&a.etag).map_err(|e| ApiError::Internal(e.to_string()))?;
+    let location = format!("/v1/artifacts/{}", a.sha256);
+    if none_match(req, &a.etag) {
+        return Ok(HttpResponse::NotModified()
+            .insert_header((header::ETAG, etag))
+            .insert_header((header::CACHE_CONTROL, cache_control))
+            .finish());
+    }
+    Ok(HttpResponse::Ok()
+        .insert_header((header::CONTENT_TYPE, "text/plain; charset=utf-8"))
+        .insert_header((header::ETAG, etag))
+        .insert_header((header::CACHE_CONTROL, cache_control))
+        .insert_header((header::CONTENT_LOCATION, location))
+        .insert_header((header::CONTENT_DISPOSITION, format!("attachment; filename=\"{}.ptx\"", a.sha256)))
+        .body(a.body.clone()))
+}
+
+#[utoipa::path(
+    get, path = "/v1/artifacts/{sha256}", tag = "artifacts",
+    params(("sha256" = String, Path, description = "64 lowercase hex digits")),
+    responses(
+        (status = 200, description = "The PTX; `Cache-Control: public, immutable`, strong ETag", body = String, content_type = "text/plain"),
+        (status = 304, description = "Not modified"),
+        (status = 400, description = "Not a sha256", body = crate::api::error::ProblemDetails, content_type = "application/problem+json"),
+        (status = 404, description = "Unknown artifact", body = crate::api::error::ProblemDetails, content_type = "application/problem+json"),
+    )
+)]
+#[get("/v1/artifacts/{sha256}")]
+pub async fn get_artifact(req: HttpRequest, state: State, sha: web::Path<String>) -> Result<HttpResponse, ApiError> {
+    if !is_sha256(&sha) {
+        return Err(ApiError::InvalidPath(format!("`{sha}` is not a sha256 (64 lowercase hex digits)")));
+    }
+    serve_artifact(&req, &state, &sha, "public, max-age=31536000, immutable").await
+}
+
+#[utoipa::path(
+    post, path = "/v1/artifacts", tag = "artifacts",
+    request_body(content = String, content_type = "text/plain", description = "PTX text"),
+    security(("bearer" = [])),
+    responses(
+        (status = 201, description = "Stored", body = ArtifactView),
+        (status = 200, description = "Already stored (content-addressed)", body = ArtifactView),
+        (status = 401, description = "Missing, unknown or revoked token", body = crate::api::error::ProblemDetails, content_type = "application/problem+json"),
+        (status = 413, description = "Over the body size limit", body = crate::api::error::ProblemDetails, content_type = "application/problem+json"),
+        (status = 422, description = "Not PTX text", body = crate::api::error::ProblemDetails, content_type = "application/problem+json"),
+        (status = 429, description = "Rate limited; see Retry-After", body = crate::api::error::ProblemDetails, content_type = "application/problem+json"),
+    )
+)]
+#[post("/v1/artifacts")]
+pub async fn upload_artifact(state: State, caller: Caller, body: web::Bytes) -> Result<HttpResponse, ApiError> {
+    caller.require(Role::Submitter)?;
+    let rec = bundle::describe_ptx(&body).map_err(ApiError::InvalidArtifact)?;
+    let text = std::str::from_utf8(&body).map_err(|e| ApiError::InvalidArtifact(e.to_string()))?;
+    let existed = catalog::artifact(&state.db, &rec.sha256).await?.is_some();
+    if !existed {
+        let txn = crate::db::begin_write(&state.db).await?;
+        bundle::store_artifact(&txn, text, Utc::now()).await?;
+        txn.commit().await?;
+    }
+    let view = ArtifactView {
+        url: format!("/v1/artifacts/{}", rec.sha256),
+        sha256: rec.sha256,
+        size_bytes: rec.size_bytes,
+        ptx_version: rec.ptx_version,
+        target: rec.target,
+    };
+    Ok(if existed { HttpResponse::Ok().json(view) } else { HttpResponse::Created().json(view) })
+}

@@ -1,0 +1,244 @@
+//! Catalog reads: problems, the best kernel per problem, its PTX, and leaderboards.
+//! Answers are rendered once and kept in the catalog cache until the catalog changes.
+
+use std::sync::Arc;
+
+use actix_web::http::header;
+use actix_web::{HttpRequest, HttpResponse, get, web};
+use serde::Deserialize;
+use utoipa::IntoParams;
+
+use super::artifacts::serve_artifact;
+use crate::api::cache::Rendered;
+use crate::api::{ApiError, State};
+use crate::catalog::{self, KernelLookup, ProblemFilter};
+use crate::problem::{Acc, Arch, Layout, Problem, Shape};
+
+/// Reads `{arch}/{acc}/{layout}/{m}x{n}x{k}` path parameters.
+pub fn parse_problem(arch: &str, acc: &str, layout: &str, shape: &str) -> Result<Problem, ApiError> {
+    let bad = |e: crate::problem::ProblemError| ApiError::InvalidPath(e.to_string());
+    Ok(Problem::new(arch.parse::<Arch>().map_err(bad)?, acc.parse::<Acc>().map_err(bad)?, layout.parse::<Layout>().map_err(bad)?, shape.parse::<Shape>().map_err(bad)?))
+}
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct ProblemQuery {
+    /// PTX target family, e.g. `sm_90`.
+    pub arch: Option<String>,
+    /// `f16` or `f32`.
+    pub acc: Option<String>,
+    /// `nn` or `tn`.
+    pub layout: Option<String>,
+    /// Device class, e.g. `H100-SXM`: only problems with a kernel on it.
+    pub device: Option<String>,
+}
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct DeviceQuery {
+    /// Device class, e.g. `H100-SXM`.
+    pub device: Option<String>,
+}
+
+fn check_device(device: &Option<String>) -> Result<(), ApiError> {
+    match device {
+        Some(d) if d.is_empty() || d.len() > 64 || !d.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) => {
+            Err(ApiError::InvalidQuery(format!("device `{d}` is not a device class name (letters, digits, `-`, `_`, `.`)")))
+        }
+        _ => Ok(()),
+    }
+}
+
+fn json(value: &impl serde::Serialize) -> Result<Rendered, ApiError> {
+    let body = serde_json::to_vec(value).map_err(|e| ApiError::Internal(e.to_string()))?;
+    Ok(Rendered { status: 200, content_type: "application/json", body: body.into() })
+}
+
+fn problem_json(err: &ApiError) -> Rendered {
+    let body = serde_json::to_vec(&err.details()).unwrap_or_default();
+    Rendered { status: actix_web::ResponseError::status_code(err).as_u16(), content_type: "application/problem+json", body: body.into() }
+}
+
+fn respond(r: &Rendered) -> HttpResponse {
+    HttpResponse::build(actix_web::http::StatusCode::from_u16(r.status).unwrap_or(actix_web::http::StatusCode::OK))
+        .insert_header((header::CONTENT_TYPE, r.content_type))
+        .insert_header((header::CACHE_CONTROL, "public, max-age=10"))
+        .body(r.body.clone())
+}
+
+/// Answers from the catalog cache, rendering on a miss. Concurrent misses for one key
+/// render once.
+async fn cached<F, Fut>(state: &State, key: String, render: F) -> Result<Arc<Rendered>, ApiError>
+where
+    F: FnOnce() -> Fut,
+    Fut: std::future::Future<Output = Result<Rendered, ApiError>>,
+{
+    let entry = state
+        .caches
+        .catalog
+        .entry(key)
+        .or_try_insert_with(async { render().await.map(Arc::new) })
+        .await
+        .map_err(|e: Arc<ApiError>| ApiError::Internal(e.to_string()))?;
+    state.metrics.cache("catalog", !entry.is_fresh());
+    Ok(entry.into_value())
+}
+
+#[utoipa::path(
+    get, path = "/v1/problems", tag = "catalog", params(ProblemQuery),
+    responses(
+        (status = 200, description = "Problems with their best kernel per device class", body = Vec<catalog::ProblemView>),
+        (status = 400, description = "Unknown arch, acc, layout or device", body = crate::api::error::ProblemDetails, content_type = "application/problem+json"),
+    )
+)]
+#[get("/v1/problems")]
+pub async fn list_problems(state: State, q: web::Query<ProblemQuery>) -> Result<HttpResponse, ApiError> {
+    let bad = |e: crate::problem::ProblemError| ApiError::InvalidQuery(e.to_string());
+    let filter = ProblemFilter {
+        arch: q.arch.as_deref().map(str::parse).transpose().map_err(bad)?,
+        acc: q.acc.as_deref().map(str::parse).transpose().map_err(bad)?,
+        layout: q.layout.as_deref().map(str::parse).transpose().map_err(bad)?,
+        device: q.device.clone(),
+    };
+    check_device(&filter.device)?;
+    let key = format!("problems|{:?}|{:?}|{:?}|{:?}", filter.arch, filter.acc, filter.layout, filter.device);
+    let db = state.db.clone();
+    let r = cached(&state, key, || async move { json(&catalog::list_problems(&db, &filter).await?) }).await?;
+    Ok(respond(&r))
+}
+
+/// The lookup rendered as the kernel endpoint answers it.
+async fn render_kernel(db: &sea_orm::DatabaseConnection, p: Problem, device: Option<String>) -> Result<Rendered, ApiError> {
+    let lookup = catalog::best_kernel(db, &p, device.as_deref()).await?;
+    let on = device.as_deref().map(|d| format!(" on {d}")).unwrap_or_default();
+    Ok(match lookup {
+        KernelLookup::Kernel(view) => json(&view)?,
+        KernelLookup::BaselineFaster { device_class, use_instead } => {
+            let mut extra = serde_json::Map::new();
+            extra.insert("device_class".into(), device_class.clone().into());
+            extra.insert("use_instead".into(), serde_json::to_value(&use_instead).unwrap_or_default());
+            problem_json(&ApiError::BaselineFaster {
+                detail: format!(
+                    "no kernel in the catalog beats the baselines for {p} on {device_class}: use {} ({} layout, config in `use_instead`), {:.2} µs",
+                    use_instead.library, use_instead.layout, use_instead.median_us
+                ),
+                extra,
+            })
+        }
+        KernelLookup::None { use_instead } => {
+            let mut extra = serde_json::Map::new();
+            let detail = match &use_instead {
+                Some((d, b)) => {
+                    extra.insert("device_class".into(), d.clone().into());
+                    extra.insert("use_instead".into(), serde_json::to_value(b).unwrap_or_default());
+                    format!("no kernel for {p}{on} yet: use {} ({} layout, config in `use_instead`), {:.2} µs on {d}", b.library, b.layout, b.median_us)
+                }
+                None => format!("no kernel for {p}{on} yet and no baseline measured: use cuBLASLt's heuristic (cublasLtMatmul) for this shape"),
+            };
+            problem_json(&ApiError::KernelNotFound { detail, extra })
+        }
+    })
+}
+
+#[utoipa::path(
+    get, path = "/v1/kernels/{arch}/{acc}/{layout}/{shape}", tag = "catalog",
+    params(
+        ("arch" = String, Path, description = "PTX target family, e.g. sm_90"),
+        ("acc" = String, Path, description = "f16 or f32"),
+        ("layout" = String, Path, description = "nn or tn"),
+        ("shape" = String, Path, description = "MxNxK, each 1..=65536"),
+        DeviceQuery,
+    ),
+    responses(
+        (status = 200, description = "The best kernel: manifest, PTX link, timings, baselines", body = catalog::KernelView),
+        (status = 400, description = "Malformed problem", body = crate::api::error::ProblemDetails, content_type = "application/problem+json"),
+        (status = 404, description = "No kernel (`kernel_not_found`) or a baseline is faster (`baseline_faster`); `use_instead` names it", body = crate::api::error::ProblemDetails, content_type = "application/problem+json"),
+    )
+)]
+#[get("/v1/kernels/{arch}/{acc}/{layout}/{shape}")]
+pub async fn get_kernel(state: State, path: web::Path<(String, String, String, String)>, q: web::Query<DeviceQuery>) -> Result<HttpResponse, ApiError> {
+    let (arch, acc, layout, shape) = path.into_inner();
+    let p = parse_problem(&arch, &acc, &layout, &shape)?;
+    check_device(&q.device)?;
+    let device = q.device.clone();
+    let db = state.db.clone();
+    let r = cached(&state, format!("kernel|{p}|{device:?}"), || async move { render_kernel(&db, p, device).await }).await?;
+    Ok(respond(&r))
+}
+
+#[utoipa::path(
+    get, path = "/v1/kernels/{arch}/{acc}/{layout}/{shape}/ptx", tag = "catalog",
+    params(
+        ("arch" = String, Path, description = "PTX target family"), ("acc" = String, Path, description = "f16 or f32"),
+        ("layout" = String, Path, description = "nn or tn"), ("shape" = String, Path, description = "MxNxK"), DeviceQuery,
+    ),
+    responses(
+        (status = 200, description = "PTX of the best kernel (strong ETag = sha256)", body = String, content_type = "text/plain"),
+        (status = 304, description = "Not modified (If-None-Match matched)"),
+        (status = 404, description = "No kernel, or a baseline is faster", body = crate::api::error::ProblemDetails, content_type = "application/problem+json"),
+    )
+)]
+#[get("/v1/kernels/{arch}/{acc}/{layout}/{shape}/ptx")]
+pub async fn get_kernel_ptx(
+    req: HttpRequest,
+    state: State,
+    path: web::Path<(String, String, String, String)>,
+    q: web::Query<DeviceQuery>,
+) -> Result<HttpResponse, ApiError> {
+    let (arch, acc, layout, shape) = path.into_inner();
+    let p = parse_problem(&arch, &acc, &layout, &shape)?;
+    check_device(&q.device)?;
+    let device = q.device.clone();
+    let db = state.db.clone();
+    let r = cached(&state, format!("kernel|{p}|{device:?}"), || async move { render_kernel(&db, p, device).await }).await?;
+    if r.status != 200 {
+        return Ok(respond(&r));
+    }
+    #[derive(Deserialize)]
+    struct Sha {
+        artifact: ArtifactSha,
+    }
+    #[derive(Deserialize)]
+    struct ArtifactSha {
+        sha256: String,
+    }
+    let sha: Sha = serde_json::from_slice(&r.body).map_err(|e| ApiError::Internal(e.to_string()))?;
+    // The best kernel can change, so this URL is revalidated; the artifact URL is immutable.
+    serve_artifact(&req, &state, &sha.artifact.sha256, "public, max-age=10").await
+}
+
+#[utoipa::path(
+    get, path = "/v1/leaderboard/{arch}/{acc}/{layout}/{shape}", tag = "leaderboard",
+    params(
+        ("arch" = String, Path, description = "PTX target family"), ("acc" = String, Path, description = "f16 or f32"),
+        ("layout" = String, Path, description = "nn or tn"), ("shape" = String, Path, description = "MxNxK"), DeviceQuery,
+    ),
+    responses(
+        (status = 200, description = "Each submitter's best passing run, fastest first, per device class", body = catalog::ProblemLeaderboardView),
+        (status = 400, description = "Malformed problem", body = crate::api::error::ProblemDetails, content_type = "application/problem+json"),
+    )
+)]
+#[get("/v1/leaderboard/{arch}/{acc}/{layout}/{shape}")]
+pub async fn problem_leaderboard(state: State, path: web::Path<(String, String, String, String)>, q: web::Query<DeviceQuery>) -> Result<HttpResponse, ApiError> {
+    let (arch, acc, layout, shape) = path.into_inner();
+    let p = parse_problem(&arch, &acc, &layout, &shape)?;
+    check_device(&q.device)?;
+    let device = q.device.clone();
+    let db = state.db.clone();
+    let r = cached(&state, format!("leaderboard|{p}|{device:?}"), || async move {
+        json(&catalog::problem_leaderboard(&db, &p, device.as_deref()).await?)
+    })
+    .await?;
+    Ok(respond(&r))
+}
+
+#[utoipa::path(
+    get, path = "/v1/leaderboard", tag = "leaderboard",
+    responses((status = 200, description = "Submitters by problems held, then geometric-mean speedup over cuBLASLt-autotune-max", body = catalog::LeaderboardView))
+)]
+#[get("/v1/leaderboard")]
+pub async fn global_leaderboard(state: State) -> Result<HttpResponse, ApiError> {
+    let db = state.db.clone();
+    let r = cached(&state, "leaderboard".into(), || async move { json(&catalog::global_leaderboard(&db).await?) }).await?;
+    Ok(respond(&r))
+}

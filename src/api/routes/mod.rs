@@ -1,0 +1,21 @@
+//! One module per resource; `configure` mounts them all.
+
+pub mod artifacts;
+pub mod catalog;
+pub mod system;
+
+use actix_web::web;
+
+pub fn configure(cfg: &mut web::ServiceConfig) {
+    cfg.service(system::health)
+        .service(system::metrics)
+        .service(system::whoami)
+        .service(catalog::list_problems)
+        .service(catalog::get_kernel_ptx)
+        .service(catalog::get_kernel)
+        .service(catalog::problem_leaderboard)
+        .service(catalog::global_leaderboard)
+        .service(artifacts::get_artifact)
+        .service(artifacts::upload_artifact)
+        .configure(crate::api::openapi::configure);
+}

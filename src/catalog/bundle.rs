@@ -1,0 +1,630 @@
+//! Catalog bundles: a directory with `index.json` (device classes, problems, artifacts,
+//! catalog entries with their manifests and runs, baselines) and `ptx/<sha256>.ptx`.
+//!
+//! `export` writes the current catalog canonically (sorted, pretty JSON), so exporting
+//! what was imported gives the same bytes. `import` checks the whole bundle before it
+//! writes anything, then writes it in one transaction: all or nothing. Importing the same
+//! bundle twice adds nothing.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+
+use chrono::{DateTime, Utc};
+use sea_orm::{
+    ActiveModelTrait, ColumnTrait, ConnectionTrait, DatabaseConnection, DbErr, EntityTrait, QueryFilter, Set,
+};
+use serde::{Deserialize, Serialize};
+
+use super::{CatalogError, current_entries, problem_of};
+use crate::db::entities::{artifact, baseline, catalog_entry, device_class, manifest, problem, run, submission, submitter};
+use crate::manifest::Manifest;
+use crate::problem::Problem;
+
+pub const FORMAT: &str = "kaas.catalog.v1";
+/// Largest `index.json` accepted.
+const MAX_INDEX_BYTES: u64 = 256 << 20;
+/// Largest PTX file accepted.
+pub const MAX_PTX_BYTES: usize = 16 << 20;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Index {
+    pub format: String,
+    pub device_classes: Vec<DeviceClassRecord>,
+    pub problems: Vec<Problem>,
+    pub artifacts: Vec<ArtifactRecord>,
+    pub entries: Vec<EntryRecord>,
+    pub baselines: Vec<BaselineRecord>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeviceClassRecord {
+    pub name: String,
+    pub model: String,
+    pub compute_capability: String,
+    pub sm_count: Option<i32>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ArtifactRecord {
+    pub sha256: String,
+    pub size_bytes: i64,
+    pub ptx_version: String,
+    pub target: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EntryRecord {
+    pub device_class: String,
+    pub problem: Problem,
+    pub artifact: String,
+    pub submitter: String,
+    pub name: String,
+    pub description: String,
+    pub manifest: Manifest,
+    pub run: RunRecord,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RunRecord {
+    pub verdict: String,
+    pub message: String,
+    pub measured_at: DateTime<Utc>,
+    pub timings: Option<serde_json::Value>,
+    pub speedups: Option<serde_json::Value>,
+    pub device: Option<serde_json::Value>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BaselineRecord {
+    pub device_class: String,
+    pub problem: Problem,
+    pub library: String,
+    pub layout: String,
+    pub mode: String,
+    pub median_us: f64,
+    pub timing: serde_json::Value,
+    pub config: serde_json::Value,
+    pub measured_at: DateTime<Utc>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum BundleError {
+    #[error("{path}: {message}")]
+    Invalid { path: String, message: String },
+    #[error("{path}: {source}")]
+    Io { path: String, source: std::io::Error },
+    #[error(transparent)]
+    Catalog(#[from] CatalogError),
+}
+
+impl From<DbErr> for BundleError {
+    fn from(e: DbErr) -> Self {
+        BundleError::Catalog(CatalogError::Db(e))
+    }
+}
+
+fn invalid(path: impl Into<String>, message: impl Into<String>) -> BundleError {
+    BundleError::Invalid { path: path.into(), message: message.into() }
+}
+
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::Digest;
+    hex::encode(sha2::Sha256::digest(bytes))
+}
+
+/// `.version` and `.target` of a PTX text: the minimum the catalog records.
+pub fn ptx_header(ptx: &str) -> Result<(String, String), String> {
+    let mut version = None;
+    let mut target = None;
+    for line in ptx.lines() {
+        let line = line.split("//").next().unwrap_or("").trim();
+        let mut words = line.split_whitespace();
+        match words.next() {
+            Some(".version") => version = words.next().map(str::to_string),
+            Some(".target") => target = words.next().map(|t| t.trim_end_matches(',').to_string()),
+            _ => {}
+        }
+        if version.is_some() && target.is_some() {
+            break;
+        }
+    }
+    let version = version.ok_or("no `.version` directive: is this PTX?")?;
+    let target = target.ok_or("no `.target` directive: is this PTX?")?;
+    let ok_version = version.split_once('.').is_some_and(|(a, b)| {
+        !a.is_empty() && !b.is_empty() && a.bytes().chain(b.bytes()).all(|c| c.is_ascii_digit())
+    });
+    if !ok_version {
+        return Err(format!("`.version {version}` is not MAJOR.MINOR"));
+    }
+    if !target.starts_with("sm_") || target.len() > 12 {
+        return Err(format!("`.target {target}` is not an sm_XX target"));
+    }
+    Ok((version, target))
+}
+
+/// Checks PTX text offered as an artifact and describes it.
+pub fn describe_ptx(bytes: &[u8]) -> Result<ArtifactRecord, String> {
+    if bytes.len() > MAX_PTX_BYTES {
+        return Err(format!("PTX is {} bytes; the limit is {MAX_PTX_BYTES}", bytes.len()));
+    }
+    let text = std::str::from_utf8(bytes).map_err(|e| format!("PTX is not UTF-8 text ({e})"))?;
+    if text.contains('\0') {
+        return Err("PTX contains a NUL byte: send the text, not a binary".into());
+    }
+    let (ptx_version, target) = ptx_header(text)?;
+    Ok(ArtifactRecord { sha256: sha256_hex(bytes), size_bytes: bytes.len() as i64, ptx_version, target })
+}
+
+/// Stores PTX once by sha256 (inside the caller's transaction); returns its record.
+pub async fn store_artifact<C: ConnectionTrait>(db: &C, ptx: &str, now: DateTime<Utc>) -> Result<ArtifactRecord, BundleError> {
+    let rec = describe_ptx(ptx.as_bytes()).map_err(|m| invalid("ptx", m))?;
+    if artifact::Entity::find_by_id(rec.sha256.clone()).one(db).await?.is_none() {
+        artifact::ActiveModel {
+            sha256: Set(rec.sha256.clone()),
+            ptx: Set(ptx.to_string()),
+            size_bytes: Set(rec.size_bytes),
+            ptx_version: Set(rec.ptx_version.clone()),
+            target: Set(rec.target.clone()),
+            created_at: Set(now),
+        }
+        .insert(db)
+        .await?;
+    }
+    Ok(rec)
+}
+
+fn read_limited(path: &Path, limit: u64) -> Result<Vec<u8>, BundleError> {
+    let io = |source| BundleError::Io { path: path.display().to_string(), source };
+    let len = std::fs::metadata(path).map_err(io)?.len();
+    if len > limit {
+        return Err(invalid(path.display().to_string(), format!("{len} bytes; the limit is {limit}")));
+    }
+    std::fs::read(path).map_err(io)
+}
+
+const LIBRARIES: [&str; 3] = ["cublas", "cublaslt_heuristic", "cublaslt_autotune"];
+const MODES: [&str; 3] = ["graph", "offline", "server"];
+
+/// Reads and checks a bundle without touching the database.
+pub fn read_bundle(dir: &Path) -> Result<(Index, BTreeMap<String, String>), BundleError> {
+    let index_path = dir.join("index.json");
+    let bytes = read_limited(&index_path, MAX_INDEX_BYTES)?;
+    let index: Index =
+        serde_json::from_slice(&bytes).map_err(|e| invalid("index.json", format!("not a {FORMAT} index: {e}")))?;
+    if index.format != FORMAT {
+        return Err(invalid("index.json", format!("format is `{}`; expected `{FORMAT}`", index.format)));
+    }
+    let devices: BTreeSet<&str> = index.device_classes.iter().map(|d| d.name.as_str()).collect();
+    let problems: BTreeSet<Problem> = index.problems.iter().copied().collect();
+    for (i, p) in index.problems.iter().enumerate() {
+        p.validate().map_err(|e| invalid(format!("index.json: problems[{i}]"), e.to_string()))?;
+    }
+    for (i, d) in index.device_classes.iter().enumerate() {
+        if d.name.is_empty() || d.name.len() > 64 {
+            return Err(invalid(format!("index.json: device_classes[{i}]"), "name must be 1 to 64 characters"));
+        }
+    }
+    let mut ptx = BTreeMap::new();
+    for (i, a) in index.artifacts.iter().enumerate() {
+        let at = format!("ptx/{}.ptx", a.sha256);
+        if a.sha256.len() != 64 || !a.sha256.bytes().all(|c| matches!(c, b'0'..=b'9' | b'a'..=b'f')) {
+            return Err(invalid(format!("index.json: artifacts[{i}]"), "sha256 must be 64 lowercase hex digits"));
+        }
+        let bytes = read_limited(&dir.join(&at), MAX_PTX_BYTES as u64)?;
+        let rec = describe_ptx(&bytes).map_err(|m| invalid(&at, m))?;
+        if rec.sha256 != a.sha256 {
+            return Err(invalid(&at, format!("content hashes to {}, not the name it is filed under", rec.sha256)));
+        }
+        if &rec != a {
+            return Err(invalid(&at, format!("index says {a:?}, the file is {rec:?}")));
+        }
+        ptx.insert(a.sha256.clone(), String::from_utf8(bytes).map_err(|e| invalid(&at, e.to_string()))?);
+    }
+    for (i, e) in index.entries.iter().enumerate() {
+        let at = format!("index.json: entries[{i}]");
+        e.manifest.validate().map_err(|err| invalid(&at, format!("manifest: {err}")))?;
+        if e.manifest.problem != e.problem {
+            return Err(invalid(&at, "manifest.problem differs from the entry's problem"));
+        }
+        if !problems.contains(&e.problem) {
+            return Err(invalid(&at, format!("problem {} is not listed in `problems`", e.problem)));
+        }
+        if !ptx.contains_key(&e.artifact) {
+            return Err(invalid(&at, format!("artifact {} is not listed in `artifacts`", e.artifact)));
+        }
+        if !devices.contains(e.device_class.as_str()) {
+            return Err(invalid(&at, format!("device class `{}` is not listed", e.device_class)));
+        }
+        if e.run.verdict != "pass" {
+            return Err(invalid(&at, format!("a catalog entry needs a passing run, this one is `{}`", e.run.verdict)));
+        }
+        if e.submitter.is_empty() || e.submitter.len() > 64 {
+            return Err(invalid(&at, "submitter must be 1 to 64 characters"));
+        }
+    }
+    for (i, b) in index.baselines.iter().enumerate() {
+        let at = format!("index.json: baselines[{i}]");
+        if !problems.contains(&b.problem) {
+            return Err(invalid(&at, format!("problem {} is not listed in `problems`", b.problem)));
+        }
+        if !devices.contains(b.device_class.as_str()) {
+            return Err(invalid(&at, format!("device class `{}` is not listed", b.device_class)));
+        }
+        if !LIBRARIES.contains(&b.library.as_str()) || !MODES.contains(&b.mode.as_str()) || !["nn", "tn"].contains(&b.layout.as_str()) {
+            return Err(invalid(&at, format!("unknown library/layout/mode {}/{}/{}", b.library, b.layout, b.mode)));
+        }
+        if !(b.median_us.is_finite() && b.median_us > 0.0) {
+            return Err(invalid(&at, "median_us must be a positive number"));
+        }
+    }
+    Ok((index, ptx))
+}
+
+/// What an import added.
+#[derive(Debug, Default, Clone, PartialEq, Eq, Serialize)]
+pub struct ImportReport {
+    pub artifacts: usize,
+    pub problems: usize,
+    pub entries: usize,
+    pub baselines: usize,
+}
+
+/// Imports a bundle: checked in full first, then written in one transaction.
+pub async fn import(db: &DatabaseConnection, dir: &Path) -> Result<ImportReport, BundleError> {
+    let (index, ptx) = read_bundle(dir)?;
+    let txn = crate::db::begin_write(db).await?;
+    let report = write_index(&txn, &index, &ptx).await?;
+    txn.commit().await?;
+    Ok(report)
+}
+
+async fn ensure_problem<C: ConnectionTrait>(db: &C, p: &Problem, added: &mut usize) -> Result<i32, DbErr> {
+    if let Some(row) = super::find_problem(db, p).await? {
+        return Ok(row.id);
+    }
+    *added += 1;
+    let row = problem::ActiveModel {
+        arch: Set(p.arch.to_string()),
+        acc: Set(p.acc.to_string()),
+        layout: Set(p.layout.to_string()),
+        m: Set(p.m as i32),
+        n: Set(p.n as i32),
+        k: Set(p.k as i32),
+        ..Default::default()
+    }
+    .insert(db)
+    .await?;
+    Ok(row.id)
+}
+
+pub async fn ensure_submitter<C: ConnectionTrait>(db: &C, name: &str, now: DateTime<Utc>) -> Result<i32, DbErr> {
+    if let Some(s) = submitter::Entity::find().filter(submitter::Column::Name.eq(name)).one(db).await? {
+        return Ok(s.id);
+    }
+    let row = submitter::ActiveModel { name: Set(name.to_string()), created_at: Set(now), ..Default::default() }.insert(db).await?;
+    Ok(row.id)
+}
+
+pub async fn ensure_manifest<C: ConnectionTrait>(db: &C, sha: &str, problem_id: i32, m: &Manifest, now: DateTime<Utc>) -> Result<i32, DbErr> {
+    let body = serde_json::to_string(m).map_err(|e| DbErr::Custom(e.to_string()))?;
+    let body_sha = sha256_hex(body.as_bytes());
+    if let Some(row) = manifest::Entity::find()
+        .filter(manifest::Column::ArtifactSha256.eq(sha))
+        .filter(manifest::Column::ProblemId.eq(problem_id))
+        .filter(manifest::Column::BodySha256.eq(&body_sha))
+        .one(db)
+        .await?
+    {
+        return Ok(row.id);
+    }
+    let row = manifest::ActiveModel {
+        artifact_sha256: Set(sha.to_string()),
+        problem_id: Set(problem_id),
+        body_sha256: Set(body_sha),
+        body: Set(body),
+        created_at: Set(now),
+        ..Default::default()
+    }
+    .insert(db)
+    .await?;
+    Ok(row.id)
+}
+
+fn json_text(v: &Option<serde_json::Value>) -> Option<String> {
+    v.as_ref().map(|v| v.to_string())
+}
+
+async fn write_index<C: ConnectionTrait>(db: &C, index: &Index, ptx: &BTreeMap<String, String>) -> Result<ImportReport, BundleError> {
+    let now = Utc::now();
+    let mut report = ImportReport::default();
+    for d in &index.device_classes {
+        if device_class::Entity::find_by_id(d.name.clone()).one(db).await?.is_none() {
+            device_class::ActiveModel {
+                name: Set(d.name.clone()),
+                model: Set(d.model.clone()),
+                compute_capability: Set(d.compute_capability.clone()),
+                sm_count: Set(d.sm_count),
+            }
+            .insert(db)
+            .await?;
+        }
+    }
+    for text in ptx.values() {
+        if artifact::Entity::find_by_id(sha256_hex(text.as_bytes())).one(db).await?.is_none() {
+            report.artifacts += 1;
+        }
+        store_artifact(db, text, now).await?;
+    }
+    let mut problem_ids = BTreeMap::new();
+    for p in &index.problems {
+        problem_ids.insert(*p, ensure_problem(db, p, &mut report.problems).await?);
+    }
+    let current: BTreeMap<(i32, String), i32> =
+        current_entries(db).await?.into_iter().map(|e| ((e.problem_id, e.device_class), e.run_id)).collect();
+    for e in &index.entries {
+        let problem_id = problem_ids[&e.problem];
+        let manifest_id = ensure_manifest(db, &e.artifact, problem_id, &e.manifest, now).await?;
+        let submitter_id = ensure_submitter(db, &e.submitter, now).await?;
+        let submission_id = match submission::Entity::find()
+            .filter(submission::Column::SubmitterId.eq(submitter_id))
+            .filter(submission::Column::ArtifactSha256.eq(&e.artifact))
+            .filter(submission::Column::Name.eq(&e.name))
+            .one(db)
+            .await?
+        {
+            Some(s) => s.id,
+            None => {
+                submission::ActiveModel {
+                    submitter_id: Set(submitter_id),
+                    artifact_sha256: Set(e.artifact.clone()),
+                    name: Set(e.name.clone()),
+                    description: Set(e.description.clone()),
+                    source: Set(None),
+                    status: Set("imported".into()),
+                    created_at: Set(e.run.measured_at),
+                    ..Default::default()
+                }
+                .insert(db)
+                .await?
+                .id
+            }
+        };
+        let existing = run::Entity::find()
+            .filter(run::Column::ManifestId.eq(manifest_id))
+            .filter(run::Column::DeviceClass.eq(&e.device_class))
+            .filter(run::Column::CreatedAt.eq(e.run.measured_at))
+            .one(db)
+            .await?;
+        let run_id = match existing {
+            Some(r) => r.id,
+            None => {
+                run::ActiveModel {
+                    submission_id: Set(Some(submission_id)),
+                    manifest_id: Set(manifest_id),
+                    problem_id: Set(problem_id),
+                    device_class: Set(e.device_class.clone()),
+                    verdict: Set(e.run.verdict.clone()),
+                    message: Set(e.run.message.clone()),
+                    timings: Set(json_text(&e.run.timings)),
+                    speedups: Set(json_text(&e.run.speedups)),
+                    device: Set(json_text(&e.run.device)),
+                    created_at: Set(e.run.measured_at),
+                    ..Default::default()
+                }
+                .insert(db)
+                .await?
+                .id
+            }
+        };
+        if current.get(&(problem_id, e.device_class.clone())) != Some(&run_id) {
+            catalog_entry::ActiveModel {
+                device_class: Set(e.device_class.clone()),
+                problem_id: Set(problem_id),
+                run_id: Set(run_id),
+                created_at: Set(now),
+                ..Default::default()
+            }
+            .insert(db)
+            .await?;
+            report.entries += 1;
+        }
+    }
+    for b in &index.baselines {
+        let problem_id = problem_ids[&b.problem];
+        let exists = baseline::Entity::find()
+            .filter(baseline::Column::ProblemId.eq(problem_id))
+            .filter(baseline::Column::DeviceClass.eq(&b.device_class))
+            .filter(baseline::Column::Library.eq(&b.library))
+            .filter(baseline::Column::Layout.eq(&b.layout))
+            .filter(baseline::Column::Mode.eq(&b.mode))
+            .filter(baseline::Column::CreatedAt.eq(b.measured_at))
+            .one(db)
+            .await?
+            .is_some();
+        if !exists {
+            baseline::ActiveModel {
+                problem_id: Set(problem_id),
+                device_class: Set(b.device_class.clone()),
+                library: Set(b.library.clone()),
+                layout: Set(b.layout.clone()),
+                mode: Set(b.mode.clone()),
+                median_us: Set(b.median_us),
+                timing: Set(b.timing.to_string()),
+                config: Set(b.config.to_string()),
+                created_at: Set(b.measured_at),
+                ..Default::default()
+            }
+            .insert(db)
+            .await?;
+            report.baselines += 1;
+        }
+    }
+    Ok(report)
+}
+
+fn parse_json(text: &str, what: &str) -> Result<serde_json::Value, CatalogError> {
+    serde_json::from_str(text).map_err(|e| CatalogError::Corrupt(format!("{what}: {e}")))
+}
+
+/// The current catalog as a canonical index, plus the PTX it references.
+pub async fn snapshot(db: &DatabaseConnection) -> Result<(Index, BTreeMap<String, String>), CatalogError> {
+    let entries = current_entries(db).await?;
+    let problems: BTreeMap<i32, Problem> =
+        problem::Entity::find().all(db).await?.iter().map(|p| Ok((p.id, problem_of(p)?))).collect::<Result<_, CatalogError>>()?;
+    let data = super::EntryData::load(db, entries.iter().map(|e| e.run_id).collect()).await?;
+    let mut records = Vec::new();
+    let mut ptx = BTreeMap::new();
+    let mut used_problems = BTreeSet::new();
+    let mut used_devices = BTreeSet::new();
+    for e in &entries {
+        let missing = |what: &str| CatalogError::Corrupt(format!("catalog entry {}: {what} missing", e.id));
+        let r = data.runs.get(&e.run_id).ok_or_else(|| missing("run"))?;
+        let m = data.manifests.get(&r.manifest_id).ok_or_else(|| missing("manifest"))?;
+        let a = data.artifacts.get(&m.artifact_sha256).ok_or_else(|| missing("artifact"))?;
+        let sub = r.submission_id.and_then(|id| data.submissions.get(&id));
+        let problem = *problems.get(&e.problem_id).ok_or_else(|| missing("problem"))?;
+        used_problems.insert(problem);
+        used_devices.insert(e.device_class.clone());
+        ptx.insert(a.sha256.clone(), a.ptx.clone());
+        records.push(EntryRecord {
+            device_class: e.device_class.clone(),
+            problem,
+            artifact: a.sha256.clone(),
+            submitter: data.owner(r).0,
+            name: sub.map(|s| s.name.clone()).unwrap_or_default(),
+            description: sub.map(|s| s.description.clone()).unwrap_or_default(),
+            manifest: serde_json::from_str(&m.body).map_err(|err| CatalogError::Corrupt(format!("manifest {}: {err}", m.id)))?,
+            run: RunRecord {
+                verdict: r.verdict.clone(),
+                message: r.message.clone(),
+                measured_at: r.created_at,
+                timings: r.timings.as_deref().map(|t| parse_json(t, "timings")).transpose()?,
+                speedups: r.speedups.as_deref().map(|t| parse_json(t, "speedups")).transpose()?,
+                device: r.device.as_deref().map(|t| parse_json(t, "device")).transpose()?,
+            },
+        });
+    }
+    // Latest baseline per (problem, device, library, layout, mode).
+    let mut latest: BTreeMap<(Problem, String, String, String, String), baseline::Model> = BTreeMap::new();
+    for b in baseline::Entity::find().all(db).await? {
+        let p = *problems.get(&b.problem_id).ok_or_else(|| CatalogError::Corrupt(format!("baseline {}: problem", b.id)))?;
+        let key = (p, b.device_class.clone(), b.library.clone(), b.layout.clone(), b.mode.clone());
+        if latest.get(&key).is_none_or(|old| old.id < b.id) {
+            latest.insert(key, b);
+        }
+    }
+    let mut baselines = Vec::new();
+    for ((p, ..), b) in latest {
+        used_problems.insert(p);
+        used_devices.insert(b.device_class.clone());
+        baselines.push(BaselineRecord {
+            device_class: b.device_class,
+            problem: p,
+            library: b.library,
+            layout: b.layout,
+            mode: b.mode,
+            median_us: b.median_us,
+            timing: parse_json(&b.timing, "baseline timing")?,
+            config: parse_json(&b.config, "baseline config")?,
+            measured_at: b.created_at,
+        });
+    }
+    records.sort_by(|a, b| (a.problem, &a.device_class).cmp(&(b.problem, &b.device_class)));
+    let device_classes = device_class::Entity::find()
+        .all(db)
+        .await?
+        .into_iter()
+        .filter(|d| used_devices.contains(&d.name))
+        .map(|d| DeviceClassRecord { name: d.name, model: d.model, compute_capability: d.compute_capability, sm_count: d.sm_count })
+        .collect::<BTreeSet<_>>();
+    let artifacts = data
+        .artifacts
+        .values()
+        .filter(|a| ptx.contains_key(&a.sha256))
+        .map(|a| ArtifactRecord { sha256: a.sha256.clone(), size_bytes: a.size_bytes, ptx_version: a.ptx_version.clone(), target: a.target.clone() })
+        .collect::<BTreeSet<_>>();
+    let index = Index {
+        format: FORMAT.into(),
+        device_classes: device_classes.into_iter().collect(),
+        problems: used_problems.into_iter().collect(),
+        artifacts: artifacts.into_iter().collect(),
+        entries: records,
+        baselines,
+    };
+    Ok((index, ptx))
+}
+
+/// The canonical text of an index.
+pub fn index_text(index: &Index) -> Result<String, serde_json::Error> {
+    Ok(serde_json::to_string_pretty(index)? + "\n")
+}
+
+/// Writes a bundle directory (created if missing; PTX files already there are kept).
+pub fn write_bundle(dir: &Path, index: &Index, ptx: &BTreeMap<String, String>) -> Result<(), BundleError> {
+    let io = |path: &Path| {
+        let path = path.display().to_string();
+        move |source| BundleError::Io { path, source }
+    };
+    let ptx_dir = dir.join("ptx");
+    std::fs::create_dir_all(&ptx_dir).map_err(io(&ptx_dir))?;
+    for (sha, text) in ptx {
+        let p = ptx_dir.join(format!("{sha}.ptx"));
+        std::fs::write(&p, text).map_err(io(&p))?;
+    }
+    let text = index_text(index).map_err(|e| invalid("index.json", e.to_string()))?;
+    let p = dir.join("index.json");
+    std::fs::write(&p, text).map_err(io(&p))
+}
+
+pub async fn export(db: &DatabaseConnection, dir: &Path) -> Result<Index, BundleError> {
+    let (index, ptx) = snapshot(db).await?;
+    write_bundle(dir, &index, &ptx)?;
+    Ok(index)
+}
+
+impl PartialOrd for DeviceClassRecord {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for DeviceClassRecord {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.name.cmp(&other.name).then_with(|| self.model.cmp(&other.model))
+    }
+}
+impl PartialOrd for ArtifactRecord {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for ArtifactRecord {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.sha256.cmp(&other.sha256)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ptx_header_reads_version_and_target() {
+        let ptx = "// generated\n.version 8.8\n.target sm_90a, texmode_independent\n.address_size 64\n";
+        assert_eq!(ptx_header(ptx).unwrap(), ("8.8".into(), "sm_90a".into()));
+        assert!(ptx_header(".target sm_90\n").unwrap_err().contains(".version"));
+        assert!(ptx_header(".version x.y\n.target sm_90\n").is_err());
+    }
+
+    #[test]
+    fn binary_and_oversized_ptx_is_refused() {
+        assert!(describe_ptx(&[0xff, 0xfe, 0x00]).unwrap_err().contains("UTF-8"));
+        assert!(describe_ptx(b".version 8.8\n.target sm_90\n\0").unwrap_err().contains("NUL"));
+        assert!(describe_ptx(&vec![b' '; MAX_PTX_BYTES + 1]).unwrap_err().contains("limit"));
+    }
+}

@@ -1,0 +1,471 @@
+//! The catalog store: for each (device class, problem) the fastest passing run, its
+//! manifest and PTX, the baselines it was measured against, and the leaderboards.
+//! Reads only; writes go through `bundle` (import) and, later, the job pipeline.
+
+pub mod bundle;
+pub mod views;
+
+use std::collections::{BTreeMap, HashMap};
+
+use sea_orm::{ColumnTrait, ConnectionTrait, DatabaseConnection, DbErr, EntityTrait, QueryFilter, QueryOrder};
+
+use crate::db::entities::{artifact, baseline, catalog_entry, manifest, problem, run, submission, submitter};
+use crate::manifest::Manifest;
+use crate::problem::{Acc, Arch, Layout, Problem};
+pub use views::*;
+
+/// Speedup table key for cuBLASLt-autotune-max, the baseline kaas ranks against.
+pub const AUTOTUNE_MAX: &str = "cublaslt_autotune_max";
+
+#[derive(Debug, thiserror::Error)]
+pub enum CatalogError {
+    #[error("database: {0}")]
+    Db(#[from] DbErr),
+    #[error("stored data is inconsistent: {0}")]
+    Corrupt(String),
+}
+
+/// Filters of `GET /v1/problems`.
+#[derive(Debug, Clone, Default)]
+pub struct ProblemFilter {
+    pub arch: Option<Arch>,
+    pub acc: Option<Acc>,
+    pub layout: Option<Layout>,
+    pub device: Option<String>,
+}
+
+/// The answer to "which kernel should I use for this problem?".
+#[derive(Debug, Clone)]
+pub enum KernelLookup {
+    /// A kernel that beat every baseline, or was not benchmarked (it says so).
+    Kernel(Box<KernelView>),
+    /// Kernels exist, but a baseline is faster: use it instead.
+    BaselineFaster { device_class: String, use_instead: BaselineView },
+    /// No catalog entry at all; the fastest known baseline, if any was measured.
+    None { use_instead: Option<(String, BaselineView)> },
+}
+
+pub(crate) fn problem_of(p: &problem::Model) -> Result<Problem, CatalogError> {
+    let bad = |what: &str| CatalogError::Corrupt(format!("problem {}: {what}", p.id));
+    Ok(Problem {
+        arch: p.arch.parse().map_err(|_| bad("arch"))?,
+        acc: p.acc.parse().map_err(|_| bad("acc"))?,
+        layout: p.layout.parse().map_err(|_| bad("layout"))?,
+        m: u32::try_from(p.m).map_err(|_| bad("m"))?,
+        n: u32::try_from(p.n).map_err(|_| bad("n"))?,
+        k: u32::try_from(p.k).map_err(|_| bad("k"))?,
+    })
+}
+
+pub async fn find_problem<C: ConnectionTrait>(db: &C, p: &Problem) -> Result<Option<problem::Model>, DbErr> {
+    problem::Entity::find()
+        .filter(problem::Column::Arch.eq(p.arch.as_str()))
+        .filter(problem::Column::Acc.eq(p.acc.as_str()))
+        .filter(problem::Column::Layout.eq(p.layout.as_str()))
+        .filter(problem::Column::M.eq(p.m as i32))
+        .filter(problem::Column::N.eq(p.n as i32))
+        .filter(problem::Column::K.eq(p.k as i32))
+        .one(db)
+        .await
+}
+
+fn json_opt(text: &Option<String>) -> Option<serde_json::Value> {
+    text.as_deref().and_then(|t| serde_json::from_str(t).ok())
+}
+
+pub(crate) fn artifact_view(a: &artifact::Model) -> ArtifactView {
+    ArtifactView {
+        sha256: a.sha256.clone(),
+        size_bytes: a.size_bytes,
+        ptx_version: a.ptx_version.clone(),
+        target: a.target.clone(),
+        url: format!("/v1/artifacts/{}", a.sha256),
+    }
+}
+
+pub(crate) fn run_view(r: &run::Model) -> RunView {
+    RunView {
+        id: r.id,
+        device_class: r.device_class.clone(),
+        verdict: r.verdict.clone(),
+        message: r.message.clone(),
+        measured_at: r.created_at,
+        timings: json_opt(&r.timings),
+        speedups: json_opt(&r.speedups),
+        device: json_opt(&r.device),
+    }
+}
+
+pub(crate) fn baseline_view(b: &baseline::Model) -> BaselineView {
+    BaselineView {
+        library: b.library.clone(),
+        layout: b.layout.clone(),
+        mode: b.mode.clone(),
+        median_us: b.median_us,
+        timing: serde_json::from_str(&b.timing).unwrap_or(serde_json::Value::Null),
+        config: serde_json::from_str(&b.config).unwrap_or(serde_json::Value::Null),
+    }
+}
+
+/// Graph-mode figures of a run: (median µs, TFLOP/s, speedups by baseline).
+fn graph_figures(r: &RunView) -> (Option<f64>, Option<f64>, Option<serde_json::Value>) {
+    let graph = r.timings.as_ref().and_then(|t| t.get("graph"));
+    let median = graph.and_then(|g| g.get("median_us")).and_then(|v| v.as_f64());
+    let tflops = graph.and_then(|g| g.get("tflops")).and_then(|v| v.as_f64());
+    let speedups = r.speedups.as_ref().and_then(|s| s.get("graph")).cloned();
+    (median, tflops, speedups)
+}
+
+/// Names of the baselines a graph-mode speedup table says the kernel beat.
+fn beaten(speedups: &Option<serde_json::Value>) -> Vec<String> {
+    let Some(serde_json::Value::Object(map)) = speedups else { return vec![] };
+    map.iter().filter(|(_, v)| v.as_f64().is_some_and(|x| x > 1.0)).map(|(k, _)| k.clone()).collect()
+}
+
+/// `Some(true)` when every baseline in the table was beaten; `None` when not benchmarked.
+fn beats_all(speedups: &Option<serde_json::Value>) -> Option<bool> {
+    let Some(serde_json::Value::Object(map)) = speedups else { return None };
+    if map.is_empty() {
+        return None;
+    }
+    Some(map.values().all(|v| v.as_f64().is_some_and(|x| x > 1.0)))
+}
+
+/// The current catalog entry ids: the newest row per (device class, problem).
+async fn current_entries<C: ConnectionTrait>(db: &C) -> Result<Vec<catalog_entry::Model>, DbErr> {
+    let rows = catalog_entry::Entity::find().order_by_asc(catalog_entry::Column::Id).all(db).await?;
+    let mut newest: BTreeMap<(i32, String), catalog_entry::Model> = BTreeMap::new();
+    for r in rows {
+        newest.insert((r.problem_id, r.device_class.clone()), r);
+    }
+    Ok(newest.into_values().collect())
+}
+
+/// Everything needed to describe catalog entries, loaded in a few queries.
+struct EntryData {
+    runs: HashMap<i32, run::Model>,
+    manifests: HashMap<i32, manifest::Model>,
+    artifacts: HashMap<String, artifact::Model>,
+    submissions: HashMap<i32, submission::Model>,
+    submitters: HashMap<i32, submitter::Model>,
+}
+
+impl EntryData {
+    async fn load<C: ConnectionTrait>(db: &C, run_ids: Vec<i32>) -> Result<Self, DbErr> {
+        let runs: HashMap<i32, run::Model> =
+            run::Entity::find().filter(run::Column::Id.is_in(run_ids)).all(db).await?.into_iter().map(|r| (r.id, r)).collect();
+        let manifest_ids: Vec<i32> = runs.values().map(|r| r.manifest_id).collect();
+        let manifests: HashMap<i32, manifest::Model> = manifest::Entity::find()
+            .filter(manifest::Column::Id.is_in(manifest_ids))
+            .all(db)
+            .await?
+            .into_iter()
+            .map(|m| (m.id, m))
+            .collect();
+        let shas: Vec<String> = manifests.values().map(|m| m.artifact_sha256.clone()).collect();
+        let artifacts = artifact::Entity::find()
+            .filter(artifact::Column::Sha256.is_in(shas))
+            .all(db)
+            .await?
+            .into_iter()
+            .map(|a| (a.sha256.clone(), a))
+            .collect();
+        let sub_ids: Vec<i32> = runs.values().filter_map(|r| r.submission_id).collect();
+        let submissions: HashMap<i32, submission::Model> = submission::Entity::find()
+            .filter(submission::Column::Id.is_in(sub_ids))
+            .all(db)
+            .await?
+            .into_iter()
+            .map(|s| (s.id, s))
+            .collect();
+        let submitters = submitter::Entity::find().all(db).await?.into_iter().map(|s| (s.id, s)).collect();
+        Ok(EntryData { runs, manifests, artifacts, submissions, submitters })
+    }
+
+    fn owner(&self, r: &run::Model) -> (String, String) {
+        let sub = r.submission_id.and_then(|id| self.submissions.get(&id));
+        let who = sub.and_then(|s| self.submitters.get(&s.submitter_id)).map(|s| s.name.clone()).unwrap_or_default();
+        (who, sub.map(|s| s.name.clone()).unwrap_or_default())
+    }
+}
+
+pub async fn list_problems(db: &DatabaseConnection, filter: &ProblemFilter) -> Result<Vec<ProblemView>, CatalogError> {
+    let mut q = problem::Entity::find();
+    if let Some(a) = filter.arch {
+        q = q.filter(problem::Column::Arch.eq(a.as_str()));
+    }
+    if let Some(a) = filter.acc {
+        q = q.filter(problem::Column::Acc.eq(a.as_str()));
+    }
+    if let Some(l) = filter.layout {
+        q = q.filter(problem::Column::Layout.eq(l.as_str()));
+    }
+    let problems = q.all(db).await?;
+    let entries: Vec<catalog_entry::Model> = current_entries(db)
+        .await?
+        .into_iter()
+        .filter(|e| filter.device.as_ref().is_none_or(|d| &e.device_class == d))
+        .collect();
+    let data = EntryData::load(db, entries.iter().map(|e| e.run_id).collect()).await?;
+    let mut by_problem: HashMap<i32, Vec<BestSummary>> = HashMap::new();
+    for e in &entries {
+        let Some(r) = data.runs.get(&e.run_id) else { continue };
+        let Some(m) = data.manifests.get(&r.manifest_id) else { continue };
+        let (median_us, tflops, speedups) = graph_figures(&run_view(r));
+        by_problem.entry(e.problem_id).or_default().push(BestSummary {
+            device_class: e.device_class.clone(),
+            artifact_sha256: m.artifact_sha256.clone(),
+            submitter: data.owner(r).0,
+            median_us,
+            tflops,
+            beats_baselines: beats_all(&speedups),
+            speedups,
+        });
+    }
+    let mut out = Vec::new();
+    for p in problems {
+        let best = by_problem.remove(&p.id).unwrap_or_default();
+        if filter.device.is_some() && best.is_empty() {
+            continue;
+        }
+        let problem = problem_of(&p)?;
+        out.push(ProblemView { path: problem.path(), problem, best });
+    }
+    out.sort_by(|a, b| a.problem.cmp(&b.problem));
+    Ok(out)
+}
+
+/// Latest baseline rows per (library, layout, mode) for a problem on a device class.
+pub async fn baselines_for<C: ConnectionTrait>(db: &C, problem_id: i32, device: &str) -> Result<Vec<BaselineView>, DbErr> {
+    let rows = baseline::Entity::find()
+        .filter(baseline::Column::ProblemId.eq(problem_id))
+        .filter(baseline::Column::DeviceClass.eq(device))
+        .order_by_asc(baseline::Column::Id)
+        .all(db)
+        .await?;
+    let mut latest: BTreeMap<(String, String, String), baseline::Model> = BTreeMap::new();
+    for b in rows {
+        latest.insert((b.library.clone(), b.layout.clone(), b.mode.clone()), b);
+    }
+    Ok(latest.values().map(baseline_view).collect())
+}
+
+/// The fastest graph-mode baseline in a table.
+fn fastest_baseline(table: &[BaselineView]) -> Option<BaselineView> {
+    table.iter().filter(|b| b.mode == "graph").min_by(|a, b| a.median_us.total_cmp(&b.median_us)).cloned()
+}
+
+pub async fn best_kernel(db: &DatabaseConnection, p: &Problem, device: Option<&str>) -> Result<KernelLookup, CatalogError> {
+    let Some(prow) = find_problem(db, p).await? else {
+        return Ok(KernelLookup::None { use_instead: None });
+    };
+    let entries: Vec<catalog_entry::Model> =
+        current_entries(db).await?.into_iter().filter(|e| e.problem_id == prow.id).collect();
+    let all_devices: Vec<String> = entries.iter().map(|e| e.device_class.clone()).collect();
+    let candidates: Vec<&catalog_entry::Model> =
+        entries.iter().filter(|e| device.is_none_or(|d| e.device_class == d)).collect();
+    let data = EntryData::load(db, candidates.iter().map(|e| e.run_id).collect()).await?;
+    // Without a device class, the fastest kernel anywhere; unbenchmarked ones last.
+    let mut views = Vec::new();
+    for e in candidates {
+        let r = data.runs.get(&e.run_id).ok_or_else(|| CatalogError::Corrupt(format!("run {} missing", e.run_id)))?;
+        views.push((e, r, graph_figures(&run_view(r)).0.unwrap_or(f64::INFINITY)));
+    }
+    views.sort_by(|a, b| a.2.total_cmp(&b.2).then_with(|| a.0.device_class.cmp(&b.0.device_class)));
+    let Some((entry, r, _)) = views.first() else {
+        // No kernel: point at the fastest baseline measured on the asked device (or any).
+        let mut best: Option<(String, BaselineView)> = None;
+        let devices: Vec<String> = match device {
+            Some(d) => vec![d.to_string()],
+            None => baseline_devices(db, prow.id).await?,
+        };
+        for d in devices {
+            if let Some(b) = fastest_baseline(&baselines_for(db, prow.id, &d).await?)
+                && best.as_ref().is_none_or(|(_, x)| b.median_us < x.median_us)
+            {
+                best = Some((d, b));
+            }
+        }
+        return Ok(KernelLookup::None { use_instead: best });
+    };
+    let m = data.manifests.get(&r.manifest_id).ok_or_else(|| CatalogError::Corrupt(format!("manifest {} missing", r.manifest_id)))?;
+    let a = data.artifacts.get(&m.artifact_sha256).ok_or_else(|| CatalogError::Corrupt(format!("artifact {} missing", m.artifact_sha256)))?;
+    let manifest: Manifest =
+        serde_json::from_str(&m.body).map_err(|e| CatalogError::Corrupt(format!("manifest {}: {e}", m.id)))?;
+    let run = run_view(r);
+    let (_, _, speedups) = graph_figures(&run);
+    let baselines = baselines_for(db, prow.id, &entry.device_class).await?;
+    if beats_all(&speedups) == Some(false) {
+        if let Some(b) = fastest_baseline(&baselines) {
+            return Ok(KernelLookup::BaselineFaster { device_class: entry.device_class.clone(), use_instead: b });
+        }
+    }
+    let (submitter, name) = data.owner(r);
+    Ok(KernelLookup::Kernel(Box::new(KernelView {
+        problem: *p,
+        device_class: entry.device_class.clone(),
+        submitter,
+        name,
+        manifest,
+        artifact: artifact_view(a),
+        benchmarked: speedups.is_some(),
+        beats: beaten(&speedups),
+        run,
+        baselines,
+        other_device_classes: all_devices.into_iter().filter(|d| d != &entry.device_class).collect(),
+    })))
+}
+
+async fn baseline_devices<C: ConnectionTrait>(db: &C, problem_id: i32) -> Result<Vec<String>, DbErr> {
+    let mut v: Vec<String> = baseline::Entity::find()
+        .filter(baseline::Column::ProblemId.eq(problem_id))
+        .all(db)
+        .await?
+        .into_iter()
+        .map(|b| b.device_class)
+        .collect();
+    v.sort();
+    v.dedup();
+    Ok(v)
+}
+
+pub async fn artifact<C: ConnectionTrait>(db: &C, sha256: &str) -> Result<Option<artifact::Model>, DbErr> {
+    artifact::Entity::find_by_id(sha256.to_string()).one(db).await
+}
+
+/// Per-problem ranking: each submitter's best passing, benchmarked run.
+pub async fn problem_leaderboard(
+    db: &DatabaseConnection,
+    p: &Problem,
+    device: Option<&str>,
+) -> Result<ProblemLeaderboardView, CatalogError> {
+    let Some(prow) = find_problem(db, p).await? else {
+        return Ok(ProblemLeaderboardView { problem: *p, rows: vec![] });
+    };
+    let mut q = run::Entity::find().filter(run::Column::ProblemId.eq(prow.id)).filter(run::Column::Verdict.eq("pass"));
+    if let Some(d) = device {
+        q = q.filter(run::Column::DeviceClass.eq(d));
+    }
+    let runs = q.all(db).await?;
+    let data = EntryData::load(db, runs.iter().map(|r| r.id).collect()).await?;
+    // Best run per (submitter, device class).
+    let mut best: HashMap<(i32, String), (f64, &run::Model)> = HashMap::new();
+    for r in &runs {
+        let Some(sub) = r.submission_id.and_then(|id| data.submissions.get(&id)) else { continue };
+        let Some(median) = graph_figures(&run_view(r)).0 else { continue };
+        let key = (sub.submitter_id, r.device_class.clone());
+        if best.get(&key).is_none_or(|(m, old)| median < *m || (median == *m && r.id < old.id)) {
+            best.insert(key, (median, r));
+        }
+    }
+    let mut rows: Vec<LeaderboardRow> = best
+        .into_values()
+        .map(|(median, r)| {
+            let view = run_view(r);
+            let (_, tflops, speedups) = graph_figures(&view);
+            LeaderboardRow {
+                rank: 0,
+                submitter: data.owner(r).0,
+                submission_id: r.submission_id.unwrap_or_default(),
+                run_id: r.id,
+                device_class: r.device_class.clone(),
+                median_us: median,
+                tflops,
+                speedup_vs_autotune_max: speedups.as_ref().and_then(|s| s.get(AUTOTUNE_MAX)).and_then(|v| v.as_f64()),
+                measured_at: r.created_at,
+            }
+        })
+        .collect();
+    rows.sort_by(|a, b| {
+        a.device_class.cmp(&b.device_class).then(a.median_us.total_cmp(&b.median_us)).then(a.run_id.cmp(&b.run_id))
+    });
+    let mut rank = 0;
+    let mut last_device = String::new();
+    for row in &mut rows {
+        if row.device_class != last_device {
+            rank = 0;
+            last_device = row.device_class.clone();
+        }
+        rank += 1;
+        row.rank = rank;
+    }
+    Ok(ProblemLeaderboardView { problem: *p, rows })
+}
+
+/// Submitters ranked by problems held, then by geometric-mean speedup over
+/// cuBLASLt-autotune-max on the problems they entered.
+pub async fn global_leaderboard(db: &DatabaseConnection) -> Result<LeaderboardView, CatalogError> {
+    let entries = current_entries(db).await?;
+    let runs = run::Entity::find().filter(run::Column::Verdict.eq("pass")).all(db).await?;
+    let data = EntryData::load(db, runs.iter().map(|r| r.id).collect()).await?;
+    let submitter_of = |r: &run::Model| r.submission_id.and_then(|id| data.submissions.get(&id)).map(|s| s.submitter_id);
+    let mut held: HashMap<i32, u32> = HashMap::new();
+    for e in &entries {
+        if let Some(who) = data.runs.get(&e.run_id).and_then(submitter_of) {
+            *held.entry(who).or_default() += 1;
+        }
+    }
+    // Best speedup per (submitter, device class, problem).
+    let mut best: HashMap<(i32, String, i32), Option<f64>> = HashMap::new();
+    for r in &runs {
+        let Some(who) = submitter_of(r) else { continue };
+        let view = run_view(r);
+        let (median, _, speedups) = graph_figures(&view);
+        if median.is_none() {
+            continue;
+        }
+        let s = speedups.as_ref().and_then(|s| s.get(AUTOTUNE_MAX)).and_then(|v| v.as_f64());
+        let slot = best.entry((who, r.device_class.clone(), r.problem_id)).or_insert(None);
+        if let Some(x) = s
+            && slot.is_none_or(|y| x > y)
+        {
+            *slot = Some(x);
+        }
+    }
+    let mut per: HashMap<i32, (u32, Vec<f64>)> = HashMap::new();
+    for ((who, _, _), s) in best {
+        let e = per.entry(who).or_default();
+        e.0 += 1;
+        if let Some(x) = s {
+            e.1.push(x);
+        }
+    }
+    let mut standings: Vec<SubmitterStanding> = data
+        .submitters
+        .values()
+        .filter(|s| held.contains_key(&s.id) || per.contains_key(&s.id))
+        .map(|s| {
+            let (entered, speedups) = per.get(&s.id).cloned().unwrap_or_default();
+            SubmitterStanding {
+                rank: 0,
+                submitter: s.name.clone(),
+                problems_held: held.get(&s.id).copied().unwrap_or(0),
+                problems_entered: entered,
+                geomean_speedup_vs_autotune_max: geomean(&speedups),
+            }
+        })
+        .collect();
+    standings.sort_by(|a, b| {
+        b.problems_held
+            .cmp(&a.problems_held)
+            .then(b.geomean_speedup_vs_autotune_max.unwrap_or(0.0).total_cmp(&a.geomean_speedup_vs_autotune_max.unwrap_or(0.0)))
+            .then(a.submitter.cmp(&b.submitter))
+    });
+    for (i, s) in standings.iter_mut().enumerate() {
+        s.rank = i as u32 + 1;
+    }
+    Ok(LeaderboardView { submitters: standings })
+}
+
+fn geomean(xs: &[f64]) -> Option<f64> {
+    if xs.is_empty() || xs.iter().any(|x| *x <= 0.0) {
+        return None;
+    }
+    Some((xs.iter().map(|x| x.ln()).sum::<f64>() / xs.len() as f64).exp())
+}
+
+/// True when the database holds no catalog entries and no baselines.
+pub async fn is_empty<C: ConnectionTrait>(db: &C) -> Result<bool, DbErr> {
+    use sea_orm::PaginatorTrait;
+    Ok(catalog_entry::Entity::find().count(db).await? == 0 && baseline::Entity::find().count(db).await? == 0)
+}

@@ -1,0 +1,145 @@
+//! What the read API answers with (`*View`), shared by the HTTP handlers, the bundle
+//! exporter and the CLI. Free-form measurement blobs (timings, speedups, device state)
+//! are kept as JSON values: their shape belongs to the harness that wrote them.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use crate::manifest::Manifest;
+use crate::problem::Problem;
+
+/// The content-addressed PTX of a kernel.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct ArtifactView {
+    pub sha256: String,
+    pub size_bytes: i64,
+    /// PTX ISA version from `.version`, e.g. `8.8`.
+    pub ptx_version: String,
+    /// PTX target from `.target`, e.g. `sm_90a`.
+    pub target: String,
+    /// Where to download it (immutable, strong ETag).
+    pub url: String,
+}
+
+/// One verification + benchmark of a kernel on one problem on one GPU.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct RunView {
+    pub id: i32,
+    pub device_class: String,
+    /// `pass` or the failing verdict.
+    pub verdict: String,
+    pub message: String,
+    pub measured_at: DateTime<Utc>,
+    /// Timing statistics per mode (graph, offline, server), as the harness wrote them;
+    /// `null` when the kernel was verified but not benchmarked.
+    #[schema(value_type = Option<Object>)]
+    pub timings: Option<serde_json::Value>,
+    /// `{mode: {baseline: speedup}}`, measured side by side in the same run.
+    #[schema(value_type = Option<Object>)]
+    pub speedups: Option<serde_json::Value>,
+    /// GPU model, driver, CUDA and cuBLAS versions, clocks and temperature.
+    #[schema(value_type = Option<Object>)]
+    pub device: Option<serde_json::Value>,
+}
+
+/// A cuBLAS or cuBLASLt timing for a problem on a device class.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct BaselineView {
+    /// `cublas`, `cublaslt_heuristic` or `cublaslt_autotune`.
+    pub library: String,
+    /// The B layout the baseline ran with (`nn` or `tn`).
+    pub layout: String,
+    /// `graph`, `offline` or `server`.
+    pub mode: String,
+    pub median_us: f64,
+    #[schema(value_type = Object)]
+    pub timing: serde_json::Value,
+    /// How to reproduce it: compute type, algorithm, workspace.
+    #[schema(value_type = Object)]
+    pub config: serde_json::Value,
+}
+
+/// The best kernel for a problem on one device class.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct KernelView {
+    pub problem: Problem,
+    pub device_class: String,
+    pub submitter: String,
+    pub name: String,
+    pub manifest: Manifest,
+    pub artifact: ArtifactView,
+    pub run: RunView,
+    /// Whether this kernel was timed side by side with the baselines.
+    pub benchmarked: bool,
+    /// Baselines (`name` of the speedup table) it ran faster than, in graph mode.
+    pub beats: Vec<String>,
+    /// The device class's baseline table for this problem.
+    pub baselines: Vec<BaselineView>,
+    /// Other device classes with a catalog entry for this problem.
+    pub other_device_classes: Vec<String>,
+}
+
+/// One line of `GET /v1/problems`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct ProblemView {
+    pub problem: Problem,
+    /// `{arch}/{acc}/{layout}/{m}x{n}x{k}`, the path of the kernel URLs.
+    pub path: String,
+    /// The catalog entry per device class.
+    pub best: Vec<BestSummary>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct BestSummary {
+    pub device_class: String,
+    pub artifact_sha256: String,
+    pub submitter: String,
+    /// Graph-mode median, when benchmarked.
+    pub median_us: Option<f64>,
+    pub tflops: Option<f64>,
+    /// Graph-mode speedups over each baseline.
+    #[schema(value_type = Option<Object>)]
+    pub speedups: Option<serde_json::Value>,
+    /// True when it beat every baseline; `null` when not benchmarked.
+    pub beats_baselines: Option<bool>,
+}
+
+/// One line of a per-problem leaderboard.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct LeaderboardRow {
+    pub rank: u32,
+    pub submitter: String,
+    pub submission_id: i32,
+    pub run_id: i32,
+    pub device_class: String,
+    pub median_us: f64,
+    pub tflops: Option<f64>,
+    /// Speedup over cuBLASLt-autotune-max (graph mode), when measured.
+    pub speedup_vs_autotune_max: Option<f64>,
+    pub measured_at: DateTime<Utc>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct ProblemLeaderboardView {
+    pub problem: Problem,
+    pub rows: Vec<LeaderboardRow>,
+}
+
+/// One line of the global leaderboard.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct SubmitterStanding {
+    pub rank: u32,
+    pub submitter: String,
+    /// Catalog entries (device class, problem) currently held.
+    pub problems_held: u32,
+    /// Problems with at least one passing, benchmarked run.
+    pub problems_entered: u32,
+    /// Geometric mean of the best speedup over cuBLASLt-autotune-max per problem entered.
+    pub geomean_speedup_vs_autotune_max: Option<f64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct LeaderboardView {
+    pub submitters: Vec<SubmitterStanding>,
+}

@@ -1,0 +1,180 @@
+//! The `kaas` command line: one binary for operators (serve, import, export, token,
+//! openapi), and later for workers, submitters and users.
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::{Args, Parser, Subcommand};
+
+use crate::api::{AppState, create_app};
+use crate::auth::Role;
+use crate::catalog::bundle;
+use crate::config::{DEFAULT_DATABASE, ServeArgs};
+use crate::db::{self, DbConfig};
+
+#[derive(Debug, Parser)]
+#[command(name = "kaas", version, about = "HGEMM kernels as a service: verified, benchmarked half-precision GEMM kernels per GPU and shape")]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the HTTP service (API, OpenAPI, metrics). Imports the shipped catalog into an empty database.
+    Serve(ServeArgs),
+    /// Import a catalog bundle (index.json + ptx/) into the database, all or nothing.
+    Import {
+        /// Bundle directory.
+        dir: PathBuf,
+        #[command(flatten)]
+        db: DbArgs,
+    },
+    /// Export the current catalog as a bundle directory.
+    Export {
+        /// Bundle directory (created if missing).
+        dir: PathBuf,
+        #[command(flatten)]
+        db: DbArgs,
+    },
+    /// Manage API tokens.
+    Token {
+        #[command(subcommand)]
+        command: TokenCommand,
+        #[command(flatten)]
+        db: DbArgs,
+    },
+    /// Print the OpenAPI document, or write it to a file.
+    Openapi {
+        /// Write to this file instead of standard output (e.g. openapi/openapi.json).
+        #[arg(long)]
+        write: Option<PathBuf>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum TokenCommand {
+    /// Create a token for a submitter (created if new); prints the secret once.
+    Create {
+        #[arg(long)]
+        name: String,
+        #[arg(long, value_enum, default_value = "submitter")]
+        role: Role,
+    },
+    /// Revoke the token whose prefix (as `token list` shows it) starts with PREFIX.
+    Revoke { prefix: String },
+    /// List tokens (prefixes only; secrets are never stored).
+    List,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct DbArgs {
+    /// Database: a SQLite path or URL, or `postgres://…` [default: sqlite://kaas.db?mode=rwc; `DATABASE_URL` is read too].
+    #[arg(long, env = "KAAS_DATABASE_URL")]
+    pub database_url: Option<String>,
+}
+
+impl DbArgs {
+    fn url(&self) -> String {
+        self.database_url
+            .clone()
+            .or_else(|| std::env::var("DATABASE_URL").ok().filter(|s| !s.is_empty()))
+            .unwrap_or_else(|| DEFAULT_DATABASE.into())
+    }
+    async fn connect(&self) -> anyhow::Result<sea_orm::DatabaseConnection> {
+        let url = self.url();
+        db::connect(&DbConfig::new(&url)).await.with_context(|| format!("connecting to {}", redact(&url)))
+    }
+}
+
+/// Hides a password in a database URL before it is printed.
+fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(s), Some(at)) if at > s => match url[s + 3..at].find(':') {
+            Some(colon) => format!("{}:***{}", &url[..s + 3 + colon], &url[at..]),
+            None => url.to_string(),
+        },
+        _ => url.to_string(),
+    }
+}
+
+pub async fn run(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
+        Command::Serve(args) => serve(args).await,
+        Command::Import { dir, db } => {
+            let conn = db.connect().await?;
+            let report = bundle::import(&conn, &dir).await.with_context(|| format!("importing {}", dir.display()))?;
+            println!("imported {}: {} artifacts, {} problems, {} catalog entries, {} baselines added", dir.display(), report.artifacts, report.problems, report.entries, report.baselines);
+            Ok(())
+        }
+        Command::Export { dir, db } => {
+            let conn = db.connect().await?;
+            let index = bundle::export(&conn, &dir).await.with_context(|| format!("exporting to {}", dir.display()))?;
+            println!("exported {} catalog entries, {} artifacts, {} baselines to {}", index.entries.len(), index.artifacts.len(), index.baselines.len(), dir.display());
+            Ok(())
+        }
+        Command::Token { command, db } => {
+            let conn = db.connect().await?;
+            match command {
+                TokenCommand::Create { name, role } => {
+                    let t = crate::auth::create_token(&conn, &name, role).await?;
+                    eprintln!("token for {} ({}), shown once; keep it secret:", t.submitter, t.role.as_str());
+                    println!("{}", t.secret);
+                }
+                TokenCommand::Revoke { prefix } => {
+                    let t = crate::auth::revoke_token(&conn, &prefix).await?;
+                    println!("revoked {}", t.prefix);
+                }
+                TokenCommand::List => {
+                    println!("{:<14} {:<24} {:<10} {:<8} created", "prefix", "submitter", "role", "state");
+                    for t in crate::auth::list_tokens(&conn).await? {
+                        let state = if t.revoked { "revoked" } else { "active" };
+                        println!("{:<14} {:<24} {:<10} {:<8} {}", t.prefix, t.submitter, t.role, state, t.created_at.format("%Y-%m-%d %H:%M"));
+                    }
+                }
+            }
+            Ok(())
+        }
+        Command::Openapi { write } => {
+            let text = crate::api::openapi::document_text();
+            match write {
+                Some(path) => std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?,
+                None => print!("{text}"),
+            }
+            Ok(())
+        }
+    }
+}
+
+async fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    let s = args.resolve()?;
+    let mut cfg = DbConfig::new(&s.database_url);
+    cfg.max_connections = s.api.db_max_connections;
+    let conn = db::connect(&cfg).await.with_context(|| format!("connecting to {}", redact(&s.database_url)))?;
+    if crate::catalog::is_empty(&conn).await? {
+        if s.catalog.join("index.json").exists() {
+            let report = bundle::import(&conn, &s.catalog).await.with_context(|| format!("importing the shipped catalog {}", s.catalog.display()))?;
+            tracing::info!(?report, catalog = %s.catalog.display(), "empty database: imported the shipped catalog");
+        } else {
+            tracing::warn!(catalog = %s.catalog.display(), "empty database and no catalog bundle to import");
+        }
+    }
+    let state = AppState::new(conn, s.api.clone())?;
+    tracing::info!(bind = %s.bind, database = %redact(&s.database_url), backend = db::backend_name(&state.db), "kaas serving; API docs at /docs");
+    actix_web::HttpServer::new(move || create_app(state.clone()))
+        .workers(s.http_threads)
+        .bind(&s.bind)
+        .with_context(|| format!("binding {}", s.bind))?
+        .run()
+        .await?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn passwords_are_redacted() {
+        assert_eq!(super::redact("postgres://kaas:s3cret@db:5432/kaas"), "postgres://kaas:***@db:5432/kaas");
+        assert_eq!(super::redact("sqlite://kaas.db?mode=rwc"), "sqlite://kaas.db?mode=rwc");
+    }
+}

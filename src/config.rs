@@ -1,0 +1,148 @@
+//! Configuration of `kaas serve`: flags, then `KAAS_*` environment variables, then an
+//! optional TOML file (`--config`), then defaults. clap reads flags and environment;
+//! the file fills what neither gave.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Args;
+use serde::Deserialize;
+
+use crate::api::ApiSettings;
+
+pub const DEFAULT_BIND: &str = "127.0.0.1:8080";
+pub const DEFAULT_DATABASE: &str = "sqlite://kaas.db?mode=rwc";
+pub const DEFAULT_CATALOG: &str = "kernels";
+
+/// Flags (and their environment variables) of `kaas serve`. Unset values fall back to
+/// the TOML file, then to the defaults shown.
+#[derive(Debug, Clone, Default, Args)]
+pub struct ServeArgs {
+    /// TOML file with any of the settings below (keys as the long flags, with `_`).
+    #[arg(long, env = "KAAS_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// Address to listen on [default: 127.0.0.1:8080].
+    #[arg(long, env = "KAAS_BIND")]
+    pub bind: Option<String>,
+    /// Database: a SQLite path or URL, or `postgres://…` [default: sqlite://kaas.db?mode=rwc; `DATABASE_URL` is read too].
+    #[arg(long, env = "KAAS_DATABASE_URL")]
+    pub database_url: Option<String>,
+    /// Catalog bundle imported when the database holds no catalog yet [default: kernels].
+    #[arg(long, env = "KAAS_CATALOG")]
+    pub catalog: Option<PathBuf>,
+    /// HTTP worker threads [default: number of CPUs].
+    #[arg(long, env = "KAAS_HTTP_THREADS")]
+    pub http_threads: Option<usize>,
+    /// Largest request body in bytes [default: 16777216].
+    #[arg(long, env = "KAAS_MAX_BODY_BYTES")]
+    pub max_body_bytes: Option<usize>,
+    /// Requests per minute allowed per API token on authenticated endpoints [default: 120].
+    #[arg(long, env = "KAAS_RATE_LIMIT_PER_MINUTE")]
+    pub rate_limit_per_minute: Option<u32>,
+    /// Requests a token may make in a burst before the per-minute rate applies [default: 30].
+    #[arg(long, env = "KAAS_RATE_LIMIT_BURST")]
+    pub rate_limit_burst: Option<u32>,
+    /// Bytes of PTX kept in the in-memory artifact cache [default: 268435456].
+    #[arg(long, env = "KAAS_ARTIFACT_CACHE_BYTES")]
+    pub artifact_cache_bytes: Option<u64>,
+    /// Seconds a rendered catalog answer may be served from cache (other replicas' writes
+    /// show up within this) [default: 10].
+    #[arg(long, env = "KAAS_CATALOG_CACHE_TTL_SECS")]
+    pub catalog_cache_ttl_secs: Option<u64>,
+    /// Database connection pool size [default: 16].
+    #[arg(long, env = "KAAS_DB_MAX_CONNECTIONS")]
+    pub db_max_connections: Option<u32>,
+}
+
+/// The same settings as read from a TOML file.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileSettings {
+    pub bind: Option<String>,
+    pub database_url: Option<String>,
+    pub catalog: Option<PathBuf>,
+    pub http_threads: Option<usize>,
+    pub max_body_bytes: Option<usize>,
+    pub rate_limit_per_minute: Option<u32>,
+    pub rate_limit_burst: Option<u32>,
+    pub artifact_cache_bytes: Option<u64>,
+    pub catalog_cache_ttl_secs: Option<u64>,
+    pub db_max_connections: Option<u32>,
+}
+
+/// Resolved settings of `kaas serve`.
+#[derive(Debug, Clone)]
+pub struct ServeSettings {
+    pub bind: String,
+    pub database_url: String,
+    pub catalog: PathBuf,
+    pub http_threads: usize,
+    pub api: ApiSettings,
+}
+
+impl ServeArgs {
+    pub fn resolve(&self) -> anyhow::Result<ServeSettings> {
+        let file = match &self.config {
+            Some(path) => {
+                let text = std::fs::read_to_string(path).map_err(|e| anyhow::anyhow!("config file {}: {e}", path.display()))?;
+                toml::from_str::<FileSettings>(&text).map_err(|e| anyhow::anyhow!("config file {}: {e}", path.display()))?
+            }
+            None => FileSettings::default(),
+        };
+        let d = ApiSettings::default();
+        let database_url = self
+            .database_url
+            .clone()
+            .or_else(|| std::env::var("DATABASE_URL").ok().filter(|s| !s.is_empty()))
+            .or(file.database_url)
+            .unwrap_or_else(|| DEFAULT_DATABASE.into());
+        Ok(ServeSettings {
+            bind: self.bind.clone().or(file.bind).unwrap_or_else(|| DEFAULT_BIND.into()),
+            database_url,
+            catalog: self.catalog.clone().or(file.catalog).unwrap_or_else(|| DEFAULT_CATALOG.into()),
+            http_threads: self
+                .http_threads
+                .or(file.http_threads)
+                .unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2)),
+            api: ApiSettings {
+                max_body_bytes: self.max_body_bytes.or(file.max_body_bytes).unwrap_or(d.max_body_bytes),
+                rate_limit_per_minute: self.rate_limit_per_minute.or(file.rate_limit_per_minute).unwrap_or(d.rate_limit_per_minute),
+                rate_limit_burst: self.rate_limit_burst.or(file.rate_limit_burst).unwrap_or(d.rate_limit_burst),
+                artifact_cache_bytes: self.artifact_cache_bytes.or(file.artifact_cache_bytes).unwrap_or(d.artifact_cache_bytes),
+                catalog_cache_ttl: self
+                    .catalog_cache_ttl_secs
+                    .or(file.catalog_cache_ttl_secs)
+                    .map(Duration::from_secs)
+                    .unwrap_or(d.catalog_cache_ttl),
+                db_max_connections: self.db_max_connections.or(file.db_max_connections).unwrap_or(d.db_max_connections),
+            },
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flags_beat_the_file_and_the_file_beats_defaults() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("kaas.toml");
+        std::fs::write(&path, "bind = \"0.0.0.0:9000\"\nrate_limit_per_minute = 5\ncatalog = \"elsewhere\"\n").unwrap();
+        let args = ServeArgs { config: Some(path.clone()), bind: Some("127.0.0.1:1".into()), ..Default::default() };
+        let s = args.resolve().unwrap();
+        assert_eq!(s.bind, "127.0.0.1:1");
+        assert_eq!(s.api.rate_limit_per_minute, 5);
+        assert_eq!(s.catalog, PathBuf::from("elsewhere"));
+        assert_eq!(s.api.rate_limit_burst, ApiSettings::default().rate_limit_burst);
+    }
+
+    #[test]
+    fn unknown_keys_in_the_file_are_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("kaas.toml");
+        std::fs::write(&path, "bnid = \"x\"\n").unwrap();
+        let err = ServeArgs { config: Some(path), ..Default::default() }.resolve().unwrap_err();
+        assert!(err.to_string().contains("bnid"), "{err}");
+    }
+}

@@ -1,0 +1,237 @@
+//! sea-orm entities, one module per table, in the 2.0 dense format. The schema itself is
+//! owned by the migrations crate; these mirror it.
+
+pub mod artifact {
+    use sea_orm::entity::prelude::*;
+
+    #[sea_orm::model]
+    #[derive(Clone, Debug, PartialEq, DeriveEntityModel, Eq)]
+    #[sea_orm(table_name = "artifacts")]
+    pub struct Model {
+        #[sea_orm(primary_key, auto_increment = false)]
+        pub sha256: String,
+        #[sea_orm(column_type = "Text")]
+        pub ptx: String,
+        pub size_bytes: i64,
+        pub ptx_version: String,
+        pub target: String,
+        pub created_at: DateTimeUtc,
+    }
+
+    impl ActiveModelBehavior for ActiveModel {}
+}
+
+pub mod problem {
+    use sea_orm::entity::prelude::*;
+
+    #[sea_orm::model]
+    #[derive(Clone, Debug, PartialEq, DeriveEntityModel, Eq)]
+    #[sea_orm(table_name = "problems")]
+    pub struct Model {
+        #[sea_orm(primary_key)]
+        pub id: i32,
+        pub arch: String,
+        pub acc: String,
+        pub layout: String,
+        pub m: i32,
+        pub n: i32,
+        pub k: i32,
+    }
+
+    impl ActiveModelBehavior for ActiveModel {}
+}
+
+pub mod device_class {
+    use sea_orm::entity::prelude::*;
+
+    #[sea_orm::model]
+    #[derive(Clone, Debug, PartialEq, DeriveEntityModel, Eq)]
+    #[sea_orm(table_name = "device_classes")]
+    pub struct Model {
+        #[sea_orm(primary_key, auto_increment = false)]
+        pub name: String,
+        pub model: String,
+        pub compute_capability: String,
+        pub sm_count: Option<i32>,
+    }
+
+    impl ActiveModelBehavior for ActiveModel {}
+}
+
+pub mod submitter {
+    use sea_orm::entity::prelude::*;
+
+    #[sea_orm::model]
+    #[derive(Clone, Debug, PartialEq, DeriveEntityModel, Eq)]
+    #[sea_orm(table_name = "submitters")]
+    pub struct Model {
+        #[sea_orm(primary_key)]
+        pub id: i32,
+        #[sea_orm(unique)]
+        pub name: String,
+        pub created_at: DateTimeUtc,
+    }
+
+    impl ActiveModelBehavior for ActiveModel {}
+}
+
+pub mod api_token {
+    use sea_orm::entity::prelude::*;
+
+    #[sea_orm::model]
+    #[derive(Clone, Debug, PartialEq, DeriveEntityModel, Eq)]
+    #[sea_orm(table_name = "api_tokens")]
+    pub struct Model {
+        #[sea_orm(primary_key)]
+        pub id: i32,
+        pub submitter_id: i32,
+        pub role: String,
+        #[sea_orm(unique)]
+        pub token_hash: String,
+        pub prefix: String,
+        pub created_at: DateTimeUtc,
+        pub revoked_at: Option<DateTimeUtc>,
+    }
+
+    impl ActiveModelBehavior for ActiveModel {}
+}
+
+pub mod submission {
+    use sea_orm::entity::prelude::*;
+
+    #[sea_orm::model]
+    #[derive(Clone, Debug, PartialEq, DeriveEntityModel, Eq)]
+    #[sea_orm(table_name = "submissions")]
+    pub struct Model {
+        #[sea_orm(primary_key)]
+        pub id: i32,
+        pub submitter_id: i32,
+        pub artifact_sha256: String,
+        pub name: String,
+        #[sea_orm(column_type = "Text")]
+        pub description: String,
+        #[sea_orm(column_type = "Text")]
+        pub source: Option<String>,
+        pub status: String,
+        pub created_at: DateTimeUtc,
+    }
+
+    impl ActiveModelBehavior for ActiveModel {}
+}
+
+pub mod manifest {
+    use sea_orm::entity::prelude::*;
+
+    #[sea_orm::model]
+    #[derive(Clone, Debug, PartialEq, DeriveEntityModel, Eq)]
+    #[sea_orm(table_name = "manifests")]
+    pub struct Model {
+        #[sea_orm(primary_key)]
+        pub id: i32,
+        pub artifact_sha256: String,
+        pub problem_id: i32,
+        pub body_sha256: String,
+        #[sea_orm(column_type = "Text")]
+        pub body: String,
+        pub created_at: DateTimeUtc,
+    }
+
+    impl ActiveModelBehavior for ActiveModel {}
+}
+
+pub mod run {
+    use sea_orm::entity::prelude::*;
+
+    #[sea_orm::model]
+    #[derive(Clone, Debug, PartialEq, DeriveEntityModel, Eq)]
+    #[sea_orm(table_name = "runs")]
+    pub struct Model {
+        #[sea_orm(primary_key)]
+        pub id: i32,
+        pub submission_id: Option<i32>,
+        pub manifest_id: i32,
+        pub problem_id: i32,
+        pub device_class: String,
+        pub verdict: String,
+        #[sea_orm(column_type = "Text")]
+        pub message: String,
+        #[sea_orm(column_type = "Text")]
+        pub timings: Option<String>,
+        #[sea_orm(column_type = "Text")]
+        pub speedups: Option<String>,
+        #[sea_orm(column_type = "Text")]
+        pub device: Option<String>,
+        pub created_at: DateTimeUtc,
+    }
+
+    impl ActiveModelBehavior for ActiveModel {}
+}
+
+pub mod baseline {
+    use sea_orm::entity::prelude::*;
+
+    #[sea_orm::model]
+    #[derive(Clone, Debug, PartialEq, DeriveEntityModel)]
+    #[sea_orm(table_name = "baselines")]
+    pub struct Model {
+        #[sea_orm(primary_key)]
+        pub id: i32,
+        pub problem_id: i32,
+        pub device_class: String,
+        pub library: String,
+        pub layout: String,
+        pub mode: String,
+        pub median_us: f64,
+        #[sea_orm(column_type = "Text")]
+        pub timing: String,
+        #[sea_orm(column_type = "Text")]
+        pub config: String,
+        pub created_at: DateTimeUtc,
+    }
+
+    impl ActiveModelBehavior for ActiveModel {}
+}
+
+pub mod catalog_entry {
+    use sea_orm::entity::prelude::*;
+
+    #[sea_orm::model]
+    #[derive(Clone, Debug, PartialEq, DeriveEntityModel, Eq)]
+    #[sea_orm(table_name = "catalog_entries")]
+    pub struct Model {
+        #[sea_orm(primary_key)]
+        pub id: i32,
+        pub device_class: String,
+        pub problem_id: i32,
+        pub run_id: i32,
+        pub created_at: DateTimeUtc,
+    }
+
+    impl ActiveModelBehavior for ActiveModel {}
+}
+
+pub mod job {
+    use sea_orm::entity::prelude::*;
+
+    #[sea_orm::model]
+    #[derive(Clone, Debug, PartialEq, DeriveEntityModel, Eq)]
+    #[sea_orm(table_name = "jobs")]
+    pub struct Model {
+        #[sea_orm(primary_key)]
+        pub id: i32,
+        pub submission_id: i32,
+        pub manifest_id: i32,
+        pub problem_id: i32,
+        pub device_class: Option<String>,
+        pub state: String,
+        pub priority: i32,
+        pub attempts: i32,
+        pub lease_owner: Option<String>,
+        pub lease_expires_at: Option<DateTimeUtc>,
+        pub run_id: Option<i32>,
+        pub created_at: DateTimeUtc,
+        pub updated_at: DateTimeUtc,
+    }
+
+    impl ActiveModelBehavior for ActiveModel {}
+}

@@ -1,0 +1,9 @@
+//! All integration tests in one binary (faster links). Each test runs twice: on a fresh
+//! SQLite file and on a fresh Postgres schema (`KAAS_TEST_POSTGRES_URL`, default the
+//! local server's `test` database).
+
+mod common;
+
+mod api;
+mod bundle;
+mod storage;
