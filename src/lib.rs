@@ -3,3 +3,5 @@
 
 pub mod manifest;
 pub mod problem;
+pub mod ptx;
+pub mod verify;
