@@ -5,3 +5,4 @@ pub mod manifest;
 pub mod problem;
 pub mod ptx;
 pub mod verify;
+pub mod bench;
