@@ -272,6 +272,8 @@ pub enum StaticError {
     ParamKind { launch: usize, entry: String, index: usize, found: String, expected: &'static str },
     #[error("ptxas rejected the PTX:\n{log}")]
     Ptxas { log: String },
+    #[error("launch {launch}: {message}")]
+    DeviceLimit { launch: usize, message: String },
 }
 
 /// Checks size and encoding, then parses the module header and entry signatures.
@@ -283,14 +285,21 @@ pub fn parse(bytes: &[u8], limits: &StaticLimits) -> Result<PtxInfo, StaticError
     if let Some(offset) = bytes.iter().position(|&b| b == 0) {
         return Err(StaticError::NulByte { offset });
     }
-    let tokens = lex(text)?;
-    Parser { tokens: &tokens, pos: 0 }.module()
+    Parser::new(text).module()
 }
 
 /// Checks a parsed module against the manifest that will launch it, with the
 /// service's default limits.
 pub fn check_against_manifest(info: &PtxInfo, manifest: &Manifest) -> Result<(), StaticError> {
     check_against_manifest_with(info, manifest, &StaticLimits::default())
+}
+
+/// Parses `bytes` and checks them against `manifest`: the whole static step short of
+/// ptxas and the device limits.
+pub fn check(bytes: &[u8], manifest: &Manifest, limits: &StaticLimits) -> Result<PtxInfo, StaticError> {
+    let info = parse(bytes, limits)?;
+    check_against_manifest_with(&info, manifest, limits)?;
+    Ok(info)
 }
 
 pub fn check_against_manifest_with(info: &PtxInfo, manifest: &Manifest, limits: &StaticLimits) -> Result<(), StaticError> {
@@ -333,6 +342,72 @@ pub fn check_against_manifest_with(info: &PtxInfo, manifest: &Manifest, limits: 
     Ok(())
 }
 
+/// What the worker's GPU allows, read from its device attributes by the GPU layer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeviceLimits {
+    pub max_threads_per_block: u32,
+    pub max_block: [u32; 3],
+    pub max_grid: [u32; 3],
+    /// Opt-in maximum of static plus dynamic shared memory per block.
+    pub max_shared_mem_per_block: u64,
+    pub max_registers_per_block: u64,
+    /// Largest cluster (8 portable; 16 on Hopper with the non-portable opt-in).
+    pub max_cluster_blocks: u32,
+}
+
+impl DeviceLimits {
+    /// H100/H200 (compute capability 9.0).
+    pub const HOPPER: DeviceLimits = DeviceLimits {
+        max_threads_per_block: 1024,
+        max_block: [1024, 1024, 64],
+        max_grid: [i32::MAX as u32, 65_535, 65_535],
+        max_shared_mem_per_block: 232_448,
+        max_registers_per_block: 65_536,
+        max_cluster_blocks: 16,
+    };
+}
+
+/// Checks every launch's shape and resources against the device. With a ptxas report,
+/// static shared memory and registers count too; without one (no ptxas here), only
+/// what the manifest states. Registers are checked as `registers × threads`, a lower
+/// bound of what the driver allocates (it rounds per warp): a launch that passes
+/// here can still fail to launch, but one that fails here certainly would.
+pub fn check_device_limits(manifest: &Manifest, report: Option<&ptxas::PtxasReport>, device: &DeviceLimits) -> Result<(), StaticError> {
+    for (launch, l) in manifest.launches.iter().enumerate() {
+        let fail = |message: String| Err(StaticError::DeviceLimit { launch, message });
+        let threads = l.block.iter().map(|&b| b as u64).product::<u64>();
+        if threads > device.max_threads_per_block as u64 || l.block.iter().zip(device.max_block).any(|(&b, max)| b > max) {
+            return fail(format!("block {:?} exceeds the device's {:?} (at most {} threads)", l.block, device.max_block, device.max_threads_per_block));
+        }
+        if l.grid.iter().zip(device.max_grid).any(|(&g, max)| g > max) {
+            return fail(format!("grid {:?} exceeds the device's {:?}", l.grid, device.max_grid));
+        }
+        let cluster = l.cluster.iter().map(|&c| c as u64).product::<u64>();
+        if cluster > device.max_cluster_blocks as u64 {
+            return fail(format!("cluster {:?} has {cluster} blocks; the device allows {}", l.cluster, device.max_cluster_blocks));
+        }
+        let resources = report.and_then(|r| r.entry(&l.entry));
+        let static_smem = resources.map_or(0, |r| r.shared_mem_bytes);
+        let smem = static_smem + l.shared_mem_bytes as u64;
+        if smem > device.max_shared_mem_per_block {
+            return fail(format!(
+                "needs {smem} bytes of shared memory per block ({} dynamic + {static_smem} static); the device allows {}",
+                l.shared_mem_bytes, device.max_shared_mem_per_block
+            ));
+        }
+        if let Some(r) = resources {
+            let regs = r.registers as u64 * threads;
+            if regs > device.max_registers_per_block {
+                return fail(format!(
+                    "{} registers × {threads} threads = {regs} registers per block; the device has {}",
+                    r.registers, device.max_registers_per_block
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
 fn target_hint(target: PtxTarget, arch: Arch) -> String {
     let wanted = PtxTarget::of_arch(arch);
     match (target.suffix, wanted.suffix) {
@@ -367,7 +442,7 @@ fn param_matches(p: &PtxParam, m: &Param) -> Result<(), &'static str> {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Tok<'a> {
     /// Directives, types, identifiers and instructions: `.entry`, `.u64`, `foo`, `ld.global.u32`.
     Word(&'a str),
@@ -377,6 +452,7 @@ enum Tok<'a> {
     Punct(char),
 }
 
+#[derive(Debug, Clone, Copy)]
 struct Token<'a> {
     tok: Tok<'a>,
     line: u32,
@@ -392,61 +468,77 @@ fn is_word_char(c: char) -> bool {
 
 /// Splits PTX into tokens, dropping whitespace and both kinds of comment. Strings are
 /// kept opaque so that a `//` inside `.file 1 "a//b.cu"` is not taken for a comment.
-fn lex(text: &str) -> Result<Vec<Token<'_>>, StaticError> {
-    let mut out = Vec::new();
-    let mut line = 1u32;
-    let mut it = text.char_indices().peekable();
-    while let Some((start, c)) = it.next() {
-        match c {
-            '\n' => line += 1,
-            c if c.is_whitespace() => {}
-            '/' if matches!(it.peek(), Some((_, '/'))) => {
-                while it.next_if(|&(_, c)| c != '\n').is_some() {}
-            }
-            '/' if matches!(it.peek(), Some((_, '*'))) => {
-                let opened = line;
-                it.next();
-                let mut prev = ' ';
-                loop {
-                    match it.next() {
-                        Some((_, '/')) if prev == '*' => break,
-                        Some((_, c)) => {
-                            if c == '\n' {
-                                line += 1;
-                            }
-                            prev = c;
-                        }
-                        None => return Err(syntax(opened, "`/*` comment is never closed")),
+/// Tokens are produced on demand: a 16 MiB module is millions of tokens, and only
+/// the header and signatures need looking at.
+struct Lexer<'a> {
+    text: &'a str,
+    chars: std::iter::Peekable<std::str::CharIndices<'a>>,
+    line: u32,
+}
+
+impl<'a> Lexer<'a> {
+    fn new(text: &'a str) -> Self {
+        Lexer { text, chars: text.char_indices().peekable(), line: 1 }
+    }
+
+    fn next_token(&mut self) -> Result<Option<Token<'a>>, StaticError> {
+        while let Some((start, c)) = self.chars.next() {
+            match c {
+                '\n' => self.line += 1,
+                c if c.is_whitespace() => {}
+                '/' if matches!(self.chars.peek(), Some((_, '/'))) => {
+                    while self.chars.next_if(|&(_, c)| c != '\n').is_some() {}
+                }
+                '/' if matches!(self.chars.peek(), Some((_, '*'))) => self.block_comment()?,
+                '"' => {
+                    self.string()?;
+                    return Ok(Some(Token { tok: Tok::Str, line: self.line }));
+                }
+                c if is_word_start(c) || c.is_ascii_digit() => {
+                    let mut end = start + c.len_utf8();
+                    while let Some((i, c)) = self.chars.next_if(|&(_, c)| is_word_char(c)) {
+                        end = i + c.len_utf8();
                     }
+                    let s = &self.text[start..end];
+                    let tok = if c.is_ascii_digit() { Tok::Number(s) } else { Tok::Word(s) };
+                    return Ok(Some(Token { tok, line: self.line }));
                 }
+                c => return Ok(Some(Token { tok: Tok::Punct(c), line: self.line })),
             }
-            '"' => {
-                let opened = line;
-                loop {
-                    match it.next() {
-                        Some((_, '"')) => break,
-                        Some((_, '\\')) => {
-                            it.next();
-                        }
-                        Some((_, '\n')) | None => return Err(syntax(opened, "string literal is never closed")),
-                        Some(_) => {}
+        }
+        Ok(None)
+    }
+
+    fn block_comment(&mut self) -> Result<(), StaticError> {
+        let opened = self.line;
+        self.chars.next();
+        let mut prev = ' ';
+        loop {
+            match self.chars.next() {
+                Some((_, '/')) if prev == '*' => return Ok(()),
+                Some((_, c)) => {
+                    if c == '\n' {
+                        self.line += 1;
                     }
+                    prev = c;
                 }
-                out.push(Token { tok: Tok::Str, line });
+                None => return Err(syntax(opened, "`/*` comment is never closed")),
             }
-            c if is_word_start(c) || c.is_ascii_digit() => {
-                let mut end = start + c.len_utf8();
-                while let Some((i, c)) = it.next_if(|&(_, c)| is_word_char(c)) {
-                    end = i + c.len_utf8();
-                }
-                let s = &text[start..end];
-                let tok = if c.is_ascii_digit() { Tok::Number(s) } else { Tok::Word(s) };
-                out.push(Token { tok, line });
-            }
-            c => out.push(Token { tok: Tok::Punct(c), line }),
         }
     }
-    Ok(out)
+
+    fn string(&mut self) -> Result<(), StaticError> {
+        loop {
+            match self.chars.next() {
+                Some((_, '"')) => return Ok(()),
+                Some((_, '\\')) => {
+                    self.chars.next_if(|&(_, c)| c != '\n');
+                }
+                Some((_, '\n')) | None => return Err(syntax(self.line, "string literal is never closed")),
+                Some(_) => {}
+            }
+        }
+    }
 }
 
 fn syntax(line: u32, message: impl Into<String>) -> StaticError {
@@ -460,35 +552,47 @@ fn parse_uint(s: &str) -> Option<u64> {
     }
 }
 
-struct Parser<'t, 'a> {
-    tokens: &'t [Token<'a>],
-    pos: usize,
+struct Parser<'a> {
+    lexer: Lexer<'a>,
+    ahead: Option<Token<'a>>,
+    /// Line of the last token seen, for messages at the end of input.
+    line: u32,
 }
 
-impl<'a> Parser<'_, 'a> {
-    fn peek(&self) -> Option<&Tok<'a>> {
-        self.tokens.get(self.pos).map(|t| &t.tok)
+impl<'a> Parser<'a> {
+    fn new(text: &'a str) -> Self {
+        Parser { lexer: Lexer::new(text), ahead: None, line: 1 }
     }
 
-    fn line(&self) -> u32 {
-        self.tokens
-            .get(self.pos)
-            .or_else(|| self.tokens.last())
-            .map_or(1, |t| t.line)
+    fn peek(&mut self) -> Result<Option<Tok<'a>>, StaticError> {
+        if self.ahead.is_none() {
+            self.ahead = self.lexer.next_token()?;
+            if let Some(t) = self.ahead {
+                self.line = t.line;
+            }
+        }
+        Ok(self.ahead.map(|t| t.tok))
     }
 
-    fn next(&mut self) -> Option<Tok<'a>> {
-        let t = self.tokens.get(self.pos).map(|t| t.tok.clone());
-        self.pos += 1;
-        t
+    fn next(&mut self) -> Result<Option<Tok<'a>>, StaticError> {
+        let t = self.peek()?;
+        self.ahead = None;
+        Ok(t)
     }
 
-    fn eat_punct(&mut self, c: char) -> bool {
-        if self.peek() == Some(&Tok::Punct(c)) {
-            self.pos += 1;
-            true
+    /// Line of the next token (or of the last one, at the end).
+    fn line(&mut self) -> u32 {
+        // A lexing error here will be met again by the next `peek`.
+        let _ = self.peek();
+        self.line
+    }
+
+    fn eat_punct(&mut self, c: char) -> Result<bool, StaticError> {
+        if self.peek()? == Some(Tok::Punct(c)) {
+            self.ahead = None;
+            Ok(true)
         } else {
-            false
+            Ok(false)
         }
     }
 
@@ -499,9 +603,8 @@ impl<'a> Parser<'_, 'a> {
         let mut address_size = None;
         let mut entries: Vec<PtxEntry> = Vec::new();
         let mut depth = 0u32;
-        while let Some(tok) = self.peek().cloned() {
-            let line = self.line();
-            self.pos += 1;
+        while let Some(tok) = self.next()? {
+            let line = self.line;
             match tok {
                 Tok::Punct('{') => depth += 1,
                 Tok::Punct('}') => depth = depth.checked_sub(1).ok_or_else(|| syntax(line, "`}` without a matching `{`"))?,
@@ -521,7 +624,7 @@ impl<'a> Parser<'_, 'a> {
                     target_options = options;
                 }
                 Tok::Word(".address_size") => {
-                    let n = match self.next() {
+                    let n = match self.next()? {
                         Some(Tok::Number(n)) => parse_uint(n).and_then(|n| u32::try_from(n).ok()),
                         _ => None,
                     };
@@ -532,6 +635,7 @@ impl<'a> Parser<'_, 'a> {
                     if entries.iter().any(|e| e.name == entry.name && e.defined && entry.defined) {
                         return Err(StaticError::DuplicateEntry(entry.name));
                     }
+                    // A definition replaces an earlier declaration of the same name.
                     if entry.defined {
                         entries.retain(|e| e.name != entry.name);
                     }
@@ -543,7 +647,7 @@ impl<'a> Parser<'_, 'a> {
             }
         }
         if depth > 0 {
-            return Err(syntax(self.line(), "a `{` is never closed"));
+            return Err(syntax(self.line, "a `{` is never closed"));
         }
         let version = version.ok_or(StaticError::MissingVersion)?;
         let target = target.ok_or(StaticError::MissingTarget)?;
@@ -557,7 +661,7 @@ impl<'a> Parser<'_, 'a> {
 
     fn version(&mut self, line: u32) -> Result<PtxVersion, StaticError> {
         let bad = || syntax(line, "`.version` takes MAJOR.MINOR, e.g. `.version 8.0`");
-        let Some(Tok::Number(v)) = self.next() else { return Err(bad()) };
+        let Some(Tok::Number(v)) = self.next()? else { return Err(bad()) };
         let (major, minor) = v.split_once('.').ok_or_else(bad)?;
         let num = |s: &str| -> Result<u32, StaticError> {
             if s.is_empty() || s.len() > 3 || !s.bytes().all(|b| b.is_ascii_digit()) {
@@ -572,7 +676,7 @@ impl<'a> Parser<'_, 'a> {
         let mut target = None;
         let mut options = Vec::new();
         loop {
-            let Some(Tok::Word(w)) = self.next() else {
+            let Some(Tok::Word(w)) = self.next()? else {
                 return Err(syntax(line, "`.target` takes a list such as `sm_90a` or `sm_80, texmode_independent`"));
             };
             if w.starts_with("sm_") {
@@ -583,7 +687,7 @@ impl<'a> Parser<'_, 'a> {
             } else {
                 options.push(w.to_string());
             }
-            if !self.eat_punct(',') {
+            if !self.eat_punct(',')? {
                 break;
             }
         }
@@ -592,36 +696,42 @@ impl<'a> Parser<'_, 'a> {
     }
 
     fn entry(&mut self, line: u32) -> Result<PtxEntry, StaticError> {
-        let name = match self.next() {
+        let name = match self.next()? {
             Some(Tok::Word(w)) if !w.starts_with('.') => w.to_string(),
             _ => return Err(syntax(line, "`.entry` must be followed by the kernel's name")),
         };
         let mut params = Vec::new();
-        if self.eat_punct('(') {
-            if !self.eat_punct(')') {
-                loop {
-                    params.push(self.param(&name)?);
-                    if self.eat_punct(')') {
-                        break;
-                    }
-                    if !self.eat_punct(',') {
-                        return Err(syntax(self.line(), format!("in the parameters of `{name}`: expected `,` or `)`")));
-                    }
+        if self.eat_punct('(')? && !self.eat_punct(')')? {
+            loop {
+                params.push(self.param(&name)?);
+                if self.eat_punct(')')? {
+                    break;
+                }
+                if !self.eat_punct(',')? {
+                    let line = self.line();
+                    return Err(syntax(line, format!("in the parameters of `{name}`: expected `,` or `)`")));
                 }
             }
         }
         // Performance directives (`.maxntid 128, 1, 1`, `.reqnctapercluster 2,1,1`, …)
         // may sit between the signature and the body.
         loop {
-            match self.peek() {
+            match self.peek()? {
                 Some(Tok::Punct('{')) => return Ok(PtxEntry { name, params, defined: true, line }),
                 Some(Tok::Punct(';')) => {
-                    self.pos += 1;
+                    self.next()?;
                     return Ok(PtxEntry { name, params, defined: false, line });
                 }
-                Some(Tok::Word(w)) if w.starts_with('.') => self.pos += 1,
-                Some(Tok::Number(_) | Tok::Punct(',')) => self.pos += 1,
-                _ => return Err(syntax(self.line(), format!("expected the body `{{` of entry `{name}`"))),
+                Some(Tok::Word(w)) if w.starts_with('.') => {
+                    self.next()?;
+                }
+                Some(Tok::Number(_) | Tok::Punct(',')) => {
+                    self.next()?;
+                }
+                _ => {
+                    let line = self.line();
+                    return Err(syntax(line, format!("expected the body `{{` of entry `{name}`")));
+                }
             }
         }
     }
@@ -629,55 +739,58 @@ impl<'a> Parser<'_, 'a> {
     fn param(&mut self, entry: &str) -> Result<PtxParam, StaticError> {
         let line = self.line();
         let err = |m: String| syntax(line, format!("in the parameters of `{entry}`: {m}"));
-        match self.next() {
+        match self.next()? {
             Some(Tok::Word(".param")) => {}
             _ => return Err(err("each kernel parameter must start with `.param`".into())),
         }
         let (mut ty, mut align, mut name, mut array_len, mut ptr) = (None, None, None::<String>, None, false);
         loop {
-            match self.peek().cloned() {
-                None | Some(Tok::Punct(',' | ')')) => break,
-                Some(Tok::Word(".align")) => {
-                    self.pos += 1;
-                    let a = match self.next() {
+            let Some(tok) = self.peek()? else { break };
+            match tok {
+                Tok::Punct(',' | ')') => break,
+                Tok::Word(".align") => {
+                    self.next()?;
+                    let a = match self.next()? {
                         Some(Tok::Number(n)) => parse_uint(n).and_then(|n| u32::try_from(n).ok()),
                         _ => None,
                     };
                     align = Some(a.ok_or_else(|| err("`.align` takes a number".into()))?);
                 }
-                Some(Tok::Word(".ptr")) => {
-                    self.pos += 1;
+                Tok::Word(".ptr") => {
+                    self.next()?;
                     ptr = true;
                 }
-                Some(Tok::Word(".global" | ".shared" | ".const" | ".local")) if ptr => self.pos += 1,
-                Some(Tok::Word(w)) if w.starts_with('.') => {
-                    self.pos += 1;
+                Tok::Word(".global" | ".shared" | ".const" | ".local") if ptr => {
+                    self.next()?;
+                }
+                Tok::Word(w) if w.starts_with('.') => {
+                    self.next()?;
                     let t = ScalarType::parse(w).ok_or_else(|| err(format!("unknown qualifier or type `{w}`")))?;
                     if ty.replace(t).is_some() {
                         return Err(err(format!("two types given (second is `{w}`)")));
                     }
                 }
-                Some(Tok::Word(w)) => {
-                    self.pos += 1;
+                Tok::Word(w) => {
+                    self.next()?;
                     if name.is_some() {
                         return Err(err(format!("unexpected `{w}` after the parameter's name")));
                     }
                     name = Some(w.to_string());
                 }
-                Some(Tok::Punct('[')) => {
-                    self.pos += 1;
-                    let n = match self.next() {
+                Tok::Punct('[') => {
+                    self.next()?;
+                    let n = match self.next()? {
                         Some(Tok::Number(n)) => parse_uint(n).filter(|&n| n > 0),
                         _ => None,
                     };
                     let n = n.ok_or_else(|| err("array parameters need a positive size, e.g. `[128]`".into()))?;
-                    if !self.eat_punct(']') {
+                    if !self.eat_punct(']')? {
                         return Err(err("expected `]`".into()));
                     }
                     let total = array_len.unwrap_or(1u64).checked_mul(n).ok_or_else(|| err("array size overflows".into()))?;
                     array_len = Some(total);
                 }
-                Some(other) => return Err(err(format!("unexpected {other:?}"))),
+                other => return Err(err(format!("unexpected {other:?}"))),
             }
         }
         let name = name.ok_or_else(|| err("a parameter has no name".into()))?;
@@ -941,6 +1054,53 @@ mod tests {
         assert_eq!(parse(&[b' '; 101], &limits), Err(StaticError::TooLarge { bytes: 101, limit: 100 }));
         assert_eq!(parse(b".version \xff", &limits), Err(StaticError::NotUtf8 { offset: 9 }));
         assert_eq!(parse(b".version 8.0\0", &limits), Err(StaticError::NulByte { offset: 12 }));
+    }
+
+    #[test]
+    fn launches_must_fit_the_device_with_ptxas_resources_counted() {
+        use ptxas::{FunctionResources, PtxasReport};
+        let m = manifest();
+        assert_eq!(check_device_limits(&m, None, &DeviceLimits::HOPPER), Ok(()));
+        let report = |registers, shared_mem_bytes| PtxasReport {
+            functions: vec![FunctionResources {
+                name: "hgemm_128x256x64".into(),
+                entry: true,
+                registers,
+                shared_mem_bytes,
+                ..Default::default()
+            }],
+            log: String::new(),
+        };
+        assert_eq!(check_device_limits(&m, Some(&report(168, 1024)), &DeviceLimits::HOPPER), Ok(()));
+        // 197632 dynamic + 40000 static bytes is over 227 KiB.
+        let err = check_device_limits(&m, Some(&report(168, 40_000)), &DeviceLimits::HOPPER).unwrap_err();
+        assert!(err.to_string().contains("shared memory"), "{err}");
+        // 384 threads × 255 registers is over 64K.
+        let err = check_device_limits(&m, Some(&report(255, 0)), &DeviceLimits::HOPPER).unwrap_err();
+        assert!(err.to_string().contains("registers"), "{err}");
+        let small = DeviceLimits { max_cluster_blocks: 1, ..DeviceLimits::HOPPER };
+        assert!(matches!(check_device_limits(&m, None, &small), Err(StaticError::DeviceLimit { launch: 0, .. })));
+        let mut tall = m.clone();
+        tall.launches[0].block = [1, 1, 64];
+        tall.launches[0].grid = [128, 70_000, 1];
+        assert!(check_device_limits(&tall, None, &DeviceLimits::HOPPER).is_err());
+    }
+
+    #[test]
+    fn check_runs_parse_and_manifest_check_together() {
+        let limits = StaticLimits::default();
+        assert!(check(TMA_KERNEL.as_bytes(), &manifest(), &limits).is_ok());
+        let wrong = TMA_KERNEL.replace(".target sm_90a", ".target sm_80");
+        assert!(matches!(check(wrong.as_bytes(), &manifest(), &limits), Err(StaticError::TargetMismatch { .. })));
+    }
+
+    #[test]
+    fn long_bodies_are_skipped_without_being_understood() {
+        let body = "\tmma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%f1,%f2,%f3,%f4}, {%r1,%r2,%r3,%r4}, {%r5,%r6}, {%f1,%f2,%f3,%f4};\n";
+        let text = TMA_KERNEL.replace("\tret;", &body.repeat(20_000));
+        assert!(text.len() > 2 << 20);
+        let info = parse_ok(&text);
+        assert_eq!(check_against_manifest(&info, &manifest()), Ok(()));
     }
 
     #[test]
