@@ -744,8 +744,7 @@ impl<'a> Parser<'a> {
             _ => return Err(err("each kernel parameter must start with `.param`".into())),
         }
         let (mut ty, mut align, mut name, mut array_len, mut ptr) = (None, None, None::<String>, None, false);
-        loop {
-            let Some(tok) = self.peek()? else { break };
+        while let Some(tok) = self.peek()? {
             match tok {
                 Tok::Punct(',' | ')') => break,
                 Tok::Word(".align") => {
