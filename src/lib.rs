@@ -9,3 +9,6 @@ pub mod config;
 pub mod db;
 pub mod manifest;
 pub mod problem;
+pub mod ptx;
+pub mod verify;
+pub mod bench;
