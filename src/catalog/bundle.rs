@@ -23,8 +23,6 @@ use crate::problem::Problem;
 pub const FORMAT: &str = "kaas.catalog.v1";
 /// Largest `index.json` accepted.
 const MAX_INDEX_BYTES: u64 = 256 << 20;
-/// Largest PTX file accepted.
-pub const MAX_PTX_BYTES: usize = 16 << 20;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -118,47 +116,15 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
     hex::encode(sha2::Sha256::digest(bytes))
 }
 
-/// `.version` and `.target` of a PTX text: the minimum the catalog records.
-pub fn ptx_header(ptx: &str) -> Result<(String, String), String> {
-    let mut version = None;
-    let mut target = None;
-    for line in ptx.lines() {
-        let line = line.split("//").next().unwrap_or("").trim();
-        let mut words = line.split_whitespace();
-        match words.next() {
-            Some(".version") => version = words.next().map(str::to_string),
-            Some(".target") => target = words.next().map(|t| t.trim_end_matches(',').to_string()),
-            _ => {}
-        }
-        if version.is_some() && target.is_some() {
-            break;
-        }
-    }
-    let version = version.ok_or("no `.version` directive: is this PTX?")?;
-    let target = target.ok_or("no `.target` directive: is this PTX?")?;
-    let ok_version = version.split_once('.').is_some_and(|(a, b)| {
-        !a.is_empty() && !b.is_empty() && a.bytes().chain(b.bytes()).all(|c| c.is_ascii_digit())
-    });
-    if !ok_version {
-        return Err(format!("`.version {version}` is not MAJOR.MINOR"));
-    }
-    if !target.starts_with("sm_") || target.len() > 12 {
-        return Err(format!("`.target {target}` is not an sm_XX target"));
-    }
-    Ok((version, target))
-}
-
 /// Checks PTX text offered as an artifact and describes it.
 pub fn describe_ptx(bytes: &[u8]) -> Result<ArtifactRecord, String> {
-    if bytes.len() > MAX_PTX_BYTES {
-        return Err(format!("PTX is {} bytes; the limit is {MAX_PTX_BYTES}", bytes.len()));
-    }
-    let text = std::str::from_utf8(bytes).map_err(|e| format!("PTX is not UTF-8 text ({e})"))?;
-    if text.contains('\0') {
-        return Err("PTX contains a NUL byte: send the text, not a binary".into());
-    }
-    let (ptx_version, target) = ptx_header(text)?;
-    Ok(ArtifactRecord { sha256: sha256_hex(bytes), size_bytes: bytes.len() as i64, ptx_version, target })
+    let info = crate::ptx::parse(bytes, &crate::ptx::StaticLimits::default()).map_err(|e| e.to_string())?;
+    Ok(ArtifactRecord {
+        sha256: sha256_hex(bytes),
+        size_bytes: bytes.len() as i64,
+        ptx_version: info.version.to_string(),
+        target: info.target.to_string(),
+    })
 }
 
 /// Stores PTX once by sha256 (inside the caller's transaction); returns its record.
@@ -216,7 +182,7 @@ pub fn read_bundle(dir: &Path) -> Result<(Index, BTreeMap<String, String>), Bund
         if a.sha256.len() != 64 || !a.sha256.bytes().all(|c| matches!(c, b'0'..=b'9' | b'a'..=b'f')) {
             return Err(invalid(format!("index.json: artifacts[{i}]"), "sha256 must be 64 lowercase hex digits"));
         }
-        let bytes = read_limited(&dir.join(&at), MAX_PTX_BYTES as u64)?;
+        let bytes = read_limited(&dir.join(&at), crate::ptx::MAX_PTX_BYTES as u64)?;
         let rec = describe_ptx(&bytes).map_err(|m| invalid(&at, m))?;
         if rec.sha256 != a.sha256 {
             return Err(invalid(&at, format!("content hashes to {}, not the name it is filed under", rec.sha256)));
@@ -614,17 +580,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn ptx_header_reads_version_and_target() {
-        let ptx = "// generated\n.version 8.8\n.target sm_90a, texmode_independent\n.address_size 64\n";
-        assert_eq!(ptx_header(ptx).unwrap(), ("8.8".into(), "sm_90a".into()));
-        assert!(ptx_header(".target sm_90\n").unwrap_err().contains(".version"));
-        assert!(ptx_header(".version x.y\n.target sm_90\n").is_err());
-    }
-
-    #[test]
     fn binary_and_oversized_ptx_is_refused() {
-        assert!(describe_ptx(&[0xff, 0xfe, 0x00]).unwrap_err().contains("UTF-8"));
-        assert!(describe_ptx(b".version 8.8\n.target sm_90\n\0").unwrap_err().contains("NUL"));
-        assert!(describe_ptx(&vec![b' '; MAX_PTX_BYTES + 1]).unwrap_err().contains("limit"));
+        for bad in [&b"\xff\xfe\x00"[..], b".version 8.8\n.target sm_90\n\0", b"hello"] {
+            assert!(describe_ptx(bad).is_err(), "{bad:?} accepted");
+        }
+        assert!(describe_ptx(&vec![b' '; crate::ptx::MAX_PTX_BYTES + 1]).is_err());
+        let ok = describe_ptx(b".version 8.8\n.target sm_90a\n.address_size 64\n").unwrap();
+        assert_eq!((ok.ptx_version.as_str(), ok.target.as_str()), ("8.8", "sm_90a"));
     }
 }

@@ -59,7 +59,6 @@ pub fn skip_postgres() -> bool {
 /// A fresh, migrated database that lives as long as this value.
 pub struct TestDb {
     pub db: DatabaseConnection,
-    pub url: String,
     pub schema: Option<String>,
     _dir: Option<tempfile::TempDir>,
 }
@@ -71,7 +70,7 @@ impl TestDb {
                 let dir = tempfile::tempdir().unwrap();
                 let url = format!("sqlite://{}?mode=rwc", dir.path().join("kaas.db").display());
                 let db = db::connect(&DbConfig::new(&url)).await.unwrap();
-                TestDb { db, url, schema: None, _dir: Some(dir) }
+                TestDb { db, schema: None, _dir: Some(dir) }
             }
             Backend::Postgres => {
                 let url = postgres_url();
@@ -85,7 +84,7 @@ impl TestDb {
                 cfg.pg_schema = Some(schema.clone());
                 cfg.max_connections = 4;
                 let db = db::connect(&cfg).await.unwrap();
-                TestDb { db, url, schema: Some(schema), _dir: None }
+                TestDb { db, schema: Some(schema), _dir: None }
             }
         }
     }
