@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# PTX download load benchmark: kaas against nginx serving the same ~200 KB artifact on
+# loopback, side by side in one run, with wrk at 64 connections. Prints a Markdown table.
+# Needs Debian's nginx-light and wrk (installs them when missing, as root).
+# Usage: scripts/loadbench.sh [seconds-per-round] [rounds]
+set -euo pipefail
+secs=${1:-10}
+rounds=${2:-3}
+root=$(cd "$(dirname "$0")/.." && pwd)
+command -v nginx >/dev/null && command -v wrk >/dev/null || {
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx-light wrk >/dev/null
+}
+work=$(mktemp -d)
+kaas_pid= ; nginx_pid=
+cleanup() { [ -n "$kaas_pid" ] && kill "$kaas_pid" 2>/dev/null; [ -n "$nginx_pid" ] && kill "$nginx_pid" 2>/dev/null; rm -rf "$work"; }
+trap cleanup EXIT
+
+cargo build --release --quiet --manifest-path "$root/Cargo.toml"
+kaas="${CARGO_TARGET_DIR:-$root/target}/release/kaas"
+db="sqlite://$work/kaas.db?mode=rwc"
+
+# A ~200 KB PTX module (valid header and entry, a long straight-line body).
+ptx="$work/kernel.ptx"
+{
+  printf '.version 8.8\n.target sm_90\n.address_size 64\n\n.visible .entry load_bench(\n\t.param .u64 .ptr .global .align 1 p\n)\n{\n\t.reg .b32 %%r<4>;\n'
+  for i in $(seq 1 6500); do printf '\tadd.s32 %%r1, %%r2, %d;\n' "$i"; done
+  printf '\tret;\n}\n'
+} > "$ptx"
+size=$(stat -c %s "$ptx")
+
+token=$("$kaas" token create --name loadbench --role submitter --database-url "$db" 2>/dev/null)
+KAAS_LOG=warn "$kaas" serve --bind 127.0.0.1:18080 --database-url "$db" --catalog "$work/none" &
+kaas_pid=$!
+for _ in $(seq 1 100); do curl -sf localhost:18080/v1/health >/dev/null && break; sleep 0.1; done
+sha=$(curl -sf -H "Authorization: Bearer $token" -H 'Content-Type: text/plain' --data-binary @"$ptx" localhost:18080/v1/artifacts | python3 -c 'import json,sys; print(json.load(sys.stdin)["sha256"])')
+
+mkdir -p "$work/www/v1/artifacts" "$work/logs"
+cp "$ptx" "$work/www/v1/artifacts/$sha"
+cat > "$work/nginx.conf" <<CONF
+worker_processes auto;
+pid $work/nginx.pid;
+error_log $work/logs/error.log warn;
+events { worker_connections 1024; }
+http {
+  access_log off;
+  sendfile on; tcp_nopush on; keepalive_requests 100000;
+  default_type text/plain;
+  client_body_temp_path $work/tmp; proxy_temp_path $work/tmp; fastcgi_temp_path $work/tmp; uwsgi_temp_path $work/tmp; scgi_temp_path $work/tmp;
+  server { listen 127.0.0.1:18081; root $work/www; etag on; }
+}
+CONF
+mkdir -p "$work/tmp"
+nginx -p "$work" -c "$work/nginx.conf" -g 'daemon off;' &
+nginx_pid=$!
+sleep 0.5
+
+url_kaas="http://127.0.0.1:18080/v1/artifacts/$sha"
+url_nginx="http://127.0.0.1:18081/v1/artifacts/$sha"
+[ "$(curl -sf "$url_kaas" | sha256sum)" = "$(curl -sf "$url_nginx" | sha256sum)" ] || { echo "the two servers disagree on the bytes" >&2; exit 1; }
+
+# wrk's numbers: requests/s, p50 and p99 latency in ms.
+measure() {
+  wrk -t2 -c64 -d"${secs}s" --latency "$1" | python3 -c '
+import re, sys
+t = sys.stdin.read()
+def ms(v):
+    n, u = re.match(r"([\d.]+)(us|ms|s)", v).groups()
+    return float(n) * {"us": 1e-3, "ms": 1.0, "s": 1e3}[u]
+rps = float(re.search(r"Requests/sec:\s+([\d.]+)", t).group(1))
+p50 = ms(re.search(r"\s50%\s+(\S+)", t).group(1)); p99 = ms(re.search(r"\s99%\s+(\S+)", t).group(1))
+errs = re.search(r"Non-2xx or 3xx responses: (\d+)", t)
+print(f"{rps:.0f} {p50:.2f} {p99:.2f} {errs.group(1) if errs else 0}")'
+}
+wrk -t2 -c64 -d2s "$url_kaas" >/dev/null; wrk -t2 -c64 -d2s "$url_nginx" >/dev/null   # warm-up
+
+echo "| round | server | requests/s | p50 ms | p99 ms | non-2xx |"
+echo "|---|---|---|---|---|---|"
+for r in $(seq 1 "$rounds"); do
+  for s in kaas nginx; do
+    url=$url_kaas; [ $s = nginx ] && url=$url_nginx
+    read -r rps p50 p99 errs < <(measure "$url")
+    echo "| $r | $s | $rps | $p50 | $p99 | $errs |"
+    echo "$s $rps $p50 $p99" >> "$work/results"
+  done
+done
+python3 - "$work/results" "$size" <<'PY'
+import statistics, sys
+rows = [l.split() for l in open(sys.argv[1])]
+med = lambda s, i: statistics.median(float(r[i]) for r in rows if r[0] == s)
+k, n = med("kaas", 1), med("nginx", 1)
+print(f"\nartifact {sys.argv[2]} bytes; medians over rounds: kaas {k:.0f} req/s (p99 {med('kaas', 3):.2f} ms), "
+      f"nginx {n:.0f} req/s (p99 {med('nginx', 3):.2f} ms); kaas/nginx = {k / n:.2f}")
+PY
