@@ -3,3 +3,5 @@
 
 pub mod manifest;
 pub mod problem;
+pub mod gpu;
+pub mod kernels;
