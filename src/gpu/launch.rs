@@ -2,6 +2,8 @@
 //! buffers into kernel calls, checked before anything runs, then runs them in order on
 //! the one stream. Nothing else is launched, allocated or synchronised in between.
 
+use std::marker::PhantomData;
+
 use cudarc::driver::sys::{CUfunction_attribute as FnAttr, CUtensorMapSwizzle};
 
 use super::ffi::{self, Arg, KernelCall};
@@ -12,14 +14,16 @@ use crate::problem::{Layout, Problem};
 
 /// A manifest ready to run: every launch's function found, arguments encoded and checked
 /// against the entry's parameter list, shared memory and cluster limits set.
+/// It borrows the buffers whose addresses it holds, so they outlive it.
 #[derive(Debug)]
-pub struct PreparedManifest {
+pub struct PreparedManifest<'a> {
     problem: Problem,
     calls: Vec<(String, KernelCall)>,
+    _buffers: PhantomData<&'a Operands>,
 }
 
-impl PreparedManifest {
-    pub fn new(gpu: &Gpu, ptx: &LoadedPtx, manifest: &Manifest, ops: &Operands) -> Result<PreparedManifest, GpuError> {
+impl<'a> PreparedManifest<'a> {
+    pub fn new(gpu: &Gpu, ptx: &LoadedPtx, manifest: &Manifest, ops: &'a Operands) -> Result<PreparedManifest<'a>, GpuError> {
         manifest.validate().map_err(|e| GpuError::refused("manifest", e.to_string()))?;
         if manifest.problem != *ops.problem() {
             return Err(GpuError::refused(
@@ -42,7 +46,7 @@ impl PreparedManifest {
             let call = prepare_launch(gpu, ptx, launch, ops).map_err(|e| e.within(&stage))?;
             calls.push((stage, call));
         }
-        Ok(PreparedManifest { problem: manifest.problem, calls })
+        Ok(PreparedManifest { problem: manifest.problem, calls, _buffers: PhantomData })
     }
 
     pub fn problem(&self) -> &Problem {
@@ -64,7 +68,7 @@ impl PreparedManifest {
     }
 }
 
-impl Contender for PreparedManifest {
+impl Contender for PreparedManifest<'_> {
     fn label(&self) -> String {
         self.calls.iter().map(|(s, _)| s.as_str()).collect::<Vec<_>>().join(" + ")
     }
