@@ -74,10 +74,12 @@ remote() {
     link_lib libcublas.so 'libcublas.so.*[0-9]'
     link_lib libcublasLt.so 'libcublasLt.so.*[0-9]'
     link_lib libnvrtc.so 'libnvrtc.so.*[0-9]'
-    export LD_LIBRARY_PATH="$libdir${extra}:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+    export LD_LIBRARY_PATH="$libdir${extra}:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}:/usr/local/nvidia/lib64"
     {
         echo "== $(date -u +%Y-%m-%dT%H:%M:%SZ) $(uname -srm)"
         nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv 2>&1 || true
+        echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
+        ldconfig -p 2>/dev/null | grep -E 'libcuda\.so|libcublas|libnvrtc\.so' || true
     } | tee "$out/env.txt"
     local rc=0
     "$here/gpu-tests" --nocapture --test-threads=1 2>&1 | tee "$out/gpu.log" || rc=$?
