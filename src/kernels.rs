@@ -99,9 +99,7 @@ impl SimpleConfig {
 /// Compiles the simple kernel for a problem's accumulator and layout (the PTX serves
 /// every shape) with NVRTC.
 pub fn compile_simple(problem: &Problem, config: &SimpleConfig) -> Result<String, GpuError> {
-    config
-        .validate(problem.layout)
-        .map_err(|m| GpuError::Refused { context: "simple HGEMM".into(), message: m })?;
+    config.validate(problem.layout).map_err(|m| GpuError::Refused { context: "simple HGEMM".into(), message: m })?;
     nvrtc::compile(
         SIMPLE_HGEMM_TEMPLATE,
         "simple_hgemm.cu",

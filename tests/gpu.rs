@@ -6,6 +6,7 @@
 //! Run on a device with `--nocapture --test-threads=1` to see the tables.
 
 use std::collections::HashMap;
+use std::collections::hash_map::Entry;
 
 use half::f16;
 use rand::rngs::StdRng;
@@ -165,13 +166,10 @@ impl KernelCache {
     }
 
     fn get(&mut self, gpu: &Gpu, p: &Problem, config: &SimpleConfig) -> Result<&LoadedPtx, GpuError> {
-        let key = (p.acc, p.layout, *config);
-        if !self.loaded.contains_key(&key) {
-            let ptx = kernels::compile_simple(p, config)?;
-            let loaded = gpu.load_ptx(&ptx)?;
-            self.loaded.insert(key, loaded);
+        match self.loaded.entry((p.acc, p.layout, *config)) {
+            Entry::Occupied(e) => Ok(e.into_mut()),
+            Entry::Vacant(v) => Ok(v.insert(gpu.load_ptx(&kernels::compile_simple(p, config)?)?)),
         }
-        Ok(&self.loaded[&key])
     }
 }
 
@@ -182,7 +180,13 @@ fn upload(gpu: &Gpu, p: &Problem, case: &Case) -> Result<Operands, GpuError> {
     Ok(ops)
 }
 
-fn run_simple(gpu: &Gpu, cache: &mut KernelCache, p: &Problem, config: &SimpleConfig, case: &Case) -> Result<Vec<f16>, GpuError> {
+fn run_simple(
+    gpu: &Gpu,
+    cache: &mut KernelCache,
+    p: &Problem,
+    config: &SimpleConfig,
+    case: &Case,
+) -> Result<Vec<f16>, GpuError> {
     let ops = upload(gpu, p, case)?;
     let ptx = cache.get(gpu, p, config)?;
     let prepared = PreparedManifest::new(gpu, ptx, &kernels::manifest_for(p, config), &ops)?;
@@ -274,7 +278,8 @@ fn device_facts_are_sane() {
 #[test]
 fn broken_ptx_is_refused_with_the_jit_log() {
     let Some(gpu) = gpu_or_skip() else { return };
-    let bad = ".version 7.0\n.target sm_80\n.address_size 64\n.visible .entry broken() {\n  frobnicate.u32 %r1;\n  ret;\n}\n";
+    let bad =
+        ".version 7.0\n.target sm_80\n.address_size 64\n.visible .entry broken() {\n  frobnicate.u32 %r1;\n  ret;\n}\n";
     match gpu.load_ptx(bad) {
         Err(GpuError::Load { log, code, .. }) => {
             println!("JIT refused as expected: {code}\n{log}");
@@ -394,6 +399,9 @@ fn tensor_maps_encode_for_aligned_operands_and_refuse_misaligned_ones() {
     assert!(err.to_string().contains("multiple of 16"), "{err}");
 }
 
+/// A contender's label with its outputs on the binary and the random case.
+type LabelledOutputs = (String, Vec<f16>, Vec<f16>);
+
 #[test]
 fn cublas_and_cublaslt_match_the_reference() {
     let Some(gpu) = gpu_or_skip() else { return };
@@ -406,7 +414,7 @@ fn cublas_and_cublaslt_match_the_reference() {
         for layout in Layout::ALL {
             for acc in Acc::ALL {
                 let p = problem(acc, layout, shape);
-                let result = (|| -> Result<Vec<(String, Vec<f16>, Vec<f16>)>, GpuError> {
+                let result = (|| -> Result<Vec<LabelledOutputs>, GpuError> {
                     let ob = upload(&gpu, &p, &binary)?;
                     let or = upload(&gpu, &p, &random)?;
                     let mut outs = Vec::new();
@@ -478,7 +486,15 @@ fn graph_timing_is_plausible() {
     let mut cache = KernelCache::new();
     let mut table = vec![format!(
         "{:<16} {:<6} {:>12} {:>12} {:>12} {:>12} {:>9} {:>9} {:>10}",
-        "shape", "layout", "simple µs", "cuBLAS µs", "cuBLASLt µs", "simple ofl", "simple TF", "cuBLAS TF", "simple/cuBLAS"
+        "shape",
+        "layout",
+        "simple µs",
+        "cuBLAS µs",
+        "cuBLASLt µs",
+        "simple ofl",
+        "simple TF",
+        "cuBLAS TF",
+        "simple/cuBLAS"
     )];
     for (i, &shape) in shapes.iter().enumerate() {
         let (m, n, k) = (shape.0 as usize, shape.1 as usize, shape.2 as usize);
@@ -511,7 +527,9 @@ fn graph_timing_is_plausible() {
 
             let flops = p.shape().flops();
             let tflops = |us: f64| flops / (us * 1e-6) / 1e12;
-            for (what, us) in [("simple", t_simple), ("cuBLAS", t_blas), ("cuBLASLt", t_lt), ("simple offline", t_offline)] {
+            for (what, us) in
+                [("simple", t_simple), ("cuBLAS", t_blas), ("cuBLASLt", t_lt), ("simple offline", t_offline)]
+            {
                 assert!(us.is_finite() && us > 0.0, "{p} {what}: {us} µs");
                 assert!(tflops(us) < 2000.0, "{p} {what}: {:.0} TFLOP/s is beyond any GPU here", tflops(us));
             }
@@ -531,7 +549,10 @@ fn graph_timing_is_plausible() {
             ));
         }
     }
-    println!("\ngraph timing, acc f32, {launches} launches per graph, median of {replays} replays ({})", gpu.facts().name);
+    println!(
+        "\ngraph timing, acc f32, {launches} launches per graph, median of {replays} replays ({})",
+        gpu.facts().name
+    );
     for row in &table {
         println!("TIMING {row}");
     }

@@ -137,7 +137,15 @@ impl Contender for LtGemm<'_> {
     fn enqueue(&self, gpu: &Gpu) -> Result<(), GpuError> {
         let (handle, workspace) = gpu.cublaslt()?;
         self.plan
-            .matmul(handle, &self.algo, self.ops.b.memory(), self.ops.a.memory(), self.ops.c.memory(), workspace, gpu.stream())
+            .matmul(
+                handle,
+                &self.algo,
+                self.ops.b.memory(),
+                self.ops.a.memory(),
+                self.ops.c.memory(),
+                workspace,
+                gpu.stream(),
+            )
             .map_err(at(self.label()))
     }
 }

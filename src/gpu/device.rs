@@ -94,7 +94,9 @@ fn parse_kernel_driver_version(text: &str) -> Option<String> {
     // "NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.159.04  Thu ..."
     let line = text.lines().find(|l| l.starts_with("NVRM version"))?;
     line.split_whitespace()
-        .find(|w| w.split('.').count() >= 2 && w.split('.').all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit())))
+        .find(|w| {
+            w.split('.').count() >= 2 && w.split('.').all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
+        })
         .map(str::to_string)
 }
 

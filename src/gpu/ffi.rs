@@ -25,11 +25,7 @@ pub struct Failure {
 pub type Res<T> = Result<T, Failure>;
 
 fn driver(res: cu::CUresult, call: &'static str) -> Res<()> {
-    if res == cu::CUresult::CUDA_SUCCESS {
-        Ok(())
-    } else {
-        Err(Failure { call, code: driver_error_text(res) })
-    }
+    if res == cu::CUresult::CUDA_SUCCESS { Ok(()) } else { Err(Failure { call, code: driver_error_text(res) }) }
 }
 
 fn driver_error_text(res: cu::CUresult) -> String {
@@ -154,7 +150,8 @@ pub struct Context {
 
 impl Context {
     pub fn primary(ordinal: u32) -> Res<Rc<Context>> {
-        let ordinal = i32::try_from(ordinal).map_err(|_| Failure { call: "cuDeviceGet", code: "ordinal out of range".into() })?;
+        let ordinal =
+            i32::try_from(ordinal).map_err(|_| Failure { call: "cuDeviceGet", code: "ordinal out of range".into() })?;
         let mut device = 0;
         let mut raw = ptr::null_mut();
         // SAFETY: each call writes one handle we own; the context is released on drop.
@@ -237,7 +234,9 @@ impl Stream {
     pub fn begin_capture(&self) -> Res<()> {
         // SAFETY: `raw` is a live stream.
         driver(
-            unsafe { cu::cuStreamBeginCapture_v2(self.raw, cu::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL) },
+            unsafe {
+                cu::cuStreamBeginCapture_v2(self.raw, cu::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+            },
             "cuStreamBeginCapture",
         )
     }
@@ -475,10 +474,8 @@ fn log_text(buf: &[u8]) -> String {
 impl Module {
     /// JIT-loads PTX text. Returns the module and the JIT's info log (registers, spills).
     pub fn load_ptx(ctx: &Rc<Context>, ptx: &str) -> Result<(Module, String), LoadFailure> {
-        let image = CString::new(ptx).map_err(|_| LoadFailure {
-            code: "PTX contains a NUL byte".into(),
-            log: String::new(),
-        })?;
+        let image = CString::new(ptx)
+            .map_err(|_| LoadFailure { code: "PTX contains a NUL byte".into(), log: String::new() })?;
         ctx.make_current().map_err(|f| LoadFailure { code: format!("{}: {}", f.call, f.code), log: String::new() })?;
         let mut info = vec![0u8; JIT_LOG_BYTES];
         let mut error = vec![0u8; JIT_LOG_BYTES];
@@ -492,10 +489,10 @@ impl Module {
         // Option values are pointer-sized slots; sizes and flags are passed as integers.
         let mut values: [*mut c_void; 5] = [
             info.as_mut_ptr() as *mut c_void,
-            JIT_LOG_BYTES as *mut c_void,
+            ptr::without_provenance_mut(JIT_LOG_BYTES),
             error.as_mut_ptr() as *mut c_void,
-            JIT_LOG_BYTES as *mut c_void,
-            1usize as *mut c_void,
+            ptr::without_provenance_mut(JIT_LOG_BYTES),
+            ptr::without_provenance_mut(1),
         ];
         let mut raw = ptr::null_mut();
         // SAFETY: `image` is NUL-terminated; the log buffers outlive the call and their
@@ -524,7 +521,8 @@ impl Module {
     }
 
     pub fn function(&self, name: &str) -> Res<Function> {
-        let cname = CString::new(name).map_err(|_| Failure { call: "cuModuleGetFunction", code: "name contains NUL".into() })?;
+        let cname = CString::new(name)
+            .map_err(|_| Failure { call: "cuModuleGetFunction", code: "name contains NUL".into() })?;
         let mut raw = ptr::null_mut();
         // SAFETY: the module is live; writes one handle that lives as long as the module.
         driver(unsafe { cu::cuModuleGetFunction(&mut raw, self.handle.raw, cname.as_ptr()) }, "cuModuleGetFunction")?;
@@ -669,7 +667,10 @@ impl KernelCall {
         }
         for (i, (size, arg)) in sizes.iter().zip(&args).enumerate() {
             if *size != arg.size() {
-                return Err(format!("param {i}: the entry's parameter is {size} bytes, the manifest's is {} bytes", arg.size()));
+                return Err(format!(
+                    "param {i}: the entry's parameter is {size} bytes, the manifest's is {} bytes",
+                    arg.size()
+                ));
             }
         }
         Ok(KernelCall { function, grid, block, cluster, shared_mem_bytes, args })
@@ -893,7 +894,8 @@ impl LtPlan {
             Compute::F16 => (lt::cublasComputeType_t::CUBLAS_COMPUTE_16F, lt::cudaDataType_t::CUDA_R_16F),
             Compute::F32 => (lt::cublasComputeType_t::CUBLAS_COMPUTE_32F, lt::cudaDataType_t::CUDA_R_32F),
         };
-        let mut plan = LtPlan { gemm: *g, desc: ptr::null_mut(), a: ptr::null_mut(), b: ptr::null_mut(), c: ptr::null_mut() };
+        let mut plan =
+            LtPlan { gemm: *g, desc: ptr::null_mut(), a: ptr::null_mut(), b: ptr::null_mut(), c: ptr::null_mut() };
         // SAFETY: each call writes one descriptor we own (released on drop, including on
         // an early return); attribute values are host integers living across the call.
         unsafe {
@@ -983,6 +985,8 @@ impl LtPlan {
         }
     }
 
+    // One argument per thing cublasLtMatmul itself takes; bundling them would only hide that.
+    #[allow(clippy::too_many_arguments)]
     pub fn matmul(
         &self,
         handle: &CublasLt,
@@ -996,7 +1000,10 @@ impl LtPlan {
         if algo.workspace_bytes > workspace.bytes {
             return Err(Failure {
                 call: "cublasLtMatmul",
-                code: format!("the algorithm needs {} bytes of workspace, {} given", algo.workspace_bytes, workspace.bytes),
+                code: format!(
+                    "the algorithm needs {} bytes of workspace, {} given",
+                    algo.workspace_bytes, workspace.bytes
+                ),
             });
         }
         let scalars = Scalars::one_zero(self.gemm.compute);

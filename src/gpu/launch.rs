@@ -23,7 +23,12 @@ pub struct PreparedManifest<'a> {
 }
 
 impl<'a> PreparedManifest<'a> {
-    pub fn new(gpu: &Gpu, ptx: &LoadedPtx, manifest: &Manifest, ops: &'a Operands) -> Result<PreparedManifest<'a>, GpuError> {
+    pub fn new(
+        gpu: &Gpu,
+        ptx: &LoadedPtx,
+        manifest: &Manifest,
+        ops: &'a Operands,
+    ) -> Result<PreparedManifest<'a>, GpuError> {
         manifest.validate().map_err(|e| GpuError::refused("manifest", e.to_string()))?;
         if manifest.problem != *ops.problem() {
             return Err(GpuError::refused(
@@ -79,10 +84,9 @@ impl Contender for PreparedManifest<'_> {
 
 fn prepare_launch(gpu: &Gpu, ptx: &LoadedPtx, launch: &Launch, ops: &Operands) -> Result<KernelCall, GpuError> {
     let facts = gpu.facts();
-    let function = ptx
-        .module
-        .function(&launch.entry)
-        .map_err(|f| GpuError::refused("find entry", format!("the PTX has no entry `{}` ({})", launch.entry, f.code)))?;
+    let function = ptx.module.function(&launch.entry).map_err(|f| {
+        GpuError::refused("find entry", format!("the PTX has no entry `{}` ({})", launch.entry, f.code))
+    })?;
     let fn_attr = |a: FnAttr| function.attribute(a).map_err(at(format!("read function attribute {a:?}")));
 
     let threads = launch.threads_per_block();
@@ -114,7 +118,10 @@ fn prepare_launch(gpu: &Gpu, ptx: &LoadedPtx, launch: &Launch, ops: &Operands) -
         if facts.compute_capability < (9, 0) {
             return Err(GpuError::refused(
                 "check cluster",
-                format!("cluster {:?} needs compute capability 9.0; this device is {:?}", launch.cluster, facts.compute_capability),
+                format!(
+                    "cluster {:?} needs compute capability 9.0; this device is {:?}",
+                    launch.cluster, facts.compute_capability
+                ),
             ));
         }
         if cluster_blocks > 8 {

@@ -23,7 +23,7 @@ use cudarc::driver::sys::CUdevice_attribute as Attr;
 
 pub use baseline::{CublasGemm, LtGemm, column_major_mapping};
 pub use device::{DeviceFacts, device_class};
-pub use ffi::{Compute, ColumnMajorGemm, Op};
+pub use ffi::{ColumnMajorGemm, Compute, Op};
 pub use launch::{PreparedManifest, encode_tensor_map, tensor_map_geometry};
 pub use operands::Operands;
 pub use timing::{Contender, GraphTimer, time_direct, time_graph};
@@ -168,7 +168,8 @@ impl Gpu {
             return Ok(h);
         }
         let h = ffi::CublasLt::new(&self.ctx).map_err(at("create cuBLASLt handle"))?;
-        let ws = ffi::DeviceMemory::alloc(&self.ctx, CUBLASLT_WORKSPACE_BYTES).map_err(at("allocate cuBLASLt workspace"))?;
+        let ws =
+            ffi::DeviceMemory::alloc(&self.ctx, CUBLASLT_WORKSPACE_BYTES).map_err(at("allocate cuBLASLt workspace"))?;
         Ok(self.cublaslt.get_or_init(|| (h, ws)))
     }
 }
@@ -177,11 +178,8 @@ fn read_facts(ctx: &Rc<ffi::Context>, ordinal: u32) -> Result<DeviceFacts, GpuEr
     let attr = |a: Attr| ctx.attribute(a).map(|v| v.max(0) as u32).map_err(at(format!("read device attribute {a:?}")));
     let name = ctx.name().map_err(at("read device name"))?;
     let cublas = ffi::cublas_version().map_err(at("read cuBLAS version"))?;
-    let nvrtc_version = if ffi::nvrtc_library_present() {
-        ffi::nvrtc_version().ok().map(|(a, b)| format!("{a}.{b}"))
-    } else {
-        None
-    };
+    let nvrtc_version =
+        if ffi::nvrtc_library_present() { ffi::nvrtc_version().ok().map(|(a, b)| format!("{a}.{b}")) } else { None };
     Ok(DeviceFacts {
         ordinal,
         device_class: device_class(&name),
@@ -197,7 +195,9 @@ fn read_facts(ctx: &Rc<ffi::Context>, ordinal: u32) -> Result<DeviceFacts, GpuEr
         l2_cache_bytes: attr(Attr::CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE)? as u64,
         total_memory_bytes: ctx.total_memory().map_err(at("read device memory size"))? as u64,
         driver_version: device::kernel_driver_version(),
-        cuda_driver_api_version: device::cuda_version_text(ffi::driver_api_version().map_err(at("read driver version"))?),
+        cuda_driver_api_version: device::cuda_version_text(
+            ffi::driver_api_version().map_err(at("read driver version"))?,
+        ),
         cublas_version: format!("{}.{}.{}", cublas.0, cublas.1, cublas.2),
         cublaslt_version: ffi::cublaslt_version().to_string(),
         nvrtc_version,

@@ -23,9 +23,11 @@ pub fn available() -> Result<(), String> {
 /// NVRTC's version, e.g. `12.9`.
 pub fn version() -> Result<String, GpuError> {
     available().map_err(GpuError::Unavailable)?;
-    ffi::nvrtc_version()
-        .map(|(a, b)| format!("{a}.{b}"))
-        .map_err(|code| GpuError::Call { context: "read NVRTC version".into(), call: "nvrtcVersion", code })
+    ffi::nvrtc_version().map(|(a, b)| format!("{a}.{b}")).map_err(|code| GpuError::Call {
+        context: "read NVRTC version".into(),
+        call: "nvrtcVersion",
+        code,
+    })
 }
 
 /// The include folders handed to NVRTC (only those that exist).
@@ -87,11 +89,7 @@ pub fn compile(source: &str, name: &str, arch: &str, defines: &[(String, String)
     match cudarc::nvrtc::compile_ptx_with_opts(source, opts) {
         Ok(ptx) => {
             let text = ptx.to_src();
-            if text.trim().is_empty() {
-                Err(GpuError::refused(stage, "NVRTC returned empty PTX"))
-            } else {
-                Ok(text)
-            }
+            if text.trim().is_empty() { Err(GpuError::refused(stage, "NVRTC returned empty PTX")) } else { Ok(text) }
         }
         Err(cudarc::nvrtc::CompileError::CompileError { nvrtc, options, log }) => Err(GpuError::Compile {
             context: stage,
