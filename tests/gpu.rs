@@ -402,6 +402,55 @@ fn tensor_maps_encode_for_aligned_operands_and_refuse_misaligned_ones() {
 /// A contender's label with its outputs on the binary and the random case.
 type LabelledOutputs = (String, Vec<f16>, Vec<f16>);
 
+const TMA_COPY: &str = include_str!("kernels/tma_copy.cu");
+
+#[test]
+fn tensor_maps_address_each_operand_as_the_layout_says() {
+    let Some(gpu) = gpu_and_nvrtc_or_skip() else { return };
+    if gpu.facts().compute_capability < (9, 0) {
+        println!("SKIP: tensor maps need sm_90");
+        return;
+    }
+    let ptx = gpu::nvrtc::compile(TMA_COPY, "tma_copy.cu", "compute_90", &[]).expect("compile the TMA copy kernel");
+    let loaded = gpu.load_ptx(&ptx).expect("load");
+    // (operand, layout, M×N×K): C (M×N) has the operand's shape, so the kernel copies into it.
+    let cases = [
+        (Operand::A, Layout::Tn, (200, 72, 72)),   // A: 200×72
+        (Operand::B, Layout::Nn, (72, 200, 72)),   // B nn: K×N = 72×200
+        (Operand::B, Layout::Tn, (136, 136, 136)), // B tn: N×K = 136×136
+    ];
+    for (i, (operand, layout, shape)) in cases.into_iter().enumerate() {
+        let p = problem(Acc::F32, layout, shape);
+        let case = Case::random(shape, 8000 + i as u64);
+        let ops = upload(&gpu, &p, &case).expect("upload");
+        let (rows, cols, want) = match (operand, layout) {
+            (Operand::A, _) => (shape.0, shape.2, &case.a),
+            (_, Layout::Nn) => (shape.2, shape.1, &case.b_kn),
+            (_, Layout::Tn) => (shape.1, shape.2, &case.b_nk),
+        };
+        let (box_c, box_r) = (64, 32);
+        let mut manifest = kernels::manifest_for(&p, &SimpleConfig::LARGE);
+        manifest.launches[0] = kaas::manifest::Launch {
+            entry: "kaas_tma_copy".into(),
+            grid: [cols.div_ceil(box_c), rows.div_ceil(box_r), 1],
+            block: [128, 1, 1],
+            cluster: [1, 1, 1],
+            shared_mem_bytes: 0,
+            params: vec![
+                Param::TensorMap(TensorMapSpec { operand, box_dims: [box_c, box_r], swizzle: Swizzle::None }),
+                Param::Ptr(kaas::manifest::Buffer::C),
+                Param::I32(kaas::manifest::I32Value::Const(rows as i32)),
+                Param::I32(kaas::manifest::I32Value::Const(cols as i32)),
+            ],
+        };
+        PreparedManifest::new(&gpu, &loaded, &manifest, &ops).expect("prepare").run(&gpu).expect("run");
+        let got = ops.download_c(&gpu).expect("download");
+        let bad = got.iter().zip(want.iter()).filter(|(g, w)| g.to_bits() != w.to_bits()).count();
+        println!("tensor map over {operand:?} ({layout}, {rows}x{cols}): {bad} of {} elements differ", got.len());
+        assert_eq!(bad, 0, "tensor map over {operand:?} ({layout}) does not address the operand as stored");
+    }
+}
+
 #[test]
 fn cublas_and_cublaslt_match_the_reference() {
     let Some(gpu) = gpu_or_skip() else { return };
