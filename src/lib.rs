@@ -3,12 +3,14 @@
 
 pub mod api;
 pub mod auth;
+pub mod bench;
 pub mod catalog;
 pub mod cli;
 pub mod config;
 pub mod db;
+pub mod gpu;
+pub mod kernels;
 pub mod manifest;
 pub mod problem;
 pub mod ptx;
 pub mod verify;
-pub mod bench;

@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# GPU check: build the GPU test binary here, stage it for the device machine, and run it
+# there.
+#
+#   scripts/gpu-check.sh [stage]   (here) build `cargo test --release --test gpu`, copy the
+#                                  binary and this script to <checkout>/.dev/gpu/ and
+#                                  print the command for the device tool
+#   .dev/gpu/gpu-check.sh remote   (on the device) find the CUDA libraries, run the tests,
+#                                  log to $OUT/gpu.log
+#
+# Environment (stage): KAAS_STAGE_ROOT, the checkout the device tool sends (default: the
+# repository's main worktree); CARGO_TARGET_DIR as usual.
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+mode="${1:-stage}"
+
+stage() {
+    local repo root bin
+    repo="$(cd "$here/.." && pwd)"
+    # The device tool sends the main checkout, not a linked worktree: stage there.
+    root="${KAAS_STAGE_ROOT:-$(git -C "$repo" worktree list --porcelain | awk '/^worktree /{print $2; exit}')}"
+    root="${root:-$repo}"
+    cd "$repo"
+    # The test binary's path comes from cargo's own report of what it built.
+    bin="$(cargo test --release --no-run --test gpu --message-format=json 2>/dev/null \
+        | python3 -c 'import json,sys
+for line in sys.stdin:
+    try: m = json.loads(line)
+    except ValueError: continue
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] == "gpu":
+        print(m["executable"])' | tail -n 1)"
+    if [[ -z "$bin" || ! -x "$bin" ]]; then
+        echo "gpu-check: cargo did not report a test binary named gpu; run: cargo test --release --no-run --test gpu" >&2
+        exit 1
+    fi
+    mkdir -p "$root/.dev/gpu"
+    cp "$bin" "$root/.dev/gpu/gpu-tests"
+    cp "$here/gpu-check.sh" "$root/.dev/gpu/gpu-check.sh"
+    chmod +x "$root/.dev/gpu/gpu-tests" "$root/.dev/gpu/gpu-check.sh"
+    du -sh "$root/.dev/gpu"
+    cat <<CMD
+Staged in $root/.dev/gpu. Device tool: run(kind="nvidia-h100-x1", carry=[".dev/gpu"], command=
+  bash .dev/gpu/gpu-check.sh remote
+)
+CMD
+}
+
+# Links the newest file matching $2 (e.g. libcublas.so.*) found under the search folders
+# as $1 (e.g. libcublas.so) in $libdir, and adds its folder to the search path: cudarc
+# opens the unversioned names (or .so.12), and CUDA 13 ships .so.13.
+link_lib() {
+    local name="$1" pattern="$2" found=""
+    for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib /usr/lib/x86_64-linux-gnu \
+        $(python3 -c 'import site,sys; print(" ".join(site.getsitepackages()))' 2>/dev/null || true); do
+        [[ -d "$d" ]] || continue
+        found="$(find -L "$d" -maxdepth 4 -name "$pattern" -type f 2>/dev/null | sort -V | tail -n 1)"
+        [[ -n "$found" ]] && break
+    done
+    if [[ -n "$found" ]]; then
+        ln -sf "$found" "$libdir/$name"
+        extra="${extra}:$(dirname "$found")"
+        echo "gpu-check: $name -> $found"
+    else
+        echo "gpu-check: no $pattern found" >&2
+    fi
+}
+
+remote() {
+    local out="${OUT:-/tmp/kaas-gpu-out}"
+    mkdir -p "$out"
+    libdir="$(mktemp -d)"
+    extra=""
+    link_lib libcublas.so 'libcublas.so.*[0-9]'
+    link_lib libcublasLt.so 'libcublasLt.so.*[0-9]'
+    link_lib libnvrtc.so 'libnvrtc.so.*[0-9]'
+    export LD_LIBRARY_PATH="$libdir${extra}:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}:/usr/local/nvidia/lib64"
+    {
+        echo "== $(date -u +%Y-%m-%dT%H:%M:%SZ) $(uname -srm)"
+        nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv 2>&1 || true
+        echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
+        ldconfig -p 2>/dev/null | grep -E 'libcuda\.so|libcublas|libnvrtc\.so' || true
+    } | tee "$out/env.txt"
+    local rc=0
+    "$here/gpu-tests" --nocapture --test-threads=1 2>&1 | tee "$out/gpu.log" || rc=$?
+    nvidia-smi --query-gpu=clocks.sm,temperature.gpu,power.draw --format=csv 2>&1 | tee -a "$out/env.txt" || true
+    echo "== summary"
+    grep -E '^(CHECK|TIMING)' "$out/gpu.log" | grep -E 'FAIL|ERROR|TIMING' || true
+    grep -E '^test result|FAILED|panicked' "$out/gpu.log" || true
+    return $rc
+}
+
+case "$mode" in
+    stage) stage ;;
+    remote) remote ;;
+    *) echo "usage: $0 [stage|remote]" >&2; exit 2 ;;
+esac

@@ -1,0 +1,133 @@
+//! What a benchmark result carries about the GPU it ran on: the facts a device reports
+//! about itself, and the *device class* that timings belong to.
+
+use serde::{Deserialize, Serialize};
+
+/// The device a run took place on. Serialised into every benchmark result.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeviceFacts {
+    pub ordinal: u32,
+    /// As the driver names it, e.g. `NVIDIA H100 80GB HBM3`.
+    pub name: String,
+    /// The class timings belong to, e.g. `H100-SXM` (see [`device_class`]).
+    pub device_class: String,
+    pub compute_capability: (u32, u32),
+    pub sm_count: u32,
+    /// The most shared memory one block may ask for after opting in.
+    pub max_shared_mem_per_block_optin: u32,
+    pub max_shared_mem_per_sm: u32,
+    pub max_threads_per_block: u32,
+    pub l2_cache_bytes: u64,
+    pub total_memory_bytes: u64,
+    /// The kernel driver's release, e.g. `580.159.04`, where the OS tells it.
+    pub driver_version: Option<String>,
+    /// The CUDA version the driver implements, e.g. `13.0`.
+    pub cuda_driver_api_version: String,
+    /// The cuBLAS library loaded, e.g. `13.0.2`.
+    pub cublas_version: String,
+    /// The cuBLASLt library loaded, as its version number, e.g. `130002`.
+    pub cublaslt_version: String,
+    /// NVRTC, when present (a worker needs none; the tuner does).
+    pub nvrtc_version: Option<String>,
+}
+
+impl DeviceFacts {
+    /// The `(major, minor)` compute capability as the `Arch` words count it.
+    pub fn cc(&self) -> (u32, u32) {
+        self.compute_capability
+    }
+}
+
+/// The device class of a GPU model name: the marketing model plus the form factor where
+/// one model comes in several (they clock and cool differently, so timings differ).
+///
+/// `NVIDIA H100 80GB HBM3` → `H100-SXM`, `NVIDIA H100 PCIe` → `H100-PCIe`,
+/// `NVIDIA H100 NVL` → `H100-NVL`, `NVIDIA H200` → `H200`, `NVIDIA A100-SXM4-80GB` →
+/// `A100-SXM`; anything else becomes a slug of its name (`NVIDIA GeForce RTX 4090` →
+/// `GeForce-RTX-4090`).
+pub fn device_class(name: &str) -> String {
+    let upper = name.to_ascii_uppercase();
+    let words: Vec<&str> = upper.split(|c: char| !c.is_ascii_alphanumeric()).filter(|w| !w.is_empty()).collect();
+    let has = |w: &str| words.contains(&w);
+    for model in ["H100", "H200", "H800", "H20", "A100", "A800", "B200", "B100", "GH200", "GB200"] {
+        if !has(model) {
+            continue;
+        }
+        let form = if has("PCIE") {
+            Some("PCIe")
+        } else if has("NVL") {
+            Some("NVL")
+        } else if words.iter().any(|w| w.starts_with("SXM") || *w == "HBM3" || *w == "HBM2E") && model != "H200" {
+            // H100 SXM boards report as `H100 80GB HBM3`; A100 SXM as `A100-SXM4-80GB`.
+            Some("SXM")
+        } else {
+            None
+        };
+        return match form {
+            Some(f) => format!("{model}-{f}"),
+            None => model.to_string(),
+        };
+    }
+    slug(name.trim_start_matches("NVIDIA").trim())
+}
+
+fn slug(s: &str) -> String {
+    let mut out = String::new();
+    for c in s.chars() {
+        if c.is_ascii_alphanumeric() {
+            out.push(c);
+        } else if !out.ends_with('-') && !out.is_empty() {
+            out.push('-');
+        }
+    }
+    let out = out.trim_end_matches('-').to_string();
+    if out.is_empty() { "unknown".to_string() } else { out }
+}
+
+/// The NVIDIA kernel driver release from `/proc/driver/nvidia/version`, if readable.
+pub fn kernel_driver_version() -> Option<String> {
+    let text = std::fs::read_to_string("/proc/driver/nvidia/version").ok()?;
+    parse_kernel_driver_version(&text)
+}
+
+fn parse_kernel_driver_version(text: &str) -> Option<String> {
+    // "NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.159.04  Thu ..."
+    let line = text.lines().find(|l| l.starts_with("NVRM version"))?;
+    line.split_whitespace()
+        .find(|w| {
+            w.split('.').count() >= 2 && w.split('.').all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
+        })
+        .map(str::to_string)
+}
+
+/// `13000` → `13.0`, `12090` → `12.9`.
+pub fn cuda_version_text(v: i32) -> String {
+    format!("{}.{}", v / 1000, (v % 1000) / 10)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn model_names_map_to_device_classes() {
+        assert_eq!(device_class("NVIDIA H100 80GB HBM3"), "H100-SXM");
+        assert_eq!(device_class("NVIDIA H100 PCIe"), "H100-PCIe");
+        assert_eq!(device_class("NVIDIA H100 NVL"), "H100-NVL");
+        assert_eq!(device_class("NVIDIA H200"), "H200");
+        assert_eq!(device_class("NVIDIA H200 NVL"), "H200-NVL");
+        assert_eq!(device_class("NVIDIA A100-SXM4-80GB"), "A100-SXM");
+        assert_eq!(device_class("NVIDIA A100 80GB PCIe"), "A100-PCIe");
+        assert_eq!(device_class("NVIDIA GeForce RTX 4090"), "GeForce-RTX-4090");
+        assert_eq!(device_class("  "), "unknown");
+    }
+
+    #[test]
+    fn versions_read_as_people_write_them() {
+        assert_eq!(cuda_version_text(13000), "13.0");
+        assert_eq!(cuda_version_text(12090), "12.9");
+        let proc = "NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.159.04  Thu Oct  9 2025\nGCC version: gcc 12";
+        assert_eq!(parse_kernel_driver_version(proc).as_deref(), Some("580.159.04"));
+        assert_eq!(parse_kernel_driver_version("nothing here"), None);
+    }
+}
