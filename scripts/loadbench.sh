@@ -23,7 +23,7 @@ db="sqlite://$work/kaas.db?mode=rwc"
 ptx="$work/kernel.ptx"
 {
   printf '.version 8.8\n.target sm_90\n.address_size 64\n\n.visible .entry load_bench(\n\t.param .u64 .ptr .global .align 1 p\n)\n{\n\t.reg .b32 %%r<4>;\n'
-  for i in $(seq 1 6500); do printf '\tadd.s32 %%r1, %%r2, %d;\n' "$i"; done
+  for i in $(seq 1 8200); do printf '\tadd.s32 %%r1, %%r2, %d;\n' "$i"; done
   printf '\tret;\n}\n'
 } > "$ptx"
 size=$(stat -c %s "$ptx")
@@ -49,14 +49,15 @@ http {
   server { listen 127.0.0.1:18081; root $work/www; etag on; }
 }
 CONF
-mkdir -p "$work/tmp"
+mkdir -p "$work/tmp"; chmod -R a+rX "$work"   # nginx workers run as nobody
 nginx -p "$work" -c "$work/nginx.conf" -g 'daemon off;' &
 nginx_pid=$!
 sleep 0.5
 
 url_kaas="http://127.0.0.1:18080/v1/artifacts/$sha"
 url_nginx="http://127.0.0.1:18081/v1/artifacts/$sha"
-[ "$(curl -sf "$url_kaas" | sha256sum)" = "$(curl -sf "$url_nginx" | sha256sum)" ] || { echo "the two servers disagree on the bytes" >&2; exit 1; }
+a=$(curl -sf "$url_kaas" | sha256sum); b=$(curl -sf "$url_nginx" | sha256sum)
+[ "$a" = "$b" ] || { echo "the two servers disagree on the bytes: kaas $a, nginx $b (sha $sha)" >&2; exit 1; }
 
 # wrk's numbers: requests/s, p50 and p99 latency in ms.
 measure() {
