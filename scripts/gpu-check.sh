@@ -7,6 +7,10 @@
 #                                  print the command for the device tool
 #   .dev/gpu/gpu-check.sh remote   (on the device) find the CUDA libraries, run the tests,
 #                                  log to $OUT/gpu.log
+#   scripts/gpu-check.sh stage-baselines   (here) build the release `kaas` and stage it with
+#                                  this script in <checkout>/.dev/bl/
+#   .dev/bl/gpu-check.sh baselines ARGS…   (on the device) find the CUDA libraries and run
+#                                  `kaas baselines ARGS…`
 #
 # Environment (stage): KAAS_STAGE_ROOT, the checkout the device tool sends (default: the
 # repository's main worktree); CARGO_TARGET_DIR as usual.
@@ -46,6 +50,26 @@ Staged in $root/.dev/gpu. Device tool: run(kind="nvidia-h100-x1", carry=[".dev/g
 CMD
 }
 
+# The release `kaas` binary, for `kaas baselines` on the device.
+stage_baselines() {
+    local repo root
+    repo="$(cd "$here/.." && pwd)"
+    root="${KAAS_STAGE_ROOT:-$(git -C "$repo" worktree list --porcelain | awk '/^worktree /{print $2; exit}')}"
+    root="${root:-$repo}"
+    cd "$repo"
+    cargo build --release --bin kaas
+    mkdir -p "$root/.dev/bl"
+    cp "${CARGO_TARGET_DIR:-$repo/target}/release/kaas" "$root/.dev/bl/kaas"
+    cp "$here/gpu-check.sh" "$root/.dev/bl/gpu-check.sh"
+    chmod +x "$root/.dev/bl/kaas" "$root/.dev/bl/gpu-check.sh"
+    du -sh "$root/.dev/bl"
+    cat <<CMD
+Staged in $root/.dev/bl. Device tool: run(kind="nvidia-h100-x1", carry=[".dev/bl"], command=
+  bash .dev/bl/gpu-check.sh baselines --grid --total-budget-s 480 --out \$OUT/bl
+)
+CMD
+}
+
 # Links the newest file matching $2 (e.g. libcublas.so.*) found under the search folders
 # as $1 (e.g. libcublas.so) in $libdir, and adds its folder to the search path: cudarc
 # opens the unversioned names (or .so.12), and CUDA 13 ships .so.13.
@@ -66,15 +90,30 @@ link_lib() {
     fi
 }
 
-remote() {
-    local out="${OUT:-/tmp/kaas-gpu-out}"
-    mkdir -p "$out"
+# Makes the CUDA 13 libraries findable under the names cudarc opens.
+setup_libs() {
     libdir="$(mktemp -d)"
     extra=""
     link_lib libcublas.so 'libcublas.so.*[0-9]'
     link_lib libcublasLt.so 'libcublasLt.so.*[0-9]'
     link_lib libnvrtc.so 'libnvrtc.so.*[0-9]'
     export LD_LIBRARY_PATH="$libdir${extra}:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}:/usr/local/nvidia/lib64"
+}
+
+# `kaas baselines ARGS…` with the libraries found; device state before and after.
+baselines() {
+    setup_libs
+    nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv 2>&1 || true
+    local rc=0
+    "$here/kaas" baselines "$@" || rc=$?
+    nvidia-smi --query-gpu=clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv 2>&1 || true
+    return $rc
+}
+
+remote() {
+    local out="${OUT:-/tmp/kaas-gpu-out}"
+    mkdir -p "$out"
+    setup_libs
     {
         echo "== $(date -u +%Y-%m-%dT%H:%M:%SZ) $(uname -srm)"
         nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv 2>&1 || true
@@ -93,5 +132,7 @@ remote() {
 case "$mode" in
     stage) stage ;;
     remote) remote ;;
-    *) echo "usage: $0 [stage|remote]" >&2; exit 2 ;;
+    stage-baselines) stage_baselines ;;
+    baselines) shift; baselines "$@" ;;
+    *) echo "usage: $0 [stage|remote|stage-baselines|baselines ARGS…]" >&2; exit 2 ;;
 esac

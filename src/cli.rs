@@ -44,6 +44,9 @@ pub enum Command {
         #[command(flatten)]
         db: DbArgs,
     },
+    /// Time the baselines (cuBLAS, cuBLASLt heuristic and autotuned; NN and TN) on this
+    /// machine's GPU and write them as a catalog bundle; or run the null test (--calibrate).
+    Baselines(crate::bench::baselines::BaselinesArgs),
     /// Print the OpenAPI document, or write it to a file.
     Openapi {
         /// Write to this file instead of standard output (e.g. openapi/openapi.json).
@@ -134,6 +137,11 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                 }
             }
             Ok(())
+        }
+        Command::Baselines(args) => {
+            // GPU work stays off the async executor.
+            let rt = tokio::runtime::Handle::current();
+            tokio::task::spawn_blocking(move || crate::bench::baselines::run_cli(args, rt)).await?
         }
         Command::Openapi { write } => {
             let text = crate::api::openapi::document_text();

@@ -235,3 +235,33 @@ pub mod job {
 
     impl ActiveModelBehavior for ActiveModel {}
 }
+
+pub mod autotune_choice {
+    use sea_orm::entity::prelude::*;
+
+    #[sea_orm::model]
+    #[derive(Clone, Debug, PartialEq, DeriveEntityModel)]
+    #[sea_orm(table_name = "autotune_choices")]
+    pub struct Model {
+        #[sea_orm(primary_key)]
+        pub id: i32,
+        pub device_class: String,
+        pub driver_version: String,
+        pub cublas_version: String,
+        pub arch: String,
+        pub acc: String,
+        pub layout: String,
+        pub m: i32,
+        pub n: i32,
+        pub k: i32,
+        #[sea_orm(column_type = "Text")]
+        pub config: String,
+        pub median_us: f64,
+        pub heuristic_top1_median_us: Option<f64>,
+        pub candidates_offered: i32,
+        pub candidates_timed: i32,
+        pub tuned_at: DateTimeUtc,
+    }
+
+    impl ActiveModelBehavior for ActiveModel {}
+}

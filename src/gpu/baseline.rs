@@ -109,6 +109,19 @@ impl<'a> LtGemm<'a> {
         Ok(algos.swap_remove(0))
     }
 
+    /// The same algorithm and plan on other buffers of the same problem (another buffer
+    /// set), without asking the heuristic again.
+    pub fn with_operands<'b>(&self, ops: &'b Operands) -> Result<LtGemm<'b>, GpuError> {
+        if ops.problem() != self.ops.problem() {
+            return Err(GpuError::refused(
+                self.label(),
+                format!("cannot run on buffers of another problem ({})", ops.problem()),
+            ));
+        }
+        check_sizes(ops, "cuBLASLt")?;
+        Ok(LtGemm { ops, plan: self.plan.clone(), algo: self.algo, rank: self.rank })
+    }
+
     /// Position in the heuristic's list (0 = its first choice).
     pub fn rank(&self) -> usize {
         self.rank
@@ -127,6 +140,45 @@ impl<'a> LtGemm<'a> {
     pub fn algo_words(&self) -> [u64; 8] {
         self.algo.words()
     }
+
+    /// What re-creates this algorithm for the same problem ([`LtGemm::from_config`]).
+    pub fn config(&self) -> Result<LtAlgoConfig, GpuError> {
+        let values = self.algo.config_values().map_err(at(format!("read the configuration of {}", self.label())))?;
+        Ok(LtAlgoConfig {
+            attributes: values.into_iter().map(|(n, v)| (n.to_string(), v)).collect(),
+            words: self.algo.words().iter().map(|w| format!("{w:016x}")).collect(),
+            workspace_bytes: self.algo.workspace_bytes as u64,
+            heuristic_rank: self.rank,
+        })
+    }
+
+    /// Re-creates a recorded algorithm from its configuration attributes and checks with
+    /// the library that it runs this problem.
+    pub fn from_config(gpu: &Gpu, ops: &'a Operands, config: &LtAlgoConfig) -> Result<LtGemm<'a>, GpuError> {
+        let stage = format!("re-create cuBLASLt algorithm for {}", ops.problem());
+        check_sizes(ops, &stage)?;
+        let (handle, _) = gpu.cublaslt()?;
+        let plan = Rc::new(LtPlan::new(&column_major_mapping(ops.problem())).map_err(at(&stage))?);
+        let values: Vec<(String, u64)> = config.attributes.iter().map(|(n, v)| (n.clone(), *v)).collect();
+        let algo = plan.algo_from_config(handle, &values).map_err(at(&stage))?;
+        if algo.workspace_bytes > CUBLASLT_WORKSPACE_BYTES {
+            return Err(GpuError::refused(stage, format!("needs {} bytes of workspace", algo.workspace_bytes)));
+        }
+        Ok(LtGemm { ops, plan, algo, rank: config.heuristic_rank })
+    }
+}
+
+/// A cuBLASLt algorithm as recorded: its configuration attributes by name (`algo_id`,
+/// `tile_id`, `stages_id`, `splitk_num`, `reduction_scheme`, `cta_swizzling`,
+/// `custom_option`, `inner_shape_id`, `cluster_shape_id`), which re-create it; the
+/// opaque words (hex), which only the same cuBLASLt build reads; the workspace it asked
+/// for; and its rank in the heuristic's list when it was chosen.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct LtAlgoConfig {
+    pub attributes: std::collections::BTreeMap<String, u64>,
+    pub words: Vec<String>,
+    pub workspace_bytes: u64,
+    pub heuristic_rank: usize,
 }
 
 impl Contender for LtGemm<'_> {

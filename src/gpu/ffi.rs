@@ -420,6 +420,21 @@ impl DeviceMemory {
         // SAFETY: both ranges lie inside their allocations.
         driver(unsafe { cu::cuMemcpyDtoDAsync_v2(self.ptr, src.ptr, src.bytes, stream.raw) }, "cuMemcpyDtoDAsync")
     }
+
+    /// Device-to-device copy of `bytes` from `src` at `src_offset` to `self` at
+    /// `dst_offset`, in stream order. Both ranges are checked against their allocations.
+    pub fn copy_range(&self, dst_offset: usize, src: &DeviceMemory, src_offset: usize, bytes: usize, stream: &Stream) -> Res<()> {
+        let end = |offset: usize| offset.checked_add(bytes).unwrap_or(usize::MAX);
+        self.fits(end(dst_offset), "cuMemcpyDtoDAsync")?;
+        src.fits(end(src_offset), "cuMemcpyDtoDAsync")?;
+        // SAFETY: both ranges lie inside their allocations (checked above).
+        driver(
+            unsafe {
+                cu::cuMemcpyDtoDAsync_v2(self.ptr + dst_offset as u64, src.ptr + src_offset as u64, bytes, stream.raw)
+            },
+            "cuMemcpyDtoDAsync",
+        )
+    }
 }
 
 impl Drop for DeviceMemory {
@@ -881,10 +896,69 @@ pub struct LtAlgo {
     pub waves: f32,
 }
 
+/// The configuration attributes that, with the matmul's descriptors, identify a cuBLASLt
+/// algorithm: `cublasLtMatmulAlgoInit(ALGO_ID)` then these set re-creates it (the
+/// documented way to reproduce an algorithm, unlike the opaque words, which only the
+/// same cuBLASLt build promises to read back).
+pub const LT_ALGO_CONFIG_ATTRS: [(&str, lt::cublasLtMatmulAlgoConfigAttributes_t); 9] = {
+    use lt::cublasLtMatmulAlgoConfigAttributes_t as A;
+    [
+        ("algo_id", A::CUBLASLT_ALGO_CONFIG_ID),
+        ("tile_id", A::CUBLASLT_ALGO_CONFIG_TILE_ID),
+        ("stages_id", A::CUBLASLT_ALGO_CONFIG_STAGES_ID),
+        ("splitk_num", A::CUBLASLT_ALGO_CONFIG_SPLITK_NUM),
+        ("reduction_scheme", A::CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME),
+        ("cta_swizzling", A::CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING),
+        ("custom_option", A::CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION),
+        ("inner_shape_id", A::CUBLASLT_ALGO_CONFIG_INNER_SHAPE_ID),
+        ("cluster_shape_id", A::CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID),
+    ]
+};
+
+/// Size in bytes of one algorithm configuration attribute (the library checks it).
+fn algo_attr_size(algo: &lt::cublasLtMatmulAlgo_t, attr: lt::cublasLtMatmulAlgoConfigAttributes_t) -> Res<usize> {
+    let mut size = 0usize;
+    // SAFETY: with a zero-sized buffer the library only writes the attribute's size.
+    blaslt(
+        unsafe { lt::cublasLtMatmulAlgoConfigGetAttribute(algo, attr, ptr::null_mut(), 0, &mut size) },
+        "cublasLtMatmulAlgoConfigGetAttribute",
+    )?;
+    if size == 0 || size > 8 {
+        return Err(Failure { call: "cublasLtMatmulAlgoConfigGetAttribute", code: format!("{attr:?} is {size} bytes") });
+    }
+    Ok(size)
+}
+
 impl LtAlgo {
     /// The algorithm's opaque words, for logging which one ran.
     pub fn words(&self) -> [u64; 8] {
         self.algo.data
+    }
+
+    /// The values of [`LT_ALGO_CONFIG_ATTRS`], in that order (unsigned, little-endian).
+    pub fn config_values(&self) -> Res<Vec<(&'static str, u64)>> {
+        LT_ALGO_CONFIG_ATTRS
+            .iter()
+            .map(|&(name, attr)| {
+                let size = algo_attr_size(&self.algo, attr)?;
+                let mut buf = [0u8; 8];
+                let mut written = 0usize;
+                // SAFETY: `buf` holds `size` ≤ 8 bytes; the library writes at most that.
+                blaslt(
+                    unsafe {
+                        lt::cublasLtMatmulAlgoConfigGetAttribute(
+                            &self.algo,
+                            attr,
+                            buf.as_mut_ptr() as *mut c_void,
+                            size,
+                            &mut written,
+                        )
+                    },
+                    "cublasLtMatmulAlgoConfigGetAttribute",
+                )?;
+                Ok((name, u64::from_le_bytes(buf)))
+            })
+            .collect()
     }
 }
 
@@ -983,6 +1057,56 @@ impl LtPlan {
                 .map(|r| LtAlgo { algo: r.algo, workspace_bytes: r.workspaceSize, waves: r.wavesCount })
                 .collect())
         }
+    }
+
+    /// Re-creates an algorithm from its configuration values (see
+    /// [`LT_ALGO_CONFIG_ATTRS`]; `algo_id` is required, absent others keep the library's
+    /// defaults), then asks the library whether it runs this matmul and with how much
+    /// workspace.
+    pub fn algo_from_config(&self, handle: &CublasLt, values: &[(String, u64)]) -> Res<LtAlgo> {
+        let value_of = |name: &str| values.iter().find(|(n, _)| n == name).map(|(_, v)| *v);
+        let id = value_of("algo_id")
+            .and_then(|v| i32::try_from(v).ok())
+            .ok_or(Failure { call: "cublasLtMatmulAlgoInit", code: "no valid algo_id in the configuration".into() })?;
+        let (compute, scale) = match self.gemm.compute {
+            Compute::F16 => (lt::cublasComputeType_t::CUBLAS_COMPUTE_16F, lt::cudaDataType_t::CUDA_R_16F),
+            Compute::F32 => (lt::cublasComputeType_t::CUBLAS_COMPUTE_32F, lt::cudaDataType_t::CUDA_R_32F),
+        };
+        let f16 = lt::cudaDataType_t::CUDA_R_16F;
+        // SAFETY: an all-zero algorithm is plain data that `cublasLtMatmulAlgoInit` overwrites.
+        let mut algo: lt::cublasLtMatmulAlgo_t = unsafe { std::mem::zeroed() };
+        // SAFETY: the handle is live; the library writes the algorithm we own.
+        blaslt(
+            unsafe { lt::cublasLtMatmulAlgoInit(handle.raw, compute, scale, f16, f16, f16, f16, id, &mut algo) },
+            "cublasLtMatmulAlgoInit",
+        )?;
+        for &(name, attr) in LT_ALGO_CONFIG_ATTRS.iter().skip(1) {
+            let Some(v) = value_of(name) else { continue };
+            let size = algo_attr_size(&algo, attr)?;
+            if size < 8 && v >> (8 * size) != 0 {
+                return Err(Failure {
+                    call: "cublasLtMatmulAlgoConfigSetAttribute",
+                    code: format!("{name} = {v} does not fit {size} bytes"),
+                });
+            }
+            let buf = v.to_le_bytes();
+            // SAFETY: `buf` holds at least `size` bytes; the library reads exactly that.
+            blaslt(
+                unsafe { lt::cublasLtMatmulAlgoConfigSetAttribute(&mut algo, attr, buf.as_ptr() as *const c_void, size) },
+                "cublasLtMatmulAlgoConfigSetAttribute",
+            )?;
+        }
+        // SAFETY: an all-zero result is plain data the library overwrites.
+        let mut result: lt::cublasLtMatmulHeuristicResult_t = unsafe { std::mem::zeroed() };
+        // SAFETY: all descriptors and the handle are live; `result` is ours.
+        blaslt(
+            unsafe {
+                lt::cublasLtMatmulAlgoCheck(handle.raw, self.desc, self.a, self.b, self.c, self.c, &algo, &mut result)
+            },
+            "cublasLtMatmulAlgoCheck",
+        )?;
+        blaslt(result.state, "cublasLtMatmulAlgoCheck")?;
+        Ok(LtAlgo { algo, workspace_bytes: result.workspaceSize, waves: result.wavesCount })
     }
 
     // One argument per thing cublasLtMatmul itself takes; bundling them would only hide that.

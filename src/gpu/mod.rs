@@ -21,12 +21,12 @@ use std::rc::Rc;
 
 use cudarc::driver::sys::CUdevice_attribute as Attr;
 
-pub use baseline::{CublasGemm, LtGemm, column_major_mapping};
+pub use baseline::{CublasGemm, LtAlgoConfig, LtGemm, column_major_mapping};
 pub use device::{DeviceFacts, device_class};
 pub use ffi::{ColumnMajorGemm, Compute, Op};
 pub use launch::{PreparedManifest, encode_tensor_map, tensor_map_geometry};
 pub use operands::Operands;
-pub use timing::{Contender, GraphTimer, time_direct, time_graph};
+pub use timing::{Contender, EventTimer, GraphTimer, time_direct, time_graph};
 
 /// Bytes of workspace handed to cuBLASLt (its recommendation for Hopper).
 pub const CUBLASLT_WORKSPACE_BYTES: usize = 32 << 20;
@@ -244,6 +244,19 @@ impl DeviceBuffer {
     /// Copies all of `src` to the start of this buffer, in stream order.
     pub fn copy_from(&self, gpu: &Gpu, src: &DeviceBuffer) -> Result<(), GpuError> {
         self.mem.copy_from(&src.mem, gpu.stream()).map_err(at("copy"))
+    }
+
+    /// Copies `bytes` from `src` at byte `src_offset` to this buffer at `dst_offset`, in
+    /// stream order; both ranges must lie inside their buffers.
+    pub fn copy_range(
+        &self,
+        gpu: &Gpu,
+        dst_offset: usize,
+        src: &DeviceBuffer,
+        src_offset: usize,
+        bytes: usize,
+    ) -> Result<(), GpuError> {
+        self.mem.copy_range(dst_offset, &src.mem, src_offset, bytes, gpu.stream()).map_err(at("copy"))
     }
 
     pub(crate) fn memory(&self) -> &ffi::DeviceMemory {

@@ -100,3 +100,35 @@ pub fn time_direct(gpu: &Gpu, contender: &dyn Contender, launches: u32) -> Resul
     let ms = start.elapsed_ms(&end).map_err(at(&stage))?;
     Ok(ms as f64 * 1000.0 / launches as f64)
 }
+
+/// Two events for timing direct launches, made once and reused sample after sample.
+pub struct EventTimer {
+    start: Event,
+    end: Event,
+}
+
+impl EventTimer {
+    pub fn new(gpu: &Gpu) -> Result<EventTimer, GpuError> {
+        let start = Event::new(gpu.context()).map_err(at("create timing events"))?;
+        let end = Event::new(gpu.context()).map_err(at("create timing events"))?;
+        Ok(EventTimer { start, end })
+    }
+
+    /// `launches` direct launches back to back between the two events, no warm-up (the
+    /// caller has warmed up); returns µs per launch. With one launch after an idle device
+    /// this is a `server` sample; with many, an `offline` one.
+    pub fn time_launches(&self, gpu: &Gpu, contender: &dyn Contender, launches: u32) -> Result<f64, GpuError> {
+        let stage = format!("direct timing of {}", contender.label());
+        if launches == 0 {
+            return Err(GpuError::refused(stage, "needs at least one launch"));
+        }
+        self.start.record(gpu.stream()).map_err(at(&stage))?;
+        for _ in 0..launches {
+            contender.enqueue(gpu).map_err(|e| e.within(&stage))?;
+        }
+        self.end.record(gpu.stream()).map_err(at(&stage))?;
+        self.end.synchronize().map_err(at(&stage))?;
+        let ms = self.start.elapsed_ms(&self.end).map_err(at(&stage))?;
+        Ok(ms as f64 * 1000.0 / launches as f64)
+    }
+}

@@ -7,7 +7,7 @@ use crate::common::*;
 
 async fn migrations_build_every_table_from_empty_and_rerun_cleanly(backend: Backend) {
     let db = TestDb::new(backend).await;
-    for t in ["artifacts", "problems", "device_classes", "submitters", "api_tokens", "submissions", "manifests", "runs", "baselines", "catalog_entries", "jobs"] {
+    for t in ["artifacts", "problems", "device_classes", "submitters", "api_tokens", "submissions", "manifests", "runs", "baselines", "catalog_entries", "jobs", "autotune_choices"] {
         assert_eq!(db.count(t).await, 0, "{t}");
     }
     // Running the migrator again (as every start-up does) changes nothing.
