@@ -606,3 +606,18 @@ fn graph_timing_is_plausible() {
         println!("TIMING {row}");
     }
 }
+
+#[test]
+fn cublaslt_algorithms_are_recreated_from_their_recorded_configuration() {
+    let Some(gpu) = gpu_or_skip() else { return };
+    for layout in Layout::ALL {
+        let p = problem(Acc::F32, layout, (512, 384, 256));
+        let ops = Operands::alloc(&gpu, &p, 0).expect("alloc");
+        for algo in LtGemm::heuristics(&gpu, &ops, 16).expect("heuristics") {
+            let config = algo.config().expect("read configuration");
+            assert!(config.attributes.contains_key("algo_id"), "{config:?}");
+            let again = LtGemm::from_config(&gpu, &ops, &config).expect("re-create");
+            assert_eq!(again.algo_words(), algo.algo_words(), "{}: {config:?}", algo.label());
+        }
+    }
+}
