@@ -81,6 +81,8 @@ remote() {
         echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
         ldconfig -p 2>/dev/null | grep -E 'libcuda\.so|libcublas|libnvrtc\.so' || true
     } | tee "$out/env.txt"
+    # The shipped catalog of the checkout this runs in (.dev/gpu sits two levels down).
+    export KAAS_SHIPPED_CATALOG="${KAAS_SHIPPED_CATALOG:-$(cd "$here/../.." && pwd)/kernels}"
     local rc=0
     "$here/gpu-tests" --nocapture --test-threads=1 2>&1 | tee "$out/gpu.log" || rc=$?
     nvidia-smi --query-gpu=clocks.sm,temperature.gpu,power.draw --format=csv 2>&1 | tee -a "$out/env.txt" || true

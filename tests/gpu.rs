@@ -606,3 +606,79 @@ fn graph_timing_is_plausible() {
         println!("TIMING {row}");
     }
 }
+
+/// Every kernel in a catalog bundle (the shipped `kernels/`, or `KAAS_SHIPPED_CATALOG`)
+/// computes its problem: exact on three {0,1} seeds, within tolerance on random inputs
+/// (with cuBLAS's error on the same inputs beside it), every element of a NaN-poisoned C
+/// written. Prints one `REPORT {json}` line that `examples/simple_catalog.rs` turns into
+/// the bundle's run records.
+#[test]
+fn the_shipped_catalog_kernels_are_correct() {
+    let Some(gpu) = gpu_or_skip() else { return };
+    let dir = std::env::var("KAAS_SHIPPED_CATALOG")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|_| std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("kernels"));
+    let (index, ptx) = kaas::catalog::bundle::read_bundle(&dir).expect("a readable catalog bundle");
+    assert!(!index.entries.is_empty(), "{} holds no kernels", dir.display());
+    let facts = gpu.facts().clone();
+    let mut results = serde_json::Map::new();
+    let mut failed = vec![];
+    for e in &index.entries {
+        let p = e.problem;
+        let shape = (p.m, p.n, p.k);
+        let loaded = gpu.load_ptx(&ptx[&e.artifact]).expect("the shipped PTX loads");
+        let run = |case: &Case| -> Vec<f16> {
+            let ops = upload(&gpu, &p, case).expect("upload");
+            PreparedManifest::new(&gpu, &loaded, &e.manifest, &ops).expect("manifest").run(&gpu).expect("launch");
+            ops.download_c(&gpu).expect("download")
+        };
+        let mut ok = true;
+        for seed in [11, 12, 13] {
+            let case = Case::binary(shape, seed);
+            let out = run(&case);
+            let unwritten = out.iter().filter(|x| x.is_nan()).count();
+            let (bad, first) = exact_mismatches(&out, &case.reference, p.n as usize);
+            if bad > 0 || unwritten > 0 {
+                ok = false;
+                println!("CHECK FAIL {} seed {seed}: {bad} mismatches, {unwritten} unwritten; {first:?}", p.path());
+            }
+        }
+        let random = Case::random(shape, 14);
+        let rel = relative_error(&run(&random), &random.reference);
+        let ops = upload(&gpu, &p, &random).expect("upload");
+        let cublas = CublasGemm::new(&gpu, &ops).expect("cuBLAS");
+        let rel_cublas = relative_error(&run_contender(&gpu, &ops, &cublas).expect("cuBLAS runs"), &random.reference);
+        ok &= rel <= tolerance(p.acc);
+        println!("CHECK {} {} rel {rel:.3e} (cuBLAS {rel_cublas:.3e}) {}", p.path(), e.name, if ok { "PASS" } else { "FAIL" });
+        if !ok {
+            failed.push(p.path());
+            continue;
+        }
+        results.insert(
+            p.path(),
+            format!(
+                "verified on {} ({}, driver {}, CUDA {}) by tests/gpu.rs: exact on 3 seeds of {{0,1}} inputs over all {} outputs; \
+                 random inputs in [-1,1]: relative error {rel:.2e} (tolerance {:.0e}; cuBLAS {rel_cublas:.2e} on the same inputs); \
+                 every element of a NaN-poisoned C written. Not benchmarked.",
+                facts.device_class,
+                facts.name,
+                facts.driver_version.clone().unwrap_or_default(),
+                facts.cuda_driver_api_version,
+                p.m as u64 * p.n as u64,
+                tolerance(p.acc),
+            )
+            .into(),
+        );
+    }
+    let report = serde_json::json!({
+        "device_class": facts.device_class,
+        "model": facts.name,
+        "compute_capability": format!("{}.{}", facts.compute_capability.0, facts.compute_capability.1),
+        "sm_count": facts.sm_count,
+        "measured_at": chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ").to_string(),
+        "device": serde_json::to_value(&facts).expect("facts serialize"),
+        "results": results,
+    });
+    println!("REPORT {report}");
+    assert!(failed.is_empty(), "shipped kernels failed: {failed:?}");
+}
