@@ -40,7 +40,7 @@ pub struct DeviceQuery {
     pub device: Option<String>,
 }
 
-fn check_device(device: &Option<String>) -> Result<(), ApiError> {
+pub(crate) fn check_device(device: &Option<String>) -> Result<(), ApiError> {
     match device {
         Some(d) if d.is_empty() || d.len() > 64 || !d.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) => {
             Err(ApiError::InvalidQuery(format!("device `{d}` is not a device class name (letters, digits, `-`, `_`, `.`)")))
@@ -49,7 +49,7 @@ fn check_device(device: &Option<String>) -> Result<(), ApiError> {
     }
 }
 
-fn json(value: &impl serde::Serialize) -> Result<Rendered, ApiError> {
+pub(crate) fn json(value: &impl serde::Serialize) -> Result<Rendered, ApiError> {
     let body = serde_json::to_vec(value).map_err(|e| ApiError::Internal(e.to_string()))?;
     Ok(Rendered { status: 200, content_type: "application/json", body: body.into() })
 }
@@ -59,7 +59,7 @@ fn problem_json(err: &ApiError) -> Rendered {
     Rendered { status: actix_web::ResponseError::status_code(err).as_u16(), content_type: "application/problem+json", body: body.into() }
 }
 
-fn respond(r: &Rendered) -> HttpResponse {
+pub(crate) fn respond(r: &Rendered) -> HttpResponse {
     HttpResponse::build(actix_web::http::StatusCode::from_u16(r.status).unwrap_or(actix_web::http::StatusCode::OK))
         .insert_header((header::CONTENT_TYPE, r.content_type))
         .insert_header((header::CACHE_CONTROL, "public, max-age=10"))
@@ -68,7 +68,7 @@ fn respond(r: &Rendered) -> HttpResponse {
 
 /// Answers from the catalog cache, rendering on a miss. Concurrent misses for one key
 /// render once.
-async fn cached<F, Fut>(state: &State, key: String, render: F) -> Result<Arc<Rendered>, ApiError>
+pub(crate) async fn cached<F, Fut>(state: &State, key: String, render: F) -> Result<Arc<Rendered>, ApiError>
 where
     F: FnOnce() -> Fut,
     Fut: std::future::Future<Output = Result<Rendered, ApiError>>,
