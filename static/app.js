@@ -46,6 +46,7 @@ async function render() {
   // Keep focus on the control that changed the view, else announce the new page.
   const focusedId = document.activeElement && main.contains(document.activeElement) ? document.activeElement.id : null;
   main.replaceChildren(content.node);
+  performance.mark('kaas:rendered');
   document.title = `${content.title} · kaas`;
   const again = focusedId && document.getElementById(focusedId);
   if (again && view === lastView) again.focus();

@@ -1,33 +1,22 @@
 // Home: what kaas is, how to pull and submit, and headline figures computed from the
 // catalog as it is now.
 
-import { h, api, commandBox, pullCommand, geomean, times, problemHref, shape, DEFAULT_BASELINE } from './lib.js';
-
-/** Headline figures from `GET /v1/problems`. */
-export function headline(problems) {
-  const covered = problems.filter((p) => p.best.length > 0);
-  const entries = covered.flatMap((p) => p.best.map((b) => ({ problem: p, best: b })));
-  const devices = new Set(entries.map((e) => e.best.device_class));
-  const kernels = new Set(entries.map((e) => e.best.artifact_sha256));
-  const speedups = entries.map((e) => e.best.speedups && e.best.speedups[DEFAULT_BASELINE]).filter((x) => typeof x === 'number');
-  return { problems: problems.length, covered: covered.length, entries, devices, kernels, geomean: geomean(speedups), benchmarked: speedups.length };
-}
+import { h, api, commandBox, pullCommand, times, problemHref, shape } from './lib.js';
 
 function figure(value, label, id) {
   return h('li', {}, h('span', { class: 'value', id }, value), label);
 }
 
 export async function home() {
-  const problems = await api('/v1/problems');
-  const f = headline(problems);
+  const f = await api('/v1/stats');
   const origin = location.origin;
-  // An example that works against this server: an entry that beats its baselines, else
-  // one served without a benchmark (a slower one answers `baseline_faster`).
-  const served = (e) => (e.best.beats_baselines === true ? 2 : e.best.beats_baselines == null ? 1 : 0);
-  const example = f.entries.slice().sort((a, b) => served(b) - served(a))[0];
-  const p = example ? example.problem.problem : { m: 4096, n: 4096, k: 4096, acc: 'f32', layout: 'tn', arch: 'sm_90' };
-  const device = example ? example.best.device_class : 'H100-SXM';
-  const path = example ? example.problem.path : `${p.arch}/${p.acc}/${p.layout}/${p.m}x${p.n}x${p.k}`;
+  // The service names an entry its kernel endpoint serves, so the commands work as shown.
+  const example = f.example;
+  const p = example ? example.problem : { m: 4096, n: 4096, k: 4096, acc: 'f32', layout: 'tn', arch: 'sm_90' };
+  const device = example ? example.device_class : 'H100-SXM';
+  const path = example ? example.path : `${p.arch}/${p.acc}/${p.layout}/${p.m}x${p.n}x${p.k}`;
+  const devices = f.device_classes.length;
+  const g = f.geomean_speedup_vs_autotune_max;
   const node = h('div', {},
     h('h1', {}, 'HGEMM kernels as a service'),
     h('p', { class: 'lede' },
@@ -35,12 +24,12 @@ export async function home() {
       'Every kernel is checked for exact and bounded-error results, then timed side by side with cuBLAS and cuBLASLt on the service’s own GPUs.'),
     h('h2', { id: 'figures' }, 'The catalog now'),
     h('ul', { class: 'figures', 'aria-labelledby': 'figures' },
-      figure(String(f.covered), ` problems with a kernel (of ${f.problems} in the database)`, 'fig-covered'),
-      figure(String(f.kernels.size), ' distinct kernels (PTX artifacts)', 'fig-kernels'),
-      figure(String(f.devices.size), ` device class${f.devices.size === 1 ? '' : 'es'}`, 'fig-devices'),
-      figure(f.geomean == null ? '—' : times(f.geomean),
-        f.geomean == null ? ' speedup: no entry benchmarked yet'
-          : ` geometric-mean speedup over cuBLASLt autotune (max), graph mode, across ${f.benchmarked} benchmarked entr${f.benchmarked === 1 ? 'y' : 'ies'}`,
+      figure(String(f.problems_covered), ` problems with a kernel (of ${f.problems} in the database)`, 'fig-covered'),
+      figure(String(f.kernels), ` distinct kernels (PTX artifacts) in ${f.entries} catalog entr${f.entries === 1 ? 'y' : 'ies'}`, 'fig-kernels'),
+      figure(String(devices), ` device class${devices === 1 ? '' : 'es'}${devices ? `: ${f.device_classes.join(', ')}` : ''}`, 'fig-devices'),
+      figure(g == null ? '—' : times(g),
+        g == null ? ' speedup: no entry benchmarked yet'
+          : ` geometric-mean speedup over cuBLASLt autotune (max), graph mode, across ${f.benchmarked_entries} benchmarked entr${f.benchmarked_entries === 1 ? 'y' : 'ies'}`,
         'fig-geomean')),
     h('p', {}, h('a', { class: 'button', href: '#/heatmap' }, 'Browse the catalog'), ' ', h('a', { href: '#/leaderboard' }, 'See the leaderboard')),
     h('h2', {}, 'Pull a kernel'),

@@ -2,7 +2,7 @@
 
 pub mod artifacts;
 pub mod catalog;
-pub mod heatmap;
+pub mod overview;
 pub mod system;
 pub mod ui;
 
@@ -17,7 +17,8 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         .service(catalog::get_kernel)
         .service(catalog::problem_leaderboard)
         .service(catalog::global_leaderboard)
-        .service(heatmap::get_heatmap)
+        .service(overview::get_heatmap)
+        .service(overview::get_stats)
         .service(artifacts::get_artifact)
         .service(artifacts::upload_artifact)
         .service(ui::index)

@@ -1,5 +1,6 @@
-//! `GET /v1/heatmap`: one K of the catalog as an M×N grid, every timing mode, for the
-//! UI's heatmap (cached with the other catalog answers).
+//! The catalog at a glance, for the UI (cached with the other catalog answers):
+//! `GET /v1/heatmap` (one K as an M×N grid, every timing mode) and `GET /v1/stats`
+//! (headline figures).
 
 use actix_web::{HttpResponse, get, web};
 use serde::Deserialize;
@@ -7,7 +8,7 @@ use utoipa::IntoParams;
 
 use super::catalog::{cached, check_device, json, respond};
 use crate::api::{ApiError, State};
-use crate::catalog::heatmap::{self, HeatmapQuery};
+use crate::catalog::overview::{self, HeatmapQuery};
 
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
@@ -27,7 +28,7 @@ pub struct HeatmapParams {
 #[utoipa::path(
     get, path = "/v1/heatmap", tag = "catalog", params(HeatmapParams),
     responses(
-        (status = 200, description = "Every problem of one (arch, acc, layout, K) as an M×N cell with its catalog entry's figures per mode on one device class, and the choices available", body = heatmap::HeatmapView),
+        (status = 200, description = "Every problem of one (arch, acc, layout, K) as an M×N cell with its catalog entry's figures per mode on one device class, and the choices available", body = overview::HeatmapView),
         (status = 400, description = "Unknown arch, acc, layout or device, or K out of range", body = crate::api::error::ProblemDetails, content_type = "application/problem+json"),
     )
 )]
@@ -49,6 +50,17 @@ pub async fn get_heatmap(state: State, q: web::Query<HeatmapParams>) -> Result<H
     check_device(&query.device)?;
     let key = format!("heatmap|{:?}|{:?}|{:?}|{:?}|{:?}", query.arch, query.acc, query.layout, query.k, query.device);
     let db = state.db.clone();
-    let r = cached(&state, key, || async move { json(&heatmap::heatmap(&db, &query).await?) }).await?;
+    let r = cached(&state, key, || async move { json(&overview::heatmap(&db, &query).await?) }).await?;
+    Ok(respond(&r))
+}
+
+#[utoipa::path(
+    get, path = "/v1/stats", tag = "catalog",
+    responses((status = 200, description = "Headline figures of the catalog: problems covered, kernels, device classes, geometric-mean speedup", body = overview::CatalogStats))
+)]
+#[get("/v1/stats")]
+pub async fn get_stats(state: State) -> Result<HttpResponse, ApiError> {
+    let db = state.db.clone();
+    let r = cached(&state, "stats".into(), || async move { json(&overview::stats(&db).await?) }).await?;
     Ok(respond(&r))
 }

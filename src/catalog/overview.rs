@@ -1,8 +1,12 @@
-//! The catalog as the UI's heatmap needs it: every problem of one (arch, acc, layout,
-//! K) selection as an M×N cell, with the figures of its catalog entry on one device
-//! class in every timing mode. `GET /v1/problems` carries graph-mode speedups only and
-//! every K at once; this answers one K in all modes, so the page stays small on a large
-//! catalog and the mode selector needs no further requests.
+//! The catalog at a glance, shaped for the UI.
+//!
+//! - `heatmap`: every problem of one (arch, acc, layout, K) selection as an M×N cell,
+//!   with the figures of its catalog entry on one device class in every timing mode.
+//!   `GET /v1/problems` carries graph-mode speedups only and every K at once; this
+//!   answers one K in all modes, so the page stays small on a large catalog and the mode
+//!   selector needs no further requests.
+//! - `stats`: the headline figures of the whole catalog in a few hundred bytes, where
+//!   computing them in the browser would download every problem.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -10,7 +14,7 @@ use sea_orm::{ColumnTrait, DatabaseConnection, EntityTrait, QueryFilter};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use super::{CatalogError, EntryData, current_entries, problem_of};
+use super::{AUTOTUNE_MAX, CatalogError, EntryData, beats_all, current_entries, geomean, graph_figures, problem_of, run_view};
 use crate::db::entities::{baseline, device_class, problem};
 use crate::problem::{Acc, Arch, Layout, Problem};
 
@@ -186,7 +190,7 @@ pub async fn heatmap(db: &DatabaseConnection, q: &HeatmapQuery) -> Result<Heatma
     for (id, p) in &selected {
         let run = on_device.get(id).and_then(|run_id| data.runs.get(run_id));
         let figures = run.map(|r| {
-            let view = super::run_view(r);
+            let view = run_view(r);
             mode_figures(view.timings.as_ref(), view.speedups.as_ref())
         });
         let fastest_baseline_us = fastest.remove(id).unwrap_or_default();
@@ -226,6 +230,93 @@ pub async fn heatmap(db: &DatabaseConnection, q: &HeatmapQuery) -> Result<Heatma
         baselines: baselines.into_iter().collect(),
         modes: modes.into_iter().collect(),
         cells,
+    })
+}
+
+/// A catalog entry to show as an example: one the kernel endpoint serves.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct ExampleEntry {
+    pub problem: Problem,
+    /// `{arch}/{acc}/{layout}/{m}x{n}x{k}`.
+    pub path: String,
+    pub device_class: String,
+}
+
+/// `GET /v1/stats`: headline figures of the catalog as it is now.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct CatalogStats {
+    /// Problems in the database (with kernels, baselines, or neither yet).
+    pub problems: u32,
+    /// Problems with a catalog entry on at least one device class.
+    pub problems_covered: u32,
+    /// Catalog entries: (device class, problem) pairs with a kernel.
+    pub entries: u32,
+    /// Distinct PTX artifacts among the catalog entries.
+    pub kernels: u32,
+    /// Device classes holding catalog entries.
+    pub device_classes: Vec<String>,
+    /// Entries timed side by side with the baselines (graph mode).
+    pub benchmarked_entries: u32,
+    /// Geometric mean over benchmarked entries of the graph-mode speedup over
+    /// cuBLASLt-autotune-max.
+    pub geomean_speedup_vs_autotune_max: Option<f64>,
+    /// An entry the kernel endpoint serves (it beats its baselines, or was not
+    /// benchmarked), preferring the fastest relative to cuBLASLt-autotune-max.
+    pub example: Option<ExampleEntry>,
+}
+
+pub async fn stats(db: &DatabaseConnection) -> Result<CatalogStats, CatalogError> {
+    use sea_orm::PaginatorTrait;
+    let problems = problem::Entity::find().count(db).await?;
+    let entries = current_entries(db).await?;
+    let data = EntryData::load(db, entries.iter().map(|e| e.run_id).collect()).await?;
+    let mut covered = BTreeSet::new();
+    let mut kernels = BTreeSet::new();
+    let mut devices = BTreeSet::new();
+    let mut speedups = Vec::new();
+    // (served rank, speedup) of the best example so far: beats baselines > unbenchmarked.
+    let mut example: Option<((u8, f64), i32, String)> = None;
+    for e in &entries {
+        let Some(r) = data.runs.get(&e.run_id) else { continue };
+        covered.insert(e.problem_id);
+        devices.insert(e.device_class.clone());
+        if let Some(m) = data.manifests.get(&r.manifest_id) {
+            kernels.insert(m.artifact_sha256.clone());
+        }
+        let (median, _, table) = graph_figures(&run_view(r));
+        let speedup = table.as_ref().and_then(|t| t.get(AUTOTUNE_MAX)).and_then(|v| v.as_f64()).filter(|x| x.is_finite() && *x > 0.0);
+        if let (Some(_), Some(x)) = (median, speedup) {
+            speedups.push(x);
+        }
+        let rank = match beats_all(&table) {
+            Some(true) => (2, speedup.unwrap_or(0.0)),
+            None => (1, 0.0),
+            Some(false) => continue,
+        };
+        if example.as_ref().is_none_or(|(best, _, _)| rank.0 > best.0 || (rank.0 == best.0 && rank.1 > best.1)) {
+            example = Some((rank, e.problem_id, e.device_class.clone()));
+        }
+    }
+    let example = match example {
+        Some((_, problem_id, device_class)) => match problem::Entity::find_by_id(problem_id).one(db).await? {
+            Some(row) => {
+                let p = problem_of(&row)?;
+                Some(ExampleEntry { path: p.path(), problem: p, device_class })
+            }
+            None => None,
+        },
+        None => None,
+    };
+    let count = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
+    Ok(CatalogStats {
+        problems: u32::try_from(problems).unwrap_or(u32::MAX),
+        problems_covered: count(covered.len()),
+        entries: count(entries.len()),
+        kernels: count(kernels.len()),
+        device_classes: devices.into_iter().collect(),
+        benchmarked_entries: count(speedups.len()),
+        geomean_speedup_vs_autotune_max: geomean(&speedups),
+        example,
     })
 }
 
