@@ -531,6 +531,9 @@ fn first_render_on_2000_problems() {
             let mut m = b.js(measure, json!([]));
             m["lcp"] = b.js_async(lcp, json!([]));
             eprintln!("{name} round {round}: {m}");
+            if round == 0 {
+                b.screenshot(&screenshot_dir().join(format!("{name}-2000.png")));
+            }
             runs.push(m);
         }
         let med = |key: &str| {
