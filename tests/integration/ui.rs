@@ -498,6 +498,12 @@ fn first_render_on_2000_problems() {
     assert_eq!(index.problems.len(), 2000);
     let port = serve(index, ptx);
     let base = format!("http://127.0.0.1:{port}");
+    // The largest answers, kept to check what compression would save (`gzip -9`).
+    for (file, path) in [("problems-2000.json", "/v1/problems"), ("heatmap-2000.json", "/v1/heatmap?layout=tn&k=4096")] {
+        let (_, body) = http(port, "GET", path, None).unwrap();
+        std::fs::create_dir_all(screenshot_dir()).unwrap();
+        std::fs::write(screenshot_dir().join(file), body).unwrap();
+    }
     let b = Browser::start(&chromium, &driver, 1280, 1100);
     let pages = [
         ("home", "/#/"),
