@@ -90,7 +90,7 @@ pub fn ui_fixture() -> (Index, BTreeMap<String, String>, Fixture) {
     let mut evil_on_fast = timed(f.fast, 950.0, 1.02);
     evil_on_fast.measured_at = when(18);
     let mut entries = vec![entry(DEVICE, f.fast, &evil_ptx, EVIL, evil_on_fast)];
-    entries.extend(index.entries.drain(..));
+    entries.append(&mut index.entries);
     entries.extend([
         entry(DEVICE, tn(1024, 1024, 4096), &grid_ptx, "kaas-tuner", timed(tn(1024, 1024, 4096), 70.0, 1.25)),
         entry(DEVICE, tn(1024, 2048, 4096), &grid_ptx, "alice", timed(tn(1024, 2048, 4096), 150.0, 0.95)),
@@ -338,9 +338,12 @@ fn the_pages_work_in_chromium() {
     let shots = screenshot_dir();
     let b = Browser::start(&chromium, &driver, 1280, 1100);
     // Any dialog at all (alert, confirm, prompt) would be a script that ran: count them
-    // in every document, before the page's own scripts.
+    // in every document, before the page's own scripts; and collect script errors.
     b.cdp("Page.addScriptToEvaluateOnNewDocument", json!({"source":
-        "window.__dialogs = 0; for (const f of ['alert','confirm','prompt']) { const o = window[f]; window[f] = (...a) => { window.__dialogs++; return o.apply(window, a); }; }"}));
+        "window.__dialogs = 0; for (const f of ['alert','confirm','prompt']) { const o = window[f]; window[f] = (...a) => { window.__dialogs++; return o.apply(window, a); }; } \
+         window.__errors = []; addEventListener('error', e => window.__errors.push(String(e.message))); \
+         addEventListener('unhandledrejection', e => window.__errors.push(String(e.reason))); \
+         addEventListener('securitypolicyviolation', e => window.__errors.push('CSP: ' + e.violatedDirective + ' ' + e.blockedURI));"}));
 
     // Home: headline figures come from the catalog.
     open(&b, &format!("{base}/"), "home");
@@ -445,6 +448,7 @@ fn the_pages_work_in_chromium() {
     assert_eq!(b.js("return document.querySelectorAll('main script').length + window.__dialogs", json!([])), json!(0));
     assert_eq!(b.alert_text(), None);
     b.screenshot(&shots.join("submitter.png"));
+    assert_eq!(b.js("return window.__errors", json!([])), json!([]), "script errors or CSP violations");
     eprintln!("screenshots in {}", shots.display());
 }
 
