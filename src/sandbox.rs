@@ -41,11 +41,20 @@ const SANDBOX: &str = "sandbox";
 pub struct SandboxCommand {
     pub program: PathBuf,
     pub args: Vec<OsString>,
+    /// Set in the child on top of this process's environment, e.g. `CUDA_VISIBLE_DEVICES`
+    /// for a worker's GPU.
+    pub envs: Vec<(OsString, OsString)>,
 }
 
 impl SandboxCommand {
     pub fn new(program: impl Into<PathBuf>, args: impl IntoIterator<Item = impl Into<OsString>>) -> Self {
-        SandboxCommand { program: program.into(), args: args.into_iter().map(Into::into).collect() }
+        SandboxCommand { program: program.into(), args: args.into_iter().map(Into::into).collect(), envs: Vec::new() }
+    }
+
+    /// The same command with `key=value` set in the child's environment.
+    pub fn env(mut self, key: impl Into<OsString>, value: impl Into<OsString>) -> Self {
+        self.envs.push((key.into(), value.into()));
+        self
     }
 
     /// `$KAAS_SANDBOX_EXE sandbox`, or this executable with `sandbox`.
@@ -90,6 +99,7 @@ pub fn run_with(cmd: &SandboxCommand, job: &Job, wall_limit: Duration) -> RunOut
     };
     let spawned = Command::new(&cmd.program)
         .args(&cmd.args)
+        .envs(cmd.envs.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -385,6 +395,12 @@ mod tests {
         let o = run_with(&sh(script, &[]), &job(), Duration::from_secs(10));
         assert_eq!(o.verdict, Verdict::Pass, "{o:?}");
         assert_eq!(o.message, "seed 42");
+    }
+
+    #[test]
+    fn the_child_gets_the_commands_environment() {
+        let cmd = sh(r#"cat >/dev/null; printf '{"verdict":"pass","stage":"x","message":"%s"}\n' "$KAAS_TEST_VAR""#, &[]).env("KAAS_TEST_VAR", "gpu 3");
+        assert_eq!(run_with(&cmd, &job(), Duration::from_secs(10)).message, "gpu 3");
     }
 
     #[test]

@@ -690,8 +690,10 @@ fn suspect_job(s: &Suspect) -> Result<Job, GpuError> {
 }
 
 fn simple_job(acc: Acc, layout: Layout) -> Result<Job, GpuError> {
-    let p = hostile_problem(acc, layout);
-    let config = SimpleConfig::SMALL;
+    simple_job_for(hostile_problem(acc, layout), SimpleConfig::SMALL)
+}
+
+fn simple_job_for(p: Problem, config: SimpleConfig) -> Result<Job, GpuError> {
     Ok(Job { ptx: kernels::compile_simple(&p, &config)?, manifest: kernels::manifest_for(&p, &config), secret_seed: rand::random(), watchdog_ms: None, bench: None })
 }
 
@@ -784,8 +786,15 @@ fn hostile_kernels_get_their_verdicts_and_the_next_job_still_runs() {
     let mut jobs: Vec<(String, Job, Vec<Verdict>)> = vec![
         ("simple f32 tn".into(), simple_job(Acc::F32, Layout::Tn).expect("compile simple"), vec![Verdict::Pass]),
         ("simple f16 nn".into(), simple_job(Acc::F16, Layout::Nn).expect("compile simple"), vec![Verdict::Pass]),
-        ("broken_body".into(), broken_body_job(), vec![Verdict::LoadFailed]),
+        ("simple f16 tn".into(), simple_job(Acc::F16, Layout::Tn).expect("compile simple"), vec![Verdict::Pass]),
+        ("simple f32 nn".into(), simple_job(Acc::F32, Layout::Nn).expect("compile simple"), vec![Verdict::Pass]),
     ];
+    // The same broken PTX twice: ptxas (where the device has one) refuses it at the static
+    // stage; without ptxas the driver's JIT refuses it at load.
+    let with_ptxas = kaas::ptx::ptxas::locate().is_ok();
+    jobs.push(("broken_body".into(), broken_body_job(), vec![if with_ptxas { Verdict::StaticInvalid } else { Verdict::LoadFailed }]));
+    let no_ptxas = cmd.clone().env(kaas::ptx::ptxas::PTXAS_ENV, "/nonexistent/ptxas");
+    jobs.push(("broken_body, no ptxas".into(), broken_body_job(), vec![Verdict::LoadFailed]));
     for s in SUSPECTS {
         jobs.push((s.name.to_string(), suspect_job(s).unwrap_or_else(|e| panic!("{}: {e}", s.name)), s.expect.to_vec()));
         if s.name == "hang" {
@@ -794,12 +803,19 @@ fn hostile_kernels_get_their_verdicts_and_the_next_job_still_runs() {
         }
     }
     jobs.push(("simple f32 tn again".into(), simple_job(Acc::F32, Layout::Tn).expect("compile simple"), vec![Verdict::Pass]));
+    // Whole verifications of larger problems, for the harness's own speed: 4096³ checks
+    // every output; 8192³ samples lines (binary) and outputs (deviation).
+    for size in [4096, 8192] {
+        let p = problem(Acc::F32, Layout::Tn, (size, size, size));
+        jobs.push((format!("simple f32 tn {size}³"), simple_job_for(p, SimpleConfig::LARGE).expect("compile simple"), vec![Verdict::Pass]));
+    }
 
     let mut rows = Vec::new();
     let mut wrong = Vec::new();
     for (name, job, expect) in &jobs {
         let started = Instant::now();
-        let o = sandbox::run_with(&cmd, job, Duration::from_secs(120));
+        let cmd = if name.ends_with("no ptxas") { &no_ptxas } else { &cmd };
+        let o = sandbox::run_with(cmd, job, Duration::from_secs(120));
         let secs = started.elapsed().as_secs_f64();
         let expected = expect.iter().map(|v| v.as_str()).collect::<Vec<_>>().join(" or ");
         let ok = expect.contains(&o.verdict);
