@@ -44,6 +44,8 @@ pub enum Command {
         #[command(flatten)]
         db: DbArgs,
     },
+    /// Verify one job in this process: reads a job as JSON on stdin, writes its outcome as JSON on stdout. Workers spawn it; untrusted PTX runs only here.
+    Sandbox,
     /// Print the OpenAPI document, or write it to a file.
     Openapi {
         /// Write to this file instead of standard output (e.g. openapi/openapi.json).
@@ -135,6 +137,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             }
             Ok(())
         }
+        Command::Sandbox => crate::sandbox::sandbox_main(),
         Command::Openapi { write } => {
             let text = crate::api::openapi::document_text();
             match write {
