@@ -6,7 +6,7 @@ use actix_web::{HttpResponse, get, web};
 use serde::Deserialize;
 use utoipa::IntoParams;
 
-use super::catalog::{cached, check_device, json, respond};
+use super::catalog::{cached, checked_device, json, respond};
 use crate::api::{ApiError, State};
 use crate::catalog::overview::{self, HeatmapQuery};
 
@@ -40,14 +40,13 @@ pub async fn get_heatmap(state: State, q: web::Query<HeatmapParams>) -> Result<H
         acc: q.acc.as_deref().map(str::parse).transpose().map_err(bad)?,
         layout: q.layout.as_deref().map(str::parse).transpose().map_err(bad)?,
         k: q.k,
-        device: q.device.clone(),
+        device: checked_device(&q.device)?,
     };
     if let Some(k) = query.k
         && !(1..=crate::problem::MAX_DIM).contains(&k)
     {
         return Err(ApiError::InvalidQuery(format!("k = {k} is not from 1 to {}", crate::problem::MAX_DIM)));
     }
-    check_device(&query.device)?;
     let key = format!("heatmap|{:?}|{:?}|{:?}|{:?}|{:?}", query.arch, query.acc, query.layout, query.k, query.device);
     let db = state.db.clone();
     let r = cached(&state, key, || async move { json(&overview::heatmap(&db, &query).await?) }).await?;
