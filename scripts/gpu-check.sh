@@ -3,10 +3,14 @@
 # there.
 #
 #   scripts/gpu-check.sh [stage]   (here) build `cargo test --release --test gpu`, copy the
-#                                  binary and this script to <checkout>/.dev/gpu/ and
+#                                  test binary, the `kaas` binary (the sandbox the tests
+#                                  spawn) and this script to <checkout>/.dev/gpu/ and
 #                                  print the command for the device tool
-#   .dev/gpu/gpu-check.sh remote   (on the device) find the CUDA libraries, run the tests,
-#                                  log to $OUT/gpu.log
+#   .dev/gpu/gpu-check.sh remote [FILTER...]
+#                                  (on the device) find the CUDA libraries, run the tests
+#                                  (only those matching a FILTER, if given) with
+#                                  KAAS_SANDBOX_EXE pointing at the staged `kaas`, log to
+#                                  $OUT/gpu.log
 #   scripts/gpu-check.sh stage-baselines   (here) build the release `kaas` and stage it with
 #                                  this script in <checkout>/.dev/bl/
 #   .dev/bl/gpu-check.sh baselines ARGS…   (on the device) find the CUDA libraries and run
@@ -20,28 +24,32 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 mode="${1:-stage}"
 
 stage() {
-    local repo root bin
+    local repo root bin kaas built
     repo="$(cd "$here/.." && pwd)"
     # The device tool sends the main checkout, not a linked worktree: stage there.
     root="${KAAS_STAGE_ROOT:-$(git -C "$repo" worktree list --porcelain | awk '/^worktree /{print $2; exit}')}"
     root="${root:-$repo}"
     cd "$repo"
-    # The test binary's path comes from cargo's own report of what it built.
-    bin="$(cargo test --release --no-run --test gpu --message-format=json 2>/dev/null \
+    # The binaries' paths come from cargo's own report of what it built: the test binary
+    # `gpu` and the `kaas` binary cargo builds for integration tests.
+    built="$(cargo test --release --no-run --test gpu --message-format=json 2>/dev/null \
         | python3 -c 'import json,sys
 for line in sys.stdin:
     try: m = json.loads(line)
     except ValueError: continue
-    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] == "gpu":
-        print(m["executable"])' | tail -n 1)"
-    if [[ -z "$bin" || ! -x "$bin" ]]; then
-        echo "gpu-check: cargo did not report a test binary named gpu; run: cargo test --release --no-run --test gpu" >&2
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] in ("gpu", "kaas"):
+        print(m["target"]["name"], m["executable"])')"
+    bin="$(awk '$1 == "gpu" {print $2}' <<<"$built" | tail -n 1)"
+    kaas="$(awk '$1 == "kaas" {print $2}' <<<"$built" | tail -n 1)"
+    if [[ -z "$bin" || ! -x "$bin" || -z "$kaas" || ! -x "$kaas" ]]; then
+        echo "gpu-check: cargo did not report the gpu test binary and the kaas binary; run: cargo test --release --no-run --test gpu" >&2
         exit 1
     fi
     mkdir -p "$root/.dev/gpu"
     cp "$bin" "$root/.dev/gpu/gpu-tests"
+    cp "$kaas" "$root/.dev/gpu/kaas"
     cp "$here/gpu-check.sh" "$root/.dev/gpu/gpu-check.sh"
-    chmod +x "$root/.dev/gpu/gpu-tests" "$root/.dev/gpu/gpu-check.sh"
+    chmod +x "$root/.dev/gpu/gpu-tests" "$root/.dev/gpu/kaas" "$root/.dev/gpu/gpu-check.sh"
     du -sh "$root/.dev/gpu"
     cat <<CMD
 Staged in $root/.dev/gpu. Device tool: run(kind="nvidia-h100-x1", carry=[".dev/gpu"], command=
@@ -120,19 +128,23 @@ remote() {
         echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
         ldconfig -p 2>/dev/null | grep -E 'libcuda\.so|libcublas|libnvrtc\.so' || true
     } | tee "$out/env.txt"
+    # The shipped catalog of the checkout this runs in (.dev/gpu sits two levels down).
+    export KAAS_SHIPPED_CATALOG="${KAAS_SHIPPED_CATALOG:-$(cd "$here/../.." && pwd)/kernels}"
     local rc=0
-    "$here/gpu-tests" --nocapture --test-threads=1 2>&1 | tee "$out/gpu.log" || rc=$?
+    # The hostile-kernel tests spawn the staged `kaas sandbox`.
+    export KAAS_SANDBOX_EXE="$here/kaas"
+    "$here/gpu-tests" --nocapture --test-threads=1 "$@" 2>&1 | tee "$out/gpu.log" || rc=$?
     nvidia-smi --query-gpu=clocks.sm,temperature.gpu,power.draw --format=csv 2>&1 | tee -a "$out/env.txt" || true
     echo "== summary"
-    grep -E '^(CHECK|TIMING)' "$out/gpu.log" | grep -E 'FAIL|ERROR|TIMING' || true
+    grep -E '^(CHECK|TIMING|HOSTILE)' "$out/gpu.log" | grep -E 'FAIL|ERROR|TIMING|HOSTILE' || true
     grep -E '^test result|FAILED|panicked' "$out/gpu.log" || true
     return $rc
 }
 
 case "$mode" in
     stage) stage ;;
-    remote) remote ;;
+    remote) shift; remote "$@" ;;
     stage-baselines) stage_baselines ;;
     baselines) shift; baselines "$@" ;;
-    *) echo "usage: $0 [stage|remote|stage-baselines|baselines ARGS…]" >&2; exit 2 ;;
+    *) echo "usage: $0 [stage|remote [FILTER...]|stage-baselines|baselines ARGS…]" >&2; exit 2 ;;
 esac

@@ -47,6 +47,8 @@ pub enum Command {
     /// Time the baselines (cuBLAS, cuBLASLt heuristic and autotuned; NN and TN) on this
     /// machine's GPU and write them as a catalog bundle; or run the null test (--calibrate).
     Baselines(crate::bench::baselines::BaselinesArgs),
+    /// Verify one job in this process: reads a job as JSON on stdin, writes its outcome as JSON on stdout. Workers spawn it; untrusted PTX runs only here.
+    Sandbox,
     /// Print the OpenAPI document, or write it to a file.
     Openapi {
         /// Write to this file instead of standard output (e.g. openapi/openapi.json).
@@ -73,7 +75,7 @@ pub enum TokenCommand {
 #[derive(Debug, Clone, Args)]
 pub struct DbArgs {
     /// Database: a SQLite path or URL, or `postgres://…` [default: sqlite://kaas.db?mode=rwc; `DATABASE_URL` is read too].
-    #[arg(long, env = "KAAS_DATABASE_URL")]
+    #[arg(long, env = "KAAS_DATABASE_URL", global = true)]
     pub database_url: Option<String>,
 }
 
@@ -143,6 +145,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             let rt = tokio::runtime::Handle::current();
             tokio::task::spawn_blocking(move || crate::bench::baselines::run_cli(args, rt)).await?
         }
+        Command::Sandbox => crate::sandbox::sandbox_main(),
         Command::Openapi { write } => {
             let text = crate::api::openapi::document_text();
             match write {
@@ -180,6 +183,15 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_database_flag_goes_after_the_subcommand_too() {
+        use clap::Parser;
+        let cli = super::Cli::try_parse_from(["kaas", "token", "create", "--name", "a", "--database-url", "x.db"]).unwrap();
+        let super::Command::Token { db, .. } = cli.command else { panic!("not a token command") };
+        assert_eq!(db.database_url.as_deref(), Some("x.db"));
+        assert!(super::Cli::try_parse_from(["kaas", "serve", "--bnid", "x"]).is_err());
+    }
+
     #[test]
     fn passwords_are_redacted() {
         assert_eq!(super::redact("postgres://kaas:s3cret@db:5432/kaas"), "postgres://kaas:***@db:5432/kaas");

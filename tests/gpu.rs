@@ -607,6 +607,317 @@ fn graph_timing_is_plausible() {
     }
 }
 
+/// Every kernel in a catalog bundle (the shipped `kernels/`, or `KAAS_SHIPPED_CATALOG`)
+/// computes its problem: exact on three {0,1} seeds, within tolerance on random inputs
+/// (with cuBLAS's error on the same inputs beside it), every element of a NaN-poisoned C
+/// written. Prints one `REPORT {json}` line that `examples/simple_catalog.rs` turns into
+/// the bundle's run records.
+#[test]
+fn the_shipped_catalog_kernels_are_correct() {
+    let Some(gpu) = gpu_or_skip() else { return };
+    let dir = std::env::var("KAAS_SHIPPED_CATALOG")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|_| std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("kernels"));
+    let (index, ptx) = kaas::catalog::bundle::read_bundle(&dir).expect("a readable catalog bundle");
+    assert!(!index.entries.is_empty(), "{} holds no kernels", dir.display());
+    let facts = gpu.facts().clone();
+    let mut results = serde_json::Map::new();
+    let mut failed = vec![];
+    for e in &index.entries {
+        let p = e.problem;
+        let shape = (p.m, p.n, p.k);
+        let loaded = gpu.load_ptx(&ptx[&e.artifact]).expect("the shipped PTX loads");
+        let run = |case: &Case| -> Vec<f16> {
+            let ops = upload(&gpu, &p, case).expect("upload");
+            PreparedManifest::new(&gpu, &loaded, &e.manifest, &ops).expect("manifest").run(&gpu).expect("launch");
+            ops.download_c(&gpu).expect("download")
+        };
+        let mut ok = true;
+        for seed in [11, 12, 13] {
+            let case = Case::binary(shape, seed);
+            let out = run(&case);
+            let unwritten = out.iter().filter(|x| x.is_nan()).count();
+            let (bad, first) = exact_mismatches(&out, &case.reference, p.n as usize);
+            if bad > 0 || unwritten > 0 {
+                ok = false;
+                println!("CHECK FAIL {} seed {seed}: {bad} mismatches, {unwritten} unwritten; {first:?}", p.path());
+            }
+        }
+        let random = Case::random(shape, 14);
+        let rel = relative_error(&run(&random), &random.reference);
+        let ops = upload(&gpu, &p, &random).expect("upload");
+        let cublas = CublasGemm::new(&gpu, &ops).expect("cuBLAS");
+        let rel_cublas = relative_error(&run_contender(&gpu, &ops, &cublas).expect("cuBLAS runs"), &random.reference);
+        ok &= rel <= tolerance(p.acc);
+        println!("CHECK {} {} rel {rel:.3e} (cuBLAS {rel_cublas:.3e}) {}", p.path(), e.name, if ok { "PASS" } else { "FAIL" });
+        if !ok {
+            failed.push(p.path());
+            continue;
+        }
+        results.insert(
+            p.path(),
+            format!(
+                "verified on {} ({}, driver {}, CUDA {}) by tests/gpu.rs: exact on 3 seeds of {{0,1}} inputs over all {} outputs; \
+                 random inputs in [-1,1]: relative error {rel:.2e} (tolerance {:.0e}; cuBLAS {rel_cublas:.2e} on the same inputs); \
+                 every element of a NaN-poisoned C written. Not benchmarked.",
+                facts.device_class,
+                facts.name,
+                facts.driver_version.clone().unwrap_or_default(),
+                facts.cuda_driver_api_version,
+                p.m as u64 * p.n as u64,
+                tolerance(p.acc),
+            )
+            .into(),
+        );
+    }
+    let report = serde_json::json!({
+        "device_class": facts.device_class,
+        "model": facts.name,
+        "compute_capability": format!("{}.{}", facts.compute_capability.0, facts.compute_capability.1),
+        "sm_count": facts.sm_count,
+        "measured_at": chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ").to_string(),
+        "device": serde_json::to_value(&facts).expect("facts serialize"),
+        "results": results,
+    });
+    println!("REPORT {report}");
+    assert!(failed.is_empty(), "shipped kernels failed: {failed:?}");
+}
+
+// ---------------------------------------------------------------------------------------
+// The verification pipeline in its sandbox, against hostile kernels
+
+use std::time::{Duration, Instant};
+
+use kaas::harness::{Job, RunOutcome};
+use kaas::manifest::{ABI, Buffer, Dim, I32Value, Launch, Manifest};
+use kaas::sandbox::{self, SandboxCommand};
+use kaas::verify::Verdict;
+
+const HOSTILE_COMMON: &str = include_str!("kernels/hostile/common.cuh");
+
+/// The problem every hostile kernel is judged on: big enough that fp16 accumulation
+/// shows (K = 2048), small enough that a CUDA-core kernel takes a millisecond.
+fn hostile_problem(acc: Acc, layout: Layout) -> Problem {
+    problem(acc, layout, (256, 256, 2048))
+}
+
+/// The `kaas` binary to spawn as the sandbox: `KAAS_SANDBOX_EXE` (set by gpu-check.sh on
+/// the device) or the one cargo built beside this test.
+fn sandbox_command() -> SandboxCommand {
+    let exe = std::env::var_os(sandbox::EXE_ENV).filter(|p| !p.is_empty()).unwrap_or_else(|| env!("CARGO_BIN_EXE_kaas").into());
+    SandboxCommand::new(exe, ["sandbox"])
+}
+
+/// One kernel of the suite: its source, entry, launch grid and the verdicts that count
+/// as caught.
+struct Suspect {
+    name: &'static str,
+    source: &'static str,
+    entry: &'static str,
+    acc: Acc,
+    /// Extra rows of blocks beyond what C needs.
+    extra_grid_rows: u32,
+    split_k: u32,
+    expect: &'static [Verdict],
+}
+
+const SUSPECTS: &[Suspect] = &[
+    Suspect { name: "hang", source: include_str!("kernels/hostile/hang.cu"), entry: "kaas_hang", acc: Acc::F32, extra_grid_rows: 0, split_k: 1, expect: &[Verdict::Timeout] },
+    Suspect { name: "oob_write", source: include_str!("kernels/hostile/oob_write.cu"), entry: "kaas_oob_write", acc: Acc::F32, extra_grid_rows: 0, split_k: 1, expect: &[Verdict::OutOfBoundsWrite] },
+    Suspect { name: "partial_c", source: include_str!("kernels/hostile/partial_c.cu"), entry: "kaas_partial_c", acc: Acc::F32, extra_grid_rows: 0, split_k: 1, expect: &[Verdict::UnwrittenOutput] },
+    Suspect { name: "modify_a", source: include_str!("kernels/hostile/modify_a.cu"), entry: "kaas_modify_a", acc: Acc::F32, extra_grid_rows: 0, split_k: 1, expect: &[Verdict::InputModified] },
+    Suspect { name: "cached", source: include_str!("kernels/hostile/cached.cu"), entry: "kaas_cached", acc: Acc::F32, extra_grid_rows: 0, split_k: 1, expect: &[Verdict::ExactMismatch] },
+    Suspect { name: "first_launch_only", source: include_str!("kernels/hostile/first_launch_only.cu"), entry: "kaas_first_launch_only", acc: Acc::F32, extra_grid_rows: 0, split_k: 1, expect: &[Verdict::UnwrittenOutput] },
+    Suspect { name: "fp16_accumulate", source: include_str!("kernels/hostile/fp16_accumulate.cu"), entry: "kaas_fp16_accumulate", acc: Acc::F32, extra_grid_rows: 0, split_k: 1, expect: &[Verdict::DeviationExceeded] },
+    Suspect { name: "splitk_race", source: include_str!("kernels/hostile/splitk_race.cu"), entry: "kaas_splitk_race", acc: Acc::F32, extra_grid_rows: 0, split_k: 2, expect: &[Verdict::NonFinite, Verdict::ExactMismatch] },
+    Suspect { name: "unguarded_grid", source: include_str!("kernels/hostile/unguarded_grid.cu"), entry: "kaas_unguarded_grid", acc: Acc::F32, extra_grid_rows: 2, split_k: 1, expect: &[Verdict::OutOfBoundsWrite] },
+    Suspect { name: "correct_naive", source: include_str!("kernels/hostile/correct_naive.cu"), entry: "kaas_naive", acc: Acc::F32, extra_grid_rows: 0, split_k: 1, expect: &[Verdict::Pass] },
+];
+
+/// The manifest of a hostile kernel: block 16×16, one thread per output.
+fn naive_manifest(p: &Problem, entry: &str, extra_grid_rows: u32, split_k: u32) -> Manifest {
+    Manifest {
+        abi: ABI.to_string(),
+        problem: *p,
+        workspace_bytes: 0,
+        launches: vec![Launch {
+            entry: entry.to_string(),
+            grid: [p.n.div_ceil(16), p.m.div_ceil(16) + extra_grid_rows, split_k],
+            block: [16, 16, 1],
+            cluster: [1, 1, 1],
+            shared_mem_bytes: 0,
+            params: vec![
+                Param::Ptr(Buffer::A),
+                Param::Ptr(Buffer::B),
+                Param::Ptr(Buffer::C),
+                Param::I32(I32Value::Dim(Dim::M)),
+                Param::I32(I32Value::Dim(Dim::N)),
+                Param::I32(I32Value::Dim(Dim::K)),
+            ],
+        }],
+    }
+}
+
+fn suspect_job(s: &Suspect) -> Result<Job, GpuError> {
+    let p = hostile_problem(s.acc, Layout::Tn);
+    let source = format!("{HOSTILE_COMMON}\n{}", s.source);
+    let ptx = gpu::nvrtc::compile(&source, &format!("{}.cu", s.name), kernels::SIMPLE_HGEMM_TARGET, &[])?;
+    Ok(Job { ptx, manifest: naive_manifest(&p, s.entry, s.extra_grid_rows, s.split_k), secret_seed: rand::random(), watchdog_ms: None, bench: None })
+}
+
+fn simple_job(acc: Acc, layout: Layout) -> Result<Job, GpuError> {
+    simple_job_for(hostile_problem(acc, layout), SimpleConfig::SMALL)
+}
+
+fn simple_job_for(p: Problem, config: SimpleConfig) -> Result<Job, GpuError> {
+    Ok(Job { ptx: kernels::compile_simple(&p, &config)?, manifest: kernels::manifest_for(&p, &config), secret_seed: rand::random(), watchdog_ms: None, bench: None })
+}
+
+/// PTX whose header and signature are fine but whose body the JIT refuses.
+fn broken_body_job() -> Job {
+    let p = hostile_problem(Acc::F32, Layout::Tn);
+    let ptx = ".version 7.0\n.target sm_80\n.address_size 64\n.visible .entry kaas_broken(.param .u64 a, .param .u64 b, .param .u64 c, .param .u32 m, .param .u32 n, .param .u32 k)\n{\n  frobnicate.u32 %r1;\n  ret;\n}\n";
+    Job { ptx: ptx.into(), manifest: naive_manifest(&p, "kaas_broken", 0, 1), secret_seed: 1, watchdog_ms: None, bench: None }
+}
+
+fn first_line(s: &str, max: usize) -> String {
+    let line = s.lines().next().unwrap_or("");
+    if line.chars().count() > max { format!("{}…", line.chars().take(max).collect::<String>()) } else { line.to_string() }
+}
+
+/// Where NVRTC loads (no GPU needed): every hostile kernel compiles and passes the
+/// static checks against its manifest, so the suite tests the later stages.
+#[test]
+fn hostile_kernels_compile_and_match_their_manifests() {
+    if let Err(why) = gpu::nvrtc::available() {
+        println!("SKIP: no NVRTC ({why})");
+        return;
+    }
+    for s in SUSPECTS {
+        let job = suspect_job(s).unwrap_or_else(|e| panic!("{}: {e}", s.name));
+        // Limits as the worker would set them for the newest driver.
+        let limits = kaas::ptx::StaticLimits { max_version: kaas::harness::max_ptx_version_for_driver("13.0"), ..Default::default() };
+        kaas::ptx::check(job.ptx.as_bytes(), &job.manifest, &limits).unwrap_or_else(|e| panic!("{}: {e}", s.name));
+        match kaas::ptx::ptxas::check(&job.ptx, "sm_90") {
+            Ok(report) => println!("{}: ptxas: {:?}", s.name, report.entry(s.entry).map(|r| r.registers)),
+            Err(kaas::ptx::ptxas::PtxasError::NotAvailable(why)) => println!("{}: ptxas skipped ({why})", s.name),
+            Err(e) => panic!("{}: {e}", s.name),
+        }
+    }
+}
+
+/// The real `kaas sandbox` binary: a malformed job is answered with an outcome, and a
+/// job whose PTX is not PTX is refused at the static stage (or, without a GPU, the
+/// sandbox says so).
+#[test]
+fn the_sandbox_binary_answers_every_job_with_an_outcome() {
+    let cmd = sandbox_command();
+    let mut child = std::process::Command::new(&cmd.program)
+        .args(&cmd.args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn kaas sandbox");
+    {
+        use std::io::Write;
+        let mut stdin = child.stdin.take().expect("stdin");
+        stdin.write_all(b"{ not json").expect("write job");
+    }
+    let out = child.wait_with_output().expect("sandbox output");
+    assert!(out.status.success(), "kaas sandbox exits 0 with an outcome: {:?}", out.status);
+    let o: RunOutcome = serde_json::from_slice(&out.stdout).expect("an outcome on stdout");
+    assert_eq!(o.verdict, Verdict::InternalError);
+    assert!(o.message.contains("not valid JSON"), "{}", o.message);
+
+    let p = hostile_problem(Acc::F32, Layout::Tn);
+    let job = Job { ptx: "not even PTX".into(), manifest: naive_manifest(&p, "kaas_naive", 0, 1), secret_seed: 3, watchdog_ms: None, bench: None };
+    let o = sandbox::run_with(&cmd, &job, Duration::from_secs(60));
+    match gpu::available() {
+        Ok(()) => {
+            assert_eq!(o.verdict, Verdict::StaticInvalid, "{o:?}");
+            assert!(o.device.is_some());
+        }
+        Err(why) => {
+            println!("no GPU ({why}): the sandbox must say so");
+            assert_eq!(o.verdict, Verdict::InternalError, "{o:?}");
+            assert!(o.message.contains("no GPU"), "{}", o.message);
+        }
+    }
+}
+
+/// Every hostile kernel through `run_in_sandbox`, each in a fresh process, with correct
+/// kernels before, in between and after: each gets its verdict, and the next job runs.
+#[test]
+fn hostile_kernels_get_their_verdicts_and_the_next_job_still_runs() {
+    if let Err(why) = gpu::available() {
+        println!("SKIP: no GPU ({why})");
+        return;
+    }
+    if let Err(why) = gpu::nvrtc::available() {
+        println!("SKIP: no NVRTC ({why})");
+        return;
+    }
+    let cmd = sandbox_command();
+    let mut jobs: Vec<(String, Job, Vec<Verdict>)> = vec![
+        ("simple f32 tn".into(), simple_job(Acc::F32, Layout::Tn).expect("compile simple"), vec![Verdict::Pass]),
+        ("simple f16 nn".into(), simple_job(Acc::F16, Layout::Nn).expect("compile simple"), vec![Verdict::Pass]),
+        ("simple f16 tn".into(), simple_job(Acc::F16, Layout::Tn).expect("compile simple"), vec![Verdict::Pass]),
+        ("simple f32 nn".into(), simple_job(Acc::F32, Layout::Nn).expect("compile simple"), vec![Verdict::Pass]),
+    ];
+    // The same broken PTX twice: ptxas (where the device has one) refuses it at the static
+    // stage; without ptxas the driver's JIT refuses it at load.
+    let with_ptxas = kaas::ptx::ptxas::locate().is_ok();
+    jobs.push(("broken_body".into(), broken_body_job(), vec![if with_ptxas { Verdict::StaticInvalid } else { Verdict::LoadFailed }]));
+    let no_ptxas = cmd.clone().env(kaas::ptx::ptxas::PTXAS_ENV, "/nonexistent/ptxas");
+    jobs.push(("broken_body, no ptxas".into(), broken_body_job(), vec![Verdict::LoadFailed]));
+    for s in SUSPECTS {
+        jobs.push((s.name.to_string(), suspect_job(s).unwrap_or_else(|e| panic!("{}: {e}", s.name)), s.expect.to_vec()));
+        if s.name == "hang" {
+            // Right after a hung kernel was abandoned, the GPU serves the next job.
+            jobs.push(("simple after hang".into(), simple_job(Acc::F32, Layout::Tn).expect("compile simple"), vec![Verdict::Pass]));
+        }
+    }
+    jobs.push(("simple f32 tn again".into(), simple_job(Acc::F32, Layout::Tn).expect("compile simple"), vec![Verdict::Pass]));
+    // Whole verifications of larger problems, for the harness's own speed: 4096³ checks
+    // every output; 8192³ samples lines (binary) and outputs (deviation).
+    for size in [4096, 8192] {
+        let p = problem(Acc::F32, Layout::Tn, (size, size, size));
+        jobs.push((format!("simple f32 tn {size}³"), simple_job_for(p, SimpleConfig::LARGE).expect("compile simple"), vec![Verdict::Pass]));
+    }
+
+    let mut rows = Vec::new();
+    let mut wrong = Vec::new();
+    for (name, job, expect) in &jobs {
+        let started = Instant::now();
+        let cmd = if name.ends_with("no ptxas") { &no_ptxas } else { &cmd };
+        let o = sandbox::run_with(cmd, job, Duration::from_secs(120));
+        let secs = started.elapsed().as_secs_f64();
+        let expected = expect.iter().map(|v| v.as_str()).collect::<Vec<_>>().join(" or ");
+        let ok = expect.contains(&o.verdict);
+        println!("---- {name}: {} in {secs:.2} s (stage {})\n{}", o.verdict, o.stage, o.message);
+        if o.verdict == Verdict::Pass {
+            for c in &o.checks {
+                println!("     {:<60} {:>8.1} ms  {}", c.name, c.duration_ms, first_line(&c.detail, 160));
+            }
+        }
+        rows.push(format!("| {name} | {expected} | {}{} | {:.2} | {} |", o.verdict, if ok { "" } else { " ✗" }, secs, first_line(&o.message, 240).replace('|', "\\|")));
+        if !ok {
+            wrong.push(format!("{name}: expected {expected}, got {} ({})", o.verdict, o.message));
+        }
+        if o.verdict != Verdict::Pass && o.verdict != Verdict::StaticInvalid && o.verdict != Verdict::LoadFailed {
+            assert!(!o.message.is_empty());
+        }
+        assert!(!o.message.contains(&format!("{:#018x}", job.secret_seed)), "{name}: the secret seed leaked into the message");
+    }
+    println!("\nHOSTILE | kernel | expected | got | seconds | message |");
+    println!("HOSTILE |---|---|---|---:|---|");
+    for row in &rows {
+        println!("HOSTILE {row}");
+    }
+    assert!(wrong.is_empty(), "wrong verdicts:\n{}", wrong.join("\n"));
+}
+
 #[test]
 fn cublaslt_algorithms_are_recreated_from_their_recorded_configuration() {
     let Some(gpu) = gpu_or_skip() else { return };

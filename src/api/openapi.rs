@@ -6,7 +6,7 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 use utoipa_swagger_ui::SwaggerUi;
 
-use super::routes::{artifacts, catalog, system};
+use super::routes::{artifacts, catalog, overview, system};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -18,7 +18,7 @@ use super::routes::{artifacts, catalog, system};
     paths(
         system::health, system::metrics, system::whoami,
         catalog::list_problems, catalog::get_kernel, catalog::get_kernel_ptx,
-        catalog::problem_leaderboard, catalog::global_leaderboard,
+        catalog::problem_leaderboard, catalog::global_leaderboard, overview::get_heatmap, overview::get_stats,
         artifacts::get_artifact, artifacts::upload_artifact,
     ),
     modifiers(&BearerAuth),

@@ -3,6 +3,7 @@
 //! Reads only; writes go through `bundle` (import) and, later, the job pipeline.
 
 pub mod bundle;
+pub mod overview;
 pub mod views;
 
 use std::collections::{BTreeMap, HashMap};

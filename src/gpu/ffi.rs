@@ -67,6 +67,18 @@ fn blaslt(res: lt::cublasStatus_t, call: &'static str) -> Res<()> {
     }
 }
 
+/// Ends the process at once with `code`: no destructors, no `atexit` handlers. For a
+/// sandbox whose kernel still runs (a hung kernel cannot be cancelled): the normal exit
+/// path frees device memory and destroys the stream, which wait for that kernel forever.
+/// The driver tears the context down when the process is gone.
+pub fn exit_now(code: i32) -> ! {
+    unsafe extern "C" {
+        fn _exit(status: i32) -> !;
+    }
+    // SAFETY: `_exit` takes a plain integer and does not return.
+    unsafe { _exit(code) }
+}
+
 // ---------------------------------------------------------------------------------------
 // Libraries present?
 
@@ -230,6 +242,14 @@ impl Stream {
         driver(unsafe { cu::cuStreamSynchronize(self.raw) }, "cuStreamSynchronize")
     }
 
+    /// Whether everything queued has finished, without waiting: `Ok(false)` while work
+    /// is pending, an error when queued work faulted.
+    pub fn query(&self) -> Res<bool> {
+        // SAFETY: `raw` is a live stream.
+        let res = unsafe { cu::cuStreamQuery(self.raw) };
+        if res == cu::CUresult::CUDA_ERROR_NOT_READY { Ok(false) } else { driver(res, "cuStreamQuery").map(|()| true) }
+    }
+
     /// Starts capturing this thread's work on the stream into a graph.
     pub fn begin_capture(&self) -> Res<()> {
         // SAFETY: `raw` is a live stream.
@@ -339,12 +359,32 @@ impl Drop for Event {
 // ---------------------------------------------------------------------------------------
 // Device memory
 
-/// One device allocation. Copies check their lengths against its size.
+/// One `cuMemAlloc` allocation, freed when the last view of it goes.
 #[derive(Debug)]
+struct Allocation {
+    ptr: cu::CUdeviceptr,
+    ctx: Rc<Context>,
+}
+
+impl Drop for Allocation {
+    fn drop(&mut self) {
+        // SAFETY: the allocation is ours; the context is kept alive by `ctx`.
+        unsafe {
+            if self.ctx.make_current().is_ok() {
+                cu::cuMemFree_v2(self.ptr);
+            }
+        }
+    }
+}
+
+/// A range of device memory: a whole allocation, or a view into one (the verifier puts
+/// each operand between canary regions of one allocation). Copies check their lengths
+/// against the range's size.
+#[derive(Debug, Clone)]
 pub struct DeviceMemory {
     ptr: cu::CUdeviceptr,
     bytes: usize,
-    ctx: Rc<Context>,
+    alloc: Rc<Allocation>,
 }
 
 impl DeviceMemory {
@@ -352,9 +392,22 @@ impl DeviceMemory {
         ctx.make_current()?;
         let mut ptr = 0;
         // A zero-byte request still gets a real (tiny) allocation so the address is valid.
-        // SAFETY: writes one address we own; freed on drop.
+        // SAFETY: writes one address we own; freed when the `Allocation` drops.
         driver(unsafe { cu::cuMemAlloc_v2(&mut ptr, bytes.max(1)) }, "cuMemAlloc")?;
-        Ok(DeviceMemory { ptr, bytes, ctx: ctx.clone() })
+        Ok(DeviceMemory { ptr, bytes, alloc: Rc::new(Allocation { ptr, ctx: ctx.clone() }) })
+    }
+
+    /// `bytes` bytes starting `offset` bytes into this range, sharing its allocation.
+    pub fn view(&self, offset: usize, bytes: usize) -> Res<DeviceMemory> {
+        match offset.checked_add(bytes) {
+            Some(end) if end <= self.bytes => {
+                Ok(DeviceMemory { ptr: self.ptr + offset as u64, bytes, alloc: self.alloc.clone() })
+            }
+            _ => Err(Failure {
+                call: "view",
+                code: format!("{bytes} bytes at offset {offset} do not fit a {}-byte range", self.bytes),
+            }),
+        }
     }
 
     pub fn address(&self) -> u64 {
@@ -437,16 +490,6 @@ impl DeviceMemory {
     }
 }
 
-impl Drop for DeviceMemory {
-    fn drop(&mut self) {
-        // SAFETY: the allocation is ours; the context is kept alive by `ctx`.
-        unsafe {
-            if self.ctx.make_current().is_ok() {
-                cu::cuMemFree_v2(self.ptr);
-            }
-        }
-    }
-}
 
 // ---------------------------------------------------------------------------------------
 // Modules and functions

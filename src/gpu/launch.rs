@@ -58,6 +58,26 @@ impl<'a> PreparedManifest<'a> {
         &self.problem
     }
 
+    /// How many launches the manifest makes.
+    pub fn launch_count(&self) -> usize {
+        self.calls.len()
+    }
+
+    /// What launch `index` is, e.g. ``launch 0 (`hgemm_128x256x64`)``.
+    pub fn launch_label(&self, index: usize) -> Option<&str> {
+        self.calls.get(index).map(|(stage, _)| stage.as_str())
+    }
+
+    /// Queues launch `index` alone, so a caller can watch each launch with its own
+    /// deadline (the verifier's per-launch watchdog).
+    pub fn enqueue_launch(&self, gpu: &Gpu, index: usize) -> Result<(), GpuError> {
+        let (stage, call) = self
+            .calls
+            .get(index)
+            .ok_or_else(|| GpuError::refused("launch", format!("no launch {index}; the manifest has {}", self.calls.len())))?;
+        call.enqueue(gpu.stream()).map_err(at(stage.clone()))
+    }
+
     /// Queues every launch, in order, on the stream.
     pub fn enqueue(&self, gpu: &Gpu) -> Result<(), GpuError> {
         for (stage, call) in &self.calls {

@@ -23,7 +23,7 @@ use cudarc::driver::sys::CUdevice_attribute as Attr;
 
 pub use baseline::{CublasGemm, LtAlgoConfig, LtGemm, column_major_mapping};
 pub use device::{DeviceFacts, device_class};
-pub use ffi::{ColumnMajorGemm, Compute, Op};
+pub use ffi::{ColumnMajorGemm, Compute, Op, exit_now};
 pub use launch::{PreparedManifest, encode_tensor_map, tensor_map_geometry};
 pub use operands::Operands;
 pub use timing::{Contender, EventTimer, GraphTimer, time_direct, time_graph};
@@ -134,6 +134,24 @@ impl Gpu {
         self.stream.synchronize().map_err(at("synchronize"))
     }
 
+    /// Waits for everything queued on the stream until `deadline`, polling (a blocking
+    /// wait could not be abandoned): `Ok(true)` when it finished, `Ok(false)` when the
+    /// deadline passed first, an error when queued work faulted. The verifier's watchdog.
+    pub fn wait_until(&self, deadline: std::time::Instant) -> Result<bool, GpuError> {
+        let mut pause = std::time::Duration::from_micros(20);
+        loop {
+            if self.stream.query().map_err(at("wait for the stream"))? {
+                return Ok(true);
+            }
+            let now = std::time::Instant::now();
+            if now >= deadline {
+                return Ok(false);
+            }
+            std::thread::sleep(pause.min(deadline - now));
+            pause = (pause * 2).min(std::time::Duration::from_millis(2));
+        }
+    }
+
     pub fn alloc(&self, bytes: usize) -> Result<DeviceBuffer, GpuError> {
         ffi::DeviceMemory::alloc(&self.ctx, bytes)
             .map(|mem| DeviceBuffer { mem })
@@ -235,6 +253,24 @@ impl DeviceBuffer {
     /// Fills the first `count` fp16 slots with the bit pattern `bits`, in stream order.
     pub fn fill_f16_bits(&self, gpu: &Gpu, bits: u16, count: usize) -> Result<(), GpuError> {
         self.mem.fill_u16(bits, count, gpu.stream()).map_err(at("fill"))
+    }
+
+    /// `bytes` bytes starting `offset` bytes into this buffer, as a buffer of its own that
+    /// shares the allocation (which lives as long as any view of it).
+    pub fn view(&self, offset: usize, bytes: usize) -> Result<DeviceBuffer, GpuError> {
+        self.mem.view(offset, bytes).map(|mem| DeviceBuffer { mem }).map_err(at("view"))
+    }
+
+    /// Uploads 16-bit words to the start of this buffer (e.g. canary bytes, little-endian).
+    pub fn upload_u16(&self, gpu: &Gpu, words: &[u16]) -> Result<(), GpuError> {
+        self.mem.upload_u16(words, gpu.stream()).map_err(at("upload"))
+    }
+
+    /// Reads the first `count` 16-bit words, after all work queued before on the stream.
+    pub fn download_u16(&self, gpu: &Gpu, count: usize) -> Result<Vec<u16>, GpuError> {
+        let mut words = vec![0u16; count];
+        self.mem.download_u16(&mut words, gpu.stream()).map_err(at("download"))?;
+        Ok(words)
     }
 
     pub fn zero(&self, gpu: &Gpu) -> Result<(), GpuError> {

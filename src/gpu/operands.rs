@@ -40,6 +40,28 @@ impl Operands {
         Ok(Operands { problem: p, a, b, c, workspace })
     }
 
+    /// Operands over buffers the caller allocated (e.g. views between canary regions);
+    /// each must hold at least what the problem needs.
+    pub fn from_buffers(
+        problem: &Problem,
+        a: DeviceBuffer,
+        b: DeviceBuffer,
+        c: DeviceBuffer,
+        workspace: Option<DeviceBuffer>,
+    ) -> Result<Operands, GpuError> {
+        problem.validate().map_err(|e| GpuError::refused("operands", e.to_string()))?;
+        let p = *problem;
+        for (name, buf, len) in [("A", &a, a_len(&p)), ("B", &b, b_len(&p)), ("C", &c, c_len(&p))] {
+            if buf.bytes() < len * 2 {
+                return Err(GpuError::refused(
+                    format!("operands for {p}"),
+                    format!("{name} has {} bytes, needs {}", buf.bytes(), len * 2),
+                ));
+            }
+        }
+        Ok(Operands { problem: p, a, b, c, workspace })
+    }
+
     pub fn problem(&self) -> &Problem {
         &self.problem
     }

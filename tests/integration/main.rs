@@ -7,3 +7,5 @@ mod common;
 mod api;
 mod bundle;
 mod storage;
+mod ui;
+mod webdriver;

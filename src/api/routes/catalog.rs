@@ -20,6 +20,20 @@ pub fn parse_problem(arch: &str, acc: &str, layout: &str, shape: &str) -> Result
     Ok(Problem::new(arch.parse::<Arch>().map_err(bad)?, acc.parse::<Acc>().map_err(bad)?, layout.parse::<Layout>().map_err(bad)?, shape.parse::<Shape>().map_err(bad)?))
 }
 
+/// A problem taken from the `{arch}/{acc}/{layout}/{shape}` path segments, validated.
+pub struct ProblemPath(pub Problem);
+
+impl actix_web::FromRequest for ProblemPath {
+    type Error = ApiError;
+    type Future = std::future::Ready<Result<Self, ApiError>>;
+
+    fn from_request(req: &HttpRequest, _: &mut actix_web::dev::Payload) -> Self::Future {
+        let m = req.match_info();
+        let seg = |name| m.get(name).unwrap_or_default();
+        std::future::ready(parse_problem(seg("arch"), seg("acc"), seg("layout"), seg("shape")).map(ProblemPath))
+    }
+}
+
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct ProblemQuery {
@@ -40,16 +54,17 @@ pub struct DeviceQuery {
     pub device: Option<String>,
 }
 
-fn check_device(device: &Option<String>) -> Result<(), ApiError> {
+/// The `device` query parameter, checked to be a device class name.
+pub(crate) fn checked_device(device: &Option<String>) -> Result<Option<String>, ApiError> {
     match device {
         Some(d) if d.is_empty() || d.len() > 64 || !d.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) => {
             Err(ApiError::InvalidQuery(format!("device `{d}` is not a device class name (letters, digits, `-`, `_`, `.`)")))
         }
-        _ => Ok(()),
+        _ => Ok(device.clone()),
     }
 }
 
-fn json(value: &impl serde::Serialize) -> Result<Rendered, ApiError> {
+pub(crate) fn json(value: &impl serde::Serialize) -> Result<Rendered, ApiError> {
     let body = serde_json::to_vec(value).map_err(|e| ApiError::Internal(e.to_string()))?;
     Ok(Rendered { status: 200, content_type: "application/json", body: body.into() })
 }
@@ -59,7 +74,7 @@ fn problem_json(err: &ApiError) -> Rendered {
     Rendered { status: actix_web::ResponseError::status_code(err).as_u16(), content_type: "application/problem+json", body: body.into() }
 }
 
-fn respond(r: &Rendered) -> HttpResponse {
+pub(crate) fn respond(r: &Rendered) -> HttpResponse {
     HttpResponse::build(actix_web::http::StatusCode::from_u16(r.status).unwrap_or(actix_web::http::StatusCode::OK))
         .insert_header((header::CONTENT_TYPE, r.content_type))
         .insert_header((header::CACHE_CONTROL, "public, max-age=10"))
@@ -68,7 +83,7 @@ fn respond(r: &Rendered) -> HttpResponse {
 
 /// Answers from the catalog cache, rendering on a miss. Concurrent misses for one key
 /// render once.
-async fn cached<F, Fut>(state: &State, key: String, render: F) -> Result<Arc<Rendered>, ApiError>
+pub(crate) async fn cached<F, Fut>(state: &State, key: String, render: F) -> Result<Arc<Rendered>, ApiError>
 where
     F: FnOnce() -> Fut,
     Fut: std::future::Future<Output = Result<Rendered, ApiError>>,
@@ -100,7 +115,7 @@ pub async fn list_problems(state: State, q: web::Query<ProblemQuery>) -> Result<
         layout: q.layout.as_deref().map(str::parse).transpose().map_err(bad)?,
         device: q.device.clone(),
     };
-    check_device(&filter.device)?;
+    checked_device(&filter.device)?;
     let key = format!("problems|{:?}|{:?}|{:?}|{:?}", filter.arch, filter.acc, filter.layout, filter.device);
     let db = state.db.clone();
     let r = cached(&state, key, || async move { json(&catalog::list_problems(&db, &filter).await?) }).await?;
@@ -140,6 +155,13 @@ async fn render_kernel(db: &sea_orm::DatabaseConnection, p: Problem, device: Opt
     })
 }
 
+/// The kernel endpoint's answer for a problem, from the cache.
+async fn kernel_answer(state: &State, p: Problem, q: &DeviceQuery) -> Result<Arc<Rendered>, ApiError> {
+    let device = checked_device(&q.device)?;
+    let db = state.db.clone();
+    cached(state, format!("kernel|{p}|{device:?}"), || async move { render_kernel(&db, p, device).await }).await
+}
+
 #[utoipa::path(
     get, path = "/v1/kernels/{arch}/{acc}/{layout}/{shape}", tag = "catalog",
     params(
@@ -156,13 +178,8 @@ async fn render_kernel(db: &sea_orm::DatabaseConnection, p: Problem, device: Opt
     )
 )]
 #[get("/v1/kernels/{arch}/{acc}/{layout}/{shape}")]
-pub async fn get_kernel(state: State, path: web::Path<(String, String, String, String)>, q: web::Query<DeviceQuery>) -> Result<HttpResponse, ApiError> {
-    let (arch, acc, layout, shape) = path.into_inner();
-    let p = parse_problem(&arch, &acc, &layout, &shape)?;
-    check_device(&q.device)?;
-    let device = q.device.clone();
-    let db = state.db.clone();
-    let r = cached(&state, format!("kernel|{p}|{device:?}"), || async move { render_kernel(&db, p, device).await }).await?;
+pub async fn get_kernel(state: State, path: ProblemPath, q: web::Query<DeviceQuery>) -> Result<HttpResponse, ApiError> {
+    let r = kernel_answer(&state, path.0, &q).await?;
     Ok(respond(&r))
 }
 
@@ -182,15 +199,10 @@ pub async fn get_kernel(state: State, path: web::Path<(String, String, String, S
 pub async fn get_kernel_ptx(
     req: HttpRequest,
     state: State,
-    path: web::Path<(String, String, String, String)>,
+    path: ProblemPath,
     q: web::Query<DeviceQuery>,
 ) -> Result<HttpResponse, ApiError> {
-    let (arch, acc, layout, shape) = path.into_inner();
-    let p = parse_problem(&arch, &acc, &layout, &shape)?;
-    check_device(&q.device)?;
-    let device = q.device.clone();
-    let db = state.db.clone();
-    let r = cached(&state, format!("kernel|{p}|{device:?}"), || async move { render_kernel(&db, p, device).await }).await?;
+    let r = kernel_answer(&state, path.0, &q).await?;
     if r.status != 200 {
         return Ok(respond(&r));
     }
@@ -219,11 +231,9 @@ pub async fn get_kernel_ptx(
     )
 )]
 #[get("/v1/leaderboard/{arch}/{acc}/{layout}/{shape}")]
-pub async fn problem_leaderboard(state: State, path: web::Path<(String, String, String, String)>, q: web::Query<DeviceQuery>) -> Result<HttpResponse, ApiError> {
-    let (arch, acc, layout, shape) = path.into_inner();
-    let p = parse_problem(&arch, &acc, &layout, &shape)?;
-    check_device(&q.device)?;
-    let device = q.device.clone();
+pub async fn problem_leaderboard(state: State, path: ProblemPath, q: web::Query<DeviceQuery>) -> Result<HttpResponse, ApiError> {
+    let p = path.0;
+    let device = checked_device(&q.device)?;
     let db = state.db.clone();
     let r = cached(&state, format!("leaderboard|{p}|{device:?}"), || async move {
         json(&catalog::problem_leaderboard(&db, &p, device.as_deref()).await?)

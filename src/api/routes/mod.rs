@@ -2,7 +2,9 @@
 
 pub mod artifacts;
 pub mod catalog;
+pub mod overview;
 pub mod system;
+pub mod ui;
 
 use actix_web::web;
 
@@ -15,7 +17,11 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         .service(catalog::get_kernel)
         .service(catalog::problem_leaderboard)
         .service(catalog::global_leaderboard)
+        .service(overview::get_heatmap)
+        .service(overview::get_stats)
         .service(artifacts::get_artifact)
         .service(artifacts::upload_artifact)
+        .service(ui::index)
+        .service(ui::static_asset)
         .configure(crate::api::openapi::configure);
 }

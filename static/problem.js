@@ -1,0 +1,165 @@
+// Problem page: the ranked kernels of one problem on one device class, the catalog
+// kernel's timings, speedups, verification and launch manifest, the baseline table,
+// downloads and the `kaas pull` command.
+
+import {
+  h, api, query, us, ci, times, tflops, num, baselineName, submitterHref, problemHref, commandBox, pullCommand, table,
+  ApiError, DEFAULT_BASELINE, MODES,
+} from './lib.js';
+
+const WORD = /^[A-Za-z0-9_.-]{1,32}$/;
+
+function parsePath(rest) {
+  if (rest.length !== 4 || !rest.every((w) => WORD.test(w))) return null;
+  const [arch, acc, layout, shape] = rest;
+  const m = /^(\d+)x(\d+)x(\d+)$/.exec(shape);
+  if (!m) return null;
+  return { arch, acc, layout, m: +m[1], n: +m[2], k: +m[3], path: rest.join('/') };
+}
+
+/** The kernel endpoint's answer: the view, or the 404 that says what to use instead. */
+async function kernelOrReason(path, device) {
+  try {
+    return { kernel: await api(`/v1/kernels/${path}${query({ device })}`) };
+  } catch (err) {
+    if (err instanceof ApiError && err.status === 404) return { reason: err };
+    throw err;
+  }
+}
+
+function downloads(p, k) {
+  const base = `kaas-${p.m}x${p.n}x${p.k}-${p.acc}-${p.layout}-${k.device_class}`;
+  const manifest = new Blob([`${JSON.stringify(k.manifest, null, 2)}\n`], { type: 'application/json' });
+  return h('div', { class: 'actions' },
+    h('a', { class: 'button', id: 'download-ptx', href: `/v1/kernels/${p.path}/ptx${query({ device: k.device_class })}`, download: `${base}.ptx` },
+      `Download PTX (${(k.artifact.size_bytes / 1024).toFixed(1)} KiB)`),
+    h('a', { class: 'button', id: 'download-manifest', href: URL.createObjectURL(manifest), download: `${base}.manifest.json` }, 'Download manifest (JSON)'),
+    h('a', { href: k.artifact.url, id: 'artifact-link' }, `artifact ${k.artifact.sha256.slice(0, 12)}…`));
+}
+
+function timingsTable(run) {
+  const t = run.timings || {};
+  const modes = MODES.filter((m) => t[m]).concat(Object.keys(t).filter((m) => !MODES.includes(m)));
+  if (!modes.length) return h('p', { class: 'muted' }, 'Not benchmarked: verified only.');
+  return table('Timings of the catalog kernel by mode', [
+    { label: 'Mode', header: true, cell: (m) => m },
+    { label: 'Median', num: true, cell: (m) => us(t[m].median_us) },
+    { label: '95% CI of the median', num: true, cell: (m) => ci(t[m].ci95_low_us, t[m].ci95_high_us) },
+    { label: 'p10 – p90', num: true, cell: (m) => ci(t[m].p10_us, t[m].p90_us) },
+    { label: 'Mean', num: true, cell: (m) => us(t[m].mean_us) },
+    { label: 'TFLOP/s', num: true, cell: (m) => tflops(t[m].tflops) },
+    { label: 'Samples', num: true, cell: (m) => (num(t[m].samples) ? String(t[m].samples) : '—') },
+  ], modes);
+}
+
+function speedupsTable(run) {
+  const s = run.speedups || {};
+  const modes = MODES.filter((m) => s[m]);
+  if (!modes.length) return null;
+  const names = [...new Set(modes.flatMap((m) => Object.keys(s[m])))].sort();
+  return table('Speedup over each baseline (above 1× is faster), measured side by side in the same run', [
+    { label: 'Baseline', header: true, cell: (b) => baselineName(b) },
+    ...modes.map((m) => ({ label: m, num: true, cell: (b) => times(s[m][b]) })),
+  ], names);
+}
+
+function verification(run) {
+  const d = run.device || {};
+  const device = [d.name || d.model, d.driver_version && `driver ${d.driver_version}`, (d.cuda_driver_api_version || d.cuda_version) && `CUDA ${d.cuda_driver_api_version || d.cuda_version}`,
+    d.cublas_version && `cuBLAS ${d.cublas_version}`].filter(Boolean).join(', ');
+  return h('div', { id: 'verification' },
+    h('p', {}, h('span', { class: `badge ${run.verdict === 'pass' ? 'pass' : 'fail'}` }, run.verdict), ` run ${run.id} on ${run.device_class}, ${new Date(run.measured_at).toUTCString()}`),
+    h('p', { id: 'run-message' }, run.message),
+    device ? h('p', { class: 'muted' }, device) : null);
+}
+
+function launches(manifest) {
+  return table(`Launch manifest (ABI ${manifest.abi}), workspace ${manifest.workspace_bytes} bytes`, [
+    { label: 'Entry', header: true, cell: (l) => h('code', {}, l.entry) },
+    { label: 'Grid', cell: (l) => l.grid.join('×') },
+    { label: 'Block', cell: (l) => l.block.join('×') },
+    { label: 'Cluster', cell: (l) => (l.cluster || [1, 1, 1]).join('×') },
+    { label: 'Shared memory', num: true, cell: (l) => `${l.shared_mem_bytes} B` },
+    { label: 'Params', num: true, cell: (l) => String(l.params.length) },
+  ], manifest.launches);
+}
+
+function baselinesTable(rows) {
+  if (!rows.length) return h('p', { class: 'muted' }, 'No baselines measured on this device class.');
+  const order = (m) => (MODES.includes(m) ? MODES.indexOf(m) : MODES.length);
+  const sorted = rows.slice().sort((a, b) => order(a.mode) - order(b.mode) || a.median_us - b.median_us);
+  return table('cuBLAS and cuBLASLt on this device class, fastest first per mode', [
+    { label: 'Library', header: true, cell: (b) => baselineName(b.library) },
+    { label: 'Layout', cell: (b) => b.layout },
+    { label: 'Mode', cell: (b) => b.mode },
+    { label: 'Median', num: true, cell: (b) => us(b.median_us) },
+    { label: '95% CI', num: true, cell: (b) => ci(b.timing && b.timing.ci95_low_us, b.timing && b.timing.ci95_high_us) },
+    { label: 'Configuration', cell: (b) => h('code', {}, JSON.stringify(b.config)) },
+  ], sorted);
+}
+
+function ranking(rows, kernel, device) {
+  if (!rows.length) return h('p', { class: 'muted', id: 'ranking-empty' }, `No passing, benchmarked run on ${device} yet.`);
+  const current = kernel && kernel.device_class === device ? kernel.run.id : null;
+  const graph = kernel && kernel.run.timings && kernel.run.timings.graph;
+  return h('div', { id: 'ranking' }, table(`Each submitter’s best passing run on ${device}, fastest first (graph mode)`, [
+    { label: 'Rank', num: true, header: true, cell: (r) => String(r.rank) },
+    { label: 'Submitter', cell: (r) => [h('a', { href: submitterHref(r.submitter), class: 'submitter' }, r.submitter), r.run_id === current ? h('span', { class: 'muted' }, ' (catalog kernel)') : null] },
+    { label: 'Median', num: true, cell: (r) => us(r.median_us) },
+    { label: '95% CI', num: true, cell: (r) => (r.run_id === current && graph ? ci(graph.ci95_low_us, graph.ci95_high_us) : '—') },
+    { label: 'TFLOP/s', num: true, cell: (r) => tflops(r.tflops) },
+    { label: `vs ${baselineName(DEFAULT_BASELINE)}`, num: true, cell: (r) => times(r.speedup_vs_autotune_max) },
+    { label: 'Measured', cell: (r) => r.measured_at.slice(0, 10) },
+  ], rows, (r) => ({ class: r.run_id === current ? 'current' : null, 'data-run': r.run_id })));
+}
+
+export async function problem(rest, params) {
+  const p = parsePath(rest);
+  if (!p) return { title: 'Not a problem', node: h('div', {}, h('h1', {}, 'Not a problem address'), h('p', {}, 'Expected #/problem/ARCH/ACC/LAYOUT/MxNxK.')) };
+  const asked = params.get('device');
+  const [board, answer] = await Promise.all([api(`/v1/leaderboard/${p.path}`), kernelOrReason(p.path, asked)]);
+  const kernel = answer.kernel;
+  const reasonDevice = answer.reason && answer.reason.body.device_class;
+  const device = asked || (kernel && kernel.device_class) || reasonDevice || (board.rows[0] && board.rows[0].device_class) || null;
+  const devices = [...new Set([device, ...board.rows.map((r) => r.device_class), ...(kernel ? kernel.other_device_classes : [])].filter(Boolean))].sort();
+  const title = `${p.m}×${p.n}×${p.k} ${p.acc} ${p.layout}`;
+  const picker = devices.length > 1
+    ? h('label', {}, 'Device class ', h('select', { id: 'sel-device', onchange: (e) => { location.hash = problemHref(p.path, e.target.value); } },
+      devices.map((d) => h('option', { value: d, selected: d === device }, d))))
+    : h('span', {}, device ? `Device class: ${device}` : 'No device class has measured this problem yet.');
+  let entry;
+  if (kernel) {
+    entry = [
+      h('p', {}, 'Catalog kernel ', h('strong', { id: 'kernel-name' }, kernel.name || '(unnamed)'), ' by ',
+        h('a', { href: submitterHref(kernel.submitter), class: 'submitter' }, kernel.submitter),
+        kernel.benchmarked ? `, faster than ${kernel.beats.length ? kernel.beats.map(baselineName).join(', ') : 'no baseline'} in graph mode.` : ', verified but not benchmarked.'),
+      downloads(p, kernel),
+      h('h3', {}, 'Pull it'),
+      commandBox(pullCommand(p, kernel.device_class), 'kaas pull command'),
+      commandBox(`curl -fsS -o kernel.ptx '${location.origin}/v1/kernels/${p.path}/ptx${query({ device: kernel.device_class })}'`, 'curl command for the PTX'),
+      h('h2', {}, 'Timings'), timingsTable(kernel.run), speedupsTable(kernel.run),
+      h('h2', {}, 'Verification'), verification(kernel.run),
+      h('h2', {}, 'Launch'), launches(kernel.manifest),
+    ];
+  } else {
+    const u = answer.reason.body.use_instead;
+    entry = [
+      h('p', { class: 'note', id: 'no-kernel' }, answer.reason.message),
+      u ? table('What to use instead', [
+        { label: 'Library', header: true, cell: (b) => baselineName(b.library) },
+        { label: 'Layout', cell: (b) => b.layout }, { label: 'Mode', cell: (b) => b.mode },
+        { label: 'Median', num: true, cell: (b) => us(b.median_us) },
+        { label: 'Configuration', cell: (b) => h('code', {}, JSON.stringify(b.config)) },
+      ], [u]) : null,
+    ];
+  }
+  const node = h('div', {},
+    h('p', {}, h('a', { href: `#/heatmap${query({ device, arch: p.arch, acc: p.acc, layout: p.layout, k: p.k })}` }, '← Catalog')),
+    h('h1', {}, title),
+    h('p', { class: 'muted' }, `${p.arch} · ${p.acc === 'f32' ? 'fp32' : 'fp16'} accumulate · ${p.layout} layout (A row-major M×K, B ${p.layout === 'tn' ? 'N×K row-major' : 'K×N row-major'}, C row-major M×N)`),
+    h('div', { class: 'controls' }, picker),
+    h('h2', {}, 'Ranking'), device ? ranking(board.rows.filter((r) => r.device_class === device), kernel, device) : null,
+    h('h2', {}, 'Catalog kernel'), entry,
+    h('h2', {}, 'Baselines'), kernel ? baselinesTable(kernel.baselines) : h('p', { class: 'muted' }, 'The baseline table comes with a catalog kernel; the fastest baseline is named above.'));
+  return { title, node };
+}
