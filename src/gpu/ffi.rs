@@ -477,7 +477,7 @@ impl DeviceMemory {
     /// Device-to-device copy of `bytes` from `src` at `src_offset` to `self` at
     /// `dst_offset`, in stream order. Both ranges are checked against their allocations.
     pub fn copy_range(&self, dst_offset: usize, src: &DeviceMemory, src_offset: usize, bytes: usize, stream: &Stream) -> Res<()> {
-        let end = |offset: usize| offset.checked_add(bytes).unwrap_or(usize::MAX);
+        let end = |offset: usize| offset.saturating_add(bytes);
         self.fits(end(dst_offset), "cuMemcpyDtoDAsync")?;
         src.fits(end(src_offset), "cuMemcpyDtoDAsync")?;
         // SAFETY: both ranges lie inside their allocations (checked above).
