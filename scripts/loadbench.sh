@@ -5,6 +5,7 @@
 # Usage: scripts/loadbench.sh [seconds-per-round] [rounds]
 set -euo pipefail
 secs=${1:-10}
+lines=${KAAS_LOADBENCH_LINES:-8200}   # 8200 lines ≈ 200 KB
 rounds=${2:-3}
 root=$(cd "$(dirname "$0")/.." && pwd)
 command -v nginx >/dev/null && command -v wrk >/dev/null || {
@@ -23,7 +24,7 @@ db="sqlite://$work/kaas.db?mode=rwc"
 ptx="$work/kernel.ptx"
 {
   printf '.version 8.8\n.target sm_90\n.address_size 64\n\n.visible .entry load_bench(\n\t.param .u64 .ptr .global .align 1 p\n)\n{\n\t.reg .b32 %%r<4>;\n'
-  for i in $(seq 1 8200); do printf '\tadd.s32 %%r1, %%r2, %d;\n' "$i"; done
+  for i in $(seq 1 "$lines"); do printf '\tadd.s32 %%r1, %%r2, %d;\n' "$i"; done
   printf '\tret;\n}\n'
 } > "$ptx"
 size=$(stat -c %s "$ptx")
