@@ -163,8 +163,8 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     cfg.max_connections = s.api.db_max_connections;
     let conn = db::connect(&cfg).await.with_context(|| format!("connecting to {}", redact(&s.database_url)))?;
     if crate::catalog::is_empty(&conn).await? {
-        if s.catalog.join("index.json").exists() {
-            let report = bundle::import(&conn, &s.catalog).await.with_context(|| format!("importing the shipped catalog {}", s.catalog.display()))?;
+        if s.catalog.is_dir() {
+            let report = bundle::import_tree(&conn, &s.catalog).await.with_context(|| format!("importing the shipped catalog {}", s.catalog.display()))?;
             tracing::info!(?report, catalog = %s.catalog.display(), "empty database: imported the shipped catalog");
         } else {
             tracing::warn!(catalog = %s.catalog.display(), "empty database and no catalog bundle to import");

@@ -158,9 +158,57 @@ const LIBRARIES: [&str; 3] = ["cublas", "cublaslt_heuristic", "cublaslt_autotune
 const MODES: [&str; 3] = ["graph", "offline", "server"];
 
 /// Reads and checks a bundle without touching the database.
+/// Whether a directory holds a bundle index (`index.json`, or `index.json.gz`).
+pub fn has_index(dir: &Path) -> bool {
+    dir.join("index.json").is_file() || dir.join("index.json.gz").is_file()
+}
+
+/// The index text: `index.json`, or else `index.json.gz` (large baseline tables ship
+/// compressed), with the same size limit on the decompressed text.
+fn read_index(dir: &Path) -> Result<Vec<u8>, BundleError> {
+    let plain = dir.join("index.json");
+    let gz = dir.join("index.json.gz");
+    if plain.exists() || !gz.exists() {
+        return read_limited(&plain, MAX_INDEX_BYTES);
+    }
+    let io = |source| BundleError::Io { path: gz.display().to_string(), source };
+    let file = std::fs::File::open(&gz).map_err(io)?;
+    let mut text = Vec::new();
+    std::io::Read::read_to_end(&mut std::io::Read::take(flate2::read::GzDecoder::new(file), MAX_INDEX_BYTES + 1), &mut text)
+        .map_err(|e| invalid("index.json.gz", format!("not gzip-compressed JSON: {e}")))?;
+    if text.len() as u64 > MAX_INDEX_BYTES {
+        return Err(invalid("index.json.gz", format!("decompresses to more than {MAX_INDEX_BYTES} bytes")));
+    }
+    Ok(text)
+}
+
+/// Imports a bundle directory and every bundle directly under it (e.g. `kernels/` and
+/// `kernels/baselines-h200/`), in name order; each one all or nothing.
+pub async fn import_tree(db: &DatabaseConnection, dir: &Path) -> Result<ImportReport, BundleError> {
+    let io = |source| BundleError::Io { path: dir.display().to_string(), source };
+    let mut dirs = vec![];
+    if has_index(dir) {
+        dirs.push(dir.to_path_buf());
+    }
+    let mut subdirs: Vec<_> = std::fs::read_dir(dir).map_err(io)?.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| p.is_dir() && has_index(p)).collect();
+    subdirs.sort();
+    dirs.extend(subdirs);
+    let mut total = ImportReport::default();
+    for d in dirs {
+        let r = import(db, &d).await.map_err(|e| match e {
+            BundleError::Invalid { path, message } => BundleError::Invalid { path: format!("{}/{path}", d.display()), message },
+            other => other,
+        })?;
+        total.artifacts += r.artifacts;
+        total.problems += r.problems;
+        total.entries += r.entries;
+        total.baselines += r.baselines;
+    }
+    Ok(total)
+}
+
 pub fn read_bundle(dir: &Path) -> Result<(Index, BTreeMap<String, String>), BundleError> {
-    let index_path = dir.join("index.json");
-    let bytes = read_limited(&index_path, MAX_INDEX_BYTES)?;
+    let bytes = read_index(dir)?;
     let index: Index =
         serde_json::from_slice(&bytes).map_err(|e| invalid("index.json", format!("not a {FORMAT} index: {e}")))?;
     if index.format != FORMAT {

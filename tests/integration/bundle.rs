@@ -119,3 +119,49 @@ async fn the_shipped_catalog_round_trips() {
     bundle::export(&db.db, out.path()).await.unwrap();
     assert_eq!(std::fs::read(shipped.join("index.json")).unwrap(), std::fs::read(out.path().join("index.json")).unwrap());
 }
+
+async fn a_catalog_tree_imports_every_bundle_including_gzipped_ones(backend: Backend) {
+    use std::io::Write;
+    let db = TestDb::new(backend).await;
+    let root = tempfile::tempdir().unwrap();
+    let f = fixture();
+    write_fixture(root.path(), &f);
+    // A second bundle, baselines only, shipped as index.json.gz in a subdirectory.
+    let sub = root.path().join("baselines-x");
+    let (mut index, _) = fixture_index(&f);
+    let extra = problem(16384, 16384, 16384, kaas::problem::Layout::Tn);
+    index.problems = vec![extra];
+    index.artifacts.clear();
+    index.entries.clear();
+    index.baselines = vec![baseline(extra, "cublaslt_autotune", 11000.0)];
+    std::fs::create_dir_all(&sub).unwrap();
+    let mut gz = flate2::write::GzEncoder::new(std::fs::File::create(sub.join("index.json.gz")).unwrap(), flate2::Compression::default());
+    gz.write_all(bundle::index_text(&index).unwrap().as_bytes()).unwrap();
+    gz.finish().unwrap();
+    let report = bundle::import_tree(&db.db, root.path()).await.unwrap();
+    assert_eq!((report.entries, report.baselines, report.problems), (3, 6, 5));
+    // A broken gzip is refused, named, and adds nothing.
+    let bad = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(bad.path().join("b")).unwrap();
+    std::fs::write(bad.path().join("b/index.json.gz"), b"not gzip").unwrap();
+    let before = db.count("baselines").await;
+    let err = bundle::import_tree(&db.db, bad.path()).await.unwrap_err().to_string();
+    assert!(err.contains("index.json.gz"), "{err}");
+    assert_eq!(db.count("baselines").await, before);
+    db.cleanup().await;
+}
+
+both_backends!(a_catalog_tree_imports_every_bundle_including_gzipped_ones);
+
+/// The shipped baseline tables parse and hold what their README says.
+#[test]
+fn the_shipped_baseline_tables_are_valid_bundles() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("kernels");
+    let mut found = 0;
+    for dir in std::fs::read_dir(&root).unwrap().map(|e| e.unwrap().path()).filter(|p| p.is_dir() && bundle::has_index(p)) {
+        let (index, _) = bundle::read_bundle(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+        assert!(!index.baselines.is_empty(), "{} holds no baselines", dir.display());
+        found += 1;
+    }
+    assert!(found >= 1, "no baseline table under kernels/");
+}
