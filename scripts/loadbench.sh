@@ -37,6 +37,7 @@ sha=$(curl -sf -H "Authorization: Bearer $token" -H 'Content-Type: text/plain' -
 
 mkdir -p "$work/www/v1/artifacts" "$work/logs"
 cp "$ptx" "$work/www/v1/artifacts/$sha"
+gzip -6 -k -c "$ptx" > "$work/www/v1/artifacts/$sha.gz"   # nginx's gzip_static serves this to gzip clients
 cat > "$work/nginx.conf" <<CONF
 worker_processes auto;
 pid $work/nginx.pid;
@@ -47,7 +48,7 @@ http {
   sendfile on; tcp_nopush on; keepalive_requests 100000;
   default_type text/plain;
   client_body_temp_path $work/tmp; proxy_temp_path $work/tmp; fastcgi_temp_path $work/tmp; uwsgi_temp_path $work/tmp; scgi_temp_path $work/tmp;
-  server { listen 127.0.0.1:18081; root $work/www; etag on; }
+  server { listen 127.0.0.1:18081; root $work/www; etag on; gzip_static on; gzip_vary on; }
 }
 CONF
 mkdir -p "$work/tmp"; chmod -R a+rX "$work"   # nginx workers run as nobody
@@ -60,9 +61,9 @@ url_nginx="http://127.0.0.1:18081/v1/artifacts/$sha"
 a=$(curl -sf "$url_kaas" | sha256sum); b=$(curl -sf "$url_nginx" | sha256sum)
 [ "$a" = "$b" ] || { echo "the two servers disagree on the bytes: kaas $a, nginx $b (sha $sha)" >&2; exit 1; }
 
-# wrk's numbers: requests/s, p50 and p99 latency in ms.
+# wrk's numbers: requests/s, p50 and p99 latency in ms. $2: extra wrk arguments.
 measure() {
-  wrk -t2 -c64 -d"${secs}s" --latency "$1" | python3 -c '
+  wrk -t2 -c64 -d"${secs}s" --latency ${2:+"$2"} ${3:+"$3"} "$1" | python3 -c '
 import re, sys
 t = sys.stdin.read()
 def ms(v):
@@ -75,21 +76,26 @@ print(f"{rps:.0f} {p50:.2f} {p99:.2f} {errs.group(1) if errs else 0}")'
 }
 wrk -t2 -c64 -d2s "$url_kaas" >/dev/null; wrk -t2 -c64 -d2s "$url_nginx" >/dev/null   # warm-up
 
-echo "| round | server | requests/s | p50 ms | p99 ms | non-2xx |"
-echo "|---|---|---|---|---|---|"
+echo "| round | server | encoding | requests/s | p50 ms | p99 ms | non-2xx |"
+echo "|---|---|---|---|---|---|---|"
 for r in $(seq 1 "$rounds"); do
-  for s in kaas nginx; do
-    url=$url_kaas; [ $s = nginx ] && url=$url_nginx
-    read -r rps p50 p99 errs < <(measure "$url")
-    echo "| $r | $s | $rps | $p50 | $p99 | $errs |"
-    echo "$s $rps $p50 $p99" >> "$work/results"
+  for enc in identity gzip; do
+    for s in kaas nginx; do
+      url=$url_kaas; [ $s = nginx ] && url=$url_nginx
+      if [ $enc = gzip ]; then read -r rps p50 p99 errs < <(measure "$url" -H "Accept-Encoding: gzip")
+      else read -r rps p50 p99 errs < <(measure "$url"); fi
+      echo "| $r | $s | $enc | $rps | $p50 | $p99 | $errs |"
+      echo "$s-$enc $rps $p50 $p99" >> "$work/results"
+    done
   done
 done
 python3 - "$work/results" "$size" <<'PY'
 import statistics, sys
 rows = [l.split() for l in open(sys.argv[1])]
 med = lambda s, i: statistics.median(float(r[i]) for r in rows if r[0] == s)
-k, n = med("kaas", 1), med("nginx", 1)
-print(f"\nartifact {sys.argv[2]} bytes; medians over rounds: kaas {k:.0f} req/s (p99 {med('kaas', 3):.2f} ms), "
-      f"nginx {n:.0f} req/s (p99 {med('nginx', 3):.2f} ms); kaas/nginx = {k / n:.2f}")
+print(f"\nartifact {sys.argv[2]} bytes; medians over rounds:")
+for enc in ("identity", "gzip"):
+    k, n = med(f"kaas-{enc}", 1), med(f"nginx-{enc}", 1)
+    print(f"  {enc}: kaas {k:.0f} req/s (p99 {med(f'kaas-{enc}', 3):.2f} ms), "
+          f"nginx {n:.0f} req/s (p99 {med(f'nginx-{enc}', 3):.2f} ms); kaas/nginx = {k / n:.2f}")
 PY

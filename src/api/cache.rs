@@ -16,12 +16,33 @@ pub struct Rendered {
     pub body: Bytes,
 }
 
-/// PTX of one artifact, with its strong ETag.
+/// PTX of one artifact, with its strong ETag, and gzip-compressed once for clients that
+/// accept it (PTX text shrinks several-fold, and sending fewer bytes is most of the cost
+/// of a download).
 #[derive(Debug)]
 pub struct ArtifactBody {
     pub sha256: String,
     pub etag: String,
     pub body: Bytes,
+    /// The gzip representation and its own strong ETag (`"<sha256>-gzip"`).
+    pub gzip: Bytes,
+    pub gzip_etag: String,
+}
+
+impl ArtifactBody {
+    pub fn new(sha256: String, ptx: String) -> Self {
+        use std::io::Write;
+        let mut enc = flate2::write::GzEncoder::new(Vec::with_capacity(ptx.len() / 4), flate2::Compression::default());
+        // Writing into a Vec cannot fail.
+        let gzip = enc.write_all(ptx.as_bytes()).and_then(|_| enc.finish()).unwrap_or_default();
+        ArtifactBody {
+            etag: format!("\"{sha256}\""),
+            gzip_etag: format!("\"{sha256}-gzip\""),
+            sha256,
+            body: ptx.into_bytes().into(),
+            gzip: gzip.into(),
+        }
+    }
 }
 
 #[derive(Clone)]
@@ -34,7 +55,7 @@ impl Caches {
     pub fn new(artifact_bytes: u64, catalog_ttl: Duration) -> Self {
         Caches {
             artifacts: Cache::builder()
-                .weigher(|_k: &String, v: &Arc<ArtifactBody>| u32::try_from(v.body.len()).unwrap_or(u32::MAX))
+                .weigher(|_k: &String, v: &Arc<ArtifactBody>| u32::try_from(v.body.len() + v.gzip.len()).unwrap_or(u32::MAX))
                 .max_capacity(artifact_bytes)
                 .build(),
             catalog: Cache::builder().max_capacity(20_000).time_to_live(catalog_ttl).build(),

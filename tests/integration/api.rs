@@ -117,6 +117,25 @@ async fn ptx_downloads_carry_strong_etags_and_answer_304(backend: Backend) {
     let r = call(&app, TestRequest::get().uri(&format!("/v1/kernels/{}/ptx", f.fast.path())).insert_header(("If-None-Match", format!("\"{sha}\"")))).await;
     assert_eq!(r.status, 304);
 
+    // Clients that take gzip get the same PTX compressed, under its own strong ETag.
+    for accept in ["gzip", "br, gzip;q=0.8", "*"] {
+        let z = call(&app, TestRequest::get().uri(&format!("/v1/artifacts/{sha}")).insert_header(("Accept-Encoding", accept))).await;
+        assert_eq!(z.status, 200);
+        assert_eq!(z.header("content-encoding").as_deref(), Some("gzip"), "Accept-Encoding: {accept}");
+        assert_eq!(z.header("etag"), Some(format!("\"{sha}-gzip\"")));
+        assert_eq!(z.header("vary").as_deref(), Some("Accept-Encoding"));
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut flate2::read::GzDecoder::new(z.body.as_ref()), &mut text).unwrap();
+        assert_eq!(text, f.ptx_fast);
+    }
+    for refuse in ["gzip;q=0", "identity", "br"] {
+        let r = call(&app, TestRequest::get().uri(&format!("/v1/artifacts/{sha}")).insert_header(("Accept-Encoding", refuse))).await;
+        assert_eq!(r.header("content-encoding"), None, "Accept-Encoding: {refuse}");
+        assert_eq!(r.body.as_ref(), f.ptx_fast.as_bytes());
+    }
+    let z304 = call(&app, TestRequest::get().uri(&format!("/v1/artifacts/{sha}")).insert_header(("Accept-Encoding", "gzip")).insert_header(("If-None-Match", format!("\"{sha}-gzip\"")))).await;
+    assert_eq!(z304.status, 304);
+
     get(&app, &format!("/v1/artifacts/{}", "0".repeat(64))).await.assert_problem(404, "not_found");
     get(&app, "/v1/artifacts/xyz").await.assert_problem(400, "invalid_path");
     get(&app, &format!("/v1/artifacts/{}", "A".repeat(64))).await.assert_problem(400, "invalid_path");

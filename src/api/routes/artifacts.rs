@@ -12,11 +12,22 @@ use crate::api::{ApiError, State};
 use crate::auth::{Caller, Role};
 use crate::catalog::{self, ArtifactView, bundle};
 
-/// Whether an `If-None-Match` header matches this strong ETag (weak comparison, as
-/// RFC 9110 asks for If-None-Match).
-fn none_match(req: &HttpRequest, etag: &str) -> bool {
+/// Whether an `If-None-Match` header matches either representation's ETag (weak
+/// comparison, as RFC 9110 asks for If-None-Match): both hold the same PTX.
+fn none_match(req: &HttpRequest, a: &ArtifactBody) -> bool {
     let Some(v) = req.headers().get(header::IF_NONE_MATCH).and_then(|v| v.to_str().ok()) else { return false };
-    v.split(',').map(str::trim).any(|t| t == "*" || t.trim_start_matches("W/") == etag)
+    v.split(',').map(str::trim).map(|t| t.trim_start_matches("W/")).any(|t| t == "*" || t == a.etag || t == a.gzip_etag)
+}
+
+/// Whether the client takes `Content-Encoding: gzip` (`gzip` listed without `q=0`).
+fn accepts_gzip(req: &HttpRequest) -> bool {
+    let Some(v) = req.headers().get(header::ACCEPT_ENCODING).and_then(|v| v.to_str().ok()) else { return false };
+    v.split(',').any(|item| {
+        let mut parts = item.split(';').map(str::trim);
+        let coding = parts.next().unwrap_or("");
+        let refused = parts.any(|p| p.strip_prefix("q=").is_some_and(|q| q.trim().parse::<f32>().is_ok_and(|q| q <= 0.0)));
+        (coding.eq_ignore_ascii_case("gzip") || coding == "*") && !refused
+    })
 }
 
 fn is_sha256(s: &str) -> bool {
@@ -30,7 +41,7 @@ async fn load(state: &State, sha: &str) -> Result<Option<Arc<ArtifactBody>>, Api
     }
     state.metrics.cache("artifacts", false);
     let Some(row) = catalog::artifact(&state.db, sha).await? else { return Ok(None) };
-    let body = Arc::new(ArtifactBody { etag: format!("\"{}\"", row.sha256), sha256: row.sha256, body: row.ptx.into_bytes().into() });
+    let body = Arc::new(ArtifactBody::new(row.sha256, row.ptx));
     state.caches.artifacts.insert(sha.to_string(), body.clone()).await;
     Ok(Some(body))
 }
@@ -40,21 +51,28 @@ pub async fn serve_artifact(req: &HttpRequest, state: &State, sha: &str, cache_c
     let Some(a) = load(state, sha).await? else {
         return Err(ApiError::NotFound(format!("no artifact with sha256 {sha}")));
     };
-    let etag = HeaderValue::from_str(&a.etag).map_err(|e| ApiError::Internal(e.to_string()))?;
-    let location = format!("/v1/artifacts/{}", a.sha256);
-    if none_match(req, &a.etag) {
+    let gzip = accepts_gzip(req);
+    let etag = HeaderValue::from_str(if gzip { &a.gzip_etag } else { &a.etag }).map_err(|e| ApiError::Internal(e.to_string()))?;
+    let vary = (header::VARY, HeaderValue::from_static("Accept-Encoding"));
+    if none_match(req, &a) {
         return Ok(HttpResponse::NotModified()
             .insert_header((header::ETAG, etag))
             .insert_header((header::CACHE_CONTROL, cache_control))
+            .insert_header(vary)
             .finish());
     }
-    Ok(HttpResponse::Ok()
-        .insert_header((header::CONTENT_TYPE, "text/plain; charset=utf-8"))
+    let mut res = HttpResponse::Ok();
+    res.insert_header((header::CONTENT_TYPE, "text/plain; charset=utf-8"))
         .insert_header((header::ETAG, etag))
         .insert_header((header::CACHE_CONTROL, cache_control))
-        .insert_header((header::CONTENT_LOCATION, location))
-        .insert_header((header::CONTENT_DISPOSITION, format!("attachment; filename=\"{}.ptx\"", a.sha256)))
-        .body(a.body.clone()))
+        .insert_header(vary)
+        .insert_header((header::CONTENT_LOCATION, format!("/v1/artifacts/{}", a.sha256)))
+        .insert_header((header::CONTENT_DISPOSITION, format!("attachment; filename=\"{}.ptx\"", a.sha256)));
+    if gzip {
+        res.insert_header((header::CONTENT_ENCODING, "gzip"));
+        return Ok(res.body(a.gzip.clone()));
+    }
+    Ok(res.body(a.body.clone()))
 }
 
 #[utoipa::path(
