@@ -49,6 +49,9 @@ pub enum Command {
     Baselines(crate::bench::baselines::BaselinesArgs),
     /// Verify one job in this process: reads a job as JSON on stdin, writes its outcome as JSON on stdout. Workers spawn it; untrusted PTX runs only here.
     Sandbox,
+    /// Verify one kernel (PTX + manifest) on this machine's GPU in a sandbox process; with
+    /// --bench also time it side by side with cuBLAS and cuBLASLt.
+    Run(crate::harness::run_cmd::RunArgs),
     /// Print the OpenAPI document, or write it to a file.
     Openapi {
         /// Write to this file instead of standard output (e.g. openapi/openapi.json).
@@ -146,6 +149,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             tokio::task::spawn_blocking(move || crate::bench::baselines::run_cli(args, rt)).await?
         }
         Command::Sandbox => crate::sandbox::sandbox_main(),
+        Command::Run(args) => tokio::task::spawn_blocking(move || crate::harness::run_cmd::run_cli(args)).await?,
         Command::Openapi { write } => {
             let text = crate::api::openapi::document_text();
             match write {

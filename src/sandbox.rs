@@ -19,7 +19,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::gpu::{self, Gpu};
-use crate::harness::{Job, RunOutcome, verify_candidate};
+use crate::harness::{BenchSettings, Job, RunOutcome, bench_candidate, verify_candidate};
 use crate::verify::Verdict;
 
 /// Environment variable naming the executable to spawn as the sandbox (it is run with
@@ -68,9 +68,11 @@ impl SandboxCommand {
 }
 
 /// A wall-clock limit that covers a whole verification: start-up, the CPU references,
-/// and eight launch sequences each at its watchdog.
+/// and eight launch sequences each at its watchdog; plus the benchmark's time when the
+/// job asks for one (see [`BenchSettings::wall_time`]).
 pub fn default_wall_limit(job: &Job) -> Duration {
-    Duration::from_secs(30) + job.watchdog() * 8
+    let bench = BenchSettings::of(job).ok().flatten().map_or(Duration::ZERO, |s| s.wall_time() + job.watchdog());
+    Duration::from_secs(30) + job.watchdog() * 8 + bench
 }
 
 /// Runs `job` in a fresh `kaas sandbox` process (see [`SandboxCommand::from_env`]).
@@ -316,7 +318,18 @@ fn run_job(job: &Job) -> RunOutcome {
         Ok(g) => g,
         Err(e) => return RunOutcome::early(Verdict::InternalError, SANDBOX, format!("cannot open the GPU: {e}")),
     };
-    let verified = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| verify_candidate(&gpu, job)));
+    let settings = match BenchSettings::of(job) {
+        Ok(s) => s,
+        Err(why) => return RunOutcome::early(Verdict::InternalError, SANDBOX, why),
+    };
+    let verified = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let mut outcome = verify_candidate(&gpu, job);
+        // Only a kernel that passed verification is timed.
+        if let (Verdict::Pass, Some(settings)) = (outcome.verdict, &settings) {
+            bench_candidate(&gpu, job, settings, &mut outcome);
+        }
+        outcome
+    }));
     let outcome = verified.unwrap_or_else(|panic| {
         let what = panic.downcast_ref::<String>().cloned().or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string())).unwrap_or_default();
         let mut o = RunOutcome::early(Verdict::InternalError, SANDBOX, format!("the harness panicked: {what}"));
@@ -414,5 +427,8 @@ mod tests {
     fn the_wall_limit_covers_every_launch_sequence() {
         let j = Job { watchdog_ms: Some(1000), ..job() };
         assert_eq!(default_wall_limit(&j), Duration::from_secs(38));
+        // A benchmark adds its budget, both autotunes, 30 s of set-up and one watchdog.
+        let j = Job { bench: Some(serde_json::json!({"budget_ms": 5000})), ..j };
+        assert_eq!(default_wall_limit(&j), Duration::from_secs(38 + 5 + 2 + 30 + 1));
     }
 }

@@ -932,3 +932,42 @@ fn cublaslt_algorithms_are_recreated_from_their_recorded_configuration() {
         }
     }
 }
+
+/// One whole run as a worker does it, in a sandbox process: the simple kernel on
+/// 2048³ tn f32 verified, then benchmarked side by side with cuBLAS, cuBLASLt heuristic
+/// and cuBLASLt autotuned (NN and TN). The simple kernel is slower than cuBLAS: the
+/// speedups are printed, not asserted.
+#[test]
+fn a_whole_run_verifies_then_benchmarks_against_the_baselines() {
+    if let Err(why) = gpu::available() {
+        println!("SKIP: no GPU ({why})");
+        return;
+    }
+    if let Err(why) = gpu::nvrtc::available() {
+        println!("SKIP: no NVRTC ({why})");
+        return;
+    }
+    let p = problem(Acc::F32, Layout::Tn, (2048, 2048, 2048));
+    let mut job = simple_job_for(p, SimpleConfig::LARGE).expect("compile simple");
+    job.bench = Some(serde_json::json!({"modes": ["graph", "offline"], "budget_ms": 3000, "sets": 3}));
+    let started = Instant::now();
+    // `run_in_sandbox` with the staged `kaas` as the sandbox executable.
+    let o = sandbox::run_with(&sandbox_command(), &job, sandbox::default_wall_limit(&job));
+    let wall = started.elapsed();
+    println!("{}", kaas::harness::run_cmd::table(&job, &o, wall));
+    println!("RUNBENCH whole run (verification + benchmark) {:.2} s wall", wall.as_secs_f64());
+    assert_eq!(o.verdict, Verdict::Pass, "{}: {}", o.stage, o.message);
+    let bench = o.bench.as_ref().expect("bench present after a pass");
+    let graph = bench["timings"]["graph"]["median_us"].as_f64().expect("graph median");
+    assert!(graph.is_finite() && graph > 0.0, "{graph}");
+    assert!(bench["timings"]["offline"]["median_us"].as_f64().is_some_and(f64::is_finite));
+    for key in ["cublas_nn", "cublas_tn", "cublas_max", "cublaslt_heuristic_max", "cublaslt_autotune_max"] {
+        let x = bench["speedups"]["graph"][key].as_f64().unwrap_or(f64::NAN);
+        assert!(x.is_finite() && x > 0.0, "speedup {key} = {x}");
+    }
+    assert_eq!(bench["baselines"].as_array().map(Vec::len), Some(12), "six baselines × two modes");
+    assert_eq!(bench["recheck"]["passed"], serde_json::json!(true), "{}", bench["recheck"]);
+    println!("RUNBENCH recheck {}", bench["recheck"]["detail"]);
+    println!("RUNBENCH setup {} ms, autotune {} ms, timing {} ms, recheck {} ms, rounds {}, converged {}",
+        bench["setup_ms"], bench["autotune_ms"], bench["elapsed_ms"], bench["recheck_ms"], bench["rounds"], bench["converged"]);
+}

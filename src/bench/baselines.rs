@@ -88,7 +88,7 @@ pub struct BaselinesArgs {
     pub out: PathBuf,
 }
 
-fn parse_modes(words: &[String]) -> anyhow::Result<Vec<Mode>> {
+pub(crate) fn parse_modes(words: &[String]) -> anyhow::Result<Vec<Mode>> {
     let mut modes = Vec::new();
     for w in words {
         let m = Mode::ALL
@@ -141,13 +141,13 @@ pub fn share(remaining: Duration, cost: f64, remaining_cost: f64) -> Duration {
 }
 
 /// Random fp16 values in [-1, 1] on the device, copied into buffers at offsets.
-struct Pool {
+pub(crate) struct Pool {
     buf: DeviceBuffer,
     elems: usize,
 }
 
 impl Pool {
-    fn new(gpu: &Gpu, elems: usize, seed: u64) -> Result<Pool, GpuError> {
+    pub(crate) fn new(gpu: &Gpu, elems: usize, seed: u64) -> Result<Pool, GpuError> {
         let elems = elems.max(1);
         let mut state = seed ^ 0x9e37_79b9_7f4a_7c15;
         let host: Vec<f16> = (0..elems)
@@ -182,11 +182,16 @@ impl Pool {
 }
 
 /// The buffers of one problem over `sets` buffer sets, inputs filled from the pool.
-fn operand_sets(gpu: &Gpu, pool: &Pool, p: &Problem, sets: usize, salt: usize) -> Result<Vec<Operands>, GpuError> {
+pub(crate) fn operand_sets(gpu: &Gpu, pool: &Pool, p: &Problem, sets: usize, salt: usize) -> Result<Vec<Operands>, GpuError> {
+    operand_sets_with(gpu, pool, p, 0, sets, salt)
+}
+
+/// [`operand_sets`] with `workspace_bytes` of workspace per set.
+pub(crate) fn operand_sets_with(gpu: &Gpu, pool: &Pool, p: &Problem, workspace_bytes: u64, sets: usize, salt: usize) -> Result<Vec<Operands>, GpuError> {
     let (a, b) = ((p.m as usize) * (p.k as usize), (p.k as usize) * (p.n as usize));
     (0..sets.max(1))
         .map(|s| {
-            let ops = Operands::alloc(gpu, p, 0)?;
+            let ops = Operands::alloc(gpu, p, workspace_bytes)?;
             // Distinct, unaligned windows of the pool for every buffer.
             let base = (salt * 2 * sets + 2 * s) * 1_000_003;
             pool.fill(gpu, &ops.a, a, base)?;
@@ -248,7 +253,7 @@ fn lt_config(p: &Problem, lt: &LtGemm, autotune: Option<&AutotuneChoice>) -> Res
 }
 
 /// The six baseline contenders of one shape, in the order of [`SLOTS`].
-const SLOTS: [(Library, Layout); 6] = [
+pub(crate) const SLOTS: [(Library, Layout); 6] = [
     (Library::Cublas, Layout::Nn),
     (Library::Cublas, Layout::Tn),
     (Library::CublasltHeuristic, Layout::Nn),
@@ -256,6 +261,72 @@ const SLOTS: [(Library, Layout); 6] = [
     (Library::CublasltAutotune, Layout::Nn),
     (Library::CublasltAutotune, Layout::Tn),
 ];
+
+/// The six baseline contenders of one shape (see [`SLOTS`]), each bound to every buffer
+/// set of its layout: cuBLAS, cuBLASLt heuristic top-1 and cuBLASLt autotuned (found by
+/// `autotuned` on the first set), in NN and TN.
+pub(crate) struct SixBaselines<'a> {
+    /// Per layout (NN, TN), per buffer set.
+    blas: Vec<Vec<CublasGemm<'a>>>,
+    heur: Vec<Vec<LtGemm<'a>>>,
+    auto: Vec<Vec<LtGemm<'a>>>,
+    /// Per layout: the autotune choice and whether it came from a cache.
+    pub auto_choice: Vec<(AutotuneChoice, bool)>,
+    /// Every autotuned algorithm re-creates from its recorded configuration.
+    pub reproduced: bool,
+}
+
+/// Finds the autotuned algorithm for a buffer set: its algorithm, the record of the
+/// choice, and whether it came from a cache.
+pub(crate) type AutotuneFn<'f, 'a> = dyn Fn(&'a Operands) -> Result<(LtGemm<'a>, AutotuneChoice, bool), GpuError> + 'f;
+
+fn layout_index(l: Layout) -> usize {
+    if l == Layout::Nn { 0 } else { 1 }
+}
+
+impl<'a> SixBaselines<'a> {
+    pub(crate) fn build(gpu: &Gpu, nn: &'a [Operands], tn: &'a [Operands], autotuned: &AutotuneFn<'_, 'a>) -> Result<SixBaselines<'a>, GpuError> {
+        let mut six = SixBaselines { blas: Vec::new(), heur: Vec::new(), auto: Vec::new(), auto_choice: Vec::new(), reproduced: true };
+        for ops in [nn, tn] {
+            let first = ops.first().ok_or_else(|| GpuError::refused("baselines", "no buffer set"))?;
+            let top1 = LtGemm::top1(gpu, first)?;
+            let (tuned, choice, cached) = autotuned(first)?;
+            // The record must re-create the algorithm that was timed.
+            let again = LtGemm::from_config(gpu, first, &choice.config)?;
+            if again.algo_words() != tuned.algo_words() {
+                six.reproduced = false;
+            }
+            six.heur.push(ops.iter().map(|o| top1.with_operands(o)).collect::<Result<Vec<_>, _>>()?);
+            six.auto.push(ops.iter().map(|o| tuned.with_operands(o)).collect::<Result<Vec<_>, _>>()?);
+            six.blas.push(ops.iter().map(|o| CublasGemm::new(gpu, o)).collect::<Result<Vec<_>, _>>()?);
+            six.auto_choice.push((choice, cached));
+        }
+        Ok(six)
+    }
+
+    /// The contender sets for [`runner::benchmark`], in the order of [`SLOTS`].
+    pub(crate) fn sets(&self) -> Vec<Vec<&dyn Contender>> {
+        SLOTS
+            .iter()
+            .map(|&(lib, l)| match lib {
+                Library::Cublas => self.blas[layout_index(l)].iter().map(|c| c as &dyn Contender).collect(),
+                Library::CublasltHeuristic => self.heur[layout_index(l)].iter().map(|c| c as &dyn Contender).collect(),
+                Library::CublasltAutotune => self.auto[layout_index(l)].iter().map(|c| c as &dyn Contender).collect(),
+            })
+            .collect()
+    }
+
+    /// What re-creates slot `slot`'s call; `p` is its problem (its own layout).
+    pub(crate) fn config(&self, slot: usize, p: &Problem) -> Result<serde_json::Value, GpuError> {
+        let (lib, layout) = SLOTS[slot];
+        let li = layout_index(layout);
+        match lib {
+            Library::Cublas => Ok(blas_config(p)),
+            Library::CublasltHeuristic => lt_config(p, &self.heur[li][0], None),
+            Library::CublasltAutotune => lt_config(p, &self.auto[li][0], Some(&self.auto_choice[li].0)),
+        }
+    }
+}
 
 /// Everything one shape's run produced, for run.json.
 #[derive(Debug, Clone, Serialize)]
@@ -353,48 +424,23 @@ impl Session<'_> {
         let tn = operand_sets(gpu, pool, &self.problem(Layout::Tn, shape), self.sets, 2 * salt + 1)?;
         gpu.synchronize()?;
         run.setup_ms = started.elapsed().as_millis() as u64;
-        let ops_of = |l: Layout| if l == Layout::Nn { &nn } else { &tn };
 
         let at_start = Instant::now();
-        let mut heur = Vec::new();
-        let mut auto = Vec::new();
-        let mut auto_choice = Vec::new();
-        for layout in Layout::ALL {
-            let ops = ops_of(layout);
-            let top1 = LtGemm::top1(gpu, &ops[0])?;
-            let (tuned, choice, cached) = self.autotuned(&ops[0], budget.mul_f64(0.2))?;
-            // The record must re-create the algorithm that was timed.
-            let again = LtGemm::from_config(gpu, &ops[0], &choice.config)?;
-            if again.algo_words() != tuned.algo_words() {
-                run.autotune_reproduced = false;
-            }
+        let six = SixBaselines::build(gpu, &nn, &tn, &|ops| self.autotuned(ops, budget.mul_f64(0.2)))?;
+        run.autotune_reproduced = six.reproduced;
+        for (layout, (choice, cached)) in Layout::ALL.iter().zip(&six.auto_choice) {
             run.autotune.insert(
                 layout.as_str().into(),
                 AutotuneSummary {
                     offered: choice.candidates_offered,
                     timed: choice.candidates_timed,
-                    cached,
+                    cached: *cached,
                     heuristic_rank: choice.config.heuristic_rank,
                 },
             );
-            heur.push(ops.iter().map(|o| top1.with_operands(o)).collect::<Result<Vec<_>, _>>()?);
-            auto.push(ops.iter().map(|o| tuned.with_operands(o)).collect::<Result<Vec<_>, _>>()?);
-            auto_choice.push(choice);
         }
         run.autotune_ms = at_start.elapsed().as_millis() as u64;
-        let blas: Vec<Vec<CublasGemm>> = Layout::ALL
-            .iter()
-            .map(|&l| ops_of(l).iter().map(|o| CublasGemm::new(gpu, o)).collect::<Result<Vec<_>, _>>())
-            .collect::<Result<_, _>>()?;
-        let li = |l: Layout| if l == Layout::Nn { 0 } else { 1 };
-        let sets: Vec<Vec<&dyn Contender>> = SLOTS
-            .iter()
-            .map(|&(lib, l)| match lib {
-                Library::Cublas => blas[li(l)].iter().map(|c| c as &dyn Contender).collect(),
-                Library::CublasltHeuristic => heur[li(l)].iter().map(|c| c as &dyn Contender).collect(),
-                Library::CublasltAutotune => auto[li(l)].iter().map(|c| c as &dyn Contender).collect(),
-            })
-            .collect();
+        let sets = six.sets();
         let cfg = BenchConfig {
             modes: self.modes.clone(),
             budget: budget.saturating_sub(started.elapsed()).max(Duration::from_millis(1)),
@@ -406,14 +452,8 @@ impl Session<'_> {
         run.bench_ms = bench_start.elapsed().as_millis() as u64;
         let measured_at = Utc::now();
         for (slot, (lib, layout)) in SLOTS.iter().enumerate() {
-            let p = self.problem(*layout, shape);
-            let config = match lib {
-                Library::Cublas => blas_config(&p),
-                Library::CublasltHeuristic => lt_config(&p, &heur[li(*layout)][0], None)?,
-                Library::CublasltAutotune => lt_config(&p, &auto[li(*layout)][0], Some(&auto_choice[li(*layout)]))?,
-            };
+            let mut config = six.config(slot, &self.problem(*layout, shape))?;
             let Some(ct) = report.contenders.get(slot) else { continue };
-            let mut config = config;
             if let Some(map) = config.as_object_mut() {
                 map.insert(
                     "measurement".into(),

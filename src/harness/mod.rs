@@ -8,8 +8,10 @@
 //!
 //! Types here ([`Job`], [`RunOutcome`]) are the sandbox's JSON protocol.
 
+pub mod bench;
 pub mod guarded;
 mod pipeline;
+pub mod run_cmd;
 mod stages;
 
 use std::time::Duration;
@@ -22,6 +24,7 @@ use crate::problem::Problem;
 use crate::ptx::ptxas::FunctionResources;
 use crate::verify::Verdict;
 
+pub use bench::{BenchSettings, bench_candidate};
 pub use pipeline::verify_candidate;
 pub use stages::{deviation_sample, device_limits, max_ptx_version_for_driver, ptxas_arch, static_checks};
 

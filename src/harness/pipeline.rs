@@ -272,6 +272,42 @@ impl Run<'_> {
     }
 }
 
+/// The deviation bound of [`Run::deviation_stage`] on given inputs: the sampled outputs,
+/// their fp32 reference, and the bound from fresh baseline runs (cuBLAS and cuBLASLt,
+/// NN and TN, plus the fp16 chain for `acc = f16`) on the same inputs. The benchmark's
+/// re-check of a timed output uses it.
+pub(super) struct BoundOn {
+    pub indices: Vec<usize>,
+    pub reference: Vec<f32>,
+    pub bound: DeviationBound,
+    /// The baseline that deviated most, and by how much.
+    pub worst: (String, f64),
+}
+
+pub(super) fn bound_on(gpu: &Gpu, p: &Problem, a: &[f16], b: &[f16], seed: u64, stage: &str) -> Result<BoundOn, StageFailure> {
+    let fail = |e: crate::verify::VerifyError| StageFailure::new(Verdict::InternalError, stage, e.to_string());
+    let c_len = p.m as usize * p.n as usize;
+    let sample = deviation_sample(p.shape(), seed, DEVIATION_FULL_MACS);
+    let reference = CpuReference::new(p.shape(), p.layout, a, b).map_err(fail)?;
+    let (indices, ref_values): (Vec<usize>, Vec<f32>) = match sample {
+        None => ((0..c_len).collect(), reference.full()),
+        Some(idx) => {
+            let values = reference.at_indices(&idx).map_err(fail)?;
+            (idx, values)
+        }
+    };
+    let mut baselines = baseline_deviations(gpu, p, a, b, &indices, &ref_values)?;
+    if p.acc == crate::problem::Acc::F16 {
+        let chain = fp16_chain_at(p, a, b, &indices);
+        let dev = max_abs_deviation(&chain, &ref_values).map_err(fail)?;
+        baselines.push((FP16_CHAIN.to_string(), dev.max_abs));
+    }
+    let worst = baselines.iter().max_by(|x, y| x.1.total_cmp(&y.1)).cloned().unwrap_or_default();
+    let devs: Vec<f64> = baselines.iter().map(|(_, d)| *d).collect();
+    let bound = DeviationBound::new(&devs, max_abs(&ref_values)).map_err(fail)?;
+    Ok(BoundOn { indices, reference: ref_values, bound, worst })
+}
+
 /// One launch sequence of the candidate on `inputs`, with every containment check.
 /// Returns C.
 fn launch(gpu: &Gpu, job: &Job, guarded: &GuardedOperands, prepared: &PreparedManifest, inputs: &Inputs, stage: &str) -> Result<Vec<f16>, StageFailure> {
