@@ -14,6 +14,8 @@ pub struct Rendered {
     pub status: u16,
     pub content_type: &'static str,
     pub body: Bytes,
+    /// For a kernel answer: the PTX it points at, so the download needs no re-parse.
+    pub artifact: Option<String>,
 }
 
 /// PTX of one artifact, with its strong ETag, and gzip-compressed once for clients that

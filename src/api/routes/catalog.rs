@@ -66,12 +66,17 @@ pub(crate) fn checked_device(device: &Option<String>) -> Result<Option<String>, 
 
 pub(crate) fn json(value: &impl serde::Serialize) -> Result<Rendered, ApiError> {
     let body = serde_json::to_vec(value).map_err(|e| ApiError::Internal(e.to_string()))?;
-    Ok(Rendered { status: 200, content_type: "application/json", body: body.into() })
+    Ok(Rendered { status: 200, content_type: "application/json", body: body.into(), artifact: None })
 }
 
 fn problem_json(err: &ApiError) -> Rendered {
     let body = serde_json::to_vec(&err.details()).unwrap_or_default();
-    Rendered { status: actix_web::ResponseError::status_code(err).as_u16(), content_type: "application/problem+json", body: body.into() }
+    Rendered {
+        status: actix_web::ResponseError::status_code(err).as_u16(),
+        content_type: "application/problem+json",
+        body: body.into(),
+        artifact: None,
+    }
 }
 
 pub(crate) fn respond(r: &Rendered) -> HttpResponse {
@@ -127,7 +132,7 @@ async fn render_kernel(db: &sea_orm::DatabaseConnection, p: Problem, device: Opt
     let lookup = catalog::best_kernel(db, &p, device.as_deref()).await?;
     let on = device.as_deref().map(|d| format!(" on {d}")).unwrap_or_default();
     Ok(match lookup {
-        KernelLookup::Kernel(view) => json(&view)?,
+        KernelLookup::Kernel(view) => Rendered { artifact: Some(view.artifact.sha256.clone()), ..json(&view)? },
         KernelLookup::BaselineFaster { device_class, use_instead } => {
             let mut extra = serde_json::Map::new();
             extra.insert("device_class".into(), device_class.clone().into());
@@ -203,20 +208,11 @@ pub async fn get_kernel_ptx(
     q: web::Query<DeviceQuery>,
 ) -> Result<HttpResponse, ApiError> {
     let r = kernel_answer(&state, path.0, &q).await?;
-    if r.status != 200 {
-        return Ok(respond(&r));
+    match &r.artifact {
+        // The best kernel can change, so this URL is revalidated; the artifact URL is immutable.
+        Some(sha) => serve_artifact(&req, &state, sha, "public, max-age=10").await,
+        None => Ok(respond(&r)),
     }
-    #[derive(Deserialize)]
-    struct Sha {
-        artifact: ArtifactSha,
-    }
-    #[derive(Deserialize)]
-    struct ArtifactSha {
-        sha256: String,
-    }
-    let sha: Sha = serde_json::from_slice(&r.body).map_err(|e| ApiError::Internal(e.to_string()))?;
-    // The best kernel can change, so this URL is revalidated; the artifact URL is immutable.
-    serve_artifact(&req, &state, &sha.artifact.sha256, "public, max-age=10").await
 }
 
 #[utoipa::path(
