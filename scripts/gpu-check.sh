@@ -118,6 +118,13 @@ baselines() {
     return $rc
 }
 
+# Any `kaas ARGS…` command (e.g. `kaas run --ptx … --manifest … --bench`) with the
+# libraries found.
+kaas_cmd() {
+    setup_libs
+    "$here/kaas" "$@"
+}
+
 remote() {
     local out="${OUT:-/tmp/kaas-gpu-out}"
     mkdir -p "$out"
@@ -146,5 +153,6 @@ case "$mode" in
     remote) shift; remote "$@" ;;
     stage-baselines) stage_baselines ;;
     baselines) shift; baselines "$@" ;;
-    *) echo "usage: $0 [stage|remote [FILTER...]|stage-baselines|baselines ARGS…]" >&2; exit 2 ;;
+    kaas) shift; kaas_cmd "$@" ;;
+    *) echo "usage: $0 [stage|remote [FILTER...]|stage-baselines|baselines ARGS…|kaas ARGS…]" >&2; exit 2 ;;
 esac
