@@ -232,7 +232,7 @@ pub async fn list_problems(db: &DatabaseConnection, filter: &ProblemFilter) -> R
         let problem = problem_of(&p)?;
         out.push(ProblemView { path: problem.path(), problem, best });
     }
-    out.sort_by(|a, b| a.problem.cmp(&b.problem));
+    out.sort_by_key(|v| v.problem);
     Ok(out)
 }
 
@@ -296,10 +296,10 @@ pub async fn best_kernel(db: &DatabaseConnection, p: &Problem, device: Option<&s
     let run = run_view(r);
     let (_, _, speedups) = graph_figures(&run);
     let baselines = baselines_for(db, prow.id, &entry.device_class).await?;
-    if beats_all(&speedups) == Some(false) {
-        if let Some(b) = fastest_baseline(&baselines) {
-            return Ok(KernelLookup::BaselineFaster { device_class: entry.device_class.clone(), use_instead: b });
-        }
+    if beats_all(&speedups) == Some(false)
+        && let Some(b) = fastest_baseline(&baselines)
+    {
+        return Ok(KernelLookup::BaselineFaster { device_class: entry.device_class.clone(), use_instead: b });
     }
     let (submitter, name) = data.owner(r);
     Ok(KernelLookup::Kernel(Box::new(KernelView {
