@@ -133,6 +133,17 @@ impl Caller {
     }
 }
 
+/// Whether the client takes `Content-Encoding: gzip` (`gzip` listed without `q=0`).
+pub(crate) fn accepts_gzip(req: &HttpRequest) -> bool {
+    let Some(v) = req.headers().get(actix_web::http::header::ACCEPT_ENCODING).and_then(|v| v.to_str().ok()) else { return false };
+    v.split(',').any(|item| {
+        let mut parts = item.split(';').map(str::trim);
+        let coding = parts.next().unwrap_or("");
+        let refused = parts.any(|p| p.strip_prefix("q=").is_some_and(|q| q.trim().parse::<f32>().is_ok_and(|q| q <= 0.0)));
+        (coding.eq_ignore_ascii_case("gzip") || coding == "*") && !refused
+    })
+}
+
 /// Rewrites actix's bare error responses (unknown route, wrong method) as problem+json.
 fn problem_json_for<B: MessageBody + 'static>(res: ServiceResponse<B>) -> actix_web::Result<ErrorHandlerResponse<B>> {
     let is_problem = res

@@ -39,6 +39,13 @@ async fn problems_list_their_best_kernels_and_filter(backend: Backend) {
     assert_eq!(on_device.as_array().unwrap().len(), 3, "the baseline-only problem has no kernel on the device");
     assert_eq!(get(&app, "/v1/problems?device=B200").await.json().as_array().unwrap().len(), 0);
 
+    // The same answer gzip-compressed for clients that take it.
+    let z = call(&app, TestRequest::get().uri("/v1/problems").insert_header(("Accept-Encoding", "gzip, deflate"))).await;
+    assert_eq!(z.header("content-encoding").as_deref(), Some("gzip"));
+    assert_eq!(z.header("vary").as_deref(), Some("Accept-Encoding"));
+    let unzipped: serde_json::Value = serde_json::from_reader(flate2::read::GzDecoder::new(z.body.as_ref())).unwrap();
+    assert_eq!(unzipped, all);
+
     get(&app, "/v1/problems?arch=sm_70").await.assert_problem(400, "invalid_query");
     get(&app, "/v1/problems?acc=f64").await.assert_problem(400, "invalid_query");
     get(&app, "/v1/problems?device=%3Cscript%3E").await.assert_problem(400, "invalid_query");

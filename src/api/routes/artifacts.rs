@@ -8,7 +8,7 @@ use actix_web::{HttpRequest, HttpResponse, get, post, web};
 use chrono::Utc;
 
 use crate::api::cache::ArtifactBody;
-use crate::api::{ApiError, State};
+use crate::api::{ApiError, State, accepts_gzip};
 use crate::auth::{Caller, Role};
 use crate::catalog::{self, ArtifactView, bundle};
 
@@ -17,17 +17,6 @@ use crate::catalog::{self, ArtifactView, bundle};
 fn none_match(req: &HttpRequest, a: &ArtifactBody) -> bool {
     let Some(v) = req.headers().get(header::IF_NONE_MATCH).and_then(|v| v.to_str().ok()) else { return false };
     v.split(',').map(str::trim).map(|t| t.trim_start_matches("W/")).any(|t| t == "*" || t == a.etag || t == a.gzip_etag)
-}
-
-/// Whether the client takes `Content-Encoding: gzip` (`gzip` listed without `q=0`).
-fn accepts_gzip(req: &HttpRequest) -> bool {
-    let Some(v) = req.headers().get(header::ACCEPT_ENCODING).and_then(|v| v.to_str().ok()) else { return false };
-    v.split(',').any(|item| {
-        let mut parts = item.split(';').map(str::trim);
-        let coding = parts.next().unwrap_or("");
-        let refused = parts.any(|p| p.strip_prefix("q=").is_some_and(|q| q.trim().parse::<f32>().is_ok_and(|q| q <= 0.0)));
-        (coding.eq_ignore_ascii_case("gzip") || coding == "*") && !refused
-    })
 }
 
 fn is_sha256(s: &str) -> bool {

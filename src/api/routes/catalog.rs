@@ -10,7 +10,7 @@ use utoipa::IntoParams;
 
 use super::artifacts::serve_artifact;
 use crate::api::cache::Rendered;
-use crate::api::{ApiError, State};
+use crate::api::{ApiError, State, accepts_gzip};
 use crate::catalog::{self, KernelLookup, ProblemFilter};
 use crate::problem::{Acc, Arch, Layout, Problem, Shape};
 
@@ -66,24 +66,40 @@ pub(crate) fn checked_device(device: &Option<String>) -> Result<Option<String>, 
 
 pub(crate) fn json(value: &impl serde::Serialize) -> Result<Rendered, ApiError> {
     let body = serde_json::to_vec(value).map_err(|e| ApiError::Internal(e.to_string()))?;
-    Ok(Rendered { status: 200, content_type: "application/json", body: body.into(), artifact: None })
+    Ok(Rendered::new(200, "application/json", body))
 }
 
 fn problem_json(err: &ApiError) -> Rendered {
     let body = serde_json::to_vec(&err.details()).unwrap_or_default();
-    Rendered {
-        status: actix_web::ResponseError::status_code(err).as_u16(),
-        content_type: "application/problem+json",
-        body: body.into(),
-        artifact: None,
+    Rendered::new(actix_web::ResponseError::status_code(err).as_u16(), "application/problem+json", body)
+}
+
+/// A cached answer on its way out: gzip for clients that take it.
+pub(crate) struct Answer(pub Arc<Rendered>);
+
+impl Answer {
+    pub(crate) fn into_response(self, req: &HttpRequest) -> HttpResponse {
+        let r = self.0;
+        let mut res = HttpResponse::build(actix_web::http::StatusCode::from_u16(r.status).unwrap_or(actix_web::http::StatusCode::OK));
+        res.insert_header((header::CONTENT_TYPE, r.content_type))
+            .insert_header((header::CACHE_CONTROL, "public, max-age=10"))
+            .insert_header((header::VARY, "Accept-Encoding"));
+        match &r.gzip {
+            Some(z) if accepts_gzip(req) => res.insert_header((header::CONTENT_ENCODING, "gzip")).body(z.clone()),
+            _ => res.body(r.body.clone()),
+        }
     }
 }
 
-pub(crate) fn respond(r: &Rendered) -> HttpResponse {
-    HttpResponse::build(actix_web::http::StatusCode::from_u16(r.status).unwrap_or(actix_web::http::StatusCode::OK))
-        .insert_header((header::CONTENT_TYPE, r.content_type))
-        .insert_header((header::CACHE_CONTROL, "public, max-age=10"))
-        .body(r.body.clone())
+impl actix_web::Responder for Answer {
+    type Body = actix_web::body::BoxBody;
+    fn respond_to(self, req: &HttpRequest) -> HttpResponse {
+        self.into_response(req)
+    }
+}
+
+pub(crate) fn respond(r: Arc<Rendered>) -> Answer {
+    Answer(r)
 }
 
 /// Answers from the catalog cache, rendering on a miss. Concurrent misses for one key
@@ -112,7 +128,7 @@ where
     )
 )]
 #[get("/v1/problems")]
-pub async fn list_problems(state: State, q: web::Query<ProblemQuery>) -> Result<HttpResponse, ApiError> {
+pub async fn list_problems(state: State, q: web::Query<ProblemQuery>) -> Result<Answer, ApiError> {
     let bad = |e: crate::problem::ProblemError| ApiError::InvalidQuery(e.to_string());
     let filter = ProblemFilter {
         arch: q.arch.as_deref().map(str::parse).transpose().map_err(bad)?,
@@ -124,7 +140,7 @@ pub async fn list_problems(state: State, q: web::Query<ProblemQuery>) -> Result<
     let key = format!("problems|{:?}|{:?}|{:?}|{:?}", filter.arch, filter.acc, filter.layout, filter.device);
     let db = state.db.clone();
     let r = cached(&state, key, || async move { json(&catalog::list_problems(&db, &filter).await?) }).await?;
-    Ok(respond(&r))
+    Ok(respond(r))
 }
 
 /// The lookup rendered as the kernel endpoint answers it.
@@ -183,9 +199,9 @@ async fn kernel_answer(state: &State, p: Problem, q: &DeviceQuery) -> Result<Arc
     )
 )]
 #[get("/v1/kernels/{arch}/{acc}/{layout}/{shape}")]
-pub async fn get_kernel(state: State, path: ProblemPath, q: web::Query<DeviceQuery>) -> Result<HttpResponse, ApiError> {
+pub async fn get_kernel(state: State, path: ProblemPath, q: web::Query<DeviceQuery>) -> Result<Answer, ApiError> {
     let r = kernel_answer(&state, path.0, &q).await?;
-    Ok(respond(&r))
+    Ok(respond(r))
 }
 
 #[utoipa::path(
@@ -211,7 +227,7 @@ pub async fn get_kernel_ptx(
     match &r.artifact {
         // The best kernel can change, so this URL is revalidated; the artifact URL is immutable.
         Some(sha) => serve_artifact(&req, &state, sha, "public, max-age=10").await,
-        None => Ok(respond(&r)),
+        None => Ok(respond(r.clone()).into_response(&req)),
     }
 }
 
@@ -227,7 +243,7 @@ pub async fn get_kernel_ptx(
     )
 )]
 #[get("/v1/leaderboard/{arch}/{acc}/{layout}/{shape}")]
-pub async fn problem_leaderboard(state: State, path: ProblemPath, q: web::Query<DeviceQuery>) -> Result<HttpResponse, ApiError> {
+pub async fn problem_leaderboard(state: State, path: ProblemPath, q: web::Query<DeviceQuery>) -> Result<Answer, ApiError> {
     let p = path.0;
     let device = checked_device(&q.device)?;
     let db = state.db.clone();
@@ -235,7 +251,7 @@ pub async fn problem_leaderboard(state: State, path: ProblemPath, q: web::Query<
         json(&catalog::problem_leaderboard(&db, &p, device.as_deref()).await?)
     })
     .await?;
-    Ok(respond(&r))
+    Ok(respond(r))
 }
 
 #[utoipa::path(
@@ -243,8 +259,8 @@ pub async fn problem_leaderboard(state: State, path: ProblemPath, q: web::Query<
     responses((status = 200, description = "Submitters by problems held, then geometric-mean speedup over cuBLASLt-autotune-max", body = catalog::LeaderboardView))
 )]
 #[get("/v1/leaderboard")]
-pub async fn global_leaderboard(state: State) -> Result<HttpResponse, ApiError> {
+pub async fn global_leaderboard(state: State) -> Result<Answer, ApiError> {
     let db = state.db.clone();
     let r = cached(&state, "leaderboard".into(), || async move { json(&catalog::global_leaderboard(&db).await?) }).await?;
-    Ok(respond(&r))
+    Ok(respond(r))
 }

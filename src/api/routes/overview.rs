@@ -2,7 +2,7 @@
 //! `GET /v1/heatmap` (one K as an M×N grid, every timing mode) and `GET /v1/stats`
 //! (headline figures).
 
-use actix_web::{HttpResponse, get, web};
+use actix_web::{get, web};
 use serde::Deserialize;
 use utoipa::IntoParams;
 
@@ -33,7 +33,7 @@ pub struct HeatmapParams {
     )
 )]
 #[get("/v1/heatmap")]
-pub async fn get_heatmap(state: State, q: web::Query<HeatmapParams>) -> Result<HttpResponse, ApiError> {
+pub async fn get_heatmap(state: State, q: web::Query<HeatmapParams>) -> Result<super::catalog::Answer, ApiError> {
     let bad = |e: crate::problem::ProblemError| ApiError::InvalidQuery(e.to_string());
     let query = HeatmapQuery {
         arch: q.arch.as_deref().map(str::parse).transpose().map_err(bad)?,
@@ -50,7 +50,7 @@ pub async fn get_heatmap(state: State, q: web::Query<HeatmapParams>) -> Result<H
     let key = format!("heatmap|{:?}|{:?}|{:?}|{:?}|{:?}", query.arch, query.acc, query.layout, query.k, query.device);
     let db = state.db.clone();
     let r = cached(&state, key, || async move { json(&overview::heatmap(&db, &query).await?) }).await?;
-    Ok(respond(&r))
+    Ok(respond(r))
 }
 
 #[utoipa::path(
@@ -58,8 +58,8 @@ pub async fn get_heatmap(state: State, q: web::Query<HeatmapParams>) -> Result<H
     responses((status = 200, description = "Headline figures of the catalog: problems covered, kernels, device classes, geometric-mean speedup", body = overview::CatalogStats))
 )]
 #[get("/v1/stats")]
-pub async fn get_stats(state: State) -> Result<HttpResponse, ApiError> {
+pub async fn get_stats(state: State) -> Result<super::catalog::Answer, ApiError> {
     let db = state.db.clone();
     let r = cached(&state, "stats".into(), || async move { json(&overview::stats(&db).await?) }).await?;
-    Ok(respond(&r))
+    Ok(respond(r))
 }
