@@ -22,7 +22,7 @@ use governor::clock::{Clock, DefaultClock};
 use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
 use sea_orm::DatabaseConnection;
 
-use crate::auth::{self, Caller, Role};
+use crate::auth::{self, Caller};
 pub use cache::Caches;
 pub use error::ApiError;
 pub use metrics::Metrics;
@@ -124,14 +124,6 @@ impl FromRequest for Caller {
     }
 }
 
-impl Caller {
-    pub fn require(&self, role: Role) -> Result<(), ApiError> {
-        if role == Role::Admin && self.role != Role::Admin {
-            return Err(ApiError::Forbidden("this needs an admin token".into()));
-        }
-        Ok(())
-    }
-}
 
 /// Whether the client takes `Content-Encoding: gzip` (`gzip` listed without `q=0`).
 pub(crate) fn accepts_gzip(req: &HttpRequest) -> bool {

@@ -11,6 +11,7 @@ use std::collections::{BTreeMap, HashMap};
 use sea_orm::{ColumnTrait, ConnectionTrait, DatabaseConnection, DbErr, EntityTrait, QueryFilter, QueryOrder};
 
 use crate::db::entities::{artifact, baseline, catalog_entry, manifest, problem, run, submission, submitter};
+use crate::bench::stats::geomean;
 use crate::manifest::Manifest;
 use crate::problem::{Acc, Arch, Layout, Problem};
 pub use views::*;
@@ -132,14 +133,29 @@ fn beats_all(speedups: &Option<serde_json::Value>) -> Option<bool> {
     Some(map.values().all(|v| v.as_f64().is_some_and(|x| x > 1.0)))
 }
 
-/// The current catalog entry ids: the newest row per (device class, problem).
+/// The current catalog entries: the newest row per (device class, problem).
 async fn current_entries<C: ConnectionTrait>(db: &C) -> Result<Vec<catalog_entry::Model>, DbErr> {
-    let rows = catalog_entry::Entity::find().order_by_asc(catalog_entry::Column::Id).all(db).await?;
+    Ok(newest_entries(catalog_entry::Entity::find().order_by_asc(catalog_entry::Column::Id).all(db).await?))
+}
+
+/// The current catalog entries of one problem (the kernel look-up's path: no full scan).
+async fn current_entries_of<C: ConnectionTrait>(db: &C, problem_id: i32) -> Result<Vec<catalog_entry::Model>, DbErr> {
+    Ok(newest_entries(
+        catalog_entry::Entity::find()
+            .filter(catalog_entry::Column::ProblemId.eq(problem_id))
+            .order_by_asc(catalog_entry::Column::Id)
+            .all(db)
+            .await?,
+    ))
+}
+
+/// Keeps the last row per (problem, device class) of rows ordered by id.
+fn newest_entries(rows: Vec<catalog_entry::Model>) -> Vec<catalog_entry::Model> {
     let mut newest: BTreeMap<(i32, String), catalog_entry::Model> = BTreeMap::new();
     for r in rows {
         newest.insert((r.problem_id, r.device_class.clone()), r);
     }
-    Ok(newest.into_values().collect())
+    newest.into_values().collect()
 }
 
 /// Everything needed to describe catalog entries, loaded in a few queries.
@@ -260,8 +276,7 @@ pub async fn best_kernel(db: &DatabaseConnection, p: &Problem, device: Option<&s
     let Some(prow) = find_problem(db, p).await? else {
         return Ok(KernelLookup::None { use_instead: None });
     };
-    let entries: Vec<catalog_entry::Model> =
-        current_entries(db).await?.into_iter().filter(|e| e.problem_id == prow.id).collect();
+    let entries = current_entries_of(db, prow.id).await?;
     let all_devices: Vec<String> = entries.iter().map(|e| e.device_class.clone()).collect();
     let candidates: Vec<&catalog_entry::Model> =
         entries.iter().filter(|e| device.is_none_or(|d| e.device_class == d)).collect();
@@ -456,13 +471,6 @@ pub async fn global_leaderboard(db: &DatabaseConnection) -> Result<LeaderboardVi
         s.rank = i as u32 + 1;
     }
     Ok(LeaderboardView { submitters: standings })
-}
-
-fn geomean(xs: &[f64]) -> Option<f64> {
-    if xs.is_empty() || xs.iter().any(|x| *x <= 0.0) {
-        return None;
-    }
-    Some((xs.iter().map(|x| x.ln()).sum::<f64>() / xs.len() as f64).exp())
 }
 
 /// True when the database holds no catalog entries and no baselines.
