@@ -48,16 +48,68 @@ pub enum Command {
     /// machine's GPU and write them as a catalog bundle; or run the null test (--calibrate).
     Baselines(crate::bench::baselines::BaselinesArgs),
     /// Verify one job in this process: reads a job as JSON on stdin, writes its outcome as JSON on stdout. Workers spawn it; untrusted PTX runs only here.
-    Sandbox,
+    Sandbox {
+        /// Print the GPUs this process sees (as JSON) and exit.
+        #[arg(long)]
+        probe: bool,
+    },
     /// Verify one kernel (PTX + manifest) on this machine's GPU in a sandbox process; with
     /// --bench also time it side by side with cuBLAS and cuBLASLt.
     Run(crate::harness::run_cmd::RunArgs),
+    /// Run a GPU worker: claim jobs from the database, run each in `kaas sandbox`, store the runs.
+    Worker(WorkerArgs),
+    /// Submit a kernel (PTX + manifests) and follow it until every run has its verdict.
+    Submit {
+        #[command(flatten)]
+        args: crate::client::SubmitArgs,
+        #[command(flatten)]
+        server: crate::client::Server,
+    },
+    /// Show a submission's jobs and runs.
+    Status {
+        id: i32,
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        server: crate::client::Server,
+    },
+    /// Cancel a submission's unfinished jobs (owner or admin).
+    Cancel {
+        id: i32,
+        #[command(flatten)]
+        server: crate::client::Server,
+    },
+    /// Download the best kernel for a problem: kernel.ptx, manifest.json, kernel.json.
+    Pull {
+        #[command(flatten)]
+        args: crate::client::PullArgs,
+        #[command(flatten)]
+        server: crate::client::Server,
+    },
+    /// Print a leaderboard: one problem's ranking, or submitters overall.
+    Leaderboard {
+        #[command(flatten)]
+        args: crate::client::LeaderboardArgs,
+        #[command(flatten)]
+        server: crate::client::Server,
+    },
     /// Print the OpenAPI document, or write it to a file.
     Openapi {
         /// Write to this file instead of standard output (e.g. openapi/openapi.json).
         #[arg(long)]
         write: Option<PathBuf>,
     },
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct WorkerArgs {
+    /// The GPU to work on, as the driver numbers them (within CUDA_VISIBLE_DEVICES when set).
+    #[arg(long, env = "KAAS_GPU", default_value_t = 0)]
+    pub gpu: u32,
+    #[command(flatten)]
+    pub flags: crate::config::WorkerFlags,
+    #[command(flatten)]
+    pub db: DbArgs,
 }
 
 #[derive(Debug, Subcommand)]
@@ -148,8 +200,31 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             let rt = tokio::runtime::Handle::current();
             tokio::task::spawn_blocking(move || crate::bench::baselines::run_cli(args, rt)).await?
         }
-        Command::Sandbox => crate::sandbox::sandbox_main(),
+        Command::Sandbox { probe } => crate::sandbox::sandbox_main(probe),
         Command::Run(args) => tokio::task::spawn_blocking(move || crate::harness::run_cmd::run_cli(args)).await?,
+        Command::Worker(args) => {
+            let conn = args.db.connect().await?;
+            let settings = args.flags.resolve(&Default::default());
+            let probe = crate::work::worker::probe(crate::sandbox::SandboxCommand::from_env()?).await;
+            let cfg = worker_config(&probe, args.gpu, &settings)?;
+            let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let flag = stop.clone();
+            tokio::spawn(async move {
+                if tokio::signal::ctrl_c().await.is_ok() {
+                    eprintln!("stopping after the current job (Ctrl-C again to kill)");
+                    flag.store(true, std::sync::atomic::Ordering::Relaxed);
+                    if tokio::signal::ctrl_c().await.is_ok() {
+                        std::process::exit(130);
+                    }
+                }
+            });
+            crate::work::worker::run(conn, cfg, stop).await
+        }
+        Command::Submit { args, server } => tokio::task::spawn_blocking(move || crate::client::submit(&server, &args)).await?,
+        Command::Status { id, json, server } => tokio::task::spawn_blocking(move || crate::client::status(&server, id, json)).await?,
+        Command::Cancel { id, server } => tokio::task::spawn_blocking(move || crate::client::cancel(&server, id)).await?,
+        Command::Pull { args, server } => tokio::task::spawn_blocking(move || crate::client::pull(&server, &args)).await?,
+        Command::Leaderboard { args, server } => tokio::task::spawn_blocking(move || crate::client::leaderboard(&server, &args)).await?,
         Command::Openapi { write } => {
             let text = crate::api::openapi::document_text();
             match write {
@@ -159,6 +234,74 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
     }
+}
+
+/// The sandbox command for one GPU: the GPU made the only one its child sees.
+fn sandbox_for(gpu: u32) -> anyhow::Result<crate::sandbox::SandboxCommand> {
+    let visible = match std::env::var("CUDA_VISIBLE_DEVICES").ok().filter(|v| !v.trim().is_empty()) {
+        // Within an inherited list, the n-th entry is device n.
+        Some(list) => list.split(',').nth(gpu as usize).map(|s| s.trim().to_string()).ok_or_else(|| anyhow::anyhow!("GPU {gpu} is not in CUDA_VISIBLE_DEVICES={list}"))?,
+        None => gpu.to_string(),
+    };
+    Ok(crate::sandbox::SandboxCommand::from_env()?.env("CUDA_VISIBLE_DEVICES", visible))
+}
+
+/// A worker for GPU `gpu`, from a probe of every device.
+fn worker_config(probe: &crate::sandbox::Probe, gpu: u32, s: &crate::config::WorkerSettings) -> anyhow::Result<crate::work::worker::WorkerConfig> {
+    let Some(facts) = probe.devices.get(gpu as usize) else {
+        anyhow::bail!("no GPU {gpu}: {}", probe.error.clone().unwrap_or_else(|| format!("the driver sees {} device(s)", probe.devices.len())));
+    };
+    let mut facts = facts.clone();
+    facts.ordinal = gpu;
+    let bench = (s.bench_budget_ms > 0).then(|| crate::harness::BenchSettings { budget_ms: s.bench_budget_ms, ..Default::default() });
+    Ok(crate::work::worker::WorkerConfig {
+        id: crate::work::queue::worker_id(&format!("gpu{gpu}")),
+        sandbox: sandbox_for(gpu)?,
+        facts,
+        lease: s.lease,
+        poll: s.poll,
+        max_attempts: s.max_attempts,
+        bench,
+    })
+}
+
+/// Starts `kaas serve --workers` workers as tasks of this process; returns what health says.
+async fn start_local_workers(conn: &sea_orm::DatabaseConnection, count: crate::config::WorkerCount, s: &crate::config::WorkerSettings) -> String {
+    use crate::config::WorkerCount;
+    if count == WorkerCount::Fixed(0) {
+        return "none: started with --workers 0 (`--workers auto` runs one per GPU); submissions wait for a `kaas worker`".into();
+    }
+    let cmd = match crate::sandbox::SandboxCommand::from_env() {
+        Ok(c) => c,
+        Err(e) => return format!("none: cannot find the sandbox executable: {e}"),
+    };
+    let probe = crate::work::worker::probe(cmd).await;
+    let n = match count {
+        WorkerCount::Auto => probe.devices.len() as u32,
+        WorkerCount::Fixed(n) => n.min(probe.devices.len() as u32),
+    };
+    if n == 0 {
+        let why = probe.error.clone().unwrap_or_else(|| "the driver sees no device".into());
+        tracing::warn!(%why, "no GPU: serving and queueing only");
+        return format!("none: no GPU on this host ({why}); submissions are queued until a worker connects");
+    }
+    let mut names = Vec::new();
+    for gpu in 0..n {
+        match worker_config(&probe, gpu, s) {
+            Ok(cfg) => {
+                names.push(format!("{} ({})", cfg.id, cfg.facts.device_class));
+                let db = conn.clone();
+                let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+                tokio::spawn(async move {
+                    if let Err(e) = crate::work::worker::run(db, cfg, stop).await {
+                        tracing::error!(error = %e, "worker stopped");
+                    }
+                });
+            }
+            Err(e) => tracing::error!(error = %e, gpu, "cannot start a worker"),
+        }
+    }
+    format!("{} worker(s): {}", names.len(), names.join(", "))
 }
 
 async fn serve(args: ServeArgs) -> anyhow::Result<()> {
@@ -174,7 +317,10 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             tracing::warn!(catalog = %s.catalog.display(), "empty database and no catalog bundle to import");
         }
     }
-    let state = AppState::new(conn, s.api.clone())?;
+    let state = AppState::new(conn.clone(), s.api.clone())?;
+    let note = start_local_workers(&conn, s.workers, &s.worker).await;
+    tracing::info!(workers = %note, "GPU workers");
+    state.set_local_workers(note);
     tracing::info!(bind = %s.bind, database = %redact(&s.database_url), backend = db::backend_name(&state.db), "kaas serving; API docs at /docs");
     actix_web::HttpServer::new(move || create_app(state.clone()))
         .workers(s.http_threads)

@@ -52,6 +52,73 @@ pub struct ServeArgs {
     /// Database connection pool size [default: 16].
     #[arg(long, env = "KAAS_DB_MAX_CONNECTIONS")]
     pub db_max_connections: Option<u32>,
+    /// Largest PTX a submission may carry, in bytes [default: 4194304].
+    #[arg(long, env = "KAAS_MAX_ARTIFACT_BYTES")]
+    pub max_artifact_bytes: Option<usize>,
+    /// Jobs one submitter may have queued or running at once; admins are exempt [default: 256].
+    #[arg(long, env = "KAAS_MAX_QUEUED_JOBS")]
+    pub max_queued_jobs: Option<u64>,
+    /// GPU workers to run in this process: `auto` (one per GPU the driver sees), or a number (0: none) [default: 0].
+    #[arg(long, env = "KAAS_WORKERS")]
+    pub workers: Option<String>,
+    #[command(flatten)]
+    pub worker: WorkerFlags,
+}
+
+/// Settings of a GPU worker, shared by `kaas worker` and `kaas serve --workers`.
+#[derive(Debug, Clone, Default, Args, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WorkerFlags {
+    /// Seconds a job's lease lasts unless renewed; a worker renews it every third of that [default: 30].
+    #[arg(long, env = "KAAS_LEASE_SECS")]
+    pub lease_secs: Option<u64>,
+    /// Milliseconds between claims while the queue is empty [default: 1000].
+    #[arg(long, env = "KAAS_POLL_MS")]
+    pub poll_ms: Option<u64>,
+    /// Attempts before a job that never finishes is given up with the verdict `worker_lost` [default: 3].
+    #[arg(long, env = "KAAS_MAX_ATTEMPTS")]
+    pub max_attempts: Option<i32>,
+    /// Time budget of the side-by-side benchmark rounds per job, in ms; 0 verifies without timing [default: 3000].
+    #[arg(long, env = "KAAS_BENCH_BUDGET_MS")]
+    pub bench_budget_ms: Option<u64>,
+}
+
+/// Resolved worker settings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WorkerSettings {
+    pub lease: Duration,
+    pub poll: Duration,
+    pub max_attempts: i32,
+    pub bench_budget_ms: u64,
+}
+
+impl WorkerFlags {
+    /// Flags first, then `file`, then defaults.
+    pub fn resolve(&self, file: &WorkerFlags) -> WorkerSettings {
+        WorkerSettings {
+            lease: Duration::from_secs(self.lease_secs.or(file.lease_secs).unwrap_or(30).max(1)),
+            poll: Duration::from_millis(self.poll_ms.or(file.poll_ms).unwrap_or(1000).max(10)),
+            max_attempts: self.max_attempts.or(file.max_attempts).unwrap_or(3).max(1),
+            bench_budget_ms: self.bench_budget_ms.or(file.bench_budget_ms).unwrap_or(3000),
+        }
+    }
+}
+
+/// How many workers `kaas serve` runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WorkerCount {
+    Auto,
+    Fixed(u32),
+}
+
+impl std::str::FromStr for WorkerCount {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.trim() {
+            "auto" => Ok(WorkerCount::Auto),
+            n => n.parse().map(WorkerCount::Fixed).map_err(|_| format!("--workers must be `auto` or a number, not `{s}`")),
+        }
+    }
 }
 
 /// The same settings as read from a TOML file.
@@ -68,6 +135,11 @@ pub struct FileSettings {
     pub artifact_cache_bytes: Option<u64>,
     pub catalog_cache_ttl_secs: Option<u64>,
     pub db_max_connections: Option<u32>,
+    pub max_artifact_bytes: Option<usize>,
+    pub max_queued_jobs: Option<u64>,
+    pub workers: Option<String>,
+    #[serde(default)]
+    pub worker: WorkerFlags,
 }
 
 /// Resolved settings of `kaas serve`.
@@ -78,6 +150,8 @@ pub struct ServeSettings {
     pub catalog: PathBuf,
     pub http_threads: usize,
     pub api: ApiSettings,
+    pub workers: WorkerCount,
+    pub worker: WorkerSettings,
 }
 
 impl ServeArgs {
@@ -115,7 +189,14 @@ impl ServeArgs {
                     .map(Duration::from_secs)
                     .unwrap_or(d.catalog_cache_ttl),
                 db_max_connections: self.db_max_connections.or(file.db_max_connections).unwrap_or(d.db_max_connections),
+                quotas: crate::work::submit::Quotas {
+                    max_artifact_bytes: self.max_artifact_bytes.or(file.max_artifact_bytes).unwrap_or(d.quotas.max_artifact_bytes),
+                    max_queued_jobs: self.max_queued_jobs.or(file.max_queued_jobs).unwrap_or(d.quotas.max_queued_jobs),
+                    ..d.quotas.clone()
+                },
             },
+            workers: self.workers.clone().or(file.workers).map(|w| w.parse::<WorkerCount>()).transpose().map_err(anyhow::Error::msg)?.unwrap_or(WorkerCount::Fixed(0)),
+            worker: self.worker.resolve(&file.worker),
         })
     }
 }
@@ -135,6 +216,21 @@ mod tests {
         assert_eq!(s.api.rate_limit_per_minute, 5);
         assert_eq!(s.catalog, PathBuf::from("elsewhere"));
         assert_eq!(s.api.rate_limit_burst, ApiSettings::default().rate_limit_burst);
+        assert_eq!(s.workers, WorkerCount::Fixed(0));
+        assert_eq!(s.worker.lease, Duration::from_secs(30));
+    }
+
+    #[test]
+    fn worker_settings_come_from_a_table_in_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("kaas.toml");
+        std::fs::write(&path, "workers = \"auto\"\n[worker]\nlease_secs = 5\nmax_attempts = 2\n").unwrap();
+        let args = ServeArgs { config: Some(path), worker: WorkerFlags { lease_secs: Some(7), ..Default::default() }, ..Default::default() };
+        let s = args.resolve().unwrap();
+        assert_eq!(s.workers, WorkerCount::Auto);
+        assert_eq!(s.worker.lease, Duration::from_secs(7), "the flag wins");
+        assert_eq!(s.worker.max_attempts, 2, "the file fills the rest");
+        assert!(ServeArgs { workers: Some("many".into()), ..Default::default() }.resolve().is_err());
     }
 
     #[test]

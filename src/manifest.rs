@@ -2,6 +2,8 @@
 //! problem. The same manifest drives the verifier, the benchmark, `kaas pull` and any
 //! client, so everything a launcher needs is here and nothing else is allowed.
 
+pub mod template;
+
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
@@ -132,6 +134,8 @@ pub enum ManifestError {
     Launch { index: usize, message: String },
     #[error("workspace_bytes = {0} exceeds the limit of {MAX_WORKSPACE_BYTES}")]
     Workspace(u64),
+    #[error("template: {0}")]
+    Template(String),
 }
 
 impl Manifest {

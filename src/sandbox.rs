@@ -14,11 +14,14 @@ use std::io::{Read, Write};
 use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
 use std::process::{Child, ChildStderr, ChildStdout, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::gpu::{self, Gpu};
+use serde::{Deserialize, Serialize};
+
+use crate::gpu::{self, DeviceFacts, Gpu};
 use crate::harness::{BenchSettings, Job, RunOutcome, bench_candidate, verify_candidate};
 use crate::verify::Verdict;
 
@@ -89,11 +92,19 @@ enum Exit {
     Finished(ExitStatus),
     /// The wall-clock limit passed; the child was killed.
     TimedOut,
+    /// The caller asked to stop; the child was killed.
+    Cancelled,
     WaitFailed(String),
 }
 
 /// Runs `job` in a child spawned from `cmd`, killed after `wall_limit`.
 pub fn run_with(cmd: &SandboxCommand, job: &Job, wall_limit: Duration) -> RunOutcome {
+    run_with_cancel(cmd, job, wall_limit, &AtomicBool::new(false))
+}
+
+/// [`run_with`], and the child is killed as soon as `cancel` is set (the job was
+/// cancelled or its lease lost); the outcome then says so and must not be stored.
+pub fn run_with_cancel(cmd: &SandboxCommand, job: &Job, wall_limit: Duration, cancel: &AtomicBool) -> RunOutcome {
     let started = Instant::now();
     let input = match serde_json::to_vec(job) {
         Ok(v) => v,
@@ -122,7 +133,7 @@ pub fn run_with(cmd: &SandboxCommand, job: &Job, wall_limit: Duration) -> RunOut
     });
     let out = Capture::stdout(child.stdout.take());
     let err = Capture::stderr(child.stderr.take());
-    let exit = wait(&mut child, started + wall_limit);
+    let exit = wait(&mut child, started + wall_limit, cancel);
     // The pipes close when the child is gone; a grandchild holding them open only costs
     // this grace period.
     let stdout = out.finish(Duration::from_secs(2));
@@ -134,13 +145,18 @@ pub fn run_with(cmd: &SandboxCommand, job: &Job, wall_limit: Duration) -> RunOut
     outcome
 }
 
-fn wait(child: &mut Child, deadline: Instant) -> Exit {
+fn wait(child: &mut Child, deadline: Instant, cancel: &AtomicBool) -> Exit {
     let mut pause = Duration::from_millis(2);
     loop {
         match child.try_wait() {
             Ok(Some(status)) => return Exit::Finished(status),
             Ok(None) => {}
             Err(e) => return Exit::WaitFailed(e.to_string()),
+        }
+        if cancel.load(Ordering::Relaxed) {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Exit::Cancelled;
         }
         let now = Instant::now();
         if now >= deadline {
@@ -267,6 +283,7 @@ fn judge(exit: Exit, stdout: &[u8], stderr: &[u8], wall_limit: Duration) -> RunO
     let parsed = parse_outcome(stdout);
     match exit {
         Exit::WaitFailed(e) => RunOutcome::early(Verdict::InternalError, SANDBOX, format!("waiting for the sandbox failed: {e}")),
+        Exit::Cancelled => RunOutcome::early(Verdict::InternalError, SANDBOX, "cancelled: the sandbox was killed before it finished"),
         Exit::TimedOut => parsed.unwrap_or_else(|_| {
             RunOutcome::early(
                 Verdict::Timeout,
@@ -285,9 +302,80 @@ fn judge(exit: Exit, stdout: &[u8], stderr: &[u8], wall_limit: Duration) -> RunO
     }
 }
 
+/// What `kaas sandbox --probe` prints: the GPUs this process sees, or why none.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Probe {
+    #[serde(default)]
+    pub devices: Vec<DeviceFacts>,
+    #[serde(default)]
+    pub error: Option<String>,
+}
+
+fn probe() -> Probe {
+    let count = match gpu::device_count() {
+        Ok(n) => n,
+        Err(why) => return Probe { devices: vec![], error: Some(why) },
+    };
+    let mut devices = Vec::new();
+    for ordinal in 0..count {
+        match Gpu::open(ordinal) {
+            Ok(g) => devices.push(g.facts().clone()),
+            Err(e) => return Probe { devices, error: Some(format!("cannot open device {ordinal}: {e}")) },
+        }
+    }
+    Probe { devices, error: None }
+}
+
+/// Asks a sandbox child which GPUs it sees (the caller loads no CUDA library itself).
+pub fn run_probe(cmd: &SandboxCommand, limit: Duration) -> Probe {
+    let out = Command::new(&cmd.program)
+        .args(&cmd.args)
+        .arg("--probe")
+        .envs(cmd.envs.iter().map(|(k, v)| (k, v)))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn();
+    let mut child = match out {
+        Ok(c) => c,
+        Err(e) => return Probe { devices: vec![], error: Some(format!("cannot start `{}`: {e}", cmd.program.display())) },
+    };
+    let out = Capture::stdout(child.stdout.take());
+    let err = Capture::stderr(child.stderr.take());
+    let exit = wait(&mut child, Instant::now() + limit, &AtomicBool::new(false));
+    let stdout = out.finish(Duration::from_secs(1));
+    let stderr = err.finish(Duration::from_millis(200));
+    let text = String::from_utf8_lossy(&stdout);
+    let last = text.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("");
+    serde_json::from_str(last).unwrap_or_else(|_| Probe {
+        devices: vec![],
+        error: Some(format!("the probe ended ({exit:?}) without an answer{}", stderr_tail(&stderr))),
+    })
+}
+
+/// Exits at once when the parent dies (a killed worker must not leave its sandbox
+/// running a kernel): the child is re-parented, so its parent id changes.
+fn exit_with_parent() {
+    let parent = std::os::unix::process::parent_id();
+    std::thread::spawn(move || {
+        loop {
+            std::thread::sleep(Duration::from_millis(250));
+            if std::os::unix::process::parent_id() != parent {
+                gpu::exit_now(137);
+            }
+        }
+    });
+}
+
 /// `kaas sandbox`: one job from stdin, its outcome on stdout. Every failure, including a
-/// malformed job, is an outcome; the process exits 0 whenever it could write one.
-pub fn sandbox_main() -> anyhow::Result<()> {
+/// malformed job, is an outcome; the process exits 0 whenever it could write one. With
+/// `--probe`, prints the GPUs it sees instead.
+pub fn sandbox_main(probe_only: bool) -> anyhow::Result<()> {
+    exit_with_parent();
+    if probe_only {
+        println!("{}", serde_json::to_string(&probe())?);
+        return Ok(());
+    }
     let mut text = String::new();
     let outcome = match std::io::stdin().take(MAX_JOB_BYTES + 1).read_to_string(&mut text) {
         Err(e) => RunOutcome::early(Verdict::InternalError, SANDBOX, format!("cannot read the job from stdin: {e}")),

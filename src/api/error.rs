@@ -39,6 +39,16 @@ pub enum ApiError {
     #[error("{0}")]
     InvalidArtifact(String),
     #[error("{0}")]
+    InvalidManifest(String),
+    #[error("{0}")]
+    StaticInvalid(String),
+    #[error("{0}")]
+    ArtifactTooLarge(String),
+    #[error("{0}")]
+    QuotaExceeded(String),
+    #[error("{0}")]
+    Conflict(String),
+    #[error("{0}")]
     NotFound(String),
     #[error("{detail}")]
     KernelNotFound { detail: String, extra: serde_json::Map<String, serde_json::Value> },
@@ -75,6 +85,11 @@ impl ApiError {
             InvalidQuery(_) => ("invalid_query", StatusCode::BAD_REQUEST, "Invalid query parameter"),
             InvalidBody(_) => ("invalid_body", StatusCode::BAD_REQUEST, "Invalid request body"),
             InvalidArtifact(_) => ("invalid_artifact", StatusCode::UNPROCESSABLE_ENTITY, "Invalid PTX artifact"),
+            InvalidManifest(_) => ("invalid_manifest", StatusCode::UNPROCESSABLE_ENTITY, "Invalid launch manifest"),
+            StaticInvalid(_) => ("static_invalid", StatusCode::UNPROCESSABLE_ENTITY, "The PTX does not match its manifests"),
+            ArtifactTooLarge(_) => ("artifact_too_large", StatusCode::PAYLOAD_TOO_LARGE, "Artifact over the size quota"),
+            QuotaExceeded(_) => ("quota_exceeded", StatusCode::TOO_MANY_REQUESTS, "Quota exceeded"),
+            Conflict(_) => ("conflict", StatusCode::CONFLICT, "Conflict"),
             NotFound(_) => ("not_found", StatusCode::NOT_FOUND, "Not found"),
             KernelNotFound { .. } => ("kernel_not_found", StatusCode::NOT_FOUND, "No kernel for this problem"),
             BaselineFaster { .. } => ("baseline_faster", StatusCode::NOT_FOUND, "A baseline is faster than every kernel"),

@@ -13,6 +13,10 @@ pub struct Metrics {
     pub http_duration: HistogramVec,
     pub cache_requests: IntCounterVec,
     pub db_pool: IntGaugeVec,
+    pub submissions: IntCounterVec,
+    pub jobs: IntGaugeVec,
+    pub runs: IntGaugeVec,
+    pub workers: IntGaugeVec,
 }
 
 impl Metrics {
@@ -38,12 +42,72 @@ impl Metrics {
         registry.register(Box::new(http_requests.clone()))?;
         registry.register(Box::new(http_duration.clone()))?;
         registry.register(Box::new(cache_requests.clone()))?;
+        let submissions = IntCounterVec::new(
+            Opts::new("submissions_total", "Submissions answered by this process, by result (accepted, duplicate)"),
+            &["result"],
+        )?;
+        let jobs = IntGaugeVec::new(Opts::new("jobs", "Jobs in the database by state (read at scrape time)"), &["state"])?;
+        let runs = IntGaugeVec::new(Opts::new("runs", "Stored runs by verdict (read at scrape time)"), &["verdict"])?;
+        let workers = IntGaugeVec::new(
+            Opts::new("workers", "Workers seen in the last ten minutes by device class and state"),
+            &["device_class", "state"],
+        )?;
         registry.register(Box::new(db_pool.clone()))?;
-        Ok(Metrics { registry, http_requests, http_duration, cache_requests, db_pool })
+        registry.register(Box::new(submissions.clone()))?;
+        registry.register(Box::new(jobs.clone()))?;
+        registry.register(Box::new(runs.clone()))?;
+        registry.register(Box::new(workers.clone()))?;
+        Ok(Metrics { registry, http_requests, http_duration, cache_requests, db_pool, submissions, jobs, runs, workers })
     }
 
     pub fn cache(&self, cache: &str, hit: bool) {
         self.cache_requests.with_label_values(&[cache, if hit { "hit" } else { "miss" }]).inc();
+    }
+
+    /// Reads the queue, run outcomes and workers from the database (any process may have
+    /// written them), for the gauges.
+    pub async fn refresh_work(&self, db: &DatabaseConnection) {
+        use sea_orm::sea_query::{Expr, ExprTrait};
+        use sea_orm::{EntityTrait, FromQueryResult, QuerySelect};
+        use crate::db::entities::{job, run};
+        #[derive(FromQueryResult)]
+        struct Count {
+            key: String,
+            n: i64,
+        }
+        let by = |rows: Result<Vec<Count>, sea_orm::DbErr>, gauge: &IntGaugeVec, keys: &[&str]| {
+            let Ok(rows) = rows else { return };
+            for k in keys {
+                gauge.with_label_values(&[k]).set(0);
+            }
+            for r in rows {
+                gauge.with_label_values(&[r.key.as_str()]).set(r.n);
+            }
+        };
+        let jobs = job::Entity::find()
+            .select_only()
+            .column_as(job::Column::State, "key")
+            .column_as(Expr::col(job::Column::Id).count(), "n")
+            .group_by(job::Column::State)
+            .into_model::<Count>()
+            .all(db)
+            .await;
+        by(jobs, &self.jobs, &["queued", "running", "done", "failed", "cancelled"]);
+        let runs = run::Entity::find()
+            .select_only()
+            .column_as(run::Column::Verdict, "key")
+            .column_as(Expr::col(run::Column::Id).count(), "n")
+            .group_by(run::Column::Verdict)
+            .into_model::<Count>()
+            .all(db)
+            .await;
+        by(runs, &self.runs, &["pass"]);
+        if let Ok(ws) = crate::work::submit::workers(db).await {
+            self.workers.reset();
+            for w in ws {
+                self.workers.with_label_values(&[w.device_class.as_deref().unwrap_or("none"), w.state.as_str()]).inc();
+            }
+        }
     }
 
     /// Reads the pool state now (at scrape time) and renders every metric.

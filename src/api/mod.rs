@@ -36,6 +36,7 @@ pub struct ApiSettings {
     pub artifact_cache_bytes: u64,
     pub catalog_cache_ttl: Duration,
     pub db_max_connections: u32,
+    pub quotas: crate::work::submit::Quotas,
 }
 
 impl Default for ApiSettings {
@@ -47,6 +48,7 @@ impl Default for ApiSettings {
             artifact_cache_bytes: 256 << 20,
             catalog_cache_ttl: Duration::from_secs(10),
             db_max_connections: 16,
+            quotas: crate::work::submit::Quotas::default(),
         }
     }
 }
@@ -59,6 +61,7 @@ pub struct AppState {
     pub settings: ApiSettings,
     limiter: DefaultKeyedRateLimiter<i32>,
     pub started: Instant,
+    local_workers: std::sync::Mutex<String>,
 }
 
 impl AppState {
@@ -72,7 +75,19 @@ impl AppState {
             limiter: RateLimiter::keyed(Quota::per_minute(per_minute).allow_burst(burst)),
             settings,
             started: Instant::now(),
+            local_workers: std::sync::Mutex::new("none: this process runs no GPU worker (`kaas serve --workers auto` starts one per GPU)".into()),
         }))
+    }
+
+    /// What `/v1/health` says about this process's own GPU workers.
+    pub fn local_workers(&self) -> String {
+        self.local_workers.lock().map(|s| s.clone()).unwrap_or_default()
+    }
+
+    pub fn set_local_workers(&self, note: impl Into<String>) {
+        if let Ok(mut s) = self.local_workers.lock() {
+            *s = note.into();
+        }
     }
 
     /// Imports a catalog bundle and drops every cached catalog answer.

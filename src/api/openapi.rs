@@ -6,7 +6,7 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 use utoipa_swagger_ui::SwaggerUi;
 
-use super::routes::{artifacts, catalog, overview, system};
+use super::routes::{artifacts, catalog, overview, submissions, system};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -20,11 +20,13 @@ use super::routes::{artifacts, catalog, overview, system};
         catalog::list_problems, catalog::get_kernel, catalog::get_kernel_ptx,
         catalog::problem_leaderboard, catalog::global_leaderboard, overview::get_heatmap, overview::get_stats,
         artifacts::get_artifact, artifacts::upload_artifact,
+        submissions::create, submissions::list, submissions::get, submissions::events, submissions::cancel, submissions::remove,
     ),
     modifiers(&BearerAuth),
     tags(
         (name = "catalog", description = "Problems, best kernels and their PTX"),
         (name = "artifacts", description = "Content-addressed PTX"),
+        (name = "submissions", description = "Submit kernels, follow their verification and benchmark, cancel or delete them"),
         (name = "leaderboard", description = "Rankings of submitters and runs"),
         (name = "system", description = "Health, metrics, identity"),
     )

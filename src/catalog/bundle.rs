@@ -10,6 +10,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 use chrono::{DateTime, Utc};
+use sea_orm::sea_query::OnConflict;
 use sea_orm::{
     ActiveModelTrait, ColumnTrait, ConnectionTrait, DatabaseConnection, DbErr, EntityTrait, QueryFilter, Set,
 };
@@ -131,15 +132,17 @@ pub fn describe_ptx(bytes: &[u8]) -> Result<ArtifactRecord, String> {
 pub async fn store_artifact<C: ConnectionTrait>(db: &C, ptx: &str, now: DateTime<Utc>) -> Result<ArtifactRecord, BundleError> {
     let rec = describe_ptx(ptx.as_bytes()).map_err(|m| invalid("ptx", m))?;
     if artifact::Entity::find_by_id(rec.sha256.clone()).one(db).await?.is_none() {
-        artifact::ActiveModel {
+        // Content-addressed: a concurrent upload of the same PTX stores the same row.
+        artifact::Entity::insert(artifact::ActiveModel {
             sha256: Set(rec.sha256.clone()),
             ptx: Set(ptx.to_string()),
             size_bytes: Set(rec.size_bytes),
             ptx_version: Set(rec.ptx_version.clone()),
             target: Set(rec.target.clone()),
             created_at: Set(now),
-        }
-        .insert(db)
+        })
+        .on_conflict(OnConflict::column(artifact::Column::Sha256).do_nothing().to_owned())
+        .exec_without_returning(db)
         .await?;
     }
     Ok(rec)
@@ -298,12 +301,13 @@ pub async fn import(db: &DatabaseConnection, dir: &Path) -> Result<ImportReport,
     Ok(report)
 }
 
-async fn ensure_problem<C: ConnectionTrait>(db: &C, p: &Problem, added: &mut usize) -> Result<i32, DbErr> {
+pub(crate) async fn ensure_problem<C: ConnectionTrait>(db: &C, p: &Problem, added: &mut usize) -> Result<i32, DbErr> {
     if let Some(row) = super::find_problem(db, p).await? {
         return Ok(row.id);
     }
-    *added += 1;
-    let row = problem::ActiveModel {
+    // A concurrent writer (another API replica) may add the same problem: insert if
+    // absent, then read whichever row won.
+    let inserted = problem::Entity::insert(problem::ActiveModel {
         arch: Set(p.arch.to_string()),
         acc: Set(p.acc.to_string()),
         layout: Set(p.layout.to_string()),
@@ -311,10 +315,16 @@ async fn ensure_problem<C: ConnectionTrait>(db: &C, p: &Problem, added: &mut usi
         n: Set(p.n as i32),
         k: Set(p.k as i32),
         ..Default::default()
-    }
-    .insert(db)
+    })
+    .on_conflict(
+        OnConflict::columns([problem::Column::Arch, problem::Column::Acc, problem::Column::Layout, problem::Column::M, problem::Column::N, problem::Column::K])
+            .do_nothing()
+            .to_owned(),
+    )
+    .exec_without_returning(db)
     .await?;
-    Ok(row.id)
+    *added += inserted as usize;
+    super::find_problem(db, p).await?.map(|r| r.id).ok_or_else(|| DbErr::RecordNotFound(format!("problem {p} after insert")))
 }
 
 pub async fn ensure_submitter<C: ConnectionTrait>(db: &C, name: &str, now: DateTime<Utc>) -> Result<i32, DbErr> {
@@ -328,26 +338,28 @@ pub async fn ensure_submitter<C: ConnectionTrait>(db: &C, name: &str, now: DateT
 pub async fn ensure_manifest<C: ConnectionTrait>(db: &C, sha: &str, problem_id: i32, m: &Manifest, now: DateTime<Utc>) -> Result<i32, DbErr> {
     let body = serde_json::to_string(m).map_err(|e| DbErr::Custom(e.to_string()))?;
     let body_sha = sha256_hex(body.as_bytes());
-    if let Some(row) = manifest::Entity::find()
-        .filter(manifest::Column::ArtifactSha256.eq(sha))
-        .filter(manifest::Column::ProblemId.eq(problem_id))
-        .filter(manifest::Column::BodySha256.eq(&body_sha))
-        .one(db)
-        .await?
-    {
+    let find = || {
+        manifest::Entity::find()
+            .filter(manifest::Column::ArtifactSha256.eq(sha))
+            .filter(manifest::Column::ProblemId.eq(problem_id))
+            .filter(manifest::Column::BodySha256.eq(body_sha.clone()))
+            .one(db)
+    };
+    if let Some(row) = find().await? {
         return Ok(row.id);
     }
-    let row = manifest::ActiveModel {
+    manifest::Entity::insert(manifest::ActiveModel {
         artifact_sha256: Set(sha.to_string()),
         problem_id: Set(problem_id),
-        body_sha256: Set(body_sha),
+        body_sha256: Set(body_sha.clone()),
         body: Set(body),
         created_at: Set(now),
         ..Default::default()
-    }
-    .insert(db)
+    })
+    .on_conflict(OnConflict::columns([manifest::Column::ArtifactSha256, manifest::Column::ProblemId, manifest::Column::BodySha256]).do_nothing().to_owned())
+    .exec_without_returning(db)
     .await?;
-    Ok(row.id)
+    find().await?.map(|r| r.id).ok_or_else(|| DbErr::RecordNotFound(format!("manifest for problem {problem_id} after insert")))
 }
 
 fn json_text(v: &Option<serde_json::Value>) -> Option<String> {

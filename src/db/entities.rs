@@ -114,6 +114,11 @@ pub mod submission {
         pub source: Option<String>,
         pub status: String,
         pub created_at: DateTimeUtc,
+        /// sha256 over the artifact and the sorted manifest bodies: equal submissions from
+        /// one submitter share it, so a repeat is answered with the first.
+        pub fingerprint: Option<String>,
+        /// Set by a delete; the row and its runs stay (history), hidden from lists.
+        pub deleted_at: Option<DateTimeUtc>,
     }
 
     impl ActiveModelBehavior for ActiveModel {}
@@ -162,6 +167,9 @@ pub mod run {
         #[sea_orm(column_type = "Text")]
         pub device: Option<String>,
         pub created_at: DateTimeUtc,
+        /// JSON: the stage that decided, every check, ptxas and JIT reports, benchmark meta.
+        #[sea_orm(column_type = "Text")]
+        pub details: Option<String>,
     }
 
     impl ActiveModelBehavior for ActiveModel {}
@@ -231,6 +239,36 @@ pub mod job {
         pub run_id: Option<i32>,
         pub created_at: DateTimeUtc,
         pub updated_at: DateTimeUtc,
+        /// What the job is doing now (for the live stream), e.g. `running on H100-SXM`.
+        #[sea_orm(column_type = "Text")]
+        pub stage: Option<String>,
+        /// Why the last attempt ended without a run (lease lost, worker error).
+        #[sea_orm(column_type = "Text")]
+        pub error: Option<String>,
+        pub finished_at: Option<DateTimeUtc>,
+    }
+
+    impl ActiveModelBehavior for ActiveModel {}
+}
+
+pub mod worker {
+    use sea_orm::entity::prelude::*;
+
+    #[sea_orm::model]
+    #[derive(Clone, Debug, PartialEq, DeriveEntityModel, Eq)]
+    #[sea_orm(table_name = "workers")]
+    pub struct Model {
+        #[sea_orm(primary_key, auto_increment = false)]
+        pub id: String,
+        pub device_class: Option<String>,
+        pub gpu_name: Option<String>,
+        pub compute_capability: Option<String>,
+        pub state: String,
+        pub job_id: Option<i32>,
+        #[sea_orm(column_type = "Text")]
+        pub message: Option<String>,
+        pub started_at: DateTimeUtc,
+        pub last_seen_at: DateTimeUtc,
     }
 
     impl ActiveModelBehavior for ActiveModel {}

@@ -93,6 +93,12 @@ pub fn available() -> Result<(), String> {
     }
 }
 
+/// How many devices the driver sees (after checking [`available`]).
+pub fn device_count() -> Result<u32, String> {
+    available()?;
+    ffi::init_and_count_devices().map(|n| n.max(0) as u32).map_err(|f| format!("{} failed: {}", f.call, f.code))
+}
+
 /// One device, its primary context, and the one stream everything runs on.
 pub struct Gpu {
     ctx: Rc<ffi::Context>,

@@ -35,11 +35,12 @@ pub enum Verdict {
     Crashed,
     LaunchFailed,
     Unstable,
+    WorkerLost,
     InternalError,
 }
 
 impl Verdict {
-    pub const ALL: [Verdict; 14] = [
+    pub const ALL: [Verdict; 15] = [
         Verdict::Pass,
         Verdict::StaticInvalid,
         Verdict::LoadFailed,
@@ -53,6 +54,7 @@ impl Verdict {
         Verdict::Crashed,
         Verdict::LaunchFailed,
         Verdict::Unstable,
+        Verdict::WorkerLost,
         Verdict::InternalError,
     ];
 
@@ -71,6 +73,7 @@ impl Verdict {
             Verdict::Crashed => "crashed",
             Verdict::LaunchFailed => "launch_failed",
             Verdict::Unstable => "unstable",
+            Verdict::WorkerLost => "worker_lost",
             Verdict::InternalError => "internal_error",
         }
     }
@@ -91,6 +94,7 @@ impl Verdict {
             Verdict::Crashed => "the sandbox process died (illegal address, trap or kill)",
             Verdict::LaunchFailed => "the driver refused the launch (configuration or resources)",
             Verdict::Unstable => "a timed iteration's output differs from the verified output",
+            Verdict::WorkerLost => "every attempt ended with its worker dead or its lease lost; the job was given up",
             Verdict::InternalError => "the service failed; the kernel was not judged",
         }
     }

@@ -29,14 +29,14 @@ macro_rules! both_backends {
         mod $name {
             #[actix_web::test]
             async fn sqlite() {
-                super::$name($crate::common::Backend::Sqlite).await
+                Box::pin(super::$name($crate::common::Backend::Sqlite)).await
             }
             #[actix_web::test]
             async fn postgres() {
                 if $crate::common::skip_postgres() {
                     return;
                 }
-                super::$name($crate::common::Backend::Postgres).await
+                Box::pin(super::$name($crate::common::Backend::Postgres)).await
             }
         }
     )*};
@@ -89,10 +89,49 @@ impl TestDb {
         }
     }
 
-    /// Drops the Postgres schema (SQLite files go with their temp dir).
+    /// A fresh database of its own, and its URL, for tests that start `kaas` processes
+    /// (they cannot be told a schema): a SQLite file, or a new Postgres database.
+    pub async fn with_url(backend: Backend) -> (TestDb, String) {
+        match backend {
+            Backend::Sqlite => {
+                let dir = tempfile::tempdir().unwrap();
+                let url = format!("sqlite://{}?mode=rwc", dir.path().join("kaas.db").display());
+                let db = db::connect(&DbConfig::new(&url)).await.unwrap();
+                (TestDb { db, schema: None, _dir: Some(dir) }, url)
+            }
+            Backend::Postgres => {
+                let admin_url = postgres_url();
+                let name = format!("kaas_t_{}", hex::encode(rand::random::<[u8; 6]>()));
+                let admin = sea_orm::Database::connect(&admin_url)
+                    .await
+                    .unwrap_or_else(|e| panic!("Postgres at {admin_url} is not reachable ({e}); set KAAS_TEST_POSTGRES=skip to skip"));
+                admin.execute_unprepared(&format!("CREATE DATABASE {name}")).await.unwrap();
+                admin.close().await.ok();
+                let url = match admin_url.rfind('/') {
+                    Some(i) => format!("{}/{name}", &admin_url[..i]),
+                    None => panic!("cannot place a database in {admin_url}"),
+                };
+                let db = db::connect(&DbConfig::new(&url)).await.unwrap();
+                (TestDb { db, schema: Some(format!("database:{name}")), _dir: None }, url)
+            }
+        }
+    }
+
+    /// Drops the Postgres schema or database (SQLite files go with their temp dir).
     pub async fn cleanup(self) {
-        if let Some(schema) = &self.schema {
-            self.db.execute_unprepared(&format!("DROP SCHEMA {schema} CASCADE")).await.ok();
+        match self.schema.as_deref() {
+            Some(s) if s.starts_with("database:") => {
+                let name = &s["database:".len()..];
+                self.db.close().await.ok();
+                if let Ok(admin) = sea_orm::Database::connect(&postgres_url()).await {
+                    admin.execute_unprepared(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")).await.ok();
+                    admin.close().await.ok();
+                }
+            }
+            Some(schema) => {
+                self.db.execute_unprepared(&format!("DROP SCHEMA {schema} CASCADE")).await.ok();
+            }
+            None => {}
         }
     }
 

@@ -7,5 +7,6 @@ mod common;
 mod api;
 mod bundle;
 mod storage;
+mod submissions;
 mod ui;
 mod webdriver;

@@ -3,6 +3,7 @@
 pub mod artifacts;
 pub mod catalog;
 pub mod overview;
+pub mod submissions;
 pub mod system;
 pub mod ui;
 
@@ -21,6 +22,12 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         .service(overview::get_stats)
         .service(artifacts::get_artifact)
         .service(artifacts::upload_artifact)
+        .service(submissions::create)
+        .service(submissions::list)
+        .service(submissions::events)
+        .service(submissions::cancel)
+        .service(submissions::get)
+        .service(submissions::remove)
         .service(ui::index)
         .service(ui::static_asset)
         .configure(crate::api::openapi::configure);

@@ -1,14 +1,13 @@
 //! Service state: health, metrics, and who a token belongs to.
 
 use actix_web::{HttpResponse, get};
-use chrono::Utc;
-use sea_orm::{ColumnTrait, EntityTrait, QueryFilter};
 use serde::Serialize;
 use utoipa::ToSchema;
 
 use crate::api::{ApiError, State};
 use crate::auth::Caller;
-use crate::db::entities::job;
+use crate::work::WorkerView;
+use crate::work::submit;
 
 #[derive(Debug, Serialize, ToSchema)]
 pub struct HealthView {
@@ -16,9 +15,19 @@ pub struct HealthView {
     pub status: String,
     pub version: String,
     pub database: DatabaseHealth,
-    /// GPU workers holding a live job lease now.
+    /// GPU workers seen in the last ten minutes (any host sharing this database).
     pub workers_seen: u32,
+    pub workers: Vec<WorkerView>,
+    /// The GPU workers this process runs (`kaas serve --workers`), or why there are none.
+    pub local_workers: String,
+    pub queue: QueueHealth,
     pub uptime_secs: u64,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct QueueHealth {
+    pub queued: u64,
+    pub running: u64,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -41,26 +50,19 @@ pub async fn health(state: State) -> HttpResponse {
     let t = std::time::Instant::now();
     let reachable = state.db.ping().await.is_ok();
     let latency_ms = t.elapsed().as_secs_f64() * 1e3;
-    let workers_seen = if reachable {
-        job::Entity::find()
-            .filter(job::Column::LeaseExpiresAt.gt(Utc::now()))
-            .all(&state.db)
-            .await
-            .map(|jobs| {
-                let mut owners: Vec<String> = jobs.into_iter().filter_map(|j| j.lease_owner).collect();
-                owners.sort();
-                owners.dedup();
-                owners.len() as u32
-            })
-            .unwrap_or(0)
+    let (workers, (queued, running)) = if reachable {
+        (submit::workers(&state.db).await.unwrap_or_default(), submit::queue_depth(&state.db).await.unwrap_or_default())
     } else {
-        0
+        (vec![], (0, 0))
     };
     let view = HealthView {
         status: if reachable { "ok" } else { "degraded" }.into(),
         version: env!("CARGO_PKG_VERSION").into(),
         database: DatabaseHealth { backend: crate::db::backend_name(&state.db).into(), reachable, latency_ms },
-        workers_seen,
+        workers_seen: workers.iter().filter(|w| w.state != "stopped").count() as u32,
+        workers,
+        local_workers: state.local_workers(),
+        queue: QueueHealth { queued, running },
         uptime_secs: state.started.elapsed().as_secs(),
     };
     if reachable { HttpResponse::Ok().json(view) } else { HttpResponse::ServiceUnavailable().json(view) }
@@ -72,6 +74,7 @@ pub async fn health(state: State) -> HttpResponse {
 )]
 #[get("/metrics")]
 pub async fn metrics(state: State) -> HttpResponse {
+    state.metrics.refresh_work(&state.db).await;
     let text = state.metrics.render(&state.db, state.settings.db_max_connections);
     HttpResponse::Ok().content_type("text/plain; version=0.0.4; charset=utf-8").body(text)
 }

@@ -1,0 +1,431 @@
+//! The HTTP client side of the `kaas` command: `submit`, `status`, `cancel`, `pull` and
+//! `leaderboard` talk to a kaas server (`--url` / `KAAS_URL`, `--token` / `KAAS_TOKEN`).
+
+use std::fmt::Write as _;
+use std::io::BufRead;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use clap::Args;
+use serde::de::DeserializeOwned;
+
+use crate::catalog::{KernelView, LeaderboardView, ProblemLeaderboardView};
+use crate::manifest::Manifest;
+use crate::manifest::template::ManifestTemplate;
+use crate::work::{NewSubmission, SubmissionView};
+
+#[derive(Debug, Clone, Args)]
+pub struct Server {
+    /// The kaas server.
+    #[arg(long, env = "KAAS_URL", default_value = "http://127.0.0.1:8080", global = true)]
+    pub url: String,
+    /// API token (`kaas token create` prints one); needed to submit and cancel.
+    #[arg(long, env = "KAAS_TOKEN", hide_env_values = true, global = true)]
+    pub token: Option<String>,
+}
+
+/// A problem+json answer, or a transport failure.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    #[error("{status} {code}: {detail}")]
+    Problem { status: u16, code: String, detail: String, body: serde_json::Value },
+    #[error("cannot reach {url}: {message}")]
+    Transport { url: String, message: String },
+    #[error("unexpected answer from {url}: {message}")]
+    Decode { url: String, message: String },
+}
+
+pub struct Client {
+    base: String,
+    token: Option<String>,
+    agent: ureq::Agent,
+    /// No overall time limit: event streams last as long as the jobs.
+    streaming: ureq::Agent,
+}
+
+impl Client {
+    pub fn new(server: &Server) -> Client {
+        let agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_global(Some(Duration::from_secs(120)))
+            .build()
+            .into();
+        let streaming = ureq::Agent::config_builder().http_status_as_error(false).timeout_connect(Some(Duration::from_secs(10))).build().into();
+        Client { base: server.url.trim_end_matches('/').to_string(), token: server.token.clone().filter(|t| !t.is_empty()), agent, streaming }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    fn auth(&self) -> Result<String, ClientError> {
+        self.token.as_ref().map(|t| format!("Bearer {t}")).ok_or_else(|| ClientError::Problem {
+            status: 401,
+            code: "missing_token".into(),
+            detail: "this needs a token: pass --token or set KAAS_TOKEN".into(),
+            body: serde_json::Value::Null,
+        })
+    }
+
+    fn answer<T: DeserializeOwned>(&self, url: &str, res: Result<ureq::http::Response<ureq::Body>, ureq::Error>) -> Result<(u16, T), ClientError> {
+        let mut res = res.map_err(|e| ClientError::Transport { url: url.to_string(), message: e.to_string() })?;
+        let status = res.status().as_u16();
+        let text = res
+            .body_mut()
+            .with_config()
+            .limit(64 << 20)
+            .read_to_string()
+            .map_err(|e| ClientError::Transport { url: url.to_string(), message: e.to_string() })?;
+        if status >= 400 {
+            let body: serde_json::Value = serde_json::from_str(&text).unwrap_or(serde_json::Value::String(text.clone()));
+            return Err(ClientError::Problem {
+                status,
+                code: body.get("code").and_then(|v| v.as_str()).unwrap_or("error").to_string(),
+                detail: body.get("detail").and_then(|v| v.as_str()).unwrap_or(text.as_str()).to_string(),
+                body,
+            });
+        }
+        let value = serde_json::from_str(&text).map_err(|e| ClientError::Decode { url: url.to_string(), message: e.to_string() })?;
+        Ok((status, value))
+    }
+
+    pub fn get<T: DeserializeOwned>(&self, path: &str) -> Result<T, ClientError> {
+        let url = self.url(path);
+        let mut req = self.agent.get(&url);
+        if let Some(t) = &self.token {
+            req = req.header("Authorization", format!("Bearer {t}"));
+        }
+        self.answer(&url, req.call()).map(|(_, v)| v)
+    }
+
+    pub fn get_text(&self, path: &str) -> Result<String, ClientError> {
+        let url = self.url(path);
+        let mut res = self.agent.get(&url).call().map_err(|e| ClientError::Transport { url: url.clone(), message: e.to_string() })?;
+        let status = res.status().as_u16();
+        let text = res.body_mut().with_config().limit(64 << 20).read_to_string().map_err(|e| ClientError::Transport { url: url.clone(), message: e.to_string() })?;
+        if status >= 400 {
+            return Err(ClientError::Problem { status, code: "error".into(), detail: text, body: serde_json::Value::Null });
+        }
+        Ok(text)
+    }
+
+    pub fn post<T: DeserializeOwned>(&self, path: &str, body: &impl serde::Serialize) -> Result<(u16, T), ClientError> {
+        let url = self.url(path);
+        let res = self.agent.post(&url).header("Authorization", self.auth()?).send_json(body);
+        self.answer(&url, res)
+    }
+
+    pub fn delete(&self, path: &str) -> Result<(), ClientError> {
+        let url = self.url(path);
+        let res = self.agent.delete(&url).header("Authorization", self.auth()?).call();
+        let mut res = res.map_err(|e| ClientError::Transport { url: url.clone(), message: e.to_string() })?;
+        let status = res.status().as_u16();
+        if status >= 400 {
+            let text = res.body_mut().read_to_string().unwrap_or_default();
+            let body: serde_json::Value = serde_json::from_str(&text).unwrap_or_default();
+            return Err(ClientError::Problem {
+                status,
+                code: body.get("code").and_then(|v| v.as_str()).unwrap_or("error").into(),
+                detail: body.get("detail").and_then(|v| v.as_str()).unwrap_or(&text).into(),
+                body,
+            });
+        }
+        Ok(())
+    }
+
+    /// Follows a submission's event stream, calling `on` with every snapshot, until the
+    /// `done` event; returns the final view.
+    pub fn follow(&self, id: i32, mut on: impl FnMut(&SubmissionView)) -> Result<SubmissionView, ClientError> {
+        let url = self.url(&format!("/v1/submissions/{id}/events"));
+        let res = self.streaming.get(&url).header("Accept", "text/event-stream").call();
+        let res = res.map_err(|e| ClientError::Transport { url: url.clone(), message: e.to_string() })?;
+        if res.status().as_u16() >= 400 {
+            return self.get(&format!("/v1/submissions/{id}"));
+        }
+        let reader = std::io::BufReader::new(res.into_body().into_reader());
+        let (mut name, mut data) = (String::new(), String::new());
+        let mut last: Option<SubmissionView> = None;
+        for line in reader.lines() {
+            let line = line.map_err(|e| ClientError::Transport { url: url.clone(), message: e.to_string() })?;
+            if line.is_empty() {
+                if !data.is_empty() {
+                    let v: SubmissionView = serde_json::from_str(&data).map_err(|e| ClientError::Decode { url: url.clone(), message: e.to_string() })?;
+                    on(&v);
+                    let done = name == "done";
+                    last = Some(v);
+                    if done {
+                        break;
+                    }
+                }
+                name.clear();
+                data.clear();
+            } else if let Some(v) = line.strip_prefix("event:") {
+                name = v.trim().to_string();
+            } else if let Some(v) = line.strip_prefix("data:") {
+                data.push_str(v.trim_start());
+            }
+        }
+        match last {
+            Some(v) if v.finished() => Ok(v),
+            // The stream ended early (server restart, time limit): ask once more.
+            _ => self.get(&format!("/v1/submissions/{id}")),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct SubmitArgs {
+    /// The kernel's PTX.
+    pub ptx: PathBuf,
+    /// A `kaas.hgemm.v1` manifest (repeat for several problems); with --problem, one
+    /// manifest template whose grid is a function of M, N, K (see docs/submitting.md).
+    #[arg(long, required = true)]
+    pub manifest: Vec<PathBuf>,
+    /// Shapes (MxNxK) a manifest template is for; repeat or separate with commas.
+    #[arg(long, value_delimiter = ',')]
+    pub problem: Vec<String>,
+    /// The CUDA C++ source, shown beside the kernel.
+    #[arg(long)]
+    pub source: Option<PathBuf>,
+    #[arg(long)]
+    pub name: Option<String>,
+    #[arg(long)]
+    pub description: Option<String>,
+    /// Device classes to run on (default: every class with a worker).
+    #[arg(long = "device", value_delimiter = ',')]
+    pub devices: Vec<String>,
+    /// Print the submission id and return at once.
+    #[arg(long)]
+    pub no_wait: bool,
+    /// Print the final submission as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn read(path: &Path) -> anyhow::Result<String> {
+    std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))
+}
+
+/// The request `kaas submit` sends.
+pub fn submission_request(args: &SubmitArgs) -> anyhow::Result<NewSubmission> {
+    let mut req = NewSubmission {
+        ptx: Some(read(&args.ptx)?),
+        name: args.name.clone(),
+        description: args.description.clone(),
+        source: args.source.as_deref().map(read).transpose()?,
+        device_classes: (!args.devices.is_empty()).then(|| args.devices.clone()),
+        ..Default::default()
+    };
+    if args.problem.is_empty() {
+        for path in &args.manifest {
+            let text = read(path)?;
+            let m: Manifest = serde_json::from_str(&text).with_context(|| format!("{} is not a kaas.hgemm.v1 manifest (a template needs --problem)", path.display()))?;
+            req.manifests.push(m);
+        }
+    } else {
+        let [path] = &args.manifest[..] else { bail!("--problem goes with exactly one --manifest (a template)") };
+        let text = read(path)?;
+        let t: ManifestTemplate = serde_json::from_str(&text).with_context(|| format!("{} is not a manifest template", path.display()))?;
+        req.template = Some(t);
+        req.problems = args.problem.clone();
+    }
+    Ok(req)
+}
+
+fn f(v: Option<f64>, digits: usize) -> String {
+    v.map_or_else(|| "-".into(), |x| format!("{x:.digits$}"))
+}
+
+/// The result table of a submission: one row per job.
+pub fn submission_table(v: &SubmissionView) -> String {
+    let mut s = String::new();
+    let _ = writeln!(s, "submission {} \"{}\" by {}: {}", v.id, v.name, v.submitter, v.status);
+    let _ = writeln!(s, "{:<26} {:<10} {:<20} {:>11} {:>8} {:>10} {:>8}", "problem", "device", "verdict", "median µs", "TFLOP/s", "×autotune", "catalog");
+    let mut notes = Vec::new();
+    for j in &v.jobs {
+        let device = j.run.as_ref().map(|r| r.run.device_class.clone()).or_else(|| j.device_class.clone()).unwrap_or_else(|| "-".into());
+        let (verdict, median, tflops, speedup, held) = match &j.run {
+            Some(r) => {
+                let g = r.run.timings.as_ref().and_then(|t| t.get("graph"));
+                let num = |k: &str| g.and_then(|g| g.get(k)).and_then(|v| v.as_f64());
+                let sp = r.run.speedups.as_ref().and_then(|s| s.get("graph")).and_then(|s| s.get(crate::catalog::AUTOTUNE_MAX)).and_then(|v| v.as_f64());
+                if r.run.verdict != "pass" {
+                    notes.push(format!("{}: {}", j.path, r.run.message));
+                }
+                (r.run.verdict.clone(), num("median_us"), num("tflops"), sp, if r.in_catalog { "yes" } else { "" })
+            }
+            None => (j.state.clone(), None, None, None, ""),
+        };
+        let _ = writeln!(s, "{:<26} {:<10} {:<20} {:>11} {:>8} {:>10} {:>8}", j.path, device, verdict, f(median, 2), f(tflops, 1), f(speedup, 3), held);
+    }
+    for n in notes {
+        let _ = writeln!(s, "\n{n}");
+    }
+    s
+}
+
+pub fn submit(server: &Server, args: &SubmitArgs) -> anyhow::Result<()> {
+    let client = Client::new(server);
+    let req = submission_request(args)?;
+    let (status, v): (u16, SubmissionView) = client.post("/v1/submissions", &req)?;
+    if status == 200 {
+        eprintln!("the same submission was made before: following submission {}", v.id);
+    } else {
+        eprintln!("submission {} accepted: {} job(s) queued; {}{}", v.id, v.jobs.len(), server.url.trim_end_matches('/'), v.links.self_);
+    }
+    if args.no_wait {
+        println!("{}", v.id);
+        return Ok(());
+    }
+    let bar = indicatif::ProgressBar::new(v.jobs.len() as u64);
+    bar.set_style(indicatif::ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} jobs  {wide_msg}").unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()));
+    bar.enable_steady_tick(Duration::from_millis(200));
+    let done = client.follow(v.id, |s| {
+        let finished = s.jobs.iter().filter(|j| crate::work::state::is_terminal(&j.state)).count();
+        bar.set_position(finished as u64);
+        let current = s.jobs.iter().find(|j| j.state == "running").or_else(|| s.jobs.iter().find(|j| j.state == "queued"));
+        bar.set_message(current.map(|j| format!("{}: {}", j.path, j.stage.clone().unwrap_or_default())).unwrap_or_default());
+    })?;
+    bar.finish_and_clear();
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&done)?);
+    } else {
+        print!("{}", submission_table(&done));
+    }
+    let failed = done.jobs.iter().filter(|j| j.run.as_ref().is_none_or(|r| r.run.verdict != "pass")).count();
+    if failed > 0 {
+        bail!("{failed} of {} job(s) did not pass", done.jobs.len());
+    }
+    Ok(())
+}
+
+pub fn status(server: &Server, id: i32, json: bool) -> anyhow::Result<()> {
+    let v: SubmissionView = Client::new(server).get(&format!("/v1/submissions/{id}"))?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&v)?);
+    } else {
+        print!("{}", submission_table(&v));
+    }
+    Ok(())
+}
+
+pub fn cancel(server: &Server, id: i32) -> anyhow::Result<()> {
+    let (_, v): (u16, SubmissionView) = Client::new(server).post(&format!("/v1/submissions/{id}/cancel"), &serde_json::json!({}))?;
+    print!("{}", submission_table(&v));
+    Ok(())
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ProblemArgs {
+    /// Shape, MxNxK.
+    #[arg(long)]
+    pub problem: String,
+    #[arg(long, default_value = "f32")]
+    pub acc: String,
+    #[arg(long, default_value = "tn")]
+    pub layout: String,
+    #[arg(long, default_value = "sm_90")]
+    pub arch: String,
+    /// Device class, e.g. H100-SXM (default: the fastest anywhere).
+    #[arg(long)]
+    pub device: Option<String>,
+}
+
+impl ProblemArgs {
+    fn path(&self) -> anyhow::Result<String> {
+        let p = crate::api::routes::catalog::parse_problem(&self.arch, &self.acc, &self.layout, &self.problem).map_err(|e| anyhow::anyhow!("{e}"))?;
+        Ok(p.path())
+    }
+
+    fn query(&self) -> String {
+        self.device.as_ref().map(|d| format!("?device={d}")).unwrap_or_default()
+    }
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct PullArgs {
+    #[command(flatten)]
+    pub problem: ProblemArgs,
+    /// Directory to write kernel.ptx, manifest.json and kernel.json into.
+    #[arg(short = 'o', long = "out")]
+    pub out: PathBuf,
+}
+
+/// `kaas pull`: the best kernel's PTX and manifest, checked against its sha256.
+pub fn pull(server: &Server, args: &PullArgs) -> anyhow::Result<()> {
+    let client = Client::new(server);
+    let path = format!("/v1/kernels/{}{}", args.problem.path()?, args.problem.query());
+    let kernel: KernelView = match client.get(&path) {
+        Ok(k) => k,
+        Err(ClientError::Problem { status: 404, detail, body, .. }) => {
+            let instead = body.get("use_instead").map(|v| format!("\nuse instead: {v}")).unwrap_or_default();
+            bail!("{detail}{instead}");
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let ptx = client.get_text(&kernel.artifact.url)?;
+    let sha = crate::catalog::bundle::sha256_hex(ptx.as_bytes());
+    if sha != kernel.artifact.sha256 {
+        bail!("the PTX downloaded has sha256 {sha}, not the {} the manifest names", kernel.artifact.sha256);
+    }
+    std::fs::create_dir_all(&args.out).with_context(|| format!("creating {}", args.out.display()))?;
+    let write = |name: &str, text: &str| -> anyhow::Result<()> {
+        let p = args.out.join(name);
+        std::fs::write(&p, text).with_context(|| format!("writing {}", p.display()))
+    };
+    write("kernel.ptx", &ptx)?;
+    write("manifest.json", &(serde_json::to_string_pretty(&kernel.manifest)? + "\n"))?;
+    write("kernel.json", &(serde_json::to_string_pretty(&kernel)? + "\n"))?;
+    let speed = kernel
+        .run
+        .speedups
+        .as_ref()
+        .and_then(|s| s.get("graph"))
+        .and_then(|s| s.get(crate::catalog::AUTOTUNE_MAX))
+        .and_then(|v| v.as_f64())
+        .map_or_else(|| "not benchmarked".to_string(), |x| format!("{x:.3}× cuBLASLt-autotune-max"));
+    println!("{} on {}: {} by {} ({speed}); sha256 {}", kernel.problem, kernel.device_class, kernel.name, kernel.submitter, sha);
+    println!("wrote {}/kernel.ptx, manifest.json, kernel.json", args.out.display());
+    Ok(())
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct LeaderboardArgs {
+    /// One problem's ranking (MxNxK); the global ranking of submitters when absent.
+    #[arg(long)]
+    pub problem: Option<String>,
+    #[arg(long, default_value = "f32")]
+    pub acc: String,
+    #[arg(long, default_value = "tn")]
+    pub layout: String,
+    #[arg(long, default_value = "sm_90")]
+    pub arch: String,
+    #[arg(long)]
+    pub device: Option<String>,
+}
+
+pub fn leaderboard(server: &Server, args: &LeaderboardArgs) -> anyhow::Result<()> {
+    let client = Client::new(server);
+    let mut s = String::new();
+    match &args.problem {
+        Some(shape) => {
+            let p = ProblemArgs { problem: shape.clone(), acc: args.acc.clone(), layout: args.layout.clone(), arch: args.arch.clone(), device: args.device.clone() };
+            let v: ProblemLeaderboardView = client.get(&format!("/v1/leaderboard/{}{}", p.path()?, p.query()))?;
+            let _ = writeln!(s, "{}", v.problem);
+            let _ = writeln!(s, "{:>4} {:<24} {:<10} {:>11} {:>8} {:>10} {:>10}", "rank", "submitter", "device", "median µs", "TFLOP/s", "×autotune", "submission");
+            for r in &v.rows {
+                let _ = writeln!(s, "{:>4} {:<24} {:<10} {:>11.2} {:>8} {:>10} {:>10}", r.rank, r.submitter, r.device_class, r.median_us, f(r.tflops, 1), f(r.speedup_vs_autotune_max, 3), r.submission_id);
+            }
+        }
+        None => {
+            let v: LeaderboardView = client.get("/v1/leaderboard")?;
+            let _ = writeln!(s, "{:>4} {:<24} {:>6} {:>8} {:>18}", "rank", "submitter", "held", "entered", "geomean ×autotune");
+            for r in &v.submitters {
+                let _ = writeln!(s, "{:>4} {:<24} {:>6} {:>8} {:>18}", r.rank, r.submitter, r.problems_held, r.problems_entered, f(r.geomean_speedup_vs_autotune_max, 3));
+            }
+        }
+    }
+    print!("{s}");
+    Ok(())
+}

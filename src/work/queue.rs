@@ -1,0 +1,447 @@
+//! The job queue in the database. Every change is one short write transaction, so many
+//! workers (and API replicas) can share one Postgres; SQLite works the same way for one
+//! machine, its writers serialised by `BEGIN IMMEDIATE`.
+//!
+//! Times come from the worker's clock (leases are tens of seconds; keep hosts in NTP).
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use sea_orm::sea_query::{Expr, ExprTrait, LockBehavior, LockType, OnConflict, Query};
+use sea_orm::{
+    ActiveModelTrait, ColumnTrait, Condition, ConnectionTrait, DatabaseConnection, DbErr, EntityTrait, QueryFilter, QueryOrder, QuerySelect, Set,
+};
+
+use super::state;
+use crate::db::entities::{artifact, baseline, catalog_entry, device_class, job, manifest, problem, run, submission, worker};
+use crate::gpu::DeviceFacts;
+use crate::harness::RunOutcome;
+use crate::manifest::Manifest;
+use crate::problem::Arch;
+use crate::verify::Verdict;
+
+/// Who is claiming: the worker's id and what its GPU can run.
+#[derive(Debug, Clone)]
+pub struct Claimant {
+    pub worker_id: String,
+    pub facts: DeviceFacts,
+}
+
+impl Claimant {
+    fn arches(&self) -> Vec<&'static str> {
+        Arch::ALL.into_iter().filter(|a| a.runs_on(self.facts.cc())).map(|a| a.as_str()).collect()
+    }
+}
+
+/// A job a worker holds the lease of, with everything the sandbox needs.
+#[derive(Debug, Clone)]
+pub struct Claimed {
+    pub job: job::Model,
+    pub manifest: Manifest,
+    pub ptx: String,
+}
+
+fn corrupt(what: String) -> DbErr {
+    DbErr::Custom(what)
+}
+
+/// Claims the most urgent job this worker can run: queued, or running with an expired
+/// lease (its worker died). A job whose attempts are used up is failed instead, with the
+/// verdict `worker_lost`, and the next one is tried.
+pub async fn claim(db: &DatabaseConnection, who: &Claimant, lease: Duration, max_attempts: i32) -> Result<Option<Claimed>, DbErr> {
+    loop {
+        let now = Utc::now();
+        let txn = crate::db::begin_write(db).await?;
+        let runnable = Condition::any()
+            .add(job::Column::State.eq(state::QUEUED))
+            .add(Condition::all().add(job::Column::State.eq(state::RUNNING)).add(job::Column::LeaseExpiresAt.lt(now)));
+        let class = Condition::any().add(job::Column::DeviceClass.is_null()).add(job::Column::DeviceClass.eq(&who.facts.device_class));
+        let arches = Query::select().column(problem::Column::Id).from(problem::Entity).and_where(problem::Column::Arch.is_in(who.arches())).to_owned();
+        // On Postgres the row is locked and skipped by other claimers; SQLite ignores the
+        // clause (its write transaction already excludes them).
+        let mut q = job::Entity::find()
+            .filter(runnable)
+            .filter(class)
+            .filter(job::Column::ProblemId.in_subquery(arches))
+            .order_by_desc(job::Column::Priority)
+            .order_by_asc(job::Column::Id)
+            .limit(1);
+        if db.get_database_backend() == sea_orm::DbBackend::Postgres {
+            QuerySelect::query(&mut q).lock_with_behavior(LockType::Update, LockBehavior::SkipLocked);
+        }
+        let Some(j) = q.one(&txn).await? else {
+            txn.commit().await?;
+            return Ok(None);
+        };
+        if j.attempts >= max_attempts {
+            let message = format!(
+                "the job was started {} times and no attempt finished: its worker died, lost its lease or failed (last worker: {}; last error: {}); it will not be retried",
+                j.attempts,
+                j.lease_owner.as_deref().unwrap_or("unknown"),
+                j.error.as_deref().unwrap_or("none recorded")
+            );
+            let class = j.device_class.clone().unwrap_or_else(|| who.facts.device_class.clone());
+            ensure_device_class(&txn, &who.facts, &class).await?;
+            let r = insert_run(&txn, &j, &class, Verdict::WorkerLost, &message, None, None, None, None, now).await?;
+            finish_job(&txn, &j, state::FAILED, Some(r), Some(message), now).await?;
+            txn.commit().await?;
+            continue;
+        }
+        let res = job::Entity::update_many()
+            .col_expr(job::Column::State, Expr::value(state::RUNNING))
+            .col_expr(job::Column::LeaseOwner, Expr::value(who.worker_id.clone()))
+            .col_expr(job::Column::LeaseExpiresAt, Expr::value(now + lease))
+            .col_expr(job::Column::Attempts, Expr::col(job::Column::Attempts).add(1))
+            .col_expr(job::Column::Stage, Expr::value(format!("claimed by {} ({})", who.worker_id, who.facts.device_class)))
+            .col_expr(job::Column::UpdatedAt, Expr::value(now))
+            .filter(job::Column::Id.eq(j.id))
+            .filter(job::Column::UpdatedAt.eq(j.updated_at))
+            .exec(&txn)
+            .await?;
+        if res.rows_affected != 1 {
+            // Changed under us (SQLite cannot lock rows; this guards anyway).
+            txn.rollback().await?;
+            continue;
+        }
+        let m = manifest::Entity::find_by_id(j.manifest_id).one(&txn).await?.ok_or_else(|| corrupt(format!("manifest {} missing", j.manifest_id)))?;
+        let a = artifact::Entity::find_by_id(m.artifact_sha256.clone()).one(&txn).await?.ok_or_else(|| corrupt(format!("artifact {} missing", m.artifact_sha256)))?;
+        let manifest: Manifest = serde_json::from_str(&m.body).map_err(|e| corrupt(format!("manifest {}: {e}", m.id)))?;
+        let job = job::Entity::find_by_id(j.id).one(&txn).await?.ok_or_else(|| corrupt(format!("job {} missing", j.id)))?;
+        txn.commit().await?;
+        return Ok(Some(Claimed { job, manifest, ptx: a.ptx }));
+    }
+}
+
+/// Renews the lease and records the stage; `false` when the job is no longer this
+/// worker's (cancelled, or taken over after the lease ran out): stop working on it.
+pub async fn heartbeat(db: &DatabaseConnection, job_id: i32, worker_id: &str, lease: Duration, stage: Option<&str>) -> Result<bool, DbErr> {
+    let now = Utc::now();
+    let mut q = job::Entity::update_many()
+        .col_expr(job::Column::LeaseExpiresAt, Expr::value(now + lease))
+        .col_expr(job::Column::UpdatedAt, Expr::value(now));
+    if let Some(s) = stage {
+        q = q.col_expr(job::Column::Stage, Expr::value(s.to_string()));
+    }
+    let res = q
+        .filter(job::Column::Id.eq(job_id))
+        .filter(job::Column::LeaseOwner.eq(worker_id))
+        .filter(job::Column::State.eq(state::RUNNING))
+        .exec(db)
+        .await?;
+    Ok(res.rows_affected == 1)
+}
+
+/// Gives a job back after a failure of this worker (not of the kernel): it is queued
+/// again, and its attempts still count.
+pub async fn release(db: &DatabaseConnection, job_id: i32, worker_id: &str, error: &str) -> Result<bool, DbErr> {
+    let now = Utc::now();
+    let res = job::Entity::update_many()
+        .col_expr(job::Column::State, Expr::value(state::QUEUED))
+        .col_expr(job::Column::LeaseOwner, Expr::value(Option::<String>::None))
+        .col_expr(job::Column::LeaseExpiresAt, Expr::value(Option::<DateTime<Utc>>::None))
+        .col_expr(job::Column::Error, Expr::value(error.to_string()))
+        .col_expr(job::Column::Stage, Expr::value("waiting for a worker (retry)".to_string()))
+        .col_expr(job::Column::UpdatedAt, Expr::value(now))
+        .filter(job::Column::Id.eq(job_id))
+        .filter(job::Column::LeaseOwner.eq(worker_id))
+        .filter(job::Column::State.eq(state::RUNNING))
+        .exec(db)
+        .await?;
+    Ok(res.rows_affected == 1)
+}
+
+/// Cancels a submission's unfinished jobs (inside the caller's transaction).
+pub async fn cancel_jobs<C: ConnectionTrait>(db: &C, submission_id: i32, why: &str) -> Result<u64, DbErr> {
+    let now = Utc::now();
+    let res = job::Entity::update_many()
+        .col_expr(job::Column::State, Expr::value(state::CANCELLED))
+        .col_expr(job::Column::Stage, Expr::value(why.to_string()))
+        .col_expr(job::Column::UpdatedAt, Expr::value(now))
+        .col_expr(job::Column::FinishedAt, Expr::value(now))
+        .filter(job::Column::SubmissionId.eq(submission_id))
+        .filter(job::Column::State.is_in([state::QUEUED, state::RUNNING]))
+        .exec(db)
+        .await?;
+    refresh_submission_status(db, submission_id).await?;
+    Ok(res.rows_affected)
+}
+
+async fn refresh_submission_status<C: ConnectionTrait>(db: &C, submission_id: i32) -> Result<(), DbErr> {
+    let Some(s) = submission::Entity::find_by_id(submission_id).one(db).await? else { return Ok(()) };
+    let jobs = job::Entity::find().filter(job::Column::SubmissionId.eq(submission_id)).all(db).await?;
+    let states: Vec<&str> = jobs.iter().map(|j| j.state.as_str()).collect();
+    let status = super::submission_status(&states, s.deleted_at.is_some());
+    if status != s.status {
+        submission::Entity::update_many()
+            .col_expr(submission::Column::Status, Expr::value(status))
+            .filter(submission::Column::Id.eq(submission_id))
+            .exec(db)
+            .await?;
+    }
+    Ok(())
+}
+
+async fn ensure_device_class<C: ConnectionTrait>(db: &C, facts: &DeviceFacts, class: &str) -> Result<(), DbErr> {
+    if device_class::Entity::find_by_id(class.to_string()).one(db).await?.is_none() {
+        let (major, minor) = facts.cc();
+        // Another worker may add the same class at the same moment.
+        device_class::Entity::insert(device_class::ActiveModel {
+            name: Set(class.to_string()),
+            model: Set(facts.name.clone()),
+            compute_capability: Set(format!("{major}.{minor}")),
+            sm_count: Set(Some(facts.sm_count as i32)),
+        })
+        .on_conflict(OnConflict::column(device_class::Column::Name).do_nothing().to_owned())
+        .exec_without_returning(db)
+        .await?;
+    }
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn insert_run<C: ConnectionTrait>(
+    db: &C,
+    j: &job::Model,
+    class: &str,
+    verdict: Verdict,
+    message: &str,
+    timings: Option<String>,
+    speedups: Option<String>,
+    device: Option<String>,
+    details: Option<String>,
+    now: DateTime<Utc>,
+) -> Result<i32, DbErr> {
+    let r = run::ActiveModel {
+        submission_id: Set(Some(j.submission_id)),
+        manifest_id: Set(j.manifest_id),
+        problem_id: Set(j.problem_id),
+        device_class: Set(class.to_string()),
+        verdict: Set(verdict.as_str().to_string()),
+        message: Set(message.to_string()),
+        timings: Set(timings),
+        speedups: Set(speedups),
+        device: Set(device),
+        details: Set(details),
+        created_at: Set(now),
+        ..Default::default()
+    }
+    .insert(db)
+    .await?;
+    Ok(r.id)
+}
+
+async fn finish_job<C: ConnectionTrait>(db: &C, j: &job::Model, to: &str, run_id: Option<i32>, error: Option<String>, now: DateTime<Utc>) -> Result<(), DbErr> {
+    let stage = match (to, run_id) {
+        (state::DONE, _) => "finished".to_string(),
+        _ => error.clone().unwrap_or_else(|| to.to_string()),
+    };
+    job::Entity::update_many()
+        .col_expr(job::Column::State, Expr::value(to))
+        .col_expr(job::Column::RunId, Expr::value(run_id))
+        .col_expr(job::Column::Error, Expr::value(error))
+        .col_expr(job::Column::Stage, Expr::value(stage))
+        .col_expr(job::Column::LeaseOwner, Expr::value(Option::<String>::None))
+        .col_expr(job::Column::LeaseExpiresAt, Expr::value(Option::<DateTime<Utc>>::None))
+        .col_expr(job::Column::UpdatedAt, Expr::value(now))
+        .col_expr(job::Column::FinishedAt, Expr::value(now))
+        .filter(job::Column::Id.eq(j.id))
+        .exec(db)
+        .await?;
+    refresh_submission_status(db, j.submission_id).await
+}
+
+/// What storing a finished job did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Stored {
+    /// The run was stored; `promoted` when it became the catalog entry.
+    Run { run_id: i32, promoted: bool },
+    /// The job was no longer this worker's (cancelled or taken over): nothing stored.
+    Lost,
+}
+
+/// Graph-mode (median, CI low, CI high) of a run's timings.
+fn graph_ci(timings: Option<&serde_json::Value>) -> Option<(f64, f64, f64)> {
+    let g = timings?.get("graph")?;
+    Some((g.get("median_us")?.as_f64()?, g.get("ci95_low_us")?.as_f64()?, g.get("ci95_high_us")?.as_f64()?))
+}
+
+/// The catalog replacement rule: a passing run replaces the current entry when it is
+/// faster beyond both confidence intervals (its upper bound below the entry's lower
+/// bound). A benchmarked run replaces an unbenchmarked entry; otherwise ties, overlaps
+/// and unbenchmarked runs keep the older entry.
+pub fn supersedes(new: Option<&serde_json::Value>, current: Option<&serde_json::Value>) -> bool {
+    match (graph_ci(new), graph_ci(current)) {
+        (Some((_, _, new_high)), Some((_, cur_low, _))) => new_high < cur_low,
+        (Some(_), None) => true,
+        (None, _) => false,
+    }
+}
+
+/// Stores a finished job's outcome: the run, the baselines it was timed against, the
+/// catalog entry when it wins, the job's and the submission's state; all in one
+/// transaction, and only while the job is still this worker's.
+pub async fn complete(db: &DatabaseConnection, job_id: i32, worker_id: &str, outcome: &RunOutcome, facts: &DeviceFacts) -> Result<Stored, DbErr> {
+    let now = Utc::now();
+    let txn = crate::db::begin_write(db).await?;
+    let Some(j) = job::Entity::find_by_id(job_id).one(&txn).await? else {
+        txn.rollback().await?;
+        return Ok(Stored::Lost);
+    };
+    if j.state != state::RUNNING || j.lease_owner.as_deref() != Some(worker_id) {
+        txn.rollback().await?;
+        return Ok(Stored::Lost);
+    }
+    let device = outcome.device.as_ref().unwrap_or(facts);
+    let class = device.device_class.clone();
+    ensure_device_class(&txn, device, &class).await?;
+    let bench = outcome.bench.as_ref();
+    let timings = bench.and_then(|b| b.get("timings")).cloned();
+    let speedups = bench.and_then(|b| b.get("speedups")).cloned();
+    let mut details = serde_json::json!({
+        "stage": outcome.stage,
+        "checks": outcome.checks,
+        "ptxas": outcome.ptxas,
+        "jit_log": outcome.jit_log,
+        "duration_ms": outcome.duration_ms,
+        "worker": worker_id,
+        "attempt": j.attempts,
+    });
+    if let Some(b) = bench {
+        for key in ["converged", "rounds", "elapsed_ms", "recheck", "device_start", "device_end", "settings", "launches_per_sample", "buffer_sets"] {
+            if let Some(v) = b.get(key) {
+                details[key] = v.clone();
+            }
+        }
+    }
+    let device_json = serde_json::to_string(device).ok();
+    let run_id = insert_run(
+        &txn,
+        &j,
+        &class,
+        outcome.verdict,
+        &outcome.message,
+        timings.as_ref().map(|v| v.to_string()),
+        speedups.as_ref().map(|v| v.to_string()),
+        device_json,
+        Some(details.to_string()),
+        now,
+    )
+    .await?;
+    // The baselines timed beside it refresh the problem's baseline table.
+    for b in bench.and_then(|b| b.get("baselines")).and_then(|v| v.as_array()).into_iter().flatten() {
+        let (Some(library), Some(layout), Some(mode), Some(median)) = (
+            b.get("library").and_then(|v| v.as_str()),
+            b.get("layout").and_then(|v| v.as_str()),
+            b.get("mode").and_then(|v| v.as_str()),
+            b.get("timing").and_then(|t| t.get("median_us")).and_then(|v| v.as_f64()),
+        ) else {
+            continue;
+        };
+        baseline::ActiveModel {
+            problem_id: Set(j.problem_id),
+            device_class: Set(class.clone()),
+            library: Set(library.to_string()),
+            layout: Set(layout.to_string()),
+            mode: Set(mode.to_string()),
+            median_us: Set(median),
+            timing: Set(b.get("timing").map(|v| v.to_string()).unwrap_or_else(|| "{}".into())),
+            config: Set(b.get("config").map(|v| v.to_string()).unwrap_or_else(|| "{}".into())),
+            created_at: Set(now),
+            ..Default::default()
+        }
+        .insert(&txn)
+        .await?;
+    }
+    let mut promoted = false;
+    if outcome.verdict == Verdict::Pass {
+        let current = catalog_entry::Entity::find()
+            .filter(catalog_entry::Column::DeviceClass.eq(&class))
+            .filter(catalog_entry::Column::ProblemId.eq(j.problem_id))
+            .order_by_desc(catalog_entry::Column::Id)
+            .one(&txn)
+            .await?;
+        let wins = match &current {
+            None => true,
+            Some(e) => {
+                let cur = run::Entity::find_by_id(e.run_id).one(&txn).await?;
+                let cur_timings = cur.and_then(|r| r.timings).and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok());
+                supersedes(timings.as_ref(), cur_timings.as_ref())
+            }
+        };
+        if wins {
+            catalog_entry::ActiveModel {
+                device_class: Set(class.clone()),
+                problem_id: Set(j.problem_id),
+                run_id: Set(run_id),
+                created_at: Set(now),
+                ..Default::default()
+            }
+            .insert(&txn)
+            .await?;
+            promoted = true;
+        }
+    }
+    finish_job(&txn, &j, state::DONE, Some(run_id), None, now).await?;
+    txn.commit().await?;
+    Ok(Stored::Run { run_id, promoted })
+}
+
+/// Records a worker's presence (an upsert keyed by its id).
+pub async fn worker_seen(db: &DatabaseConnection, id: &str, facts: Option<&DeviceFacts>, state_word: &str, job_id: Option<i32>, message: Option<&str>) -> Result<(), DbErr> {
+    let now = Utc::now();
+    let cc = facts.map(|f| format!("{}.{}", f.cc().0, f.cc().1));
+    let existing = worker::Entity::find_by_id(id.to_string()).one(db).await?;
+    let mut row = worker::ActiveModel {
+        id: Set(id.to_string()),
+        device_class: Set(facts.map(|f| f.device_class.clone())),
+        gpu_name: Set(facts.map(|f| f.name.clone())),
+        compute_capability: Set(cc),
+        state: Set(state_word.to_string()),
+        job_id: Set(job_id),
+        message: Set(message.map(str::to_string)),
+        started_at: Set(now),
+        last_seen_at: Set(now),
+    };
+    match existing {
+        Some(w) => {
+            row.started_at = Set(w.started_at);
+            row.id = sea_orm::ActiveValue::Unchanged(w.id);
+            row.update(db).await?;
+        }
+        None => {
+            row.insert(db).await?;
+        }
+    }
+    Ok(())
+}
+
+/// A stable short id for a worker: host, GPU and process.
+pub fn worker_id(gpu: &str) -> String {
+    let host = std::fs::read_to_string("/etc/hostname").ok().map(|h| h.trim().to_string()).filter(|h| !h.is_empty()).unwrap_or_else(|| "host".into());
+    format!("{host}/{gpu}/{}", std::process::id())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(median: f64, low: f64, high: f64) -> serde_json::Value {
+        serde_json::json!({"graph": {"median_us": median, "ci95_low_us": low, "ci95_high_us": high}})
+    }
+
+    #[test]
+    fn a_run_replaces_the_entry_only_beyond_both_intervals() {
+        let cur = t(100.0, 99.0, 101.0);
+        assert!(supersedes(Some(&t(90.0, 89.5, 90.5)), Some(&cur)));
+        // Faster median, but the intervals overlap: the older entry stays.
+        assert!(!supersedes(Some(&t(98.9, 98.0, 99.5)), Some(&cur)));
+        // A tie keeps the older.
+        assert!(!supersedes(Some(&cur), Some(&cur)));
+        // Slower never wins.
+        assert!(!supersedes(Some(&t(120.0, 119.0, 121.0)), Some(&cur)));
+        // Benchmarked beats unbenchmarked; unbenchmarked never replaces.
+        assert!(supersedes(Some(&cur), None));
+        assert!(!supersedes(None, Some(&cur)));
+        assert!(!supersedes(None, None));
+    }
+}

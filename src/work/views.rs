@@ -1,0 +1,135 @@
+//! What the submission endpoints answer with.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use crate::catalog::{ArtifactView, RunView};
+use crate::manifest::Manifest;
+use crate::manifest::template::ManifestTemplate;
+use crate::problem::Problem;
+
+/// `POST /v1/submissions`: a PTX artifact and what to run it on.
+///
+/// Give the PTX inline (`ptx`) or name one uploaded before (`artifact_sha256`), and
+/// either one manifest per problem (`manifests`) or one `template` with the `problems`
+/// it applies to (for kernels that read M, N, K at run time).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NewSubmission {
+    /// PTX text.
+    #[serde(default)]
+    pub ptx: Option<String>,
+    /// Or the sha256 of an artifact already stored (`POST /v1/artifacts`).
+    #[serde(default)]
+    pub artifact_sha256: Option<String>,
+    /// One `kaas.hgemm.v1` manifest per target problem.
+    #[serde(default)]
+    pub manifests: Vec<Manifest>,
+    /// Or one template (grid extents as expressions of M, N, K) …
+    #[serde(default)]
+    pub template: Option<ManifestTemplate>,
+    /// … and the shapes it is for, as `MxNxK`.
+    #[serde(default)]
+    pub problems: Vec<String>,
+    /// Device classes to run on; the classes of the workers seen lately when absent.
+    #[serde(default)]
+    pub device_classes: Option<Vec<String>>,
+    #[serde(default)]
+    pub name: Option<String>,
+    #[serde(default)]
+    pub description: Option<String>,
+    /// The CUDA C++ source, shown with the kernel (never compiled by the service).
+    #[serde(default)]
+    pub source: Option<String>,
+}
+
+/// One job: one problem on one device class.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct JobView {
+    pub id: i32,
+    pub problem: Problem,
+    /// `{arch}/{acc}/{layout}/{m}x{n}x{k}`.
+    pub path: String,
+    /// `null`: the first worker able to run the arch takes it.
+    pub device_class: Option<String>,
+    /// `queued`, `running`, `done`, `failed` or `cancelled`.
+    pub state: String,
+    /// What it is doing now, e.g. `running on worker host/gpu0`.
+    pub stage: Option<String>,
+    pub attempts: i32,
+    /// Why the last attempt ended without a run.
+    pub error: Option<String>,
+    pub updated_at: DateTime<Utc>,
+    /// The run, once stored.
+    pub run: Option<JobRunView>,
+}
+
+/// A stored run, with the verification details a kernel author needs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct JobRunView {
+    #[serde(flatten)]
+    pub run: RunView,
+    /// The stage that decided, every check, ptxas and JIT reports, benchmark meta.
+    #[schema(value_type = Option<Object>)]
+    pub details: Option<serde_json::Value>,
+    /// Whether this run became the catalog entry for its problem and device class.
+    pub in_catalog: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct SubmissionLinks {
+    #[serde(rename = "self")]
+    pub self_: String,
+    /// Server-sent events: a `snapshot` on every change, `done` at the end.
+    pub events: String,
+    pub artifact: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct SubmissionView {
+    pub id: i32,
+    pub submitter: String,
+    pub name: String,
+    pub description: String,
+    /// `queued`, `running`, `done`, `cancelled` or `deleted`.
+    pub status: String,
+    pub created_at: DateTime<Utc>,
+    pub artifact: ArtifactView,
+    pub has_source: bool,
+    pub jobs: Vec<JobView>,
+    pub links: SubmissionLinks,
+}
+
+impl SubmissionView {
+    /// True when no job will change any more.
+    pub fn finished(&self) -> bool {
+        self.jobs.iter().all(|j| super::state::is_terminal(&j.state))
+    }
+}
+
+/// A submitter's submissions, newest first.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct SubmissionSummary {
+    pub id: i32,
+    pub submitter: String,
+    pub name: String,
+    pub status: String,
+    pub created_at: DateTime<Utc>,
+    pub artifact_sha256: String,
+    pub jobs: usize,
+    pub passed: usize,
+}
+
+/// A worker as `/v1/health` lists it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct WorkerView {
+    pub id: String,
+    pub device_class: Option<String>,
+    pub gpu_name: Option<String>,
+    /// `idle`, `busy`, `stopped` or `no_gpu`.
+    pub state: String,
+    pub job_id: Option<i32>,
+    pub message: Option<String>,
+    pub last_seen_at: DateTime<Utc>,
+}
