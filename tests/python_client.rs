@@ -1,0 +1,22 @@
+//! The Python client's own unit tests (`clients/python/tests`), run from the Rust suite so
+//! that `cargo test` covers them. They need only the standard library: no GPU, torch or
+//! cuda-python. Skips (and says so) where no `python3` is on PATH.
+
+use std::process::Command;
+
+#[test]
+fn the_python_client_unit_tests_pass() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/clients/python");
+    let out = match Command::new("python3").args(["-m", "unittest", "discover", "-s", "tests"]).current_dir(dir).env("PYTHONDONTWRITEBYTECODE", "1").output() {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("SKIP: no python3 ({e})");
+            return;
+        }
+    };
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "python client tests failed:\n{stderr}");
+    assert!(stderr.contains("OK"), "{stderr}");
+    let ran: usize = stderr.lines().find_map(|l| l.strip_prefix("Ran ")).and_then(|l| l.split_whitespace().next()).and_then(|n| n.parse().ok()).unwrap_or(0);
+    assert!(ran >= 30, "only {ran} Python tests ran:\n{stderr}");
+}
