@@ -93,6 +93,8 @@ pub enum Command {
         #[command(flatten)]
         server: crate::client::Server,
     },
+    /// Generate and search Hopper kernel variants per problem on this machine's GPU; submit the winners.
+    Tune(crate::tuner::TuneArgs),
     /// Print the OpenAPI document, or write it to a file.
     Openapi {
         /// Write to this file instead of standard output (e.g. openapi/openapi.json).
@@ -225,6 +227,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Cancel { id, server } => tokio::task::spawn_blocking(move || crate::client::cancel(&server, id)).await?,
         Command::Pull { args, server } => tokio::task::spawn_blocking(move || crate::client::pull(&server, &args)).await?,
         Command::Leaderboard { args, server } => tokio::task::spawn_blocking(move || crate::client::leaderboard(&server, &args)).await?,
+        Command::Tune(args) => tokio::task::spawn_blocking(move || crate::tuner::run_cli(args)).await?,
         Command::Openapi { write } => {
             let text = crate::api::openapi::document_text();
             match write {

@@ -16,5 +16,6 @@ pub mod manifest;
 pub mod problem;
 pub mod ptx;
 pub mod sandbox;
+pub mod tuner;
 pub mod verify;
 pub mod work;

@@ -94,13 +94,17 @@ impl PtxTarget {
     /// so the PTX target must equal it — except that a plain `sm_XX` kernel may be
     /// filed under a higher plain arch, because the driver JIT runs plain PTX on every
     /// newer GPU and a client of that arch can use it unchanged. Arch-specific PTX
-    /// (`sm_90a`) uses instructions (wgmma, setmaxnreg) no other arch has, so it is
-    /// filed only under its own arch; and `sm_90a` takes only `sm_90a` PTX so that its
-    /// catalog holds what actually needs it rather than duplicating `sm_90`'s.
+    /// (`sm_90a`, with wgmma and setmaxnreg) runs on compute capability 9.0 only, which is
+    /// every GPU the `sm_90` catalog's device classes name (H100, H200, GH200): it may be
+    /// filed under `sm_90` as well as `sm_90a`, so that the `sm_90` catalog can hold the
+    /// kernels Hopper needs to beat cuBLAS. Timings belong to a device class, so a client
+    /// on another class never gets it as that class's kernel, and the artifact's `target`
+    /// says `sm_90a`. `sm_90a` takes only `sm_90a` PTX.
     pub fn serves(self, arch: Arch) -> bool {
         let wanted = PtxTarget::of_arch(arch);
         match (self.suffix, wanted.suffix) {
             (TargetSuffix::Plain, TargetSuffix::Plain) => self.sm <= wanted.sm,
+            (TargetSuffix::ArchSpecific, TargetSuffix::Plain) => self.sm == wanted.sm,
             _ => self == wanted,
         }
     }
@@ -1000,7 +1004,8 @@ mod tests {
     fn arch_rule_files_plain_ptx_upwards_and_arch_specific_only_at_home() {
         let t = |s: &str| PtxTarget::parse(s).expect("valid target");
         assert!(t("sm_90a").serves(Arch::Sm90a));
-        assert!(!t("sm_90a").serves(Arch::Sm90));
+        assert!(t("sm_90a").serves(Arch::Sm90), "Hopper-only PTX may fill the sm_90 catalog");
+        assert!(!t("sm_90a").serves(Arch::Sm80));
         assert!(!t("sm_90").serves(Arch::Sm90a));
         assert!(t("sm_80").serves(Arch::Sm90));
         assert!(t("sm_80").serves(Arch::Sm86));
@@ -1014,6 +1019,8 @@ mod tests {
 
         let mut m = manifest();
         m.problem.arch = Arch::Sm90;
+        check_against_manifest(&parse_ok(TMA_KERNEL), &m).expect("sm_90a PTX may be filed under sm_90");
+        m.problem.arch = Arch::Sm89;
         let err = check_against_manifest(&parse_ok(TMA_KERNEL), &m).unwrap_err();
         assert!(matches!(err, StaticError::TargetMismatch { .. }), "{err}");
     }

@@ -25,7 +25,7 @@ pub use baseline::{CublasGemm, LtAlgoConfig, LtGemm, column_major_mapping};
 pub use device::{DeviceFacts, device_class};
 pub use ffi::{ColumnMajorGemm, Compute, Op, exit_now};
 pub use launch::{PreparedManifest, encode_tensor_map, tensor_map_geometry};
-pub use operands::Operands;
+pub use operands::{Operands, a_len, b_len, c_len};
 pub use timing::{Contender, EventTimer, GraphTimer, time_direct, time_graph};
 
 /// Bytes of workspace handed to cuBLASLt (its recommendation for Hopper).

@@ -72,10 +72,22 @@ pub fn max_ptx_version_for_driver(cuda: &str) -> PtxVersion {
     }
 }
 
-/// The target ptxas assembles for: an arch-specific target as itself (`sm_90a`), plain
-/// PTX as the device it will be JIT-compiled for (`sm_90` on an H100).
-pub fn ptxas_arch(arch: Arch, cc: (u32, u32)) -> String {
-    if arch.as_str().ends_with('a') { arch.as_str().to_string() } else { format!("sm_{}{}", cc.0, cc.1) }
+/// The target ptxas assembles for: arch-specific PTX as its own target (`sm_90a`, also
+/// when filed under `sm_90`), plain PTX as the device it will be JIT-compiled for (`sm_90`
+/// on an H100).
+pub fn ptxas_arch(arch: Arch, cc: (u32, u32), ptx: &str) -> String {
+    let specific = ptx
+        .lines()
+        .map(str::trim)
+        .find_map(|l| l.strip_prefix(".target"))
+        .and_then(|rest| rest.split([',', ' ', '\t']).map(str::trim).find(|t| !t.is_empty()))
+        .filter(|t| t.starts_with("sm_") && t.ends_with('a'))
+        .map(str::to_string);
+    match specific {
+        Some(t) => t,
+        None if arch.as_str().ends_with('a') => arch.as_str().to_string(),
+        None => format!("sm_{}{}", cc.0, cc.1),
+    }
 }
 
 /// The launch limits of the device behind `facts`. Block, grid and register limits are
@@ -120,7 +132,7 @@ pub fn static_checks(job: &Job, facts: &DeviceFacts, log: &mut CheckLog) -> Resu
             .map_err(|e| StageFailure::new(Verdict::StaticInvalid, STATIC, format!("PTX: {e}")))?;
         Ok(((), format!("PTX ISA {}, .target {}, {} entr(ies); every launch matches its entry", info.version, info.target, info.entries.len())))
     })?;
-    let target = ptxas_arch(arch, facts.cc());
+    let target = ptxas_arch(arch, facts.cc(), &job.ptx);
     let summary = log.run("ptxas", || match ptxas::check(&job.ptx, &target) {
         Ok(report) => {
             let detail = format!("assembled for {target}: {}", resources_line(&report.functions));
@@ -270,8 +282,10 @@ mod tests {
         assert_eq!(max_ptx_version_for_driver("12.4"), PtxVersion { major: 8, minor: 4 });
         assert_eq!(max_ptx_version_for_driver("13.0"), PtxVersion { major: 9, minor: 0 });
         assert_eq!(max_ptx_version_for_driver("garbage"), PtxVersion { major: 9, minor: 0 });
-        assert_eq!(ptxas_arch(Arch::Sm80, (9, 0)), "sm_90");
-        assert_eq!(ptxas_arch(Arch::Sm90a, (9, 0)), "sm_90a");
+        assert_eq!(ptxas_arch(Arch::Sm80, (9, 0), ".version 8.0\n.target sm_80\n"), "sm_90");
+        assert_eq!(ptxas_arch(Arch::Sm90a, (9, 0), ".version 8.0\n.target sm_90a\n"), "sm_90a");
+        // Hopper-only PTX filed under sm_90 is assembled for sm_90a.
+        assert_eq!(ptxas_arch(Arch::Sm90, (9, 0), "// x\n.version 8.8\n.target sm_90a\n.address_size 64\n"), "sm_90a");
     }
 
     #[test]

@@ -106,7 +106,7 @@ fn ptxas_check(ptx: &str, manifests: &[Manifest]) -> Result<(), ApiError> {
     use crate::ptx::ptxas;
     let arches: BTreeSet<_> = manifests.iter().map(|m| m.problem.arch).collect();
     for arch in arches {
-        let target = crate::harness::ptxas_arch(arch, arch.compute_capability());
+        let target = crate::harness::ptxas_arch(arch, arch.compute_capability(), ptx);
         match ptxas::check(ptx, &target) {
             Ok(_) => {}
             Err(ptxas::PtxasError::Rejected { log }) if log.contains("Unsupported .version") => {

@@ -1,0 +1,711 @@
+// kaas Hopper HGEMM: C = A·B in fp16 on sm_90a, with TMA, mbarriers and wgmma.mma_async.
+// No CUTLASS, no CuTe, no libcu++, no headers: inline PTX only, so NVRTC needs no include
+// path (`--gpu-architecture=compute_90a --std=c++17 -D...`); with nvcc use
+// `-gencode arch=compute_90a,code=sm_90a` (plain `-arch=sm_90a` emitted compute_90 PTX here).
+//
+// ─── Problem ────────────────────────────────────────────────────────────────────────────
+// A is M×K row-major, C is M×N row-major (fp16, written with plain stores, predicated, so
+// nothing outside C is ever written). B is N×K row-major (KAAS_LAYOUT_TN=1, "tn": both
+// operands K-major) or K×N row-major (KAAS_LAYOUT_TN=0, "nn": B is N-major and the wgmma
+// reads it with the transpose-B immediate). alpha 1, beta 0.
+// KAAS_ACC_F32=1: fp32 accumulators, one rounding to fp16 on output ("acc=f32").
+// KAAS_ACC_F32=0: fp16 accumulators (wgmma .f16 D) ("acc=f16").
+// Correct for any M, N >= 1 and K >= 1 that the tensor maps accept (rows 16-byte aligned:
+// K % 8 == 0, and N % 8 == 0 for nn): tiles that overhang the problem are zero-filled by
+// TMA (OOB fill NONE = zeros, also along K, so K need not be a multiple of BK) and the
+// epilogue stores only elements inside C.
+//
+// ─── Configuration (-D macros) ──────────────────────────────────────────────────────────
+//   KAAS_BM         block tile rows of C: 64 or 128 with 1 consumer, 128 or 256 with 2
+//                   (BM/KAAS_CONSUMERS must be 64 or 128)
+//   KAAS_BN         block tile cols of C: 64, 128, 192 or 256 (one wgmma m64nBNk16 per 64 rows;
+//                   192 compiles but was never run on a GPU)
+//   KAAS_BK         64 only (one 128-byte swizzle atom of fp16 along K)
+//   KAAS_STAGES     shared-memory ring depth, 2..8 (bounded by the smem formula below)
+//   KAAS_CONSUMERS  consumer warpgroups, 1 or 2 (each owns BM/CONSUMERS rows of the tile)
+//   KAAS_CLUSTER_M  CTAs per cluster along M: 1 (no cluster) or 2 (the two CTAs compute
+//                   vertically adjacent tiles with the same B columns; each loads half of
+//                   the B tile and multicasts it to both)
+//   KAAS_GROUP_M    tile-order group height in tiles of BM (grouped / "swizzled" raster for
+//                   L2 reuse), >= 1; default 16
+//   KAAS_ACC_F32    1 (f32) or 0 (f16);   KAAS_LAYOUT_TN  1 (tn) or 0 (nn)
+//   KAAS_EPILOGUE   1 (default): each warp stages 16×64 pieces of its C tile in shared memory
+//                   and writes C with coalesced 16-byte stores; 0: 4-byte stores straight
+//                   from the accumulators (no staging memory). Not in the entry name: a
+//                   catalog that ships both must set KAAS_ENTRY itself.
+//   KAAS_ENTRY      optional; default name encodes every knob:
+//     kaas_wgmma_<f32|f16>_<tn|nn>_<BM>x<BN>x<BK>_s<STAGES>_c<CONSUMERS>_m<CLUSTER_M>_g<GROUP_M>
+//     e.g. kaas_wgmma_f32_tn_128x256x64_s4_c2_m1_g16
+//
+// ─── Launch (kaas.hgemm.v1) ─────────────────────────────────────────────────────────────
+// params: (tensor_map A, tensor_map B, ptr C, i32 M, i32 N, i32 K), in this order.
+//   A tensor map: operand A, box [64, BM], swizzle "128B"          (global dims [K, M])
+//   B tensor map, tn: operand B, box [64, BN/CLUSTER_M], swizzle "128B"  (dims [K, N])
+//   B tensor map, nn: operand B, box [64, 64/CLUSTER_M], swizzle "128B"  (dims [N, K])
+// block:   [128 * (KAAS_CONSUMERS + 1), 1, 1]   (warpgroup 0 = TMA producer)
+// cluster: [KAAS_CLUSTER_M, 1, 1]
+// shared_mem_bytes (dynamic) = STAGES * (BM + BN) * BK * 2 + 1024 + (EPILOGUE ? CONSUMERS * 9216 : 0)
+//   (+ 2 * STAGES * 8 bytes of static shared memory for the mbarriers)
+//   e.g. EPILOGUE=1: 128x256x64 s4 c2: 216064; 128x128x64 s6 c2: 216064; 64x128x64 s8 c1: 206848;
+//        64x64x64 s8 c1: 141312.  EPILOGUE=0: 128x256x64 s4 c2: 197632.
+// grid:    [G, 1, 1] with tiles = roundup(ceil(M/BM), CLUSTER_M) * ceil(N/BN):
+//   one tile per CTA:  G = tiles
+//   persistent:        G = min(tiles, SMs rounded down to a multiple of CLUSTER_M)
+//                      (132 on H100 SXM; any G that is a multiple of CLUSTER_M is correct:
+//                      each cluster loops over tiles with stride G/CLUSTER_M)
+// The same PTX serves both grid choices; the tile order is grouped by KAAS_GROUP_M.
+//
+// ─── Structure ──────────────────────────────────────────────────────────────────────────
+// Warpgroup 0 (setmaxnreg 24 when CONSUMERS=2): one thread issues TMA loads of A and B into
+// a STAGES-deep ring, guarded by full (expect_tx) and empty mbarriers. Warpgroups 1..C
+// (setmaxnreg 240 when CONSUMERS=2): wait full, issue BK/16 × MI wgmma m64nBNk16 on
+// 128B-swizzled descriptors, keep one wgmma group in flight (wait_group 1) and release the
+// previous slot. A and tn-B are K-major (rows of 64 fp16 = 128 B, SBO 1024); nn-B is N-major
+// (rows of 64 n-values per k, LBO = BK*128 between 64-wide n chunks, SBO 1024, trans-b = 1).
+//
+// ─── Known limits (measured on H100 SXM, see scripts/hopper-probe) ───────────────────────
+// * KAAS_CLUSTER_M=2 is correct but about 2× SLOWER than CLUSTER_M=1 (cause not found; 66
+//   clusters are co-resident, so it is the multicast/remote-release protocol). Ship m1.
+// * acc=f16 accumulates a whole K in fp16, like cuBLAS-TN: its deviation equals cuBLAS-TN's
+//   on the tested shapes but exceeded cuBLAS-NN's on nn 64x4096x4096 and nn 100x200x136.
+// * No split-K/stream-K: skinny shapes with few output tiles (64×4096×4096, 4096×64×4096)
+//   reach only ~0.2–0.67 of cuBLAS.
+
+typedef unsigned short u16;
+typedef unsigned int u32;
+typedef unsigned long long u64;
+
+#ifndef KAAS_BM
+#define KAAS_BM 128
+#endif
+#ifndef KAAS_BN
+#define KAAS_BN 256
+#endif
+#ifndef KAAS_BK
+#define KAAS_BK 64
+#endif
+#ifndef KAAS_STAGES
+#define KAAS_STAGES 4
+#endif
+#ifndef KAAS_CONSUMERS
+#define KAAS_CONSUMERS 2
+#endif
+#ifndef KAAS_CLUSTER_M
+#define KAAS_CLUSTER_M 1
+#endif
+#ifndef KAAS_GROUP_M
+#define KAAS_GROUP_M 16
+#endif
+#ifndef KAAS_ACC_F32
+#define KAAS_ACC_F32 1
+#endif
+#ifndef KAAS_EPILOGUE
+#define KAAS_EPILOGUE 1
+#endif
+#ifndef KAAS_LAYOUT_TN
+#define KAAS_LAYOUT_TN 1
+#endif
+
+#if KAAS_ACC_F32
+#define KAAS_ACC_TAG f32
+#else
+#define KAAS_ACC_TAG f16
+#endif
+#if KAAS_LAYOUT_TN
+#define KAAS_LAYOUT_TAG tn
+#else
+#define KAAS_LAYOUT_TAG nn
+#endif
+#define KAAS_CAT_(a, b, c, d, e, f, g, h, i, j, k, l, m, n, o, p, q, r) \
+    a##b##c##d##e##f##g##h##i##j##k##l##m##n##o##p##q##r
+#define KAAS_CAT(...) KAAS_CAT_(__VA_ARGS__)
+#ifndef KAAS_ENTRY
+#define KAAS_ENTRY                                                                                          \
+    KAAS_CAT(kaas_wgmma_, KAAS_ACC_TAG, _, KAAS_LAYOUT_TAG, _, KAAS_BM, x, KAAS_BN, x, KAAS_BK, _s, KAAS_STAGES, \
+             _c, KAAS_CONSUMERS, _m, KAAS_CLUSTER_M, _g, KAAS_GROUP_M)
+#endif
+
+constexpr int BM = KAAS_BM, BN = KAAS_BN, BK = KAAS_BK, STAGES = KAAS_STAGES;
+constexpr int CONSUMERS = KAAS_CONSUMERS, CL = KAAS_CLUSTER_M, GROUP_M = KAAS_GROUP_M;
+constexpr int THREADS = 128 * (CONSUMERS + 1);
+constexpr int WG_M = BM / CONSUMERS;  // rows of the tile per consumer warpgroup
+constexpr int MI = WG_M / 64;         // m64 wgmmas per consumer per k16 step
+constexpr int A_STAGE_BYTES = BM * BK * 2;
+constexpr int B_STAGE_BYTES = BN * BK * 2;
+constexpr u32 STAGE_TX = A_STAGE_BYTES + B_STAGE_BYTES;  // bytes TMA lands per stage per CTA
+constexpr int EPI_LD = 72;                                // halves per staged row: 64 + 8 pad (conflict-free)
+constexpr int EPI_WARP_BYTES = 16 * EPI_LD * 2;           // 2304 bytes per consumer warp
+constexpr int EPI_BYTES = KAAS_EPILOGUE ? CONSUMERS * 4 * EPI_WARP_BYTES : 0;
+constexpr int SMEM_BYTES = STAGES * (BM + BN) * BK * 2 + 1024 + EPI_BYTES;  // the launch's dynamic smem
+#if KAAS_ACC_F32
+constexpr int ACC_REGS = BN / 2;  // per thread per m64 tile
+#else
+constexpr int ACC_REGS = BN / 4;
+#endif
+
+static_assert(BK == 64, "KAAS_BK must be 64 (one 128B swizzle atom of fp16)");
+static_assert(CONSUMERS == 1 || CONSUMERS == 2, "KAAS_CONSUMERS must be 1 or 2");
+static_assert(BM % CONSUMERS == 0 && (WG_M == 64 || WG_M == 128), "BM / CONSUMERS must be 64 or 128");
+static_assert(BN == 64 || BN == 128 || BN == 192 || BN == 256, "KAAS_BN must be 64, 128, 192 or 256");
+static_assert(BM <= 256, "a TMA box is at most 256 rows");
+static_assert(STAGES >= 2 && STAGES <= 8, "KAAS_STAGES must be 2..8");
+static_assert(CL == 1 || CL == 2, "KAAS_CLUSTER_M must be 1 or 2");
+static_assert(GROUP_M >= 1, "KAAS_GROUP_M must be >= 1");
+static_assert(SMEM_BYTES <= 232448, "shared memory exceeds 227 KiB");
+static_assert(MI * ACC_REGS <= 128, "accumulators would not fit the consumer register budget");
+#if KAAS_LAYOUT_TN
+static_assert((BN / CL) % 8 == 0, "multicast B slices must be whole 8-row swizzle atoms");
+#else
+static_assert((BK / CL) % 8 == 0, "multicast B slices must be whole 8-row swizzle atoms");
+#endif
+
+// A CUtensorMap passed by value (128 bytes, 64-byte aligned), opaque to the kernel.
+struct __align__(64) TensorMap128 {
+    u64 v[16];
+};
+
+// ─── PTX helpers ────────────────────────────────────────────────────────────────────────
+__device__ __forceinline__ u32 smem_u32(const void* p) {
+    u32 r;
+    asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(r) : "l"(p));
+    return r;
+}
+
+__device__ __forceinline__ void mbar_init(u32 bar, u32 count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
+}
+
+__device__ __forceinline__ void mbar_expect_tx(u32 bar, u32 bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+}
+
+__device__ __forceinline__ void mbar_wait(u32 bar, u32 parity) {
+    u32 done;
+    do {
+        asm volatile(
+            "{\n"
+            ".reg .pred p;\n"
+            "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+            "selp.u32 %0, 1, 0, p;\n"
+            "}\n"
+            : "=r"(done)
+            : "r"(bar), "r"(parity)
+            : "memory");
+    } while (!done);
+}
+
+// Releases a ring slot: arrives on the slot's empty barrier in every CTA of the cluster
+// (each CTA's producer may multicast into this CTA's copy of the slot).
+__device__ __forceinline__ void mbar_release(u32 bar) {
+#if KAAS_CLUSTER_M > 1
+#pragma unroll
+    for (u32 r = 0; r < (u32)CL; ++r) {
+        asm volatile(
+            "{\n"
+            ".reg .b32 ra;\n"
+            "mapa.shared::cluster.u32 ra, %0, %1;\n"
+            "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [ra];\n"
+            "}\n" ::"r"(bar),
+            "r"(r)
+            : "memory");
+    }
+#else
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
+#endif
+}
+
+__device__ __forceinline__ void tma_load(u32 dst, const TensorMap128* map, int c0, int c1, u32 bar) {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];" ::"r"(
+            dst),
+        "l"(reinterpret_cast<u64>(map)), "r"(c0), "r"(c1), "r"(bar)
+        : "memory");
+}
+
+#if KAAS_CLUSTER_M > 1
+// Lands the box at the same shared-memory offset in every CTA of `mask`, and signals each
+// CTA's barrier at offset `bar`.
+__device__ __forceinline__ void tma_load_mc(u32 dst, const TensorMap128* map, int c0, int c1, u32 bar, u16 mask) {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster"
+        " [%0], [%1, {%2, %3}], [%4], %5;" ::"r"(dst),
+        "l"(reinterpret_cast<u64>(map)), "r"(c0), "r"(c1), "r"(bar), "h"(mask)
+        : "memory");
+}
+#endif
+
+__device__ __forceinline__ u32 cluster_rank() {
+    u32 r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+    return r;
+}
+
+__device__ __forceinline__ u32 cluster_size() {
+    u32 r;
+    asm volatile("mov.u32 %0, %%cluster_nctarank;" : "=r"(r));
+    return r;
+}
+
+__device__ __forceinline__ void cluster_sync() {
+    asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;" ::: "memory");
+}
+
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void wgmma_wait() {
+    asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
+}
+
+// Shared-memory matrix descriptor, 128-byte swizzle (mode 1 in bits 62..63).
+__device__ __forceinline__ u64 smem_desc(u32 addr, u32 lbo, u32 sbo) {
+    return (u64)((addr & 0x3FFFF) >> 4) | ((u64)(lbo >> 4) << 16) | ((u64)(sbo >> 4) << 32) | (1ull << 62);
+}
+
+__device__ __forceinline__ u32 pack_f16x2(float lo, float hi) {
+    u32 r;
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+}
+
+// ─── wgmma m64nNk16 wrappers (generated: N in {64,128,192,256}, f32 / f16 accumulators) ─
+// Operands: D in registers, A and B from shared memory through descriptors, scale-d = 1,
+// no negation, A K-major, B K-major (TRANS_B = 0) or N-major (TRANS_B = 1).
+template <int TRANS_B>
+__device__ __forceinline__ void wgmma_f32_n64(float (&d)[32], u64 da, u64 db) {
+    asm volatile(
+        "{\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
+        "{"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+        "}, %32, %33, 1, 1, 1, 0, %34;\n"
+        "}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "l"(da), "l"(db), "n"(TRANS_B));
+}
+
+template <int TRANS_B>
+__device__ __forceinline__ void wgmma_f32_n128(float (&d)[64], u64 da, u64 db) {
+    asm volatile(
+        "{\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 "
+        "{"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+        "}, %64, %65, 1, 1, 1, 0, %66;\n"
+        "}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "l"(da), "l"(db), "n"(TRANS_B));
+}
+
+template <int TRANS_B>
+__device__ __forceinline__ void wgmma_f32_n192(float (&d)[96], u64 da, u64 db) {
+    asm volatile(
+        "{\n"
+        "wgmma.mma_async.sync.aligned.m64n192k16.f32.f16.f16 "
+        "{"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
+        "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
+        "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95"
+        "}, %96, %97, 1, 1, 1, 0, %98;\n"
+        "}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
+          "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+          "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
+          "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
+          "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95])
+        : "l"(da), "l"(db), "n"(TRANS_B));
+}
+
+template <int TRANS_B>
+__device__ __forceinline__ void wgmma_f32_n256(float (&d)[128], u64 da, u64 db) {
+    asm volatile(
+        "{\n"
+        "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 "
+        "{"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
+        "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
+        "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
+        "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "
+        "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
+        "}, %128, %129, 1, 1, 1, 0, %130;\n"
+        "}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
+          "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+          "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
+          "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
+          "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
+          "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
+          "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
+          "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
+          "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+        : "l"(da), "l"(db), "n"(TRANS_B));
+}
+
+template <int TRANS_B>
+__device__ __forceinline__ void wgmma_f16_n64(u32 (&d)[16], u64 da, u64 db) {
+    asm volatile(
+        "{\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f16.f16.f16 "
+        "{"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15"
+        "}, %16, %17, 1, 1, 1, 0, %18;\n"
+        "}\n"
+        : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3]), "+r"(d[4]), "+r"(d[5]), "+r"(d[6]), "+r"(d[7]),
+          "+r"(d[8]), "+r"(d[9]), "+r"(d[10]), "+r"(d[11]), "+r"(d[12]), "+r"(d[13]), "+r"(d[14]), "+r"(d[15])
+        : "l"(da), "l"(db), "n"(TRANS_B));
+}
+
+template <int TRANS_B>
+__device__ __forceinline__ void wgmma_f16_n128(u32 (&d)[32], u64 da, u64 db) {
+    asm volatile(
+        "{\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f16.f16.f16 "
+        "{"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+        "}, %32, %33, 1, 1, 1, 0, %34;\n"
+        "}\n"
+        : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3]), "+r"(d[4]), "+r"(d[5]), "+r"(d[6]), "+r"(d[7]),
+          "+r"(d[8]), "+r"(d[9]), "+r"(d[10]), "+r"(d[11]), "+r"(d[12]), "+r"(d[13]), "+r"(d[14]), "+r"(d[15]),
+          "+r"(d[16]), "+r"(d[17]), "+r"(d[18]), "+r"(d[19]), "+r"(d[20]), "+r"(d[21]), "+r"(d[22]), "+r"(d[23]),
+          "+r"(d[24]), "+r"(d[25]), "+r"(d[26]), "+r"(d[27]), "+r"(d[28]), "+r"(d[29]), "+r"(d[30]), "+r"(d[31])
+        : "l"(da), "l"(db), "n"(TRANS_B));
+}
+
+template <int TRANS_B>
+__device__ __forceinline__ void wgmma_f16_n192(u32 (&d)[48], u64 da, u64 db) {
+    asm volatile(
+        "{\n"
+        "wgmma.mma_async.sync.aligned.m64n192k16.f16.f16.f16 "
+        "{"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47"
+        "}, %48, %49, 1, 1, 1, 0, %50;\n"
+        "}\n"
+        : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3]), "+r"(d[4]), "+r"(d[5]), "+r"(d[6]), "+r"(d[7]),
+          "+r"(d[8]), "+r"(d[9]), "+r"(d[10]), "+r"(d[11]), "+r"(d[12]), "+r"(d[13]), "+r"(d[14]), "+r"(d[15]),
+          "+r"(d[16]), "+r"(d[17]), "+r"(d[18]), "+r"(d[19]), "+r"(d[20]), "+r"(d[21]), "+r"(d[22]), "+r"(d[23]),
+          "+r"(d[24]), "+r"(d[25]), "+r"(d[26]), "+r"(d[27]), "+r"(d[28]), "+r"(d[29]), "+r"(d[30]), "+r"(d[31]),
+          "+r"(d[32]), "+r"(d[33]), "+r"(d[34]), "+r"(d[35]), "+r"(d[36]), "+r"(d[37]), "+r"(d[38]), "+r"(d[39]),
+          "+r"(d[40]), "+r"(d[41]), "+r"(d[42]), "+r"(d[43]), "+r"(d[44]), "+r"(d[45]), "+r"(d[46]), "+r"(d[47])
+        : "l"(da), "l"(db), "n"(TRANS_B));
+}
+
+template <int TRANS_B>
+__device__ __forceinline__ void wgmma_f16_n256(u32 (&d)[64], u64 da, u64 db) {
+    asm volatile(
+        "{\n"
+        "wgmma.mma_async.sync.aligned.m64n256k16.f16.f16.f16 "
+        "{"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+        "}, %64, %65, 1, 1, 1, 0, %66;\n"
+        "}\n"
+        : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3]), "+r"(d[4]), "+r"(d[5]), "+r"(d[6]), "+r"(d[7]),
+          "+r"(d[8]), "+r"(d[9]), "+r"(d[10]), "+r"(d[11]), "+r"(d[12]), "+r"(d[13]), "+r"(d[14]), "+r"(d[15]),
+          "+r"(d[16]), "+r"(d[17]), "+r"(d[18]), "+r"(d[19]), "+r"(d[20]), "+r"(d[21]), "+r"(d[22]), "+r"(d[23]),
+          "+r"(d[24]), "+r"(d[25]), "+r"(d[26]), "+r"(d[27]), "+r"(d[28]), "+r"(d[29]), "+r"(d[30]), "+r"(d[31]),
+          "+r"(d[32]), "+r"(d[33]), "+r"(d[34]), "+r"(d[35]), "+r"(d[36]), "+r"(d[37]), "+r"(d[38]), "+r"(d[39]),
+          "+r"(d[40]), "+r"(d[41]), "+r"(d[42]), "+r"(d[43]), "+r"(d[44]), "+r"(d[45]), "+r"(d[46]), "+r"(d[47]),
+          "+r"(d[48]), "+r"(d[49]), "+r"(d[50]), "+r"(d[51]), "+r"(d[52]), "+r"(d[53]), "+r"(d[54]), "+r"(d[55]),
+          "+r"(d[56]), "+r"(d[57]), "+r"(d[58]), "+r"(d[59]), "+r"(d[60]), "+r"(d[61]), "+r"(d[62]), "+r"(d[63])
+        : "l"(da), "l"(db), "n"(TRANS_B));
+}
+
+#if KAAS_ACC_F32
+typedef float acc_t;
+#define KAAS_WGMMA_(n) wgmma_f32_n##n
+#else
+typedef u32 acc_t;
+#define KAAS_WGMMA_(n) wgmma_f16_n##n
+#endif
+#define KAAS_WGMMA(n) KAAS_WGMMA_(n)
+
+// Cluster-tile t (in a grouped raster over cluster rows × tile columns) → (cluster row, column).
+__device__ __forceinline__ void tile_coords(int t, int num_mc, int& mc, int& nb, int num_n) {
+    constexpr int GH = (GROUP_M / CL) >= 1 ? (GROUP_M / CL) : 1;  // group height in cluster rows
+    const int per_group = GH * num_n;
+    const int group = t / per_group;
+    const int first = group * GH;
+    const int h = min(GH, num_mc - first);
+    const int r = t - group * per_group;
+    mc = first + r % h;
+    nb = r / h;
+}
+
+__device__ __forceinline__ void store_pair(u16* __restrict__ C, int M, int N, int row, int col, u32 v, bool fast,
+                                           bool pairs) {
+    if (fast) {
+        *reinterpret_cast<u32*>(C + (u64)row * (u64)N + (u64)col) = v;
+    } else if (row < M) {
+        u16* dst = C + (u64)row * (u64)N + (u64)col;
+        if (pairs && col + 1 < N) {
+            *reinterpret_cast<u32*>(dst) = v;
+        } else {
+            if (col < N) dst[0] = (u16)(v & 0xffffu);
+            if (col + 1 < N) dst[1] = (u16)(v >> 16);
+        }
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(THREADS, 1)
+KAAS_ENTRY(const __grid_constant__ TensorMap128 tmA, const __grid_constant__ TensorMap128 tmB,
+           u16* __restrict__ C, int M, int N, int K) {
+    extern __shared__ __align__(16) unsigned char smem_raw[];  // aligned to 1024 below
+    __shared__ __align__(8) u64 full_bar[STAGES];
+    __shared__ __align__(8) u64 empty_bar[STAGES];
+
+    if (CL > 1 && cluster_size() != (u32)CL) return;  // launched with the wrong cluster: write nothing
+
+    // 128B-swizzled TMA boxes and wgmma atoms need 1024-byte aligned stage buffers.
+    const u32 base = (smem_u32(smem_raw) + 1023u) & ~1023u;
+    const u32 sA = base;
+    const u32 sB = base + STAGES * A_STAGE_BYTES;
+    const u32 sE = sB + STAGES * B_STAGE_BYTES;  // epilogue staging, EPI_BYTES
+    const u32 full0 = smem_u32(&full_bar[0]);
+    const u32 empty0 = smem_u32(&empty_bar[0]);
+
+    const int wg = threadIdx.x / 128;
+    const int tid = threadIdx.x % 128;
+    const u32 rank = CL > 1 ? cluster_rank() : 0u;
+    const int num_m = (M + BM - 1) / BM;
+    const int num_mc = (num_m + CL - 1) / CL;
+    const int num_n = (N + BN - 1) / BN;
+    const int tiles = num_mc * num_n;
+    const int ktiles = (K + BK - 1) / BK;
+    const int cid = blockIdx.x / CL;
+    const int ncl = gridDim.x / CL;
+
+    if (threadIdx.x == 0) {
+#pragma unroll
+        for (int s = 0; s < STAGES; ++s) {
+            mbar_init(full0 + 8 * s, 1);
+            mbar_init(empty0 + 8 * s, CONSUMERS * 4 * CL);  // one arrival per consumer warp per CTA
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+#if KAAS_CLUSTER_M > 1
+    cluster_sync();
+#else
+    __syncthreads();
+#endif
+
+    if (wg == 0) {
+        // ── producer warpgroup: one thread drives TMA ──
+#if KAAS_CONSUMERS == 2
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 24;");
+#endif
+        if (tid == 0) {
+            asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<u64>(&tmA)) : "memory");
+            asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<u64>(&tmB)) : "memory");
+            int s = 0;
+            u32 ph = 0;
+            for (int t = cid; t < tiles; t += ncl) {
+                int mc, nb;
+                tile_coords(t, num_mc, mc, nb, num_n);
+                const int m0 = (mc * CL + (int)rank) * BM;
+                const int n0 = nb * BN;
+                for (int kt = 0; kt < ktiles; ++kt) {
+                    mbar_wait(empty0 + 8 * s, ph ^ 1u);
+                    const u32 fb = full0 + 8 * s;
+                    mbar_expect_tx(fb, STAGE_TX);
+                    const int k0 = kt * BK;
+                    tma_load(sA + s * A_STAGE_BYTES, &tmA, k0, m0, fb);
+                    const u32 b_dst = sB + s * B_STAGE_BYTES;
+#if KAAS_LAYOUT_TN
+#if KAAS_CLUSTER_M > 1
+                    tma_load_mc(b_dst + rank * (BN / CL) * 128, &tmB, k0, n0 + (int)rank * (BN / CL), fb,
+                                (u16)((1u << CL) - 1));
+#else
+                    tma_load(b_dst, &tmB, k0, n0, fb);
+#endif
+#else
+#pragma unroll
+                    for (int c = 0; c < BN / 64; ++c) {
+#if KAAS_CLUSTER_M > 1
+                        tma_load_mc(b_dst + c * BK * 128 + rank * (BK / CL) * 128, &tmB, n0 + 64 * c,
+                                    k0 + (int)rank * (BK / CL), fb, (u16)((1u << CL) - 1));
+#else
+                        tma_load(b_dst + c * BK * 128, &tmB, n0 + 64 * c, k0, fb);
+#endif
+                    }
+#endif
+                    if (++s == STAGES) {
+                        s = 0;
+                        ph ^= 1u;
+                    }
+                }
+            }
+        }
+    } else {
+        // ── consumer warpgroups ──
+#if KAAS_CONSUMERS == 2
+        asm volatile("setmaxnreg.inc.sync.aligned.u32 240;");
+#endif
+        const int cw = wg - 1;
+        const int warp = tid / 32;
+        const int lane = tid % 32;
+        const bool pairs = ((N & 1) == 0) && ((reinterpret_cast<u64>(C) & 3) == 0);
+        const bool vec16 = ((N & 7) == 0) && ((reinterpret_cast<u64>(C) & 15) == 0);
+        (void)pairs;
+        (void)vec16;
+        int s = 0;
+        u32 ph = 0;
+        for (int t = cid; t < tiles; t += ncl) {
+            int mc, nb;
+            tile_coords(t, num_mc, mc, nb, num_n);
+            const int m0 = (mc * CL + (int)rank) * BM;
+            const int n0 = nb * BN;
+
+            acc_t acc[MI][ACC_REGS];
+#pragma unroll
+            for (int mi = 0; mi < MI; ++mi)
+#pragma unroll
+                for (int i = 0; i < ACC_REGS; ++i) acc[mi][i] = 0;
+
+            int prev = 0;
+            for (int kt = 0; kt < ktiles; ++kt) {
+                mbar_wait(full0 + 8 * s, ph);
+                const u32 a_base = sA + s * A_STAGE_BYTES + cw * WG_M * 128;
+                const u32 b_base = sB + s * B_STAGE_BYTES;
+                wgmma_fence();
+#pragma unroll
+                for (int kk = 0; kk < BK / 16; ++kk) {
+#if KAAS_LAYOUT_TN
+                    const u64 db = smem_desc(b_base + kk * 32, 16, 1024);
+#else
+                    const u64 db = smem_desc(b_base + kk * 2048, BK * 128, 1024);
+#endif
+#pragma unroll
+                    for (int mi = 0; mi < MI; ++mi) {
+                        const u64 da = smem_desc(a_base + mi * 64 * 128 + kk * 32, 16, 1024);
+                        KAAS_WGMMA(KAAS_BN)<1 - KAAS_LAYOUT_TN>(acc[mi], da, db);
+                    }
+                }
+                wgmma_commit();
+                if (kt > 0) {
+                    wgmma_wait<1>();  // the previous k-tile's wgmmas are done: free its slot
+                    if (lane == 0) mbar_release(empty0 + 8 * prev);
+                }
+                prev = s;
+                if (++s == STAGES) {
+                    s = 0;
+                    ph ^= 1u;
+                }
+            }
+            wgmma_wait<0>();  // unconditional, so ptxas sees every path drain the pipeline
+            if (ktiles > 0 && lane == 0) mbar_release(empty0 + 8 * prev);
+
+            // Epilogue: warp w of the warpgroup holds rows 16w..16w+15 of each m64 tile; lane
+            // (g = lane/4, q = lane%4) holds rows g and g+8, columns 8j+2q, 8j+2q+1.
+#if KAAS_EPILOGUE
+            // Stage 16×64 pieces per warp in shared memory, then write whole 16-byte chunks:
+            // 8 lanes cover 128 contiguous bytes of a row of C.
+            u16* stg = reinterpret_cast<u16*>(smem_raw + (sE - smem_u32(smem_raw))) +
+                       (cw * 4 + warp) * (EPI_WARP_BYTES / 2);
+            const int g = lane >> 2, q = lane & 3;
+#pragma unroll
+            for (int mi = 0; mi < MI; ++mi) {
+                const int row_base = m0 + cw * WG_M + mi * 64 + warp * 16;
+#pragma unroll
+                for (int cc = 0; cc < BN / 64; ++cc) {
+                    __syncwarp();
+#pragma unroll
+                    for (int jj = 0; jj < 8; ++jj) {
+                        const int j = cc * 8 + jj;
+#if KAAS_ACC_F32
+                        const u32 v0 = pack_f16x2(acc[mi][4 * j], acc[mi][4 * j + 1]);
+                        const u32 v1 = pack_f16x2(acc[mi][4 * j + 2], acc[mi][4 * j + 3]);
+#else
+                        const u32 v0 = acc[mi][2 * j];
+                        const u32 v1 = acc[mi][2 * j + 1];
+#endif
+                        *reinterpret_cast<u32*>(stg + g * EPI_LD + jj * 8 + 2 * q) = v0;
+                        *reinterpret_cast<u32*>(stg + (g + 8) * EPI_LD + jj * 8 + 2 * q) = v1;
+                    }
+                    __syncwarp();
+#pragma unroll
+                    for (int it = 0; it < 4; ++it) {
+                        const int r = it * 4 + (lane >> 3);
+                        const int c8 = (lane & 7) * 8;
+                        const uint4 v = *reinterpret_cast<const uint4*>(stg + r * EPI_LD + c8);
+                        const int grow = row_base + r;
+                        const int gcol = n0 + cc * 64 + c8;
+                        if (grow < M) {
+                            u16* dst = C + (u64)grow * (u64)N + (u64)gcol;
+                            if (vec16 && gcol + 8 <= N) {
+                                *reinterpret_cast<uint4*>(dst) = v;
+                            } else {
+                                const u32 w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+                                for (int e = 0; e < 8; ++e)
+                                    if (gcol + e < N) dst[e] = (u16)(w[e / 2] >> (16 * (e & 1)));
+                            }
+                        }
+                    }
+                }
+            }
+#else
+            const bool fast = pairs && (m0 + BM <= M) && (n0 + BN <= N);
+            const int col0 = n0 + 2 * (lane & 3);
+#pragma unroll
+            for (int mi = 0; mi < MI; ++mi) {
+                const int row = m0 + cw * WG_M + mi * 64 + warp * 16 + (lane >> 2);
+#pragma unroll
+                for (int j = 0; j < BN / 8; ++j) {
+#if KAAS_ACC_F32
+                    const u32 v0 = pack_f16x2(acc[mi][4 * j], acc[mi][4 * j + 1]);
+                    const u32 v1 = pack_f16x2(acc[mi][4 * j + 2], acc[mi][4 * j + 3]);
+#else
+                    const u32 v0 = acc[mi][2 * j];
+                    const u32 v1 = acc[mi][2 * j + 1];
+#endif
+                    store_pair(C, M, N, row, col0 + 8 * j, v0, fast, pairs);
+                    store_pair(C, M, N, row + 8, col0 + 8 * j, v1, fast, pairs);
+                }
+            }
+#endif
+        }
+    }
+#if KAAS_CLUSTER_M > 1
+    // No CTA may leave while a peer can still multicast into it or arrive on its barriers.
+    cluster_sync();
+#endif
+}

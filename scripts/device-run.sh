@@ -1,0 +1,141 @@
+#!/usr/bin/env bash
+# The service end to end on the GPU machine: one release `kaas`, the tuner's PTX and the
+# end-to-end inputs, staged here and run there through the device tool.
+#
+#   scripts/device-run.sh stage            (here) build the release `kaas`, compile every
+#                                          tuner configuration to PTX (NVRTC here, so the
+#                                          PTX is what CI regenerates), write the e2e
+#                                          inputs; all under .dev/run/
+#   bash .dev/run/device-run.sh e2e        (device) `kaas serve --workers auto` on SQLite,
+#                                          then `kaas submit` (a correct kernel, one that
+#                                          writes only part of C, a manifest template),
+#                                          `kaas pull`, `kaas leaderboard`; logs in $OUT/e2e
+#   bash .dev/run/device-run.sh tune ARGS… (device) `kaas tune ARGS…` with the staged PTX;
+#                                          state in $OUT/tune-state.json
+#   bash .dev/run/device-run.sh verify STATE SECONDS BENCH_MS [OPTIONS…]
+#                                          (device) serve with workers, submit the winners
+#                                          of STATE, let the workers verify and benchmark
+#                                          them for SECONDS, export the catalog to $OUT/catalog
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+mode="${1:-stage}"; shift || true
+
+stage() {
+    local repo; repo="$(cd "$here/.." && pwd)"; cd "$repo"
+    cargo build --release --bin kaas
+    rm -rf .dev/run; mkdir -p .dev/run/e2e
+    cp "${CARGO_TARGET_DIR:-$repo/target}/release/kaas" .dev/run/kaas
+    cp "$here/device-run.sh" .dev/run/device-run.sh
+    .dev/run/kaas tune --emit-ptx .dev/run/tune-ptx --layouts tn,nn >/dev/null
+    python3 - <<'PY'
+import json, copy
+idx = json.load(open("kernels/index.json"))
+e2e = ".dev/run/e2e/"
+for e in idx["entries"]:
+    p = e["problem"]
+    if p["m"] != 1024:
+        continue
+    name = f"simple_{p['layout']}"
+    open(e2e + name + ".ptx", "w").write(open(f"kernels/ptx/{e['artifact']}.ptx").read())
+    json.dump(e["manifest"], open(e2e + name + ".json", "w"), indent=1)
+    bad = copy.deepcopy(e["manifest"])
+    bad["launches"][0]["grid"][1] //= 2          # half the rows of C are never written
+    json.dump(bad, open(e2e + f"partial_{p['layout']}.json", "w"), indent=1)
+    t = {"abi": "kaas.hgemm.v1", "arch": p["arch"], "acc": p["acc"], "layout": p["layout"], "workspace_bytes": 0,
+         "launches": [dict(e["manifest"]["launches"][0], grid=[{"ceil_div": ["N", 128]}, {"ceil_div": ["M", 128]}, 1])]}
+    json.dump(t, open(e2e + f"template_{p['layout']}.json", "w"), indent=1)
+PY
+    du -sh .dev/run
+}
+
+setup_device() {
+    export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+    K="$here/kaas"; OUT="${OUT:-/tmp/out}"; mkdir -p "$OUT"
+    export KAAS_URL=http://127.0.0.1:8080
+}
+
+start_server() {  # $1 database file, $2 bench budget ms
+    export KAAS_DATABASE_URL="sqlite://$1?mode=rwc"
+    "$K" serve --bind 127.0.0.1:8080 --workers auto --bench-budget-ms "$2" --poll-ms 200 >"$OUT/serve.log" 2>&1 &
+    SERVER=$!
+    for _ in $(seq 1 100); do curl -fs "$KAAS_URL/v1/health" >/dev/null 2>&1 && break; sleep 0.2; done
+    curl -fs "$KAAS_URL/v1/health" | python3 -c 'import json,sys; h=json.load(sys.stdin); print("health:", h["status"], "|", h["local_workers"])'
+}
+
+e2e() {
+    setup_device; OUT="$OUT/e2e"; mkdir -p "$OUT"
+    start_server /tmp/kaas-e2e.db 1500
+    export KAAS_TOKEN="$("$K" token create --name alice 2>/dev/null)"
+    local E="$here/e2e" rc
+    set +e
+    echo "== submit: the shipped simple kernel, tn and nn at 1024³"
+    "$K" submit "$E/simple_tn.ptx" --manifest "$E/simple_tn.json" --name "simple tn" 2>&1 | tee "$OUT/submit-simple-tn.txt"; echo "exit $?"
+    "$K" submit "$E/simple_nn.ptx" --manifest "$E/simple_nn.json" --name "simple nn" 2>&1 | tee "$OUT/submit-simple-nn.txt"; echo "exit $?"
+    echo "== submit: a grid that leaves half of C unwritten (must fail)"
+    "$K" submit "$E/simple_tn.ptx" --manifest "$E/partial_tn.json" --name "partial C" 2>&1 | tee "$OUT/submit-partial.txt"; echo "exit $?"
+    echo "== submit: one manifest template for three shapes"
+    "$K" submit "$E/simple_tn.ptx" --manifest "$E/template_tn.json" --problem 256x512x1024,4096x1024x512,64x64x64 --name "template" 2>&1 | tee "$OUT/submit-template.txt"; echo "exit $?"
+    echo "== pull and leaderboard"
+    "$K" pull --problem 1024x1024x1024 --layout tn --device H100-SXM -o "$OUT/pulled"; echo "exit $?"
+    sha256sum "$OUT/pulled/kernel.ptx"
+    "$K" leaderboard --problem 1024x1024x1024 --layout tn
+    "$K" leaderboard
+    set -e
+    curl -fs "$KAAS_URL/v1/health" >"$OUT/health.json"
+    curl -fs "$KAAS_URL/metrics" | grep -E '^kaas_(jobs|runs|workers)' || true
+    kill "$SERVER"; wait "$SERVER" 2>/dev/null || true
+}
+
+tune() {
+    setup_device
+    "$K" tune --ptx-dir "$here/tune-ptx" --state "$OUT/tune-state.json" "$@" 2>&1 | tee "$OUT/tune.log" | grep -v '^\[' || true
+    "$K" tune --state "$OUT/tune-state.json" --report
+}
+
+verify() {  # $1 state file, $2 seconds, $3 bench budget ms, then `kaas tune` submit options
+    setup_device
+    local state="$1" seconds="$2" bench="${3:-1000}"; shift 3 || shift $#
+    start_server /tmp/kaas-verify.db "$bench"
+    export KAAS_TOKEN="$("$K" token create --name kaas-tuner --role admin 2>/dev/null)"
+    # --limit 0: tune nothing more, only submit what the state holds.
+    "$K" tune --ptx-dir "$here/tune-ptx" --state "$state" --limit 0 --submit "$KAAS_URL" "$@" 2>&1 | tail -8
+    local deadline=$((SECONDS + seconds))
+    while (( SECONDS < deadline )); do
+        q="$(curl -fs "$KAAS_URL/v1/health" | python3 -c 'import json,sys; q=json.load(sys.stdin)["queue"]; print(q["queued"]+q["running"])')"
+        [[ "$q" == 0 ]] && break
+        sleep 5
+    done
+    curl -fs "$KAAS_URL/v1/health" | python3 -c 'import json,sys; print("queue left:", json.load(sys.stdin)["queue"])'
+    kill "$SERVER"; wait "$SERVER" 2>/dev/null || true
+    # The new device class's part of the catalog (its entries and the baselines its runs
+    # timed), as one gzipped bundle for kernels/.
+    "$K" export "$OUT/full" >/dev/null
+    python3 - "$OUT/full" "$OUT/bundle" <<'PY'
+import gzip, json, os, shutil, sys
+src, dst = sys.argv[1], sys.argv[2]
+idx = json.load(open(os.path.join(src, "index.json")))
+classes = {d["name"] for d in idx["device_classes"] if d["name"] != "H200"}
+entries = [e for e in idx["entries"] if e["device_class"] in classes and e["submitter"] != "kaas"]
+baselines = [b for b in idx["baselines"] if b["device_class"] in classes]
+arts = {e["artifact"] for e in entries}
+probs = {json.dumps(e["problem"], sort_keys=True) for e in entries} | {json.dumps(b["problem"], sort_keys=True) for b in baselines}
+out = dict(idx, device_classes=[d for d in idx["device_classes"] if d["name"] in classes],
+           problems=[p for p in idx["problems"] if json.dumps(p, sort_keys=True) in probs],
+           artifacts=[a for a in idx["artifacts"] if a["sha256"] in arts], entries=entries, baselines=baselines)
+os.makedirs(os.path.join(dst, "ptx"), exist_ok=True)
+for a in arts:
+    shutil.copy(os.path.join(src, "ptx", a + ".ptx"), os.path.join(dst, "ptx", a + ".ptx"))
+with gzip.open(os.path.join(dst, "index.json.gz"), "wt") as f:
+    f.write(json.dumps(out, indent=2) + "\n")
+print(f"bundle: {len(entries)} entries, {len(arts)} artifacts, {len(baselines)} baselines, {len(out['problems'])} problems")
+PY
+    tar czf "$OUT/bundle.tgz" -C "$OUT" bundle && rm -rf "$OUT/full" "$OUT/bundle"
+}
+
+case "$mode" in
+    stage) stage ;;
+    e2e) e2e ;;
+    tune) tune "$@" ;;
+    verify) verify "$@" ;;
+    *) echo "usage: $0 stage | e2e | tune ARGS… | verify STATE SECONDS BENCH_MS [TUNE SUBMIT OPTIONS…]" >&2; exit 2 ;;
+esac

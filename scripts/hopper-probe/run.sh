@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Builds the hopper-probe harness for every (config, layout, acc) named in a plan and runs
+# the plan's cases, then prints a short table. Needs nvcc (CUDA 12.3+), cuBLAS and an sm_90 GPU.
+#
+# usage: scripts/hopper-probe/run.sh [PLAN_FILE]      (default: plans/default.txt)
+# env: OUT (log dir), BUILD (binary dir), TIMEOUT (seconds per plan line, default 60), NVCC
+# Plan lines:  CONFIG LAYOUT ACC MODE GRID SHAPE...
+#   CONFIG  <BM>x<BN>_s<STAGES>_c<CONSUMERS>_m<CLUSTER_M>_g<GROUP_M>[_e0], e.g. 128x256_s4_c2_m1_g16
+#           (_e0: KAAS_EPILOGUE=0, direct 4-byte stores; the entry name gets an _e0 suffix)
+#   LAYOUT  tn | nn      ACC  f32 | f16      MODE  check | bench | both
+#   GRID    tiles | persistent      SHAPE  MxNxK
+# Logs go to $OUT (default .dev/hopper/out): build.log, run.log, summary.txt.
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+out=${OUT:-$root/.dev/hopper/out}
+build=${BUILD:-$root/.dev/hopper/build}
+mkdir -p "$out" "$build"
+NVCC=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
+plan_file=${1:-$here/plans/default.txt}
+
+# 1. build every distinct (config, layout, acc), in parallel
+grep -v '^\s*#' "$plan_file" | awk 'NF>=5 {print $1, $2, $3}' | sort -u > "$out/builds.txt"
+build_one() {
+  local cfg=$1 layout=$2 acc=$3
+  if [[ ! $cfg =~ ^([0-9]+)x([0-9]+)_s([0-9]+)_c([0-9]+)_m([0-9]+)_g([0-9]+)(_e0)?$ ]]; then
+    echo "bad config $cfg" > "$build/build-$cfg-$layout-$acc.log"; return 1
+  fi
+  local tn=$([ "$layout" = tn ] && echo 1 || echo 0) f32=$([ "$acc" = f32 ] && echo 1 || echo 0)
+  local epi="-DKAAS_EPILOGUE=1"
+  [ -n "${BASH_REMATCH[7]}" ] && epi="-DKAAS_EPILOGUE=0 -DKAAS_ENTRY=kaas_wgmma_${acc}_${layout}_${BASH_REMATCH[1]}x${BASH_REMATCH[2]}x64_s${BASH_REMATCH[3]}_c${BASH_REMATCH[4]}_m${BASH_REMATCH[5]}_g${BASH_REMATCH[6]}_e0"
+  "$NVCC" -std=c++17 -O3 -gencode arch=compute_90a,code=sm_90a -Xptxas -v \
+    -DKAAS_BM=${BASH_REMATCH[1]} -DKAAS_BN=${BASH_REMATCH[2]} -DKAAS_BK=64 -DKAAS_STAGES=${BASH_REMATCH[3]} \
+    -DKAAS_CONSUMERS=${BASH_REMATCH[4]} -DKAAS_CLUSTER_M=${BASH_REMATCH[5]} -DKAAS_GROUP_M=${BASH_REMATCH[6]} \
+    -DKAAS_LAYOUT_TN=$tn -DKAAS_ACC_F32=$f32 $epi \
+    -o "$build/probe-$cfg-$layout-$acc" "$here/probe.cu" -lcublas -lcuda \
+    > "$build/build-$cfg-$layout-$acc.log" 2>&1 || { echo "BUILD FAILED $cfg $layout $acc"; return 1; }
+}
+export -f build_one; export out build here NVCC
+t0=$(date +%s)
+xargs -P "$(nproc)" -L 1 bash -c 'build_one "$@"' _ < "$out/builds.txt"
+echo "built $(wc -l < "$out/builds.txt") binaries in $(( $(date +%s) - t0 ))s"
+for f in "$build"/build-*.log; do echo "== $(basename "$f")"; grep -v "^ptxas info    : \(Compiling\|Function properties\|Compile time\)" "$f" | grep -v "bytes stack frame, 0 bytes spill" | grep -i "kaas_wgmma\|registers\|spill\|C75\|error\|warning" | grep -v "ref_gemm\|fill_random\|compare\|count_" | head -8; done > "$out/build.log"
+grep -B1 -i "error" "$out/build.log" | head -20
+
+# 2. run the cases
+: > "$out/run.log"
+grep -v '^\s*#' "$plan_file" | while read -r cfg layout acc mode grid shapes; do
+  [ -z "$cfg" ] && continue
+  bin="$build/probe-$cfg-$layout-$acc"
+  [ -x "$bin" ] || { echo "MISSING $cfg $layout $acc" | tee -a "$out/run.log"; continue; }
+  timeout "${TIMEOUT:-60}" "$bin" --mode "$mode" --grid "$grid" $shapes >> "$out/run.log" 2>&1 || echo "EXIT $? $cfg $layout $acc $grid" | tee -a "$out/run.log"
+done
+
+# 3. table
+{
+  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader 2>/dev/null | head -1
+  grep -h "^INFO" "$out/run.log" | sort -u | awk '{print $2, $(NF-1)}'
+  echo "--- correctness"
+  awk '/^RESULT/ {printf "%-44s %s %s %-16s %s %s %s %s %s %s %s %s %s\n", $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14}' "$out/run.log"
+  echo "--- timing (median us, TFLOP/s, speedup = cublas_us / us)"
+  awk '/^TIMING/ {split($7,a,"=");split($8,b,"=");split($9,c,"=");split($10,d,"=");split($11,e,"=");
+       printf "%-44s %s %s %-16s %-10s %9s %9s %7s %7s %6s\n", $2, $3, $4, $5, $6, a[2], b[2], c[2], d[2], e[2]}' "$out/run.log"
+  grep -h "EXIT\|MISSING\|BUILD FAILED" "$out/run.log" || true
+} | tee "$out/summary.txt"

@@ -1,0 +1,498 @@
+//! `kaas tune`: the service's own kernel author. For each problem it generates the
+//! Hopper template's candidates (compiled with NVRTC), times them on this machine's GPU
+//! against cuBLASLt's heuristic choice with an upper-confidence-bound bandit seeded by
+//! the winners of neighbouring shapes, and keeps the best. The search state is a JSON
+//! file written after every problem, so a stopped run resumes where it was. Winners are
+//! then submitted to a kaas server like any outside kernel (`--submit URL`), where the
+//! workers verify them and benchmark them side by side with every baseline: the tuner's
+//! own timings only rank candidates, they are never served.
+
+pub mod hopper;
+pub mod search;
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::{Context, bail};
+use half::f16;
+use serde::{Deserialize, Serialize};
+
+use crate::gpu::{Gpu, LoadedPtx, LtGemm, Operands, PreparedManifest, time_graph};
+use crate::problem::{Acc, Arch, Layout, Problem, Shape};
+use hopper::HopperConfig;
+use search::{Ucb, UcbSettings};
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct TuneArgs {
+    /// Shapes: `grid` (the 1,000 shapes M, N, K ∈ {64 … 16384}), or MxNxK, comma-separated.
+    #[arg(long, default_value = "grid")]
+    pub problems: String,
+    /// Layouts to tune, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "tn,nn")]
+    pub layouts: Vec<String>,
+    #[arg(long, default_value = "f32")]
+    pub acc: String,
+    /// The arch the catalog files them under (the code is sm_90a).
+    #[arg(long, default_value = "sm_90")]
+    pub arch: String,
+    /// Search state: results so far; problems already in it are skipped.
+    #[arg(long, default_value = "tune-state.json")]
+    pub state: PathBuf,
+    /// PTX compiled beforehand (see --emit-ptx), one `<entry>.ptx` per configuration;
+    /// configurations missing there are compiled with NVRTC.
+    #[arg(long)]
+    pub ptx_dir: Option<PathBuf>,
+    /// Compile every configuration into this directory and exit (no GPU needed).
+    #[arg(long)]
+    pub emit_ptx: Option<PathBuf>,
+    /// Also time every candidate three times on every n-th problem, for the search-efficiency study (0: never).
+    #[arg(long, default_value_t = 0)]
+    pub exhaustive_every: usize,
+    /// Most pulls of the bandit per problem.
+    #[arg(long, default_value_t = 48)]
+    pub max_pulls: usize,
+    /// Tune at most this many problems in this run.
+    #[arg(long)]
+    pub limit: Option<usize>,
+    /// Stop starting new problems after this many seconds.
+    #[arg(long)]
+    pub time_limit_secs: Option<u64>,
+    /// Submit the winners to this kaas server (with --token / KAAS_TOKEN) after tuning.
+    #[arg(long)]
+    pub submit: Option<String>,
+    #[arg(long, env = "KAAS_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+    /// Only winners at least this fast relative to cuBLASLt's heuristic choice are submitted.
+    #[arg(long, default_value_t = 0.97)]
+    pub submit_threshold: f64,
+    /// Submit at most this many winners, the fastest relative to cuBLASLt first.
+    #[arg(long)]
+    pub submit_limit: Option<usize>,
+    /// Print the search-efficiency report from the state file and exit.
+    #[arg(long)]
+    pub report: bool,
+}
+
+/// What the tuner found for one problem.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ProblemResult {
+    pub problem: Problem,
+    pub winner: HopperConfig,
+    /// Winner's speedup over cuBLASLt heuristic top-1 (tuner timing, graph mode).
+    pub reward: f64,
+    pub reference_us: f64,
+    pub winner_us: f64,
+    pub pulls: usize,
+    /// (config, mean reward, pulls) of every arm the bandit tried.
+    pub arms: Vec<(HopperConfig, f64, usize)>,
+    /// Priors the bandit started with: (config, reward, weight).
+    pub priors: Vec<(HopperConfig, f64, f64)>,
+    /// Exhaustive samples (config, three rewards), on the problems chosen for the study.
+    #[serde(default)]
+    pub exhaustive: Vec<(HopperConfig, Vec<f64>)>,
+    pub seconds: f64,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct TuneState {
+    pub device_class: String,
+    pub gpu: String,
+    pub results: BTreeMap<String, ProblemResult>,
+}
+
+impl TuneState {
+    fn load(path: &Path) -> anyhow::Result<TuneState> {
+        match std::fs::read_to_string(path) {
+            Ok(t) => serde_json::from_str(&t).with_context(|| format!("{} is not a tune state", path.display())),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(TuneState::default()),
+            Err(e) => Err(e).with_context(|| format!("reading {}", path.display())),
+        }
+    }
+
+    /// Written to a temporary file and renamed, so a killed run never leaves half a file.
+    fn save(&self, path: &Path) -> anyhow::Result<()> {
+        let tmp = path.with_extension("json.tmp");
+        std::fs::write(&tmp, serde_json::to_string_pretty(self)?).with_context(|| format!("writing {}", tmp.display()))?;
+        std::fs::rename(&tmp, path).with_context(|| format!("renaming {}", tmp.display()))
+    }
+}
+
+fn parse_problems(args: &TuneArgs) -> anyhow::Result<Vec<Problem>> {
+    let arch: Arch = args.arch.parse().map_err(|e| anyhow::anyhow!("{e}"))?;
+    let acc: Acc = args.acc.parse().map_err(|e| anyhow::anyhow!("{e}"))?;
+    let shapes: Vec<Shape> = if args.problems == "grid" {
+        crate::bench::baselines::grid_shapes()
+    } else {
+        args.problems.split(',').map(|s| s.trim().parse::<Shape>().map_err(|e| anyhow::anyhow!("{e}"))).collect::<Result<_, _>>()?
+    };
+    let mut out = Vec::new();
+    for l in &args.layouts {
+        let layout: Layout = l.parse().map_err(|e| anyhow::anyhow!("{e}"))?;
+        out.extend(shapes.iter().map(|&s| Problem::new(arch, acc, layout, s)));
+    }
+    // Small to large, so that neighbours are tuned before the shapes they seed.
+    out.sort_by(|a, b| a.shape().flops().total_cmp(&b.shape().flops()).then(a.cmp(b)));
+    Ok(out)
+}
+
+/// Shape distance in octaves, summed over M, N, K.
+fn distance(a: &Problem, b: &Problem) -> f64 {
+    let d = |x: u32, y: u32| (f64::from(x).log2() - f64::from(y).log2()).abs();
+    d(a.m, b.m) + d(a.n, b.n) + d(a.k, b.k)
+}
+
+/// Priors from the three nearest tuned problems of the same acc and layout: every arm
+/// they measured, weighted by closeness.
+fn priors_for(p: &Problem, state: &TuneState, space: &[HopperConfig]) -> Vec<(usize, f64, f64)> {
+    let mut near: Vec<(&ProblemResult, f64)> = state
+        .results
+        .values()
+        .filter(|r| r.problem.acc == p.acc && r.problem.layout == p.layout)
+        .map(|r| (r, distance(p, &r.problem)))
+        .filter(|(_, d)| *d <= 3.0)
+        .collect();
+    near.sort_by(|a, b| a.1.total_cmp(&b.1));
+    let index: HashMap<HopperConfig, usize> = space.iter().enumerate().map(|(i, c)| (*c, i)).collect();
+    let mut out = Vec::new();
+    for (r, d) in near.into_iter().take(3) {
+        let w = 1.0 / (1.0 + d);
+        for (cfg, mean, _) in &r.arms {
+            if let Some(&i) = index.get(cfg) {
+                out.push((i, *mean, w));
+            }
+        }
+    }
+    out
+}
+
+/// `--emit-ptx DIR`: every configuration for the acc and layouts asked, as `<entry>.ptx`.
+fn emit_ptx(args: &TuneArgs, dir: &Path) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    let acc: Acc = args.acc.parse().map_err(|e| anyhow::anyhow!("{e}"))?;
+    let mut done = std::collections::BTreeSet::new();
+    for l in &args.layouts {
+        let layout: Layout = l.parse().map_err(|e| anyhow::anyhow!("{e}"))?;
+        for c in hopper::space() {
+            let entry = c.entry(acc, layout);
+            if !done.insert(entry.clone()) {
+                continue;
+            }
+            let t = Instant::now();
+            let ptx = hopper::compile(&c, acc, layout).with_context(|| format!("compiling {entry}"))?;
+            std::fs::write(dir.join(format!("{entry}.ptx")), &ptx)?;
+            eprintln!("{entry}: {} bytes in {:.0} ms", ptx.len(), t.elapsed().as_secs_f64() * 1e3);
+        }
+    }
+    println!("{} PTX files in {}", done.len(), dir.display());
+    Ok(())
+}
+
+fn ptx_for(args: &TuneArgs, cfg: &HopperConfig, acc: Acc, layout: Layout) -> anyhow::Result<String> {
+    let entry = cfg.entry(acc, layout);
+    if let Some(dir) = &args.ptx_dir {
+        let path = dir.join(format!("{entry}.ptx"));
+        if path.is_file() {
+            return std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()));
+        }
+    }
+    Ok(hopper::compile(cfg, acc, layout)?)
+}
+
+/// Times one contender: about 1.5 ms of launches in a CUDA graph, median of 3 replays.
+fn time_us(gpu: &Gpu, c: &dyn crate::gpu::Contender, guess_us: f64) -> Result<f64, crate::gpu::GpuError> {
+    let launches = crate::bench::runner::launches_for(guess_us);
+    let samples = time_graph(gpu, c, launches, 3)?;
+    Ok(crate::bench::stats::median(&samples).unwrap_or(f64::NAN))
+}
+
+fn random_operands(gpu: &Gpu, p: &Problem) -> anyhow::Result<Operands> {
+    let ops = Operands::alloc(gpu, p, 0)?;
+    let mut rng = rand::rng();
+    let mut fill = |n: usize| -> Vec<f16> { (0..n).map(|_| f16::from_f32(rand::Rng::random_range(&mut rng, -1.0f32..1.0))).collect() };
+    let a = fill(crate::gpu::a_len(p));
+    let b = fill(crate::gpu::b_len(p));
+    ops.upload(gpu, &a, &b)?;
+    Ok(ops)
+}
+
+/// Tunes one problem on the GPU.
+fn tune_one(gpu: &Gpu, modules: &HashMap<(u32, u32, u32, u32, Layout), LoadedPtx>, p: &Problem, space: &[HopperConfig], priors: &[(usize, f64, f64)], settings: UcbSettings, exhaustive: bool) -> anyhow::Result<ProblemResult> {
+    let started = Instant::now();
+    let ops = random_operands(gpu, p)?;
+    let reference = LtGemm::top1(gpu, &ops)?;
+    let reference_us = time_us(gpu, &reference, 0.0)?;
+    let sm = gpu.facts().sm_count;
+    let measure = |i: usize| -> f64 {
+        let cfg = &space[i];
+        let Some(module) = modules.get(&(cfg.bm, cfg.bn, cfg.stages, cfg.consumers, p.layout)) else { return f64::NAN };
+        let manifest = cfg.manifest(p, sm);
+        match PreparedManifest::new(gpu, module, &manifest, &ops).and_then(|prep| time_us(gpu, &prep, reference_us)) {
+            Ok(us) if us > 0.0 => reference_us / us,
+            Ok(_) => f64::NAN,
+            Err(e) => {
+                tracing::warn!(config = %cfg.label(), problem = %p, error = %e, "candidate failed");
+                f64::NAN
+            }
+        }
+    };
+    let mut ucb = Ucb::new(space.len(), priors, settings);
+    while let Some(i) = ucb.next() {
+        let r = measure(i);
+        ucb.record(i, r);
+    }
+    let mut ex: Vec<(HopperConfig, Vec<f64>)> = Vec::new();
+    if exhaustive {
+        for (i, cfg) in space.iter().enumerate() {
+            ex.push((*cfg, (0..3).map(|_| measure(i)).map(|r| if r.is_finite() { r } else { 0.0 }).collect()));
+        }
+    }
+    let (best, reward) = ucb.best().ok_or_else(|| anyhow::anyhow!("no candidate ran for {p}"))?;
+    // What later shapes are seeded with: the bandit's means, and the exhaustive means
+    // where there are any (they cover every arm).
+    let mut arms: Vec<(HopperConfig, f64, usize)> = ucb.means().into_iter().map(|(i, m, n)| (space[i], m, n)).collect();
+    for (cfg, samples) in &ex {
+        if !arms.iter().any(|(c, _, _)| c == cfg) && !samples.is_empty() {
+            arms.push((*cfg, samples.iter().sum::<f64>() / samples.len() as f64, samples.len()));
+        }
+    }
+    Ok(ProblemResult {
+        problem: *p,
+        winner: space[best],
+        reward,
+        reference_us,
+        winner_us: reference_us / reward,
+        pulls: ucb.pulls(),
+        arms,
+        priors: priors.iter().map(|&(i, r, w)| (space[i], r, w)).collect(),
+        exhaustive: ex,
+        seconds: started.elapsed().as_secs_f64(),
+    })
+}
+
+pub fn run_cli(args: TuneArgs) -> anyhow::Result<()> {
+    if let Some(dir) = &args.emit_ptx {
+        return emit_ptx(&args, dir);
+    }
+    let mut state = TuneState::load(&args.state)?;
+    if args.report {
+        print!("{}", efficiency_report(&state));
+        return Ok(());
+    }
+    let problems = parse_problems(&args)?;
+    let space = hopper::space();
+    let todo: Vec<Problem> = problems.iter().filter(|p| !state.results.contains_key(&p.path())).copied().take(args.limit.unwrap_or(usize::MAX)).collect();
+    eprintln!("{} problem(s), {} already tuned, {} to tune now; {} candidates each", problems.len(), problems.len() - problems.iter().filter(|p| !state.results.contains_key(&p.path())).count(), todo.len(), space.len());
+    if !todo.is_empty() {
+        crate::gpu::available().map_err(|e| anyhow::anyhow!("no GPU: {e}"))?;
+        let gpu = Gpu::open(0)?;
+        state.device_class = gpu.facts().device_class.clone();
+        state.gpu = gpu.facts().name.clone();
+        let acc: Acc = args.acc.parse().map_err(|e| anyhow::anyhow!("{e}"))?;
+        let mut modules = HashMap::new();
+        let layouts: std::collections::BTreeSet<Layout> = todo.iter().map(|p| p.layout).collect();
+        let t = Instant::now();
+        for layout in layouts {
+            for c in &space {
+                let key = (c.bm, c.bn, c.stages, c.consumers, layout);
+                if modules.contains_key(&key) {
+                    continue;
+                }
+                let ptx = ptx_for(&args, c, acc, layout)?;
+                modules.insert(key, gpu.load_ptx(&ptx).with_context(|| format!("loading {}", c.entry(acc, layout)))?);
+            }
+        }
+        eprintln!("{} modules loaded in {:.1} s", modules.len(), t.elapsed().as_secs_f64());
+        let deadline = args.time_limit_secs.map(|s| Instant::now() + std::time::Duration::from_secs(s));
+        let settings = UcbSettings { max_pulls: args.max_pulls, ..Default::default() };
+        for (n, p) in todo.iter().enumerate() {
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                eprintln!("time limit reached; {} problem(s) left for the next run", todo.len() - n);
+                break;
+            }
+            let priors = priors_for(p, &state, &space);
+            let exhaustive = args.exhaustive_every > 0 && n % args.exhaustive_every == 0;
+            match tune_one(&gpu, &modules, p, &space, &priors, settings.clone(), exhaustive) {
+                Ok(r) => {
+                    eprintln!("[{}/{}] {p}: {} {:.3}× cuBLASLt-heuristic ({:.2} µs vs {:.2}), {} pulls, {:.1} s", n + 1, todo.len(), r.winner.label(), r.reward, r.winner_us, r.reference_us, r.pulls, r.seconds);
+                    state.results.insert(p.path(), r);
+                    state.save(&args.state)?;
+                }
+                Err(e) => eprintln!("[{}/{}] {p}: failed: {e:#}", n + 1, todo.len()),
+            }
+        }
+    }
+    print!("{}", summary(&state));
+    if let Some(url) = &args.submit {
+        submit_winners(&args, &state, url)?;
+    }
+    Ok(())
+}
+
+/// Geometric-mean reward and win counts of the state, per layout.
+pub fn summary(state: &TuneState) -> String {
+    use std::fmt::Write as _;
+    let mut s = String::new();
+    let _ = writeln!(s, "tuned on {} ({}): {} problem(s)", state.gpu, state.device_class, state.results.len());
+    let _ = writeln!(s, "{:<8} {:>8} {:>22} {:>10}", "layout", "problems", "geomean × heuristic", "≥ 1.0");
+    for layout in Layout::ALL {
+        let r: Vec<f64> = state.results.values().filter(|r| r.problem.layout == layout).map(|r| r.reward).collect();
+        if r.is_empty() {
+            continue;
+        }
+        let g = crate::bench::stats::geomean(&r).unwrap_or(f64::NAN);
+        let _ = writeln!(s, "{:<8} {:>8} {:>22.3} {:>10}", layout.as_str(), r.len(), g, r.iter().filter(|x| **x >= 1.0).count());
+    }
+    s
+}
+
+/// Search efficiency on the problems with exhaustive samples: pulls the bandit (seeded as
+/// it was live, replayed over the recorded samples) and random search need before the arm
+/// they would pick is within 98% of the exhaustive best.
+pub fn efficiency_report(state: &TuneState) -> String {
+    use std::fmt::Write as _;
+    let space = hopper::space();
+    let index: HashMap<HopperConfig, usize> = space.iter().enumerate().map(|(i, c)| (*c, i)).collect();
+    let (mut bandit, mut random, mut n, mut never) = (Vec::new(), Vec::new(), 0usize, 0usize);
+    let (mut final_quality, mut bandit_pulls) = (Vec::new(), Vec::new());
+    for r in state.results.values().filter(|r| !r.exhaustive.is_empty()) {
+        let mut samples = vec![Vec::new(); space.len()];
+        for (cfg, s) in &r.exhaustive {
+            if let Some(&i) = index.get(cfg) {
+                samples[i] = s.clone();
+            }
+        }
+        let truth: Vec<f64> = samples.iter().map(|s| if s.is_empty() { 0.0 } else { s.iter().sum::<f64>() / s.len() as f64 }).collect();
+        let best = truth.iter().copied().fold(0.0, f64::max);
+        let reach = |picks: &[usize]| picks.iter().position(|&i| truth[i] >= 0.98 * best).map(|p| p + 1);
+        let priors: Vec<(usize, f64, f64)> = r.priors.iter().filter_map(|(c, m, w)| index.get(c).map(|&i| (i, *m, *w))).collect();
+        let picks = search::replay_ucb(&samples, &priors, UcbSettings { max_pulls: 10 * space.len(), ..Default::default() });
+        if let Some(&last) = picks.last() {
+            final_quality.push(truth[last] / best);
+            bandit_pulls.push(picks.len() as f64);
+        }
+        match reach(&picks) {
+            Some(k) => bandit.push(k as f64),
+            None => never += 1,
+        }
+        let mean_random: f64 = (0..20u64).map(|seed| reach(&search::replay_order(&samples, &search::random_order(space.len(), seed))).unwrap_or(space.len()) as f64).sum::<f64>() / 20.0;
+        random.push(mean_random);
+        n += 1;
+    }
+    let mean = |v: &[f64]| if v.is_empty() { f64::NAN } else { v.iter().sum::<f64>() / v.len() as f64 };
+    let mut s = String::new();
+    let _ = writeln!(s, "search efficiency over {n} problem(s) with exhaustive samples ({} candidates, 3 timings each):", space.len());
+    let _ = writeln!(s, "  evaluations to reach 98% of the exhaustive best: bandit {:.1} (it stopped short of 98% on {never}), random {:.1} (mean of 20 orders), exhaustive {}", mean(&bandit), mean(&random), space.len() * 3);
+    let worst = final_quality.iter().copied().fold(f64::INFINITY, f64::min);
+    let _ = writeln!(s, "  the bandit stopped after {:.1} evaluations on average; its pick is {:.1}% of the exhaustive best on average, {:.1}% at worst", mean(&bandit_pulls), 100.0 * mean(&final_quality), 100.0 * worst);
+    s
+}
+
+/// Submits every winner at or above the threshold, one submission per PTX artifact.
+fn submit_winners(args: &TuneArgs, state: &TuneState, url: &str) -> anyhow::Result<()> {
+    let server = crate::client::Server { url: url.to_string(), token: args.token.clone() };
+    let client = crate::client::Client::new(&server);
+    let sm = 132;
+    let mut groups: BTreeMap<String, (HopperConfig, Vec<Problem>)> = BTreeMap::new();
+    let mut chosen: Vec<&ProblemResult> = state.results.values().filter(|r| r.reward >= args.submit_threshold).collect();
+    chosen.sort_by(|a, b| b.reward.total_cmp(&a.reward));
+    chosen.truncate(args.submit_limit.unwrap_or(usize::MAX));
+    for r in chosen {
+        let key = r.winner.entry(r.problem.acc, r.problem.layout);
+        groups.entry(key).or_insert_with(|| (r.winner, Vec::new())).1.push(r.problem);
+    }
+    if groups.is_empty() {
+        bail!("no winner at or above {} × cuBLASLt-heuristic to submit", args.submit_threshold);
+    }
+    for (entry, (cfg, problems)) in groups {
+        let (acc, layout) = (problems[0].acc, problems[0].layout);
+        let ptx = ptx_for(args, &cfg, acc, layout)?;
+        let manifests: Vec<_> = problems
+            .iter()
+            .map(|p| {
+                // The grid of each problem's own winner (persistent or not).
+                let w = state.results.get(&p.path()).map_or(cfg, |r| r.winner);
+                w.manifest(p, sm)
+            })
+            .collect();
+        let req = crate::work::NewSubmission {
+            ptx: Some(ptx),
+            manifests,
+            name: Some(format!("kaas-tuner {entry}")),
+            description: Some(format!("Hopper wgmma + TMA template ({}), found by `kaas tune` on {}", cfg.label(), state.device_class)),
+            source: Some(hopper::TEMPLATE.to_string()),
+            ..Default::default()
+        };
+        let (status, v): (u16, crate::work::SubmissionView) = client.post("/v1/submissions", &req)?;
+        eprintln!("{entry}: {} problem(s) → submission {} ({status})", problems.len(), v.id);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(m: u32, n: u32, k: u32) -> Problem {
+        Problem::new(Arch::Sm90, Acc::F32, Layout::Tn, Shape::new(m, n, k).unwrap())
+    }
+
+    #[test]
+    fn neighbours_seed_the_bandit_by_closeness() {
+        let space = hopper::space();
+        let mut state = TuneState::default();
+        let r = |prob: Problem, reward: f64| ProblemResult {
+            problem: prob,
+            winner: space[0],
+            reward,
+            reference_us: 1.0,
+            winner_us: 1.0,
+            pulls: 1,
+            arms: vec![(space[0], reward, 1), (space[3], reward / 2.0, 1)],
+            priors: vec![],
+            exhaustive: vec![],
+            seconds: 0.0,
+        };
+        state.results.insert(p(1024, 1024, 1024).path(), r(p(1024, 1024, 1024), 1.1));
+        state.results.insert(p(64, 64, 64).path(), r(p(64, 64, 64), 0.5));
+        let priors = priors_for(&p(2048, 1024, 1024), &state, &space);
+        assert_eq!(priors.len(), 2, "only the near shape seeds: {priors:?}");
+        assert_eq!(priors[0], (0, 1.1, 0.5));
+        assert!(distance(&p(64, 64, 64), &p(16384, 64, 64)) == 8.0);
+    }
+
+    #[test]
+    fn the_state_survives_a_round_trip_and_problems_sort_small_first() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.json");
+        let mut s = TuneState { device_class: "H100-SXM".into(), ..Default::default() };
+        s.save(&path).unwrap();
+        assert_eq!(TuneState::load(&path).unwrap().device_class, "H100-SXM");
+        s.device_class.clear();
+        assert!(TuneState::load(&dir.path().join("missing.json")).unwrap().results.is_empty());
+        let args = TuneArgs {
+            problems: "4096x4096x4096,64x64x64".into(),
+            layouts: vec!["tn".into(), "nn".into()],
+            acc: "f32".into(),
+            arch: "sm_90".into(),
+            state: path,
+            ptx_dir: None,
+            emit_ptx: None,
+            exhaustive_every: 0,
+            max_pulls: 10,
+            limit: None,
+            time_limit_secs: None,
+            submit: None,
+            token: None,
+            submit_threshold: 0.97,
+            submit_limit: None,
+            report: false,
+        };
+        let ps = parse_problems(&args).unwrap();
+        assert_eq!(ps.len(), 4);
+        assert_eq!(ps[0].m, 64);
+        assert_eq!(ps[3].m, 4096);
+        let grid = parse_problems(&TuneArgs { problems: "grid".into(), ..args }).unwrap();
+        assert_eq!(grid.len(), 2000);
+    }
+}
