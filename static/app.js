@@ -1,18 +1,22 @@
 // The router: `#/view/rest?query` picks a view, which renders into <main>.
-// Views: home, heatmap, problem, leaderboard, submitter. A submission view plugs in
-// the same way (`submission: (rest, params) => ...`) once the submissions API exists.
+// Views: home, heatmap, problem, leaderboard, submitter, submissions (the list, and one
+// submission at `#/submissions/ID`). A view returns `{ title, node, after?, dispose? }`:
+// `after` runs once the node is in the page, `dispose` when the page is left (e.g. to
+// close a live event stream).
 
 import { h, errorBox } from './lib.js';
 import { home } from './home.js';
 import { heatmap } from './heatmap.js';
 import { problem } from './problem.js';
 import { leaderboard, submitter } from './leaderboard.js';
+import { submissions } from './submission.js';
 
-const VIEWS = { '': home, heatmap, problem, leaderboard, submitter };
-const NAV = { '': 'home', heatmap: 'heatmap', problem: 'heatmap', leaderboard: 'leaderboard', submitter: 'leaderboard' };
+const VIEWS = { '': home, heatmap, problem, leaderboard, submitter, submissions };
+const NAV = { '': 'home', heatmap: 'heatmap', problem: 'heatmap', leaderboard: 'leaderboard', submitter: 'leaderboard', submissions: 'submissions' };
 
 let generation = 0;
 let lastView = null;
+let current = null; // the content shown, to dispose of when it is replaced
 
 /** Splits `#/problem/sm_90/f32/tn/64x64x64?device=X` into view, path rest and params. */
 export function parseHash(hash) {
@@ -42,7 +46,12 @@ async function render() {
   } catch (err) {
     content = { title: 'Error', node: h('div', {}, h('h1', {}, 'Something went wrong'), errorBox(err)) };
   }
-  if (mine !== generation) return; // a newer navigation won
+  if (mine !== generation) { // a newer navigation won
+    if (content.dispose) content.dispose();
+    return;
+  }
+  if (current && current.dispose) current.dispose();
+  current = content;
   // Keep focus on the control that changed the view, else announce the new page.
   const focusedId = document.activeElement && main.contains(document.activeElement) ? document.activeElement.id : null;
   main.replaceChildren(content.node);

@@ -1,8 +1,10 @@
 // Leaderboards: submitters ranked by problems held or by geometric-mean speedup over
-// cuBLASLt-autotune-max; and each submitter's page with the catalog entries they hold.
-// (Their submission history plugs in here once the submissions API exists.)
+// cuBLASLt-autotune-max; and each submitter's page with the catalog entries they hold
+// and their latest submissions.
 
-import { h, api, us, times, tflops, table, submitterHref, problemHref, baselineName, DEFAULT_BASELINE } from './lib.js';
+import {
+  h, api, fresh, query, us, times, tflops, when, table, submitterHref, problemHref, submissionHref, submissionsHref, baselineName, DEFAULT_BASELINE,
+} from './lib.js';
 
 const ORDERS = {
   held: ['Problems held', (a, b) => b.problems_held - a.problems_held || (b.geomean_speedup_vs_autotune_max || 0) - (a.geomean_speedup_vs_autotune_max || 0)],
@@ -40,7 +42,7 @@ export async function submitter(rest) {
   } catch {
     name = rest.join('/');
   }
-  const [board, problems] = await Promise.all([api('/v1/leaderboard'), api('/v1/problems')]);
+  const [board, problems, subs] = await Promise.all([api('/v1/leaderboard'), api('/v1/problems'), fresh(`/v1/submissions${query({ submitter: name, limit: 11 })}`)]);
   const standing = board.submitters.find((s) => s.submitter === name);
   const held = problems.flatMap((p) => p.best.filter((b) => b.submitter === name).map((b) => ({ p, b })));
   held.sort((x, y) => x.b.device_class.localeCompare(y.b.device_class) || x.p.path.localeCompare(y.p.path));
@@ -59,6 +61,16 @@ export async function submitter(rest) {
         { label: 'TFLOP/s', num: true, cell: ({ b }) => tflops(b.tflops) },
         { label: `vs ${baselineName(DEFAULT_BASELINE)}`, num: true, cell: ({ b }) => times(b.speedups && b.speedups[DEFAULT_BASELINE]) },
       ], held))
-      : h('p', { class: 'muted' }, 'None right now.'));
+      : h('p', { class: 'muted' }, 'None right now.'),
+    h('h2', {}, 'Latest submissions'),
+    subs.length
+      ? h('div', { id: 'latest-submissions' }, table(null, [
+        { label: 'Submission', header: true, cell: (s) => h('a', { href: submissionHref(s.id) }, `#${s.id} ${s.name || ''}`.trim()) },
+        { label: 'Status', cell: (s) => s.status },
+        { label: 'Created', cell: (s) => when(s.created_at) },
+        { label: 'Jobs passed', num: true, cell: (s) => (s.jobs ? `${s.passed} of ${s.jobs}` : '—') },
+      ], subs.slice(0, 10)))
+      : h('p', { class: 'muted' }, 'None.'),
+    subs.length ? h('p', {}, h('a', { href: submissionsHref(name), id: 'all-submissions' }, `All submissions by ${name}`)) : null);
   return { title: name, node };
 }

@@ -40,14 +40,19 @@ const CACHE_MS = 10000; // the service caches catalog answers as long
 export function api(path) {
   const hit = cache.get(path);
   if (hit && performance.now() - hit.at < CACHE_MS) return hit.promise;
-  const promise = fetch(path, { headers: { Accept: 'application/json' } }).then(async (r) => {
+  const promise = fresh(path);
+  promise.catch(() => cache.delete(path));
+  cache.set(path, { at: performance.now(), promise });
+  return promise;
+}
+
+/** GETs JSON from the API, uncached (for things that change: submissions). */
+export function fresh(path) {
+  return fetch(path, { headers: { Accept: 'application/json' }, cache: 'no-store' }).then(async (r) => {
     const body = await r.json().catch(() => null);
     if (!r.ok) throw new ApiError(r.status, body);
     return body;
   });
-  promise.catch(() => cache.delete(path));
-  cache.set(path, { at: performance.now(), promise });
-  return promise;
 }
 
 export function query(params) {
@@ -87,12 +92,28 @@ export const baselineName = (key) => BASELINE_NAMES[key] || key;
 export const DEFAULT_BASELINE = 'cublaslt_autotune_max';
 export const MODES = ['graph', 'offline', 'server'];
 
+/** A timestamp as `2025-01-31 14:05 UTC`; `when` puts it in a <time> element. */
+export function utc(iso) {
+  const d = new Date(iso);
+  return Number.isNaN(d.getTime()) ? String(iso) : `${d.toISOString().slice(0, 16).replace('T', ' ')} UTC`;
+}
+export function when(iso) {
+  const d = new Date(iso);
+  return Number.isNaN(d.getTime()) ? String(iso) : h('time', { datetime: d.toISOString() }, utc(iso));
+}
+
 // Routes (hash based: every view has a shareable URL and no server routing is needed)
 export function problemHref(path, device) {
   return `#/problem/${path}${query({ device })}`;
 }
 export function submitterHref(name) {
   return `#/submitter/${encodeURIComponent(name)}`;
+}
+export function submissionHref(id) {
+  return `#/submissions/${id}`;
+}
+export function submissionsHref(submitter) {
+  return `#/submissions${query({ submitter })}`;
 }
 export function shape(p) {
   return `${p.m}×${p.n}×${p.k}`;

@@ -3,7 +3,7 @@
 // downloads and the `kaas pull` command.
 
 import {
-  h, api, query, us, ci, times, tflops, num, baselineName, submitterHref, problemHref, commandBox, pullCommand, table,
+  h, api, query, us, ci, times, tflops, num, baselineName, submitterHref, problemHref, submissionHref, commandBox, pullCommand, table,
   ApiError, DEFAULT_BASELINE, MODES,
 } from './lib.js';
 
@@ -110,6 +110,7 @@ function ranking(rows, kernel, device) {
     { label: 'TFLOP/s', num: true, cell: (r) => tflops(r.tflops) },
     { label: `vs ${baselineName(DEFAULT_BASELINE)}`, num: true, cell: (r) => times(r.speedup_vs_autotune_max) },
     { label: 'Measured', cell: (r) => r.measured_at.slice(0, 10) },
+    { label: 'Submission', num: true, cell: (r) => (r.submission_id ? h('a', { href: submissionHref(r.submission_id), class: 'submission' }, `#${r.submission_id}`) : '—') },
   ], rows, (r) => ({ class: r.run_id === current ? 'current' : null, 'data-run': r.run_id })));
 }
 

@@ -9,8 +9,12 @@ use std::time::Instant;
 
 use actix_web::test::{TestRequest, init_service};
 use kaas::api::{ApiSettings, create_app};
+use kaas::auth::Role;
 use kaas::catalog::bundle::{self, ArtifactRecord, BaselineRecord, DeviceClassRecord, EntryRecord, Index, RunRecord};
+use kaas::harness::{CheckReport, RunOutcome};
 use kaas::problem::{Acc, Arch, Layout, Problem, Shape};
+use kaas::verify::Verdict;
+use kaas::work::queue::{self, Claimant, Stored};
 use serde_json::{Value, json};
 
 use crate::both_backends;
@@ -126,10 +130,15 @@ fn cells_in(index: &Index, layout: Layout, k: u32) -> usize {
 /// Starts `kaas`'s real app on an ephemeral port over a fresh SQLite database holding
 /// this bundle; it serves until the test process ends.
 pub fn serve(index: Index, ptx: BTreeMap<String, String>) -> u16 {
+    serve_db(index, ptx).0
+}
+
+/// [`serve`], also returning the database's URL, so a test can play the worker.
+pub fn serve_db(index: Index, ptx: BTreeMap<String, String>) -> (u16, String) {
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         actix_web::rt::System::new().block_on(async move {
-            let db = TestDb::new(Backend::Sqlite).await;
+            let (db, url) = TestDb::with_url(Backend::Sqlite).await;
             let dir = tempfile::tempdir().unwrap();
             bundle::write_bundle(dir.path(), &index, &ptx).unwrap();
             let started = Instant::now();
@@ -137,7 +146,7 @@ pub fn serve(index: Index, ptx: BTreeMap<String, String>) -> u16 {
             eprintln!("imported {} problems in {:.1} s", index.problems.len(), started.elapsed().as_secs_f64());
             let st = state(&db, ApiSettings::default());
             let server = actix_web::HttpServer::new(move || create_app(st.clone())).workers(2).bind(("127.0.0.1", 0)).unwrap();
-            tx.send(server.addrs()[0].port()).unwrap();
+            tx.send((server.addrs()[0].port(), url)).unwrap();
             server.run().await.unwrap();
             drop(dir);
         })
@@ -319,6 +328,17 @@ fn then(b: &Browser, view: &str, action: impl FnOnce()) {
     wait_view(b, view, &before);
 }
 
+/// Any dialog at all (alert, confirm, prompt) would be a script that ran: count them in
+/// every document, before the page's own scripts; and collect script errors.
+fn watched(b: Browser) -> Browser {
+    b.cdp("Page.addScriptToEvaluateOnNewDocument", json!({"source":
+        "window.__dialogs = 0; for (const f of ['alert','confirm','prompt']) { const o = window[f]; window[f] = (...a) => { window.__dialogs++; return o.apply(window, a); }; } \
+         window.__errors = []; addEventListener('error', e => window.__errors.push(String(e.message))); \
+         addEventListener('unhandledrejection', e => window.__errors.push(String(e.reason))); \
+         addEventListener('securitypolicyviolation', e => window.__errors.push('CSP: ' + e.violatedDirective + ' ' + e.blockedURI));"}));
+    b
+}
+
 fn texts(b: &Browser, css: &str) -> Vec<String> {
     let v = b.js("return [...document.querySelectorAll(arguments[0])].map(e => e.textContent.trim());", json!([css]));
     serde_json::from_value(v).unwrap()
@@ -336,14 +356,7 @@ fn the_pages_work_in_chromium() {
     let port = serve(index, ptx);
     let base = format!("http://127.0.0.1:{port}");
     let shots = screenshot_dir();
-    let b = Browser::start(&chromium, &driver, 1280, 1100);
-    // Any dialog at all (alert, confirm, prompt) would be a script that ran: count them
-    // in every document, before the page's own scripts; and collect script errors.
-    b.cdp("Page.addScriptToEvaluateOnNewDocument", json!({"source":
-        "window.__dialogs = 0; for (const f of ['alert','confirm','prompt']) { const o = window[f]; window[f] = (...a) => { window.__dialogs++; return o.apply(window, a); }; } \
-         window.__errors = []; addEventListener('error', e => window.__errors.push(String(e.message))); \
-         addEventListener('unhandledrejection', e => window.__errors.push(String(e.reason))); \
-         addEventListener('securitypolicyviolation', e => window.__errors.push('CSP: ' + e.violatedDirective + ' ' + e.blockedURI));"}));
+    let b = watched(Browser::start(&chromium, &driver, 1280, 1100));
 
     // Home: headline figures come from the catalog.
     open(&b, &format!("{base}/"), "home");
@@ -450,6 +463,266 @@ fn the_pages_work_in_chromium() {
     b.screenshot(&shots.join("submitter.png"));
     assert_eq!(b.js("return window.__errors", json!([])), json!([]), "script errors or CSP violations");
     eprintln!("screenshots in {}", shots.display());
+}
+
+// ---- Submission pages, live over server-sent events ------------------------------------
+
+/// Plays the worker from a test: its own connection to the served database.
+struct Worker {
+    rt: tokio::runtime::Runtime,
+    db: sea_orm::DatabaseConnection,
+    me: Claimant,
+}
+
+impl Worker {
+    fn connect(url: &str) -> Worker {
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        let db = rt.block_on(kaas::db::connect(&kaas::db::DbConfig::new(url))).unwrap();
+        Worker { rt, db, me: Claimant { worker_id: "ui-worker".into(), facts: crate::submissions::facts(DEVICE) } }
+    }
+
+    fn token(&self, who: &str) -> String {
+        self.rt.block_on(kaas::auth::create_token(&self.db, who, Role::Submitter)).unwrap().secret
+    }
+
+    /// Claims the next job and reports a stage, as a worker's heartbeat does.
+    fn claim(&self, stage: &str) -> i32 {
+        let lease = std::time::Duration::from_secs(60);
+        let j = self.rt.block_on(queue::claim(&self.db, &self.me, lease, 3)).unwrap().expect("a queued job");
+        assert!(self.rt.block_on(queue::heartbeat(&self.db, j.job.id, &self.me.worker_id, lease, Some(stage))).unwrap());
+        j.job.id
+    }
+
+    fn complete(&self, job: i32, outcome: &RunOutcome) {
+        let stored = self.rt.block_on(queue::complete(&self.db, job, &self.me.worker_id, outcome, &self.me.facts)).unwrap();
+        assert!(matches!(stored, Stored::Run { .. }), "{stored:?}");
+    }
+}
+
+/// A submission body as `kaas submit` sends it: the fixture PTX and a manifest per shape.
+fn submission_body(tag: &str, name: &str, description: &str, shapes: &[(u32, u32, u32)]) -> Value {
+    let manifests: Vec<_> = shapes.iter().map(|&(m, n, k)| manifest(problem(m, n, k, Layout::Tn))).collect();
+    json!({"ptx": crate::common::ptx(tag), "manifests": manifests, "name": name, "description": description})
+}
+
+/// Submits through the API with a token; returns the new submission's id.
+fn submit(port: u16, token: &str, body: &Value) -> i64 {
+    let auth = format!("Bearer {token}");
+    let (status, bytes) = crate::webdriver::http_with(port, "POST", "/v1/submissions", &[("Authorization", &auth)], Some(body)).unwrap();
+    assert_eq!(status, 202, "{}", String::from_utf8_lossy(&bytes));
+    serde_json::from_slice::<Value>(&bytes).unwrap()["id"].as_i64().unwrap()
+}
+
+fn check(name: &str, passed: bool, detail: &str, ms: f64) -> CheckReport {
+    CheckReport { name: name.into(), passed, detail: detail.into(), duration_ms: ms }
+}
+
+/// A passing, benchmarked outcome: graph-mode median ± 0.2 µs, 1.1× cuBLASLt autotune.
+fn passing(p: Problem, median_us: f64) -> RunOutcome {
+    let mut o = RunOutcome::early(Verdict::Pass, "benchmark", "verified and benchmarked: exact on 3 seeds of {0,1} inputs");
+    o.device = Some(crate::submissions::facts(DEVICE));
+    o.checks = vec![
+        check("static", true, "entry hgemm_fixture: 6 params match the manifest", 0.4),
+        check("ptxas", true, "sm_90: 128 registers, no spills", 212.0),
+        check("binary run 1 (seed 1)", true, "exact: 65536 of 65536 outputs", 3.1),
+        check("deviation", true, "max |error| 0.0012 within the baselines' 0.0031", 8.7),
+    ];
+    let tflops = 2.0 * p.m as f64 * p.n as f64 * p.k as f64 / (median_us * 1e6);
+    o.bench = Some(json!({
+        "timings": {"graph": {"median_us": median_us, "ci95_low_us": median_us - 0.2, "ci95_high_us": median_us + 0.2, "tflops": tflops}},
+        "speedups": {"graph": {"cublaslt_autotune_max": 1.1, "cublas_max": 1.25}},
+        "converged": true, "rounds": 20,
+    }));
+    o
+}
+
+fn job_rows(b: &Browser) -> Vec<Vec<String>> {
+    let v = b.js("return [...document.querySelectorAll('#jobs tr.job')].map(tr => [tr.dataset.job, ...[...tr.cells].map(c => c.textContent.trim())])", json!([]));
+    serde_json::from_value(v).unwrap()
+}
+
+/// Waits until the row of `job` shows `text` in column `col` (0: problem, 1: device
+/// class, 2: state and stage, 3: verdict, 4: message).
+fn wait_cell(b: &Browser, job: i32, col: usize, text: &str) {
+    let script = format!(
+        "const r = document.querySelector('#jobs tr.job[data-job=\"{job}\"]'); return !!r && r.cells[{col}].textContent.includes({});",
+        serde_json::to_string(text).unwrap()
+    );
+    b.wait_for(&format!("job {job} column {col} to show {text:?}; rows: {:?}", job_rows(b)), &script);
+}
+
+fn live_state(b: &Browser) -> String {
+    b.js("return document.getElementById('live')?.dataset.state || ''", json!([])).as_str().unwrap_or_default().to_string()
+}
+
+#[test]
+fn a_submission_page_follows_its_run_live() {
+    let Some((chromium, driver)) = chromium_or_skip() else { return };
+    let (index, ptx, _) = ui_fixture();
+    let (port, url) = serve_db(index, ptx);
+    let base = format!("http://127.0.0.1:{port}");
+    let shots = screenshot_dir();
+    let w = Worker::connect(&url);
+    let token = w.token("alice");
+    let shapes = [(256, 256, 256), (512, 256, 256)];
+    let id = submit(port, &token, &submission_body("live", "hgemm 128×64, 4 stages", "Warp-specialised, TMA loads.", &shapes));
+
+    let b = watched(Browser::start(&chromium, &driver, 1280, 1000));
+    open(&b, &format!("{base}/#/submissions/{id}"), "submissions");
+    assert_eq!(texts(&b, "#submission-name"), vec!["hgemm 128×64, 4 stages"]);
+    assert_eq!(texts(&b, "#submission-description"), vec!["Warp-specialised, TMA loads."]);
+    assert_eq!(texts(&b, "#submission-submitter"), vec!["alice"]);
+    assert_eq!(texts(&b, "#submission-status"), vec!["queued"]);
+    let rows = job_rows(&b);
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    assert!(rows.iter().all(|r| r[3].starts_with("queued") && r[4] == "—"), "{rows:?}");
+    assert_eq!(rows[0][1], "256×256×256 f32 tn sm_90");
+    assert_eq!(b.js("return document.querySelector('#jobs tr.job th a').getAttribute('href')", json!([])), json!("#/problem/sm_90/f32/tn/256x256x256"));
+    assert_eq!(b.js("return document.getElementById('live').getAttribute('aria-live')", json!([])), json!("polite"));
+    b.wait_for("the live indicator", "return document.getElementById('live').dataset.state === 'live'");
+    assert!(texts(&b, "#live")[0].contains("0 of 2 jobs finished"), "{:?}", texts(&b, "#live"));
+    b.screenshot(&shots.join("submission-queued.png"));
+
+    // From here on the page must change only through the event stream: no reload (the
+    // marker survives) and no re-render by the router (`data-ready` stays).
+    b.js("window.__same_page = true", json!([]));
+    let rendered = ready(&b);
+
+    let first = w.claim("verifying: binary run 2 (secret seed)");
+    wait_cell(&b, first, 2, "running");
+    wait_cell(&b, first, 2, "verifying: binary run 2 (secret seed)");
+    b.screenshot(&shots.join("submission-running.png"));
+    let shape = |job: i32| {
+        let row = job_rows(&b).into_iter().find(|r| r[0] == job.to_string()).unwrap();
+        row[1].split(' ').next().unwrap().to_string()
+    };
+    let p = if shape(first) == "256×256×256" { problem(256, 256, 256, Layout::Tn) } else { problem(512, 256, 256, Layout::Tn) };
+    w.complete(first, &passing(p, 12.5));
+    wait_cell(&b, first, 3, "pass");
+    let row = job_rows(&b).into_iter().find(|r| r[0] == first.to_string()).unwrap();
+    assert_eq!(row[2], DEVICE);
+    assert_eq!(row[3], "done finished", "the state and the stage");
+    assert_eq!(row[4], "pass");
+    assert!(row[5].starts_with("verified and benchmarked"), "{row:?}");
+    assert!(row[6].starts_with("12.50 µs") && row[6].contains("12.30 µs – 12.70 µs"), "median and CI: {row:?}");
+    assert_eq!(row[7], format!("{:.1}", 2.0 * p.m as f64 * p.n as f64 * p.k as f64 / 12.5e6));
+    assert_eq!(row[8], "1.100×");
+    assert_eq!(row[9], "★ yes");
+    assert_eq!(live_state(&b), "live", "one job is still queued");
+    assert!(texts(&b, "#live")[0].contains("1 of 2 jobs finished"), "{:?}", texts(&b, "#live"));
+
+    // The second job fails verification; then the stream says `done`.
+    let second = w.claim("binary exact test");
+    let mut failed = RunOutcome::early(Verdict::ExactMismatch, "binary run 1 (seed 1)", "C[3,4] = 7, expected 8 (first of 12 mismatches)");
+    failed.device = Some(crate::submissions::facts(DEVICE));
+    failed.checks = vec![check("static", true, "entry hgemm_fixture: 6 params match the manifest", 0.4), check("binary run 1 (seed 1)", false, "C[3,4] = 7, expected 8 (first of 12 mismatches)", 2.9)];
+    w.complete(second, &failed);
+    b.wait_for("the finished indicator", "return document.getElementById('live').dataset.state === 'finished'");
+    let row = job_rows(&b).into_iter().find(|r| r[0] == second.to_string()).unwrap();
+    assert_eq!(row[4], "exact_mismatch");
+    assert_eq!(row[5], "C[3,4] = 7, expected 8 (first of 12 mismatches)");
+    assert_eq!(row[6], "—");
+    assert_eq!(row[9], "no");
+    assert_eq!(texts(&b, "#submission-status"), vec!["done"]);
+    assert!(texts(&b, "#live")[0].starts_with("Finished: 2 jobs ended (2 done)"), "{:?}", texts(&b, "#live"));
+    assert_eq!(b.js("return window.__same_page === true", json!([])), json!(true), "the page was reloaded");
+    assert_eq!(ready(&b), rendered, "the router re-rendered the page: the update did not come through the stream");
+
+    // Verification details open from the keyboard and list every check.
+    let toggle = format!("#toggle-{second}");
+    assert_eq!(b.js("return document.querySelector(arguments[0]).getAttribute('aria-expanded')", json!([toggle])), json!("false"));
+    assert_eq!(b.js(&format!("return document.getElementById('checks-{second}').hidden"), json!([])), json!(true));
+    b.js("document.querySelector(arguments[0]).focus()", json!([toggle]));
+    b.keys(&toggle, "\u{E007}");
+    assert_eq!(b.js("return document.querySelector(arguments[0]).getAttribute('aria-expanded')", json!([toggle])), json!("true"));
+    let checks = texts(&b, &format!("#checks-{second} tbody tr"));
+    assert_eq!(checks.len(), 2, "{checks:?}");
+    assert!(checks[1].starts_with("binary run 1 (seed 1)failedC[3,4] = 7"), "{checks:?}");
+    assert!(texts(&b, &format!("#checks-{second} caption"))[0].contains("1 of 2 passed"));
+    b.click(&format!("#toggle-{first}"));
+    assert_eq!(texts(&b, &format!("#checks-{first} tbody tr")).len(), 4);
+    b.screenshot(&shots.join("submission.png"));
+
+    // A finished submission opened afresh shows the same, without a stream.
+    b.goto("about:blank");
+    open(&b, &format!("{base}/#/submissions/{id}"), "submissions");
+    assert_eq!(live_state(&b), "finished");
+    assert_eq!(job_rows(&b).len(), 2);
+    assert_eq!(b.js("return window.__errors", json!([])), json!([]), "script errors or CSP violations");
+}
+
+#[test]
+fn submitter_strings_on_a_submission_page_are_text() {
+    let Some((chromium, driver)) = chromium_or_skip() else { return };
+    let (index, ptx, f) = ui_fixture();
+    let (port, url) = serve_db(index, ptx);
+    let base = format!("http://127.0.0.1:{port}");
+    let shots = screenshot_dir();
+    let w = Worker::connect(&url);
+    let token = w.token("mallory");
+    let description = "<img src=x onerror=\"alert(2)\"> <b>bold</b> claims";
+    let id = submit(port, &token, &submission_body("mallory", EVIL, description, &[(256, 256, 256)]));
+
+    let b = watched(Browser::start(&chromium, &driver, 1280, 900));
+    open(&b, &format!("{base}/#/submissions/{id}"), "submissions");
+    assert_eq!(texts(&b, "#submission-name"), vec![EVIL]);
+    assert_eq!(b.js("return document.title", json!([])), json!(format!("{EVIL} · kaas")));
+    assert_eq!(texts(&b, "#submission-description"), vec![description]);
+    // Its run fails with markup in every string a worker or kernel controls; it arrives
+    // over the event stream.
+    let job = w.claim("<b>verifying</b>");
+    wait_cell(&b, job, 2, "<b>verifying</b>");
+    let message = "C[3,4] = 7 <img src=x onerror=alert(3)><script>alert(4)</script>";
+    let mut failed = RunOutcome::early(Verdict::ExactMismatch, "<i>binary exact test</i>", message);
+    failed.device = Some(crate::submissions::facts(DEVICE));
+    failed.checks = vec![check("<u>binary run 1</u>", false, "<a href=\"javascript:alert(5)\">mismatch</a> at C[3,4]", 2.0)];
+    w.complete(job, &failed);
+    b.wait_for("the finished indicator", "return document.getElementById('live').dataset.state === 'finished'");
+    let row = job_rows(&b).remove(0);
+    assert_eq!(row[4], "exact_mismatch");
+    assert_eq!(row[5], message);
+    b.click(&format!("#toggle-{job}"));
+    let detail = texts(&b, &format!("#checks-{job} tbody tr td"));
+    assert_eq!(detail[1], "<a href=\"javascript:alert(5)\">mismatch</a> at C[3,4]", "{detail:?}");
+    assert_eq!(texts(&b, &format!("#checks-{job} tbody th")), vec!["<u>binary run 1</u>"]);
+    assert!(texts(&b, &format!("#checks-{job} p.muted"))[0].contains("decided at stage “<i>binary exact test</i>”"));
+    let injected = "return document.querySelectorAll('main script, main img, main b, main i, main u, main a[href^=\"javascript\"]').length + window.__dialogs";
+    assert_eq!(b.js(injected, json!([])), json!(0), "markup from the submission became elements, or a dialog opened");
+    assert_eq!(b.alert_text(), None, "a dialog is open");
+    b.screenshot(&shots.join("submission-escaped.png"));
+
+    // The list, from the nav, with the name as text; filtered by submitter from the form.
+    then(&b, "submissions", || b.click("a[data-nav='submissions']"));
+    assert_eq!(b.js("return document.querySelector('a[data-nav=\"submissions\"]').getAttribute('aria-current')", json!([])), json!("page"));
+    let names = texts(&b, "#submissions a.sub-name");
+    assert_eq!(names[0], EVIL, "newest first: {names:?}");
+    then(&b, "submissions", || b.keys("#filter-submitter", "mallory\u{E007}"));
+    assert_eq!(b.js("return location.hash", json!([])), json!("#/submissions?submitter=mallory"));
+    assert_eq!(texts(&b, "#submissions tbody tr").len(), 1);
+    assert_eq!(texts(&b, "#submissions tbody th"), vec![format!("#{id}")]);
+    b.screenshot(&shots.join("submissions.png"));
+    open(&b, &format!("{base}/#/submissions?submitter=nobody"), "submissions");
+    assert_eq!(texts(&b, "#no-submissions"), vec!["No submissions by nobody."]);
+
+    // The submitter's page lists their latest submissions.
+    open(&b, &format!("{base}/#/submitter/mallory"), "submitter");
+    assert_eq!(texts(&b, "#latest-submissions tbody th a"), vec![format!("#{id} {EVIL}")]);
+
+    // A problem's ranking links each row to its submission; the catalog's `<script>`
+    // submitter's (imported from a bundle) is text there too.
+    open(&b, &format!("{base}/#/problem/{}?device={DEVICE}", f.fast.path()), "problem");
+    let links: Vec<String> = serde_json::from_value(b.js("return [...document.querySelectorAll('#ranking a.submission')].map(a => a.getAttribute('href'))", json!([]))).unwrap();
+    assert_eq!(links.len(), 2, "{links:?}");
+    assert!(links.iter().all(|l| l.starts_with("#/submissions/")), "{links:?}");
+    then(&b, "submissions", || {
+        b.js("document.querySelectorAll('#ranking a.submission')[1].click()", json!([]));
+    });
+    assert_eq!(texts(&b, "#submission-submitter"), vec![EVIL]);
+    assert!(texts(&b, "#submission-name")[0].starts_with(EVIL));
+    assert_eq!(live_state(&b), "finished");
+    assert_eq!(texts(&b, "#no-jobs").len(), 1, "a bundle's submission has no jobs to show");
+    assert_eq!(b.js(injected, json!([])), json!(0));
+    assert_eq!(b.js("return window.__errors", json!([])), json!([]), "script errors or CSP violations");
 }
 
 // ---- Page weight and time to first render on 2,000 problems ---------------------------

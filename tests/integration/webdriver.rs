@@ -13,10 +13,18 @@ use serde_json::{Value, json};
 
 /// A blocking HTTP request to `127.0.0.1:port`; returns the status and body.
 pub fn http(port: u16, method: &str, path: &str, body: Option<&Value>) -> std::io::Result<(u16, Vec<u8>)> {
+    http_with(port, method, path, &[], body)
+}
+
+/// [`http`] with extra request headers (e.g. `Authorization`).
+pub fn http_with(port: u16, method: &str, path: &str, headers: &[(&str, &str)], body: Option<&Value>) -> std::io::Result<(u16, Vec<u8>)> {
     let mut stream = TcpStream::connect(("127.0.0.1", port))?;
     stream.set_read_timeout(Some(Duration::from_secs(120)))?;
     let payload = body.map(|b| b.to_string()).unwrap_or_default();
     let mut req = format!("{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\nAccept: */*\r\n");
+    for (name, value) in headers {
+        req += &format!("{name}: {value}\r\n");
+    }
     if body.is_some() {
         req += &format!("Content-Type: application/json; charset=utf-8\r\nContent-Length: {}\r\n", payload.len());
     }

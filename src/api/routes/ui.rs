@@ -34,6 +34,7 @@ pub const ASSETS: &[Asset] = &[
     asset!("heatmap.js", "text/javascript; charset=utf-8"),
     asset!("problem.js", "text/javascript; charset=utf-8"),
     asset!("leaderboard.js", "text/javascript; charset=utf-8"),
+    asset!("submission.js", "text/javascript; charset=utf-8"),
 ];
 
 static ETAGS: LazyLock<Vec<String>> =
