@@ -7,6 +7,11 @@ set -euo pipefail
 secs=${1:-10}
 lines=${KAAS_LOADBENCH_LINES:-8200}
 rounds=${2:-3}
+# kaas listens on $KAAS_LOADBENCH_PORT (default 18080), nginx on the next port.
+port=${KAAS_LOADBENCH_PORT:-18080}; nport=$((port + 1))
+for p in $port $nport; do
+  if (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then echo "port $p is in use; set KAAS_LOADBENCH_PORT" >&2; exit 1; fi
+done
 root=$(cd "$(dirname "$0")/.." && pwd)
 command -v nginx >/dev/null && command -v wrk >/dev/null || {
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx-light wrk >/dev/null
@@ -16,8 +21,13 @@ kaas_pid= ; nginx_pid=
 cleanup() { [ -n "$kaas_pid" ] && kill "$kaas_pid" 2>/dev/null; [ -n "$nginx_pid" ] && kill "$nginx_pid" 2>/dev/null; rm -rf "$work"; }
 trap cleanup EXIT
 
-cargo build --release --quiet --manifest-path "$root/Cargo.toml"
-kaas="${CARGO_TARGET_DIR:-$root/target}/release/kaas"
+# KAAS_BIN=path benchmarks that binary instead of building this checkout (to compare builds).
+if [ -n "${KAAS_BIN:-}" ]; then
+  kaas=$KAAS_BIN
+else
+  cargo build --release --quiet --manifest-path "$root/Cargo.toml"
+  kaas="${CARGO_TARGET_DIR:-$root/target}/release/kaas"
+fi
 db="sqlite://$work/kaas.db?mode=rwc"
 
 # A ~200 KB PTX module of real kernel code: the shipped kernels' PTX in one module (the
@@ -37,10 +47,10 @@ fi
 size=$(stat -c %s "$ptx")
 
 token=$("$kaas" token create --name loadbench --role submitter --database-url "$db" 2>/dev/null)
-KAAS_LOG=warn "$kaas" serve --bind 127.0.0.1:18080 --database-url "$db" --catalog "$work/none" &
+KAAS_LOG=warn "$kaas" serve --bind "127.0.0.1:$port" --database-url "$db" --catalog "$work/none" &
 kaas_pid=$!
-for _ in $(seq 1 100); do curl -sf localhost:18080/v1/health >/dev/null && break; sleep 0.1; done
-sha=$(curl -sf -H "Authorization: Bearer $token" -H 'Content-Type: text/plain' --data-binary @"$ptx" localhost:18080/v1/artifacts | python3 -c 'import json,sys; print(json.load(sys.stdin)["sha256"])')
+for _ in $(seq 1 100); do curl -sf "localhost:$port"/v1/health >/dev/null && break; sleep 0.1; done
+sha=$(curl -sf -H "Authorization: Bearer $token" -H 'Content-Type: text/plain' --data-binary @"$ptx" "localhost:$port"/v1/artifacts | python3 -c 'import json,sys; print(json.load(sys.stdin)["sha256"])')
 
 mkdir -p "$work/www/v1/artifacts" "$work/logs"
 cp "$ptx" "$work/www/v1/artifacts/$sha"
@@ -55,7 +65,7 @@ http {
   sendfile on; tcp_nopush on; keepalive_requests 100000;
   default_type text/plain;
   client_body_temp_path $work/tmp; proxy_temp_path $work/tmp; fastcgi_temp_path $work/tmp; uwsgi_temp_path $work/tmp; scgi_temp_path $work/tmp;
-  server { listen 127.0.0.1:18081; root $work/www; etag on; gzip_static on; gzip_vary on; }
+  server { listen 127.0.0.1:$nport; root $work/www; etag on; gzip_static on; gzip_vary on; }
 }
 CONF
 mkdir -p "$work/tmp"; chmod -R a+rX "$work"   # nginx workers run as nobody
@@ -63,10 +73,14 @@ nginx -p "$work" -c "$work/nginx.conf" -g 'daemon off;' &
 nginx_pid=$!
 sleep 0.5
 
-url_kaas="http://127.0.0.1:18080/v1/artifacts/$sha"
-url_nginx="http://127.0.0.1:18081/v1/artifacts/$sha"
+url_kaas="http://127.0.0.1:$port/v1/artifacts/$sha"
+url_nginx="http://127.0.0.1:$nport/v1/artifacts/$sha"
 a=$(curl -sf "$url_kaas" | sha256sum); b=$(curl -sf "$url_nginx" | sha256sum)
 [ "$a" = "$b" ] || { echo "the two servers disagree on the bytes: kaas $a, nginx $b (sha $sha)" >&2; exit 1; }
+for s in kaas nginx; do   # the response headers each sends (identity), for the record
+  u=$url_kaas; [ $s = nginx ] && u=$url_nginx
+  echo "$s headers: $(curl -s -D - -o /dev/null "$u" | tr -d '\r' | sed -n '2,$p' | cut -d: -f1 | grep . | tr '\n' ' ')"
+done
 
 # wrk's numbers: requests/s, p50 and p99 latency in ms. $2: extra wrk arguments.
 measure() {
@@ -83,15 +97,26 @@ print(f"{rps:.0f} {p50:.2f} {p99:.2f} {errs.group(1) if errs else 0}")'
 }
 wrk -t2 -c64 -d2s "$url_kaas" >/dev/null; wrk -t2 -c64 -d2s "$url_nginx" >/dev/null   # warm-up
 
-echo "| round | server | encoding | requests/s | p50 ms | p99 ms | non-2xx |"
-echo "|---|---|---|---|---|---|---|"
+# CPU time (user + system, in clock ticks) the server has used so far: kaas's process, or
+# nginx's master and workers. Divided by the requests served it gives the server's CPU
+# cost per request, which other load on the machine disturbs less than requests/s.
+cpu_ticks() {
+  local pids=$1; [ "$1" = "$nginx_pid" ] && pids="$1 $(pgrep -P "$1" | tr '\n' ' ')"
+  for p in $pids; do cut -d' ' -f14,15 "/proc/$p/stat"; done | awk '{t += $1 + $2} END {print t}'
+}
+tick=$(getconf CLK_TCK)
+
+echo "| round | server | encoding | requests/s | p50 ms | p99 ms | non-2xx | server CPU µs/req |"
+echo "|---|---|---|---|---|---|---|---|"
 for r in $(seq 1 "$rounds"); do
   for enc in identity gzip; do
     for s in kaas nginx; do
-      url=$url_kaas; [ $s = nginx ] && url=$url_nginx
+      url=$url_kaas; pid=$kaas_pid; [ $s = nginx ] && { url=$url_nginx; pid=$nginx_pid; }
+      t0=$(cpu_ticks "$pid")
       if [ $enc = gzip ]; then read -r rps p50 p99 errs < <(measure "$url" -H "Accept-Encoding: gzip")
       else read -r rps p50 p99 errs < <(measure "$url"); fi
-      echo "| $r | $s | $enc | $rps | $p50 | $p99 | $errs |"
+      cpu=$(( ($(cpu_ticks "$pid") - t0) * 1000000 / tick / (rps * secs) ))
+      echo "| $r | $s | $enc | $rps | $p50 | $p99 | $errs | $cpu |"
       echo "$s-$enc $rps $p50 $p99" >> "$work/results"
     done
   done

@@ -325,8 +325,11 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     tracing::info!(workers = %note, "GPU workers");
     state.set_local_workers(note);
     tracing::info!(bind = %s.bind, database = %redact(&s.database_url), backend = db::backend_name(&state.db), "kaas serving; API docs at /docs");
+    // TCP_NODELAY, as nginx sets on keep-alive connections: a response's last partial
+    // segment goes out at once instead of waiting for the client's ACK of the previous.
     actix_web::HttpServer::new(move || create_app(state.clone()))
         .workers(s.http_threads)
+        .tcp_nodelay(true)
         .bind(&s.bind)
         .with_context(|| format!("binding {}", s.bind))?
         .run()

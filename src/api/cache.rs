@@ -5,6 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use actix_web::http::header::HeaderValue;
 use actix_web::web::Bytes;
 use moka::future::Cache;
 
@@ -40,7 +41,8 @@ pub fn gzip(bytes: &[u8]) -> Bytes {
 
 /// PTX of one artifact, with its strong ETag, and gzip-compressed once for clients that
 /// accept it (PTX text shrinks several-fold, and sending fewer bytes is most of the cost
-/// of a download).
+/// of a download). The response's per-artifact header values are built once here too, so
+/// a download allocates nothing for them.
 #[derive(Debug)]
 pub struct ArtifactBody {
     pub sha256: String,
@@ -49,14 +51,28 @@ pub struct ArtifactBody {
     /// The gzip representation and its own strong ETag (`"<sha256>-gzip"`).
     pub gzip: Bytes,
     pub gzip_etag: String,
+    /// `etag`, `gzip_etag`, `Content-Location` and `Content-Disposition` as header values.
+    pub etag_header: HeaderValue,
+    pub gzip_etag_header: HeaderValue,
+    pub content_location: HeaderValue,
+    pub content_disposition: HeaderValue,
 }
 
 impl ArtifactBody {
     pub fn new(sha256: String, ptx: String) -> Self {
         let gzip = gzip(ptx.as_bytes());
+        // A sha256 from the database is 64 hex digits; anything else still makes a valid
+        // (if odd) header value rather than a panic.
+        let value = |s: String| HeaderValue::from_maybe_shared(Bytes::from(s)).unwrap_or_else(|_| HeaderValue::from_static("invalid"));
+        let etag = format!("\"{sha256}\"");
+        let gzip_etag = format!("\"{sha256}-gzip\"");
         ArtifactBody {
-            etag: format!("\"{sha256}\""),
-            gzip_etag: format!("\"{sha256}-gzip\""),
+            etag_header: value(etag.clone()),
+            gzip_etag_header: value(gzip_etag.clone()),
+            content_location: value(format!("/v1/artifacts/{sha256}")),
+            content_disposition: value(format!("attachment; filename=\"{sha256}.ptx\"")),
+            etag,
+            gzip_etag,
             sha256,
             body: ptx.into_bytes().into(),
             gzip,
