@@ -90,6 +90,8 @@ tune() {
     setup_device
     "$K" tune --ptx-dir "$here/tune-ptx" --state "$OUT/tune-state.json" "$@" 2>&1 | tee "$OUT/tune.log" | grep -v '^\[' || true
     "$K" tune --state "$OUT/tune-state.json" --report
+    # The full state is too large to come back whole: gunzip it here to resume or submit.
+    gzip -f "$OUT/tune-state.json"
 }
 
 verify() {  # $1 state file, $2 seconds, $3 bench budget ms, then `kaas tune` submit options
