@@ -68,15 +68,12 @@ impl Client {
         })
     }
 
-    fn answer<T: DeserializeOwned>(&self, url: &str, res: Result<ureq::http::Response<ureq::Body>, ureq::Error>) -> Result<(u16, T), ClientError> {
-        let mut res = res.map_err(|e| ClientError::Transport { url: url.to_string(), message: e.to_string() })?;
+    /// Reads a response: its status and body text, or a problem+json error for 4xx/5xx.
+    fn read(url: &str, res: Result<ureq::http::Response<ureq::Body>, ureq::Error>) -> Result<(u16, String), ClientError> {
+        let transport = |e: ureq::Error| ClientError::Transport { url: url.to_string(), message: e.to_string() };
+        let mut res = res.map_err(transport)?;
         let status = res.status().as_u16();
-        let text = res
-            .body_mut()
-            .with_config()
-            .limit(64 << 20)
-            .read_to_string()
-            .map_err(|e| ClientError::Transport { url: url.to_string(), message: e.to_string() })?;
+        let text = res.body_mut().with_config().limit(64 << 20).read_to_string().map_err(transport)?;
         if status >= 400 {
             let body: serde_json::Value = serde_json::from_str(&text).unwrap_or(serde_json::Value::String(text.clone()));
             return Err(ClientError::Problem {
@@ -86,6 +83,11 @@ impl Client {
                 body,
             });
         }
+        Ok((status, text))
+    }
+
+    fn answer<T: DeserializeOwned>(&self, url: &str, res: Result<ureq::http::Response<ureq::Body>, ureq::Error>) -> Result<(u16, T), ClientError> {
+        let (status, text) = Self::read(url, res)?;
         let value = serde_json::from_str(&text).map_err(|e| ClientError::Decode { url: url.to_string(), message: e.to_string() })?;
         Ok((status, value))
     }
@@ -101,37 +103,13 @@ impl Client {
 
     pub fn get_text(&self, path: &str) -> Result<String, ClientError> {
         let url = self.url(path);
-        let mut res = self.agent.get(&url).call().map_err(|e| ClientError::Transport { url: url.clone(), message: e.to_string() })?;
-        let status = res.status().as_u16();
-        let text = res.body_mut().with_config().limit(64 << 20).read_to_string().map_err(|e| ClientError::Transport { url: url.clone(), message: e.to_string() })?;
-        if status >= 400 {
-            return Err(ClientError::Problem { status, code: "error".into(), detail: text, body: serde_json::Value::Null });
-        }
-        Ok(text)
+        Self::read(&url, self.agent.get(&url).call()).map(|(_, text)| text)
     }
 
     pub fn post<T: DeserializeOwned>(&self, path: &str, body: &impl serde::Serialize) -> Result<(u16, T), ClientError> {
         let url = self.url(path);
         let res = self.agent.post(&url).header("Authorization", self.auth()?).send_json(body);
         self.answer(&url, res)
-    }
-
-    pub fn delete(&self, path: &str) -> Result<(), ClientError> {
-        let url = self.url(path);
-        let res = self.agent.delete(&url).header("Authorization", self.auth()?).call();
-        let mut res = res.map_err(|e| ClientError::Transport { url: url.clone(), message: e.to_string() })?;
-        let status = res.status().as_u16();
-        if status >= 400 {
-            let text = res.body_mut().read_to_string().unwrap_or_default();
-            let body: serde_json::Value = serde_json::from_str(&text).unwrap_or_default();
-            return Err(ClientError::Problem {
-                status,
-                code: body.get("code").and_then(|v| v.as_str()).unwrap_or("error").into(),
-                detail: body.get("detail").and_then(|v| v.as_str()).unwrap_or(&text).into(),
-                body,
-            });
-        }
-        Ok(())
     }
 
     /// Follows a submission's event stream, calling `on` with every snapshot, until the

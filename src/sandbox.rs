@@ -60,6 +60,13 @@ impl SandboxCommand {
         self
     }
 
+    /// The child process, its stdout and stderr piped (the caller sets stdin).
+    fn command(&self) -> Command {
+        let mut c = Command::new(&self.program);
+        c.args(&self.args).envs(self.envs.iter().map(|(k, v)| (k, v))).stdout(Stdio::piped()).stderr(Stdio::piped());
+        c
+    }
+
     /// `$KAAS_SANDBOX_EXE sandbox`, or this executable with `sandbox`.
     pub fn from_env() -> std::io::Result<Self> {
         let program = match std::env::var_os(EXE_ENV).filter(|p| !p.is_empty()) {
@@ -110,13 +117,7 @@ pub fn run_with_cancel(cmd: &SandboxCommand, job: &Job, wall_limit: Duration, ca
         Ok(v) => v,
         Err(e) => return RunOutcome::early(Verdict::InternalError, SANDBOX, format!("cannot serialise the job: {e}")),
     };
-    let spawned = Command::new(&cmd.program)
-        .args(&cmd.args)
-        .envs(cmd.envs.iter().map(|(k, v)| (k, v)))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn();
+    let spawned = cmd.command().stdin(Stdio::piped()).spawn();
     let mut child = match spawned {
         Ok(c) => c,
         Err(e) => {
@@ -328,14 +329,7 @@ fn probe() -> Probe {
 
 /// Asks a sandbox child which GPUs it sees (the caller loads no CUDA library itself).
 pub fn run_probe(cmd: &SandboxCommand, limit: Duration) -> Probe {
-    let out = Command::new(&cmd.program)
-        .args(&cmd.args)
-        .arg("--probe")
-        .envs(cmd.envs.iter().map(|(k, v)| (k, v)))
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn();
+    let out = cmd.command().arg("--probe").stdin(Stdio::null()).spawn();
     let mut child = match out {
         Ok(c) => c,
         Err(e) => return Probe { devices: vec![], error: Some(format!("cannot start `{}`: {e}", cmd.program.display())) },

@@ -112,6 +112,11 @@ pub async fn claim(db: &DatabaseConnection, who: &Claimant, lease: Duration, max
     }
 }
 
+/// The job, while it is running under this worker's lease.
+fn held_by(job_id: i32, worker_id: &str) -> Condition {
+    Condition::all().add(job::Column::Id.eq(job_id)).add(job::Column::LeaseOwner.eq(worker_id)).add(job::Column::State.eq(state::RUNNING))
+}
+
 /// Renews the lease and records the stage; `false` when the job is no longer this
 /// worker's (cancelled, or taken over after the lease ran out): stop working on it.
 pub async fn heartbeat(db: &DatabaseConnection, job_id: i32, worker_id: &str, lease: Duration, stage: Option<&str>) -> Result<bool, DbErr> {
@@ -123,9 +128,7 @@ pub async fn heartbeat(db: &DatabaseConnection, job_id: i32, worker_id: &str, le
         q = q.col_expr(job::Column::Stage, Expr::value(s.to_string()));
     }
     let res = q
-        .filter(job::Column::Id.eq(job_id))
-        .filter(job::Column::LeaseOwner.eq(worker_id))
-        .filter(job::Column::State.eq(state::RUNNING))
+        .filter(held_by(job_id, worker_id))
         .exec(db)
         .await?;
     Ok(res.rows_affected == 1)
@@ -142,9 +145,7 @@ pub async fn release(db: &DatabaseConnection, job_id: i32, worker_id: &str, erro
         .col_expr(job::Column::Error, Expr::value(error.to_string()))
         .col_expr(job::Column::Stage, Expr::value("waiting for a worker (retry)".to_string()))
         .col_expr(job::Column::UpdatedAt, Expr::value(now))
-        .filter(job::Column::Id.eq(job_id))
-        .filter(job::Column::LeaseOwner.eq(worker_id))
-        .filter(job::Column::State.eq(state::RUNNING))
+        .filter(held_by(job_id, worker_id))
         .exec(db)
         .await?;
     Ok(res.rows_affected == 1)

@@ -145,9 +145,11 @@ pub async fn create(db: &DatabaseConnection, caller: &Caller, req: NewSubmission
     let record = bundle::describe_ptx(ptx.as_bytes()).map_err(ApiError::InvalidArtifact)?;
     // The manifests, alone and against the PTX.
     let manifests = manifests_of(&req, quotas)?;
+    // Parsed once, checked against every manifest (a tuner submission has hundreds).
     let limits = StaticLimits::default();
+    let info = crate::ptx::parse(ptx.as_bytes(), &limits).map_err(|e| ApiError::InvalidArtifact(e.to_string()))?;
     for m in &manifests {
-        crate::ptx::check(ptx.as_bytes(), m, &limits).map_err(|e| ApiError::StaticInvalid(format!("{}: {e}", m.problem)))?;
+        crate::ptx::check_against_manifest_with(&info, m, &limits).map_err(|e| ApiError::StaticInvalid(format!("{}: {e}", m.problem)))?;
     }
     let (ptx_owned, checked) = (ptx.clone(), manifests.clone());
     tokio::task::spawn_blocking(move || ptxas_check(&ptx_owned, &checked))
