@@ -12,6 +12,11 @@
 #                                          `kaas pull`, `kaas leaderboard`; logs in $OUT/e2e
 #   bash .dev/run/device-run.sh tune ARGS… (device) `kaas tune ARGS…` with the staged PTX;
 #                                          state in $OUT/tune-state.json
+#   bash .dev/run/device-run.sh whole KERNEL SIZE BUDGET_MS …
+#                                          (device) `kaas run --bench` of a Hopper kernel
+#                                          (k: the catalog's 8192³ tn entry; w: the tuner's
+#                                          128×256 tile; persistent grid) on SIZE³, for each
+#                                          triple: one whole sandboxed run, seconds per stage
 #   bash .dev/run/device-run.sh verify STATE SECONDS BENCH_MS [OPTIONS…]
 #                                          (device) serve with workers, submit the winners
 #                                          of STATE, let the workers verify and benchmark
@@ -44,6 +49,27 @@ for e in idx["entries"]:
     t = {"abi": "kaas.hgemm.v1", "arch": p["arch"], "acc": p["acc"], "layout": p["layout"], "workspace_bytes": 0,
          "launches": [dict(e["manifest"]["launches"][0], grid=[{"ceil_div": ["N", 128]}, {"ceil_div": ["M", 128]}, 1])]}
     json.dump(t, open(e2e + f"template_{p['layout']}.json", "w"), indent=1)
+
+# Whole-run kernels: `k`, the H100 catalog's 8192³ tn entry, and `w`, the tuner's
+# 128×256×64 tile (4 stages, 2 consumers); both on the persistent grid (one CTA per SM),
+# so only the problem differs between shapes.
+import gzip, os
+os.makedirs(".dev/run/whole", exist_ok=True)
+h100 = json.load(gzip.open("kernels/h100/index.json.gz"))
+e = next(e for e in h100["entries"] if e["problem"]["layout"] == "tn" and e["problem"]["m"] == e["problem"]["n"] == e["problem"]["k"] == 8192)
+open(".dev/run/whole/k.ptx", "w").write(open(f"kernels/h100/ptx/{e['artifact']}.ptx").read())
+wide = copy.deepcopy(e["manifest"])
+entry = "kaas_wgmma_f32_tn_128x256x64_s4_c2_m1_g16"
+open(".dev/run/whole/w.ptx", "w").write(open(f".dev/run/tune-ptx/{entry}.ptx").read())
+launch = wide["launches"][0]
+launch.update(entry=entry, block=[384, 1, 1], shared_mem_bytes=4 * (128 + 256) * 64 * 2 + 1024 + 2 * 9216)
+launch["params"][0]["tensor_map"]["box"] = [64, 128]
+launch["params"][1]["tensor_map"]["box"] = [64, 256]
+for name, base in (("k", e["manifest"]), ("w", wide)):
+    for size in (2048, 4096, 8192, 16384):
+        m = copy.deepcopy(base)
+        m["problem"].update(m=size, n=size, k=size)
+        json.dump(m, open(f".dev/run/whole/{name}-m{size}.json", "w"), indent=1)
 PY
     du -sh .dev/run
 }
@@ -94,6 +120,37 @@ tune() {
     gzip -f "$OUT/tune-state.json"
 }
 
+whole() {  # triples of KERNEL (k or w) SIZE BUDGET_MS
+    setup_device; mkdir -p "$OUT/whole"
+    while (( $# >= 3 )); do
+        local kernel="$1" size="$2" budget="$3"; shift 3
+        local t0; t0=$(date +%s.%N)
+        "$K" run --ptx "$here/whole/$kernel.ptx" --manifest "$here/whole/$kernel-m$size.json" --bench --budget-ms "$budget" --modes graph,offline --json \
+            >"$OUT/whole/run-$kernel-$size.json" 2>"$OUT/whole/run-$kernel-$size.err" || true
+        echo "whole run $kernel ${size}³: $(python3 -c "import sys; print(f'{float(sys.argv[2]) - float(sys.argv[1]):.2f}')" "$t0" "$(date +%s.%N)") s wall (budget ${budget} ms)" | tee -a "$OUT/whole/wall.txt"
+    done
+    python3 - "$OUT/whole" <<'PY'
+import glob, json, os, sys
+for path in sorted(glob.glob(os.path.join(sys.argv[1], "run-*.json"))):
+    try:
+        o = json.load(open(path))
+    except Exception as e:
+        print(path, "unreadable:", e); continue
+    b = o.get("bench") or {}
+    print(f"== {os.path.basename(path)}: verdict {o['verdict']}, sandbox {o['duration_ms'] / 1e3:.2f} s")
+    for c in o["checks"]:
+        print(f"   {c['duration_ms'] / 1e3:7.2f} s  {c['name']}")
+    for k in ("setup_ms", "autotune_ms", "elapsed_ms", "recheck_ms", "total_ms"):
+        if k in b:
+            print(f"   {b[k] / 1e3:7.2f} s  bench {k[:-3]}")
+    if b:
+        print("   rounds", b.get("rounds"), "converged", b.get("converged"), "graph speedups", json.dumps(b.get("speedups", {}).get("graph", {})))
+        print("   recheck:", (b.get("recheck") or {}).get("detail", "")[:300])
+    if o["verdict"] != "pass":
+        print("   message:", o["message"][:600])
+PY
+}
+
 verify() {  # $1 state file, $2 seconds, $3 bench budget ms, then `kaas tune` submit options
     setup_device
     local state="$1" seconds="$2" bench="${3:-1000}"; shift 3 || shift $#
@@ -139,5 +196,6 @@ case "$mode" in
     e2e) e2e ;;
     tune) tune "$@" ;;
     verify) verify "$@" ;;
-    *) echo "usage: $0 stage | e2e | tune ARGS… | verify STATE SECONDS BENCH_MS [TUNE SUBMIT OPTIONS…]" >&2; exit 2 ;;
+    whole) whole "$@" ;;
+    *) echo "usage: $0 stage | e2e | tune ARGS… | whole KERNEL SIZE BUDGET_MS… | verify STATE SECONDS BENCH_MS [TUNE SUBMIT OPTIONS…]" >&2; exit 2 ;;
 esac

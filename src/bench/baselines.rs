@@ -15,7 +15,6 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use chrono::Utc;
-use half::f16;
 use serde::Serialize;
 
 use super::autotune::{self, AutotuneChoice, AutotuneKey, AutotuneOptions};
@@ -147,22 +146,12 @@ pub(crate) struct Pool {
 }
 
 impl Pool {
+    /// `elems` values uniform in [-1, 1), generated on the device from `seed`.
     pub(crate) fn new(gpu: &Gpu, elems: usize, seed: u64) -> Result<Pool, GpuError> {
         let elems = elems.max(1);
-        let mut state = seed ^ 0x9e37_79b9_7f4a_7c15;
-        let host: Vec<f16> = (0..elems)
-            .map(|_| {
-                // splitmix64: fast, and plenty for timing inputs.
-                state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-                let mut z = state;
-                z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-                z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-                z ^= z >> 31;
-                f16::from_f32(((z >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0)
-            })
-            .collect();
         let buf = gpu.alloc(elems * 2)?;
-        buf.upload_f16(gpu, &host)?;
+        crate::gpu::checks::fill_uniform(gpu, &buf, elems, seed, -1.0, 1.0)?;
+        gpu.synchronize()?;
         Ok(Pool { buf, elems })
     }
 

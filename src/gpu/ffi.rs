@@ -799,6 +799,17 @@ pub struct ColumnMajorGemm {
     pub compute: Compute,
 }
 
+/// The verifier's reference products, through `cublasGemmEx`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReferenceGemm {
+    /// fp16 A and B, fp32 C and fp32 compute: for inputs in {0,1} every product and
+    /// partial sum is a whole number below 2^24, so C is the exact count.
+    CountsF32,
+    /// fp32 A, B and C with `CUBLAS_COMPUTE_32F_PEDANTIC`: fp32 FMA throughout, no TF32
+    /// or other reduced-precision path.
+    Fp32Pedantic,
+}
+
 /// Alpha = 1 and beta = 0 in the scalar type a compute type needs.
 enum Scalars {
     F16(u16, u16),
@@ -841,20 +852,55 @@ impl Cublas {
     /// `cublasGemmEx` with the default algorithm (tensor ops for fp16 since CUDA 11; the
     /// `_TENSOR_OP` algorithm values are deprecated aliases of it).
     pub fn gemm_ex(&self, g: &ColumnMajorGemm, a: &DeviceMemory, b: &DeviceMemory, c: &DeviceMemory) -> Res<()> {
-        let scalars = Scalars::one_zero(g.compute);
-        let (alpha, beta) = scalars.ptrs();
         let compute = match g.compute {
             Compute::F16 => cb::cublasComputeType_t::CUBLAS_COMPUTE_16F,
             Compute::F32 => cb::cublasComputeType_t::CUBLAS_COMPUTE_32F,
         };
+        let f16 = cb::cudaDataType_t::CUDA_R_16F;
+        self.gemm_typed(g, (f16, f16), compute, Scalars::one_zero(g.compute), (a, b, c), 2)
+    }
+
+    /// One of the verifier's reference products (see [`ReferenceGemm`]); `g.compute` is
+    /// ignored.
+    pub fn reference_gemm(&self, g: &ColumnMajorGemm, kind: ReferenceGemm, a: &DeviceMemory, b: &DeviceMemory, c: &DeviceMemory) -> Res<()> {
+        let (f16, f32) = (cb::cudaDataType_t::CUDA_R_16F, cb::cudaDataType_t::CUDA_R_32F);
+        let scalars = Scalars::one_zero(Compute::F32);
+        match kind {
+            ReferenceGemm::CountsF32 => {
+                self.gemm_typed(g, (f16, f32), cb::cublasComputeType_t::CUBLAS_COMPUTE_32F, scalars, (a, b, c), 2)
+            }
+            ReferenceGemm::Fp32Pedantic => {
+                self.gemm_typed(g, (f32, f32), cb::cublasComputeType_t::CUBLAS_COMPUTE_32F_PEDANTIC, scalars, (a, b, c), 4)
+            }
+        }
+    }
+
+    /// `cublasGemmEx` with the given (input, output) element types; `in_bytes` is the size
+    /// of an input element, for the size checks.
+    fn gemm_typed(
+        &self,
+        g: &ColumnMajorGemm,
+        (in_type, out_type): (cb::cudaDataType_t, cb::cudaDataType_t),
+        compute: cb::cublasComputeType_t,
+        scalars: Scalars,
+        (a, b, c): (&DeviceMemory, &DeviceMemory, &DeviceMemory),
+        in_bytes: usize,
+    ) -> Res<()> {
+        let out_bytes = if out_type == cb::cudaDataType_t::CUDA_R_32F { 4 } else { 2 };
+        let dims = |rows: i32, cols: i32, ld: i32| (ld.max(rows).max(0) as usize) * (cols.max(0) as usize);
+        let (ar, ac) = if g.transa == Op::N { (g.m, g.k) } else { (g.k, g.m) };
+        let (br, bc) = if g.transb == Op::N { (g.k, g.n) } else { (g.n, g.k) };
+        a.fits(dims(ar, ac, g.lda) * in_bytes, "cublasGemmEx")?;
+        b.fits(dims(br, bc, g.ldb) * in_bytes, "cublasGemmEx")?;
+        c.fits(dims(g.m, g.n, g.ldc) * out_bytes, "cublasGemmEx")?;
+        let (alpha, beta) = scalars.ptrs();
         let op = |o: Op| match o {
             Op::N => cb::cublasOperation_t::CUBLAS_OP_N,
             Op::T => cb::cublasOperation_t::CUBLAS_OP_T,
         };
-        let f16 = cb::cudaDataType_t::CUDA_R_16F;
         // SAFETY: scalars are host values living across the call; matrices are live device
-        // allocations whose sizes the caller checked against the shapes and leading
-        // dimensions.
+        // allocations at least as large as the shapes and leading dimensions need (checked
+        // above).
         blas(
             unsafe {
                 cb::cublasGemmEx(
@@ -866,14 +912,14 @@ impl Cublas {
                     g.k,
                     alpha,
                     a.ptr as *const c_void,
-                    f16,
+                    in_type,
                     g.lda,
                     b.ptr as *const c_void,
-                    f16,
+                    in_type,
                     g.ldb,
                     beta,
                     c.ptr as *mut c_void,
-                    f16,
+                    out_type,
                     g.ldc,
                     compute,
                     cb::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,

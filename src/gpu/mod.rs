@@ -8,6 +8,7 @@
 //! answers `no GPU: …` instead of the library loader panicking.
 
 mod baseline;
+pub mod checks;
 mod device;
 mod ffi;
 mod launch;
@@ -23,7 +24,7 @@ use cudarc::driver::sys::CUdevice_attribute as Attr;
 
 pub use baseline::{CublasGemm, LtAlgoConfig, LtGemm, column_major_mapping};
 pub use device::{DeviceFacts, device_class};
-pub use ffi::{ColumnMajorGemm, Compute, Op, exit_now};
+pub use ffi::{ColumnMajorGemm, Compute, Op, ReferenceGemm, exit_now};
 pub use launch::{PreparedManifest, encode_tensor_map, tensor_map_geometry};
 pub use operands::{Operands, a_len, b_len, c_len};
 pub use timing::{Contender, EventTimer, GraphTimer, time_direct, time_graph};
@@ -106,6 +107,7 @@ pub struct Gpu {
     facts: DeviceFacts,
     cublas: OnceCell<ffi::Cublas>,
     cublaslt: OnceCell<(ffi::CublasLt, ffi::DeviceMemory)>,
+    checks: OnceCell<ffi::Module>,
 }
 
 impl fmt::Debug for Gpu {
@@ -128,7 +130,7 @@ impl Gpu {
         let ctx = ffi::Context::primary(ordinal).map_err(at(format!("open device {ordinal}")))?;
         let stream = ffi::Stream::new(&ctx).map_err(at("create stream"))?;
         let facts = read_facts(&ctx, ordinal)?;
-        Ok(Gpu { ctx, stream, facts, cublas: OnceCell::new(), cublaslt: OnceCell::new() })
+        Ok(Gpu { ctx, stream, facts, cublas: OnceCell::new(), cublaslt: OnceCell::new(), checks: OnceCell::new() })
     }
 
     pub fn facts(&self) -> &DeviceFacts {

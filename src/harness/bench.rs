@@ -18,7 +18,6 @@
 
 use std::time::{Duration, Instant};
 
-use half::f16;
 use serde::{Deserialize, Serialize};
 
 use super::pipeline::bound_on;
@@ -28,10 +27,11 @@ use crate::bench::autotune::{self, AutotuneOptions};
 use crate::bench::baselines::{Pool, SLOTS, SixBaselines, operand_sets, operand_sets_with};
 use crate::bench::runner::{self, BaselineSlot, BenchConfig};
 use crate::bench::stats::Mode;
-use crate::gpu::{Contender, Gpu, GpuError, PreparedManifest};
+use crate::gpu::{Contender, Gpu, GpuError, PreparedManifest, c_len, checks};
 use crate::problem::{Layout, Problem};
 use crate::verify::rng::derive_seed;
-use crate::verify::{Verdict, find_non_finite, find_unwritten, max_abs_deviation};
+use crate::verify::Verdict;
+use crate::verify::containment::POISON_BITS;
 
 const BENCH: &str = "benchmark";
 const RECHECK: &str = "benchmark re-check";
@@ -84,7 +84,7 @@ impl BenchSettings {
     }
 
     /// What the sandbox's wall-clock limit must add for the benchmark: the rounds, both
-    /// autotune searches, and set-up plus the re-check's CPU reference.
+    /// autotune searches, and set-up and the re-check.
     pub fn wall_time(&self) -> Duration {
         Duration::from_millis(self.budget_ms) + self.autotune_budget() * 2 + Duration::from_secs(30)
     }
@@ -208,18 +208,22 @@ fn run_bench(gpu: &Gpu, job: &Job, settings: &BenchSettings) -> Result<(serde_js
 }
 
 /// Re-checks the output a timed launch left in buffer set `set` (see the module docs).
+/// Everything stays on the device: the timed output is kept in a copy, the untimed run
+/// compared with it bit for bit, and both measured against the fp32 reference.
 fn recheck(gpu: &Gpu, job: &Job, ops: &crate::gpu::Operands, prepared: &PreparedManifest, set: usize) -> Result<(serde_json::Value, Option<StageFailure>), StageFailure> {
     let p = job.manifest.problem;
     let harness = |e: GpuError| StageFailure::new(Verdict::InternalError, RECHECK, format!("the harness failed: {e}"));
+    let outputs = c_len(&p);
     gpu.synchronize().map_err(harness)?;
-    let timed = ops.download_c(gpu).map_err(harness)?;
-    let a = ops.a.download_f16(gpu, p.m as usize * p.k as usize).map_err(harness)?;
-    let b = ops.b.download_f16(gpu, p.k as usize * p.n as usize).map_err(harness)?;
     let what = format!("the output of a timed launch (buffer set {set})");
-    if let Some(f) = find_unwritten(&timed).or_else(|| find_non_finite(&timed)) {
-        let msg = format!("{what}: {} = {} ({} outputs unwritten or non-finite) although verification passed", cell(f.first, p.n), timed[f.first], f.count);
+    let (unwritten, non_finite) = checks::scan_output(gpu, &ops.c, outputs, POISON_BITS).map_err(harness)?;
+    if let Some(f) = unwritten.or(non_finite) {
+        let value = checks::read_f16(gpu, &ops.c, f.first).map_err(harness)?;
+        let msg = format!("{what}: {} = {value} ({} outputs unwritten or non-finite) although verification passed", cell(f.first, p.n), f.count);
         return Ok((serde_json::json!({"set": set, "passed": false, "detail": msg}), Some(StageFailure::new(Verdict::Unstable, RECHECK, msg))));
     }
+    let timed = gpu.alloc(outputs * 2).map_err(harness)?;
+    timed.copy_range(gpu, 0, &ops.c, 0, outputs * 2).map_err(harness)?;
 
     // The same inputs once more, untimed.
     ops.poison_c(gpu).map_err(harness)?;
@@ -230,29 +234,21 @@ fn recheck(gpu: &Gpu, job: &Job, ops: &crate::gpu::Operands, prepared: &Prepared
         Ok(false) => return Err(StageFailure::new(Verdict::Timeout, RECHECK, format!("an untimed run after timing did not finish within the watchdog's {} ms", job.watchdog().as_millis()))),
         Err(e) => return Err(StageFailure::new(Verdict::Crashed, RECHECK, format!("an untimed run after timing faulted: {e}"))),
     }
-    let untimed = ops.download_c(gpu).map_err(harness)?;
-    let differing = timed.iter().zip(&untimed).filter(|(x, y)| x.to_bits() != y.to_bits()).count();
+    let differing = checks::find_changed(gpu, &timed, &ops.c, outputs).map_err(harness)?.map_or(0, |f| f.count);
 
-    let bound = bound_on(gpu, &p, &a, &b, derive_seed(job.secret_seed, 0xBE_5C), RECHECK)?;
-    let dev_of = |c: &[f16]| {
-        let picked: Vec<f16> = bound.indices.iter().map(|&i| c[i]).collect();
-        max_abs_deviation(&picked, &bound.reference).map_err(|e| StageFailure::new(Verdict::InternalError, RECHECK, e.to_string()))
-    };
-    let dev = dev_of(&timed)?;
-    let dev_untimed = dev_of(&untimed)?;
-    let at = bound.indices.get(dev.index).copied().unwrap_or(0);
+    let bound = bound_on(gpu, &p, &ops.a, &ops.b, derive_seed(job.secret_seed, 0xBE_5C), RECHECK)?;
+    let dev = bound.deviation(gpu, &timed, RECHECK)?;
+    let dev_untimed = bound.deviation(gpu, &ops.c, RECHECK)?;
     let passed = bound.bound.admits(dev.max_abs);
     let detail = format!(
-        "{what}: max |C − fp32 reference| = {:.6} at {} over {} outputs; bound {:.6} (worst fresh baseline {:.6}, {}); untimed run: {:.6}, {} of {} outputs differ bitwise from the timed one",
+        "{what}: max |C − fp32 reference| = {:.6} at {} over all {outputs} outputs; bound {:.6} (worst fresh baseline {:.6}, {}); untimed run: {:.6}, {} of {outputs} outputs differ bitwise from the timed one",
         dev.max_abs,
-        cell(at, p.n),
-        bound.indices.len(),
+        cell(dev.index, p.n),
         bound.bound.bound,
         bound.worst.1,
         bound.worst.0,
         dev_untimed.max_abs,
         differing,
-        timed.len()
     );
     let value = serde_json::json!({
         "set": set,
@@ -262,7 +258,7 @@ fn recheck(gpu: &Gpu, job: &Job, ops: &crate::gpu::Operands, prepared: &Prepared
         "untimed_max_abs_deviation": dev_untimed.max_abs,
         "identical_to_untimed": differing == 0,
         "differing_outputs": differing,
-        "checked_outputs": bound.indices.len(),
+        "checked_outputs": outputs,
         "detail": detail,
     });
     let failure = (!passed).then(|| StageFailure::new(Verdict::Unstable, RECHECK, format!("{detail}. Its timed output is wrong although verification passed.")));

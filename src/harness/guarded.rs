@@ -4,8 +4,6 @@
 //! by default, beyond which the write usually faults), and [`GuardedOperands::check_canaries`]
 //! says which buffer, which side and how far.
 
-use half::f16;
-
 use crate::gpu::{DeviceBuffer, Gpu, GpuError, Operands};
 use crate::problem::Problem;
 use crate::verify::containment::{GuardedLayout, POISON_BITS, canary_pattern, check_canary};
@@ -141,16 +139,6 @@ impl GuardedOperands {
     pub fn poison_c(&self, gpu: &Gpu) -> Result<(), GpuError> {
         let p = self.ops.problem();
         self.ops.c.fill_f16_bits(gpu, POISON_BITS, p.m as usize * p.n as usize)
-    }
-
-    pub fn download_a(&self, gpu: &Gpu) -> Result<Vec<f16>, GpuError> {
-        let p = self.ops.problem();
-        self.ops.a.download_f16(gpu, p.m as usize * p.k as usize)
-    }
-
-    pub fn download_b(&self, gpu: &Gpu) -> Result<Vec<f16>, GpuError> {
-        let p = self.ops.problem();
-        self.ops.b.download_f16(gpu, p.k as usize * p.n as usize)
     }
 
     /// The first damaged canary (C's first, then A, B, workspace), or `None`.

@@ -26,7 +26,7 @@ use crate::verify::Verdict;
 
 pub use bench::{BenchSettings, bench_candidate};
 pub use pipeline::verify_candidate;
-pub use stages::{deviation_sample, device_limits, max_ptx_version_for_driver, ptxas_arch, static_checks};
+pub use stages::{device_limits, max_ptx_version_for_driver, ptxas_arch, static_checks};
 
 /// One run to judge: what the sandbox reads on stdin.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -9,21 +9,16 @@
 
 use std::time::Instant;
 
-use half::f16;
-
 use super::guarded::GuardedOperands;
-use super::stages::{CheckLog, DEVIATION_FULL_MACS, StageFailure, cell, deviation_sample, static_checks};
+use super::stages::{CheckLog, DEVIATION_FULL_MACS, StageFailure, cell, static_checks};
 use super::{Job, RunOutcome};
-use crate::gpu::{Contender, CublasGemm, Gpu, GpuError, LtGemm, Operands, PreparedManifest};
+use crate::gpu::{Contender, CublasGemm, DeviceBuffer, Gpu, GpuError, LtGemm, Operands, PreparedManifest, a_len, b_len, c_len, checks};
 use crate::problem::{Layout, Problem};
-use crate::verify::binary::{fill_uniform, operand_seeds};
+use crate::verify::binary::{EXACT_LIMIT, operand_seeds};
 use crate::verify::containment::{DEFAULT_CANARY_BYTES, POISON_BITS};
-use crate::verify::deviation::max_abs;
-use crate::verify::rng::derive_seed;
-use crate::verify::{
-    BinaryReference, CpuReference, DeviationBound, SamplePlan, Verdict, binary_density, fill_binary, find_changed, find_non_finite, find_unwritten,
-    max_abs_deviation,
-};
+use crate::verify::rng::{SplitMix64, derive_seed};
+use crate::verify::spot::{ReferenceKind, check_reference, spot_cells};
+use crate::verify::{Deviation, DeviationBound, Verdict, binary_density, max_abs_deviation};
 
 /// Fresh (unpredictable) binary seeds per run, besides the secret one.
 pub const FRESH_BINARY_SEEDS: usize = 2;
@@ -79,10 +74,12 @@ fn internal(stage: &str) -> impl Fn(GpuError) -> StageFailure + '_ {
     move |e| StageFailure::new(Verdict::InternalError, stage, format!("the harness failed: {e}"))
 }
 
-/// One launch sequence's inputs, as the checks need them.
+/// One launch sequence's inputs, as the checks need them: pristine device copies of A
+/// and B, copied into the guarded buffers before each launch sequence and compared with
+/// them after it.
 struct Inputs<'a> {
-    a: &'a [f16],
-    b: &'a [f16],
+    a: &'a DeviceBuffer,
+    b: &'a DeviceBuffer,
     /// E.g. `run 2 of 4 (secret seed)`, for messages.
     what: String,
 }
@@ -119,10 +116,14 @@ impl Run<'_> {
             let n = prepared.launch_count();
             Ok((prepared, format!("{n} launch(es) bound to guarded buffers")))
         })?;
+        let p = *self.problem();
+        let a = gpu.alloc(a_len(&p) * 2).map_err(internal("allocate"))?;
+        let b = gpu.alloc(b_len(&p) * 2).map_err(internal("allocate"))?;
 
-        let result = self.gpu_stages(&guarded, &prepared);
+        let result = self.gpu_stages(&guarded, &prepared, (&a, &b));
         if result.as_ref().is_err_and(StageFailure::device_lost) {
             // Freeing memory or unloading the module would wait for the hung kernel.
+            std::mem::forget((a, b));
             std::mem::forget(prepared);
             std::mem::forget(guarded);
             std::mem::forget(loaded);
@@ -130,17 +131,21 @@ impl Run<'_> {
         result
     }
 
-    fn gpu_stages(&mut self, guarded: &GuardedOperands, prepared: &PreparedManifest) -> Result<String, StageFailure> {
-        let binary = self.binary_stage(guarded, prepared)?;
-        let deviation = self.deviation_stage(guarded, prepared)?;
+    fn gpu_stages(&mut self, guarded: &GuardedOperands, prepared: &PreparedManifest, inputs: (&DeviceBuffer, &DeviceBuffer)) -> Result<String, StageFailure> {
+        let binary = self.binary_stage(guarded, prepared, inputs)?;
+        let deviation = self.deviation_stage(guarded, prepared, inputs)?;
         Ok(format!("passed: static checks, JIT load, {binary}, {deviation}, containment after every run"))
     }
 
     /// The binary exact test: fresh seeds and the secret seed, each on new inputs, then
     /// the last inputs once more. A kernel that caches by address, or works only on its
-    /// first launch, fails on the second run.
-    fn binary_stage(&mut self, guarded: &GuardedOperands, prepared: &PreparedManifest) -> Result<String, StageFailure> {
+    /// first launch, fails on the second run. Inputs are generated on the GPU and the
+    /// exact counts come from cuBLAS with fp32 output (exact for whole numbers below
+    /// 2^24), spot-checked on the host; every output of C is compared.
+    fn binary_stage(&mut self, guarded: &GuardedOperands, prepared: &PreparedManifest, (a, b): (&DeviceBuffer, &DeviceBuffer)) -> Result<String, StageFailure> {
         let p = *self.problem();
+        let gpu = self.gpu;
+        let harness = internal(BINARY);
         let density = binary_density(p.k);
         let fresh: Vec<u64> = (0..FRESH_BINARY_SEEDS).map(|_| rand::random::<u64>()).collect();
         // Secret seed in the middle: fresh, secret, fresh, then the last inputs repeated.
@@ -152,49 +157,39 @@ impl Run<'_> {
             }
         }
         let total = seeds.len() + 1;
-        let mut last: Option<(Vec<f16>, Vec<f16>, BinaryReference, SamplePlan, String)> = None;
+        let mut last: Option<(DeviceBuffer, String)> = None;
         for (i, (seed, label)) in seeds.iter().enumerate() {
             let what = format!("run {} of {total} ({label})", i + 1);
             let (sa, sb) = operand_seeds(*seed);
-            let a = fill_binary(sa, p.m as usize * p.k as usize, density);
-            let b = fill_binary(sb, p.k as usize * p.n as usize, density);
-            let reference = BinaryReference::new(p.shape(), p.layout, &a, &b).map_err(|e| StageFailure::new(Verdict::InternalError, BINARY, e.to_string()))?;
-            let plan = SamplePlan::for_shape(p.shape(), derive_seed(*seed, 0x5A));
-            self.binary_run(guarded, prepared, &a, &b, &reference, &plan, what.clone())?;
-            last = Some((a, b, reference, plan, label.clone()));
+            checks::fill_binary(gpu, a, a_len(&p), sa, density).map_err(&harness)?;
+            checks::fill_binary(gpu, b, b_len(&p), sb, density).map_err(&harness)?;
+            let counts = checks::exact_counts(gpu, &p, a, b).map_err(&harness)?;
+            spot_check(gpu, &p, (a, b), &counts, ReferenceKind::Counts, derive_seed(*seed, 0x5A), BINARY)?;
+            self.binary_run(guarded, prepared, Inputs { a, b, what }, &counts)?;
+            last = Some((counts, label.clone()));
         }
-        if let Some((a, b, reference, plan, label)) = last {
+        if let Some((counts, label)) = last {
             let what = format!("run {total} of {total} (the inputs of the previous run again, {label})");
-            self.binary_run(guarded, prepared, &a, &b, &reference, &plan, what)?;
+            self.binary_run(guarded, prepared, Inputs { a, b, what }, &counts)?;
         }
         Ok(format!("binary exact test ({total} runs, density {density:.3})"))
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn binary_run(
-        &mut self,
-        guarded: &GuardedOperands,
-        prepared: &PreparedManifest,
-        a: &[f16],
-        b: &[f16],
-        reference: &BinaryReference,
-        plan: &SamplePlan,
-        what: String,
-    ) -> Result<(), StageFailure> {
-        let n = self.problem().n;
-        let inputs = Inputs { a, b, what: what.clone() };
-        let name = format!("binary {what}");
+    fn binary_run(&mut self, guarded: &GuardedOperands, prepared: &PreparedManifest, inputs: Inputs, counts: &DeviceBuffer) -> Result<(), StageFailure> {
+        let p = *self.problem();
+        let name = format!("binary {}", inputs.what);
         let (gpu, job) = (self.gpu, self.job);
         self.log.run(name, || {
-            let c = launch(gpu, job, guarded, prepared, &inputs, BINARY)?;
-            let report = reference.check(&c, plan).map_err(|e| StageFailure::new(Verdict::InternalError, BINARY, e.to_string()))?;
+            launch(gpu, job, guarded, prepared, &inputs, BINARY)?;
+            let what = &inputs.what;
+            let report = checks::compare_exact(gpu, &guarded.operands().c, counts, c_len(&p), p.n as usize, EXACT_LIMIT).map_err(internal(BINARY))?;
             if let Some(m) = report.first_mismatch {
                 return Err(StageFailure::new(
                     Verdict::ExactMismatch,
                     BINARY,
                     format!(
                         "{what}: {} = {} but the exact value is {} (inputs in {{0,1}}); {} of {} checked outputs are wrong",
-                        cell(m.row as usize * n.max(1) as usize + m.col as usize, n),
+                        cell(m.row as usize * p.n.max(1) as usize + m.col as usize, p.n),
                         m.got,
                         m.expected,
                         report.mismatches,
@@ -202,63 +197,45 @@ impl Run<'_> {
                     ),
                 ));
             }
-            let sampled = if matches!(plan, SamplePlan::Full) { "all" } else { "sampled lines of" };
-            Ok(((), format!("{} outputs exact ({sampled} C; {} over 2048 skipped)", report.checked, report.over_limit)))
+            Ok(((), format!("{} outputs exact (all of C; {} over 2048 skipped)", report.checked, report.over_limit)))
         })
     }
 
     /// The deviation test: random inputs in [-1, 1]; the candidate's largest deviation
     /// from the fp32 reference must not exceed the worst baseline's of the same `acc`
-    /// (cuBLAS and cuBLASLt, `nn` and `tn`, same inputs) plus half an fp16 ulp.
-    fn deviation_stage(&mut self, guarded: &GuardedOperands, prepared: &PreparedManifest) -> Result<String, StageFailure> {
+    /// (cuBLAS and cuBLASLt, `nn` and `tn`, same inputs) plus half an fp16 ulp. Every
+    /// output is compared, on the GPU.
+    fn deviation_stage(&mut self, guarded: &GuardedOperands, prepared: &PreparedManifest, (a, b): (&DeviceBuffer, &DeviceBuffer)) -> Result<String, StageFailure> {
         let p = *self.problem();
         let seed = rand::random::<u64>();
         let (sa, sb) = operand_seeds(seed);
-        let a = fill_uniform(sa, p.m as usize * p.k as usize, -1.0, 1.0);
-        let b = fill_uniform(sb, p.k as usize * p.n as usize, -1.0, 1.0);
-        let what = format!("random inputs in [-1, 1], fresh seed {seed:#018x}");
-        let inputs = Inputs { a: &a, b: &b, what: what.clone() };
         let (gpu, job) = (self.gpu, self.job);
+        checks::fill_uniform(gpu, a, a_len(&p), sa, -1.0, 1.0).map_err(internal(DEVIATION))?;
+        checks::fill_uniform(gpu, b, b_len(&p), sb, -1.0, 1.0).map_err(internal(DEVIATION))?;
+        let what = format!("random inputs in [-1, 1], fresh seed {seed:#018x}");
+        let inputs = Inputs { a, b, what: what.clone() };
         // The candidate first: should it hang, no baseline buffers exist to be freed.
-        let c = self.log.run("deviation run", || {
-            let c = launch(gpu, job, guarded, prepared, &inputs, DEVIATION)?;
-            Ok((c, format!("{what}: ran, contained")))
+        self.log.run("deviation run", || {
+            launch(gpu, job, guarded, prepared, &inputs, DEVIATION)?;
+            Ok(((), format!("{what}: ran, contained")))
         })?;
         self.log.run("deviation bound", || {
-            let sample = deviation_sample(p.shape(), derive_seed(seed, 0xD5), DEVIATION_FULL_MACS);
-            let reference = CpuReference::new(p.shape(), p.layout, &a, &b).map_err(|e| StageFailure::new(Verdict::InternalError, DEVIATION, e.to_string()))?;
-            let (indices, ref_values): (Vec<usize>, Vec<f32>) = match &sample {
-                None => ((0..c.len()).collect(), reference.full()),
-                Some(idx) => {
-                    let values = reference.at_indices(idx).map_err(|e| StageFailure::new(Verdict::InternalError, DEVIATION, e.to_string()))?;
-                    (idx.clone(), values)
-                }
-            };
-            let mut baselines = baseline_deviations(gpu, &p, &a, &b, &indices, &ref_values)?;
-            if p.acc == crate::problem::Acc::F16 {
-                let chain = fp16_chain_at(&p, &a, &b, &indices);
-                let dev = max_abs_deviation(&chain, &ref_values).map_err(|e| StageFailure::new(Verdict::InternalError, DEVIATION, e.to_string()))?;
-                baselines.push((FP16_CHAIN.to_string(), dev.max_abs));
-            }
-            let worst = baselines.iter().max_by(|x, y| x.1.total_cmp(&y.1)).cloned().unwrap_or_default();
-            let devs: Vec<f64> = baselines.iter().map(|(_, d)| *d).collect();
-            let bound = DeviationBound::new(&devs, max_abs(&ref_values)).map_err(|e| StageFailure::new(Verdict::InternalError, DEVIATION, e.to_string()))?;
-            let picked: Vec<f16> = indices.iter().map(|&i| c[i]).collect();
-            let dev = max_abs_deviation(&picked, &ref_values).map_err(|e| StageFailure::new(Verdict::InternalError, DEVIATION, e.to_string()))?;
-            let at = indices.get(dev.index).copied().unwrap_or(0);
-            let scope = if sample.is_some() { format!("{} sampled outputs", indices.len()) } else { "all outputs".into() };
+            let bound = bound_on(gpu, &p, a, b, derive_seed(seed, 0xD5), DEVIATION)?;
+            let c = &guarded.operands().c;
+            let dev = bound.deviation(gpu, c, DEVIATION)?;
+            let got = checks::read_f16(gpu, c, dev.index).map_err(internal(DEVIATION))?;
+            let reference = checks::read_f32(gpu, &bound.reference, dev.index).map_err(internal(DEVIATION))?;
             let line = format!(
-                "max |C − fp32 reference| = {:.6} at {} (got {}, reference {}) over {scope}; bound {:.6} = worst baseline {:.6} ({}) + half an fp16 ulp {:.6}",
+                "max |C − fp32 reference| = {:.6} at {} (got {got}, reference {reference}) over all {} outputs; bound {:.6} = worst baseline {:.6} ({}) + half an fp16 ulp {:.6}",
                 dev.max_abs,
-                cell(at, p.n),
-                c[at],
-                ref_values.get(dev.index).copied().unwrap_or(f32::NAN),
-                bound.bound,
-                bound.baseline_max,
-                worst.0,
-                bound.slack
+                cell(dev.index, p.n),
+                c_len(&p),
+                bound.bound.bound,
+                bound.bound.baseline_max,
+                bound.worst.0,
+                bound.bound.slack
             );
-            if !bound.admits(dev.max_abs) {
+            if !bound.bound.admits(dev.max_abs) {
                 let hint = if p.acc == crate::problem::Acc::F32 {
                     " A kernel filed under acc=f32 must accumulate in fp32; fp16 accumulation belongs under acc=f16."
                 } else {
@@ -266,55 +243,87 @@ impl Run<'_> {
                 };
                 return Err(StageFailure::new(Verdict::DeviationExceeded, DEVIATION, format!("{what}: {line}.{hint}")));
             }
-            Ok(((), format!("{line}; {} baselines", baselines.len())))
+            Ok(((), format!("{line}; {} baselines", bound.baselines)))
         })?;
         Ok("deviation within the baseline bound".to_string())
     }
 }
 
-/// The deviation bound of [`Run::deviation_stage`] on given inputs: the sampled outputs,
-/// their fp32 reference, and the bound from fresh baseline runs (cuBLAS and cuBLASLt,
-/// NN and TN, plus the fp16 chain for `acc = f16`) on the same inputs. The benchmark's
-/// re-check of a timed output uses it.
+/// The deviation bound of [`Run::deviation_stage`] on given inputs: the fp32 reference
+/// (on the device) and the bound from fresh baseline runs (cuBLAS and cuBLASLt, NN and
+/// TN, plus the fp16 chain for `acc = f16`) on the same inputs. The benchmark's re-check
+/// of a timed output uses it.
 pub(super) struct BoundOn {
-    pub indices: Vec<usize>,
-    pub reference: Vec<f32>,
+    /// C = A·B in fp32 (row-major M×N), on the device.
+    pub reference: DeviceBuffer,
     pub bound: DeviationBound,
     /// The baseline that deviated most, and by how much.
     pub worst: (String, f64),
+    /// How many baselines set the bound.
+    pub baselines: usize,
+    outputs: usize,
 }
 
-pub(super) fn bound_on(gpu: &Gpu, p: &Problem, a: &[f16], b: &[f16], seed: u64, stage: &str) -> Result<BoundOn, StageFailure> {
-    let fail = |e: crate::verify::VerifyError| StageFailure::new(Verdict::InternalError, stage, e.to_string());
-    let c_len = p.m as usize * p.n as usize;
-    let sample = deviation_sample(p.shape(), seed, DEVIATION_FULL_MACS);
-    let reference = CpuReference::new(p.shape(), p.layout, a, b).map_err(fail)?;
-    let (indices, ref_values): (Vec<usize>, Vec<f32>) = match sample {
-        None => ((0..c_len).collect(), reference.full()),
-        Some(idx) => {
-            let values = reference.at_indices(&idx).map_err(fail)?;
-            (idx, values)
-        }
-    };
-    let mut baselines = baseline_deviations(gpu, p, a, b, &indices, &ref_values)?;
+impl BoundOn {
+    /// The largest deviation of `c` (fp16, row-major M×N) from the reference, over all
+    /// outputs.
+    pub fn deviation(&self, gpu: &Gpu, c: &DeviceBuffer, stage: &str) -> Result<Deviation, StageFailure> {
+        checks::max_abs_deviation(gpu, Some(c), &self.reference, self.outputs).map_err(internal(stage))
+    }
+}
+
+pub(super) fn bound_on(gpu: &Gpu, p: &Problem, a: &DeviceBuffer, b: &DeviceBuffer, seed: u64, stage: &str) -> Result<BoundOn, StageFailure> {
+    let harness = internal(stage);
+    let reference = checks::fp32_reference(gpu, p, a, b).map_err(&harness)?;
+    spot_check(gpu, p, (a, b), &reference, ReferenceKind::Fp32, seed, stage)?;
+    let mut baselines = baseline_deviations(gpu, p, a, b, &reference, stage)?;
     if p.acc == crate::problem::Acc::F16 {
-        let chain = fp16_chain_at(p, a, b, &indices);
-        let dev = max_abs_deviation(&chain, &ref_values).map_err(fail)?;
-        baselines.push((FP16_CHAIN.to_string(), dev.max_abs));
+        baselines.push((FP16_CHAIN.to_string(), fp16_chain_deviation(gpu, p, a, b, &reference, seed, stage)?));
     }
     let worst = baselines.iter().max_by(|x, y| x.1.total_cmp(&y.1)).cloned().unwrap_or_default();
     let devs: Vec<f64> = baselines.iter().map(|(_, d)| *d).collect();
-    let bound = DeviationBound::new(&devs, max_abs(&ref_values)).map_err(fail)?;
-    Ok(BoundOn { indices, reference: ref_values, bound, worst })
+    let max_ref = checks::max_abs_deviation(gpu, None, &reference, c_len(p)).map_err(&harness)?.max_abs;
+    let bound = DeviationBound::new(&devs, max_ref).map_err(|e| StageFailure::new(Verdict::InternalError, stage, e.to_string()))?;
+    Ok(BoundOn { reference, bound, worst, baselines: baselines.len(), outputs: c_len(p) })
 }
 
-/// One launch sequence of the candidate on `inputs`, with every containment check.
-/// Returns C.
-fn launch(gpu: &Gpu, job: &Job, guarded: &GuardedOperands, prepared: &PreparedManifest, inputs: &Inputs, stage: &str) -> Result<Vec<f16>, StageFailure> {
+/// Recomputes a few outputs of a reference product on the host from the rows of A and
+/// columns of B on the device (see [`crate::verify::spot`]); a disagreement is the
+/// harness's failure, never the kernel's.
+fn spot_check(gpu: &Gpu, p: &Problem, (a, b): (&DeviceBuffer, &DeviceBuffer), reference: &DeviceBuffer, kind: ReferenceKind, seed: u64, stage: &str) -> Result<(), StageFailure> {
+    let harness = internal(stage);
+    let (n, k) = (p.n as u64, p.k as u64);
+    let cells = spot_cells(p.shape(), seed, SPOT_CELLS);
+    let rows: Vec<u64> = cells.iter().map(|&(r, _)| r as u64 * k).collect();
+    let (col_starts, stride): (Vec<u64>, u64) = match p.layout {
+        Layout::Nn => (cells.iter().map(|&(_, c)| c as u64).collect(), n),
+        Layout::Tn => (cells.iter().map(|&(_, c)| c as u64 * k).collect(), 1),
+    };
+    let a_rows = checks::gather_lines(gpu, a, &rows, 1, k as usize).map_err(&harness)?;
+    let b_cols = checks::gather_lines(gpu, b, &col_starts, stride, k as usize).map_err(&harness)?;
+    let at: Vec<u64> = cells.iter().map(|&(r, c)| r as u64 * n + c as u64).collect();
+    let got = checks::gather_f32(gpu, reference, &at).map_err(&harness)?;
+    let k = k as usize;
+    for (i, &(r, c)) in cells.iter().enumerate() {
+        check_reference(kind, &a_rows[i * k..(i + 1) * k], &b_cols[i * k..(i + 1) * k], got[i]).map_err(|why| {
+            StageFailure::new(Verdict::InternalError, stage, format!("the harness failed: its {kind:?} reference on the GPU disagrees with the host at C[{r}][{c}]: {why}"))
+        })?;
+    }
+    Ok(())
+}
+
+/// Outputs of a reference the host recomputes, besides the four corners.
+const SPOT_CELLS: usize = 12;
+
+/// One launch sequence of the candidate on `inputs`, with every containment check. C
+/// stays on the device, in the guarded buffer.
+fn launch(gpu: &Gpu, job: &Job, guarded: &GuardedOperands, prepared: &PreparedManifest, inputs: &Inputs, stage: &str) -> Result<(), StageFailure> {
     let p = job.manifest.problem;
     let what = &inputs.what;
     let harness = internal(stage);
-    guarded.operands().upload(gpu, inputs.a, inputs.b).map_err(&harness)?;
+    let ops = guarded.operands();
+    ops.a.copy_range(gpu, 0, inputs.a, 0, a_len(&p) * 2).map_err(&harness)?;
+    ops.b.copy_range(gpu, 0, inputs.b, 0, b_len(&p) * 2).map_err(&harness)?;
     guarded.poison_c(gpu).map_err(&harness)?;
     gpu.synchronize().map_err(&harness)?;
     let limit = job.watchdog();
@@ -342,15 +351,15 @@ fn launch(gpu: &Gpu, job: &Job, guarded: &GuardedOperands, prepared: &PreparedMa
             }
         }
     }
-    let c = guarded.operands().download_c(gpu).map_err(&harness)?;
-    contained(gpu, guarded, inputs, &c, stage)?;
-    Ok(c)
+    contained(gpu, guarded, inputs, stage)
 }
 
 /// The containment checks, most specific first: canaries, inputs, unwritten outputs,
-/// non-finite outputs.
-fn contained(gpu: &Gpu, guarded: &GuardedOperands, inputs: &Inputs, c: &[f16], stage: &str) -> Result<(), StageFailure> {
-    let p = *guarded.operands().problem();
+/// non-finite outputs. All of them run on the device; only what a message quotes is
+/// read back.
+fn contained(gpu: &Gpu, guarded: &GuardedOperands, inputs: &Inputs, stage: &str) -> Result<(), StageFailure> {
+    let ops = guarded.operands();
+    let p = *ops.problem();
     let what = &inputs.what;
     let harness = internal(stage);
     if let Some(d) = guarded.check_canaries(gpu).map_err(&harness)? {
@@ -360,17 +369,21 @@ fn contained(gpu: &Gpu, guarded: &GuardedOperands, inputs: &Inputs, c: &[f16], s
             format!("{what}: {} (its canary region was overwritten); write only inside C (and the workspace)", d.describe()),
         ));
     }
-    let a_now = guarded.download_a(gpu).map_err(&harness)?;
-    if let Some(f) = find_changed(inputs.a, &a_now) {
+    let value = |buf: &DeviceBuffer, i: usize| checks::read_f16(gpu, buf, i).map_err(&harness);
+    if let Some(f) = checks::find_changed(gpu, inputs.a, &ops.a, a_len(&p)).map_err(&harness)? {
         let (r, k) = (f.first / p.k as usize, f.first % p.k as usize);
         return Err(StageFailure::new(
             Verdict::InputModified,
             stage,
-            format!("{what}: A[{r}][{k}] was changed from {} to {} ({} element(s) of A changed); A and B are read-only", inputs.a[f.first], a_now[f.first], f.count),
+            format!(
+                "{what}: A[{r}][{k}] was changed from {} to {} ({} element(s) of A changed); A and B are read-only",
+                value(inputs.a, f.first)?,
+                value(&ops.a, f.first)?,
+                f.count
+            ),
         ));
     }
-    let b_now = guarded.download_b(gpu).map_err(&harness)?;
-    if let Some(f) = find_changed(inputs.b, &b_now) {
+    if let Some(f) = checks::find_changed(gpu, inputs.b, &ops.b, b_len(&p)).map_err(&harness)? {
         let cols = match p.layout {
             Layout::Nn => p.n as usize,
             Layout::Tn => p.k as usize,
@@ -379,43 +392,58 @@ fn contained(gpu: &Gpu, guarded: &GuardedOperands, inputs: &Inputs, c: &[f16], s
         return Err(StageFailure::new(
             Verdict::InputModified,
             stage,
-            format!("{what}: B[{r}][{col}] (as stored, {}) was changed from {} to {} ({} element(s) of B changed); A and B are read-only", p.layout, inputs.b[f.first], b_now[f.first], f.count),
+            format!(
+                "{what}: B[{r}][{col}] (as stored, {}) was changed from {} to {} ({} element(s) of B changed); A and B are read-only",
+                p.layout,
+                value(inputs.b, f.first)?,
+                value(&ops.b, f.first)?,
+                f.count
+            ),
         ));
     }
-    if let Some(f) = find_unwritten(c) {
+    let (unwritten, non_finite) = checks::scan_output(gpu, &ops.c, c_len(&p), POISON_BITS).map_err(&harness)?;
+    if let Some(f) = unwritten {
         return Err(StageFailure::new(
             Verdict::UnwrittenOutput,
             stage,
             format!(
                 "{what}: {} of {} outputs were never written, first {} (it still holds the poison NaN {POISON_BITS:#06x} put there before the launch)",
                 f.count,
-                c.len(),
+                c_len(&p),
                 cell(f.first, p.n)
             ),
         ));
     }
-    if let Some(f) = find_non_finite(c) {
+    if let Some(f) = non_finite {
         return Err(StageFailure::new(
             Verdict::NonFinite,
             stage,
-            format!("{what}: {} = {} ({} non-finite output(s)); no output of these inputs is NaN or infinite", cell(f.first, p.n), c[f.first], f.count),
+            format!("{what}: {} = {} ({} non-finite output(s)); no output of these inputs is NaN or infinite", cell(f.first, p.n), value(&ops.c, f.first)?, f.count),
         ));
     }
     Ok(())
 }
 
-/// Each baseline's largest deviation from the reference at `indices`: cuBLAS and the
-/// first [`BOUND_LT_ALGOS`] cuBLASLt heuristic algorithms, in `nn` and `tn`, with the
-/// problem's `acc`, on the same matrices.
-fn baseline_deviations(gpu: &Gpu, p: &Problem, a: &[f16], b: &[f16], indices: &[usize], reference: &[f32]) -> Result<Vec<(String, f64)>, StageFailure> {
-    let harness = internal(DEVIATION);
-    let other_b = transpose_b(p, b);
+/// Each baseline's largest deviation from the reference: cuBLAS and the first
+/// [`BOUND_LT_ALGOS`] cuBLASLt heuristic algorithms, in `nn` and `tn`, with the
+/// problem's `acc`, on the same matrices (B transposed on the device for the other
+/// layout).
+fn baseline_deviations(gpu: &Gpu, p: &Problem, a: &DeviceBuffer, b: &DeviceBuffer, reference: &DeviceBuffer, stage: &str) -> Result<Vec<(String, f64)>, StageFailure> {
+    let harness = internal(stage);
+    let (k, n) = (p.k as usize, p.n as usize);
+    let other_b = match p.layout {
+        // Stored K×N → N×K, and back.
+        Layout::Nn => checks::transpose(gpu, b, k, n),
+        Layout::Tn => checks::transpose(gpu, b, n, k),
+    }
+    .map_err(&harness)?;
     let mut out = Vec::new();
     for layout in [Layout::Nn, Layout::Tn] {
         let q = Problem { layout, ..*p };
         let b_here = if layout == p.layout { b } else { &other_b };
-        let ops = Operands::alloc(gpu, &q, 0).map_err(&harness)?;
-        ops.upload(gpu, a, b_here).map_err(&harness)?;
+        let c = gpu.alloc(c_len(p) * 2).map_err(&harness)?;
+        let view = |buf: &DeviceBuffer, bytes: usize| buf.view(0, bytes);
+        let ops = Operands::from_buffers(&q, view(a, a_len(p) * 2).map_err(&harness)?, view(b_here, b_len(p) * 2).map_err(&harness)?, c, None).map_err(&harness)?;
         let mut contenders: Vec<Box<dyn Contender + '_>> = vec![Box::new(CublasGemm::new(gpu, &ops).map_err(&harness)?)];
         match LtGemm::heuristics(gpu, &ops, BOUND_LT_ALGOS) {
             Ok(algos) => contenders.extend(algos.into_iter().map(|g| Box::new(g) as Box<dyn Contender>)),
@@ -425,20 +453,19 @@ fn baseline_deviations(gpu: &Gpu, p: &Problem, a: &[f16], b: &[f16], indices: &[
         for contender in &contenders {
             ops.poison_c(gpu).map_err(&harness)?;
             contender.enqueue(gpu).map_err(&harness)?;
-            gpu.synchronize().map_err(&harness)?;
-            let c = ops.download_c(gpu).map_err(&harness)?;
-            let picked: Vec<f16> = indices.iter().map(|&i| c[i]).collect();
-            let dev = max_abs_deviation(&picked, reference).map_err(|e| StageFailure::new(Verdict::InternalError, DEVIATION, e.to_string()))?;
+            let dev = checks::max_abs_deviation(gpu, Some(&ops.c), reference, c_len(p)).map_err(&harness)?;
             out.push((contender.label(), dev.max_abs));
         }
     }
     Ok(out)
 }
 
-const FP16_CHAIN: &str = "fp16 FMA chain over K (CPU model)";
+const FP16_CHAIN: &str = "fp16 FMA chain over K";
 
-/// For `acc = f16` only: C at `indices` as the plainest fp16-accumulating kernel computes
-/// it — one accumulator per output, each product added and rounded to fp16 in K order.
+/// For `acc = f16` only: the largest deviation from the reference of C as the plainest
+/// fp16-accumulating kernel computes it — one accumulator per output, each product
+/// added and rounded to fp16 in K order — at every output when M·N·K is at most
+/// [`DEVIATION_FULL_MACS`], else at a seeded sample of that many multiply-adds.
 ///
 /// Why it joins the bound (a deviation from DESIGN.md, see docs/verification.md): fp16
 /// accumulation error depends on the summation structure, and NVIDIA's fp16 kernels
@@ -446,77 +473,19 @@ const FP16_CHAIN: &str = "fp16 FMA chain over K (CPU model)";
 /// a plain `mma.sync` fp16-accumulating kernel deviated by 0.245 where the worst
 /// baseline deviated by 0.115. Every fp16 summation order is an honest `acc = f16`
 /// kernel; this model is the worst natural one. Wrong sums are the binary test's job.
-fn fp16_chain_at(p: &Problem, a: &[f16], b: &[f16], indices: &[usize]) -> Vec<f16> {
-    let (n, k) = (p.n as usize, p.k as usize);
-    let b_at = |kk: usize, j: usize| match p.layout {
-        Layout::Nn => b[kk * n + j],
-        Layout::Tn => b[j * k + kk],
-    };
-    crate::verify::par_chunks(indices.len(), |range| {
-        range
-            .map(|s| {
-                let (i, j) = (indices[s] / n, indices[s] % n);
-                let mut acc = f16::ZERO;
-                for kk in 0..k {
-                    // The product of two fp16 values is exact in f64, so one rounding per step.
-                    acc = f16::from_f64(acc.to_f64() + a[i * k + kk].to_f64() * b_at(kk, j).to_f64());
-                }
-                acc
-            })
-            .collect::<Vec<f16>>()
-    })
-    .concat()
-}
-
-/// B in the other layout's storage: K×N row-major ↔ N×K row-major.
-fn transpose_b(p: &Problem, b: &[f16]) -> Vec<f16> {
-    let (k, n) = (p.k as usize, p.n as usize);
-    let mut t = vec![f16::ZERO; b.len()];
-    match p.layout {
-        // Stored K×N → N×K.
-        Layout::Nn => {
-            for kk in 0..k {
-                for j in 0..n {
-                    t[j * k + kk] = b[kk * n + j];
-                }
-            }
-        }
-        // Stored N×K → K×N.
-        Layout::Tn => {
-            for j in 0..n {
-                for kk in 0..k {
-                    t[kk * n + j] = b[j * k + kk];
-                }
-            }
-        }
+fn fp16_chain_deviation(gpu: &Gpu, p: &Problem, a: &DeviceBuffer, b: &DeviceBuffer, reference: &DeviceBuffer, seed: u64, stage: &str) -> Result<f64, StageFailure> {
+    let harness = internal(stage);
+    let cells = c_len(p) as u64;
+    let count = (DEVIATION_FULL_MACS / p.k.max(1) as u64).clamp(1, cells);
+    let index: Option<Vec<u64>> = (count < cells).then(|| {
+        let mut rng = SplitMix64::new(seed);
+        (0..count).map(|_| rng.below(cells)).collect()
+    });
+    let chain = checks::fp16_chain(gpu, p, a, b, index.as_deref()).map_err(&harness)?;
+    let expected = match &index {
+        Some(index) => checks::gather_f32(gpu, reference, index),
+        None => checks::gather_f32(gpu, reference, &(0..cells).collect::<Vec<u64>>()),
     }
-    t
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::problem::{Acc, Arch, Shape};
-
-    #[test]
-    fn the_fp16_chain_rounds_every_step() {
-        // 1 + 2^-11 (half an ulp at 1) added 4 times: each step rounds back to 1 (ties to
-        // even), where an exact sum gives 1 + 2^-9.
-        let p = Problem::new(Arch::Sm90, Acc::F16, Layout::Tn, Shape::new(1, 1, 5).expect("shape"));
-        let tiny = f16::from_f64(2f64.powi(-11));
-        let a = vec![f16::ONE, tiny, tiny, tiny, tiny];
-        let b = vec![f16::ONE; 5];
-        assert_eq!(fp16_chain_at(&p, &a, &b, &[0]), vec![f16::ONE]);
-    }
-
-    #[test]
-    fn transposing_b_twice_gives_it_back() {
-        let p = Problem::new(Arch::Sm90, Acc::F32, Layout::Nn, Shape::new(3, 5, 7).expect("shape"));
-        let b: Vec<f16> = (0..35).map(|i| f16::from_f32(i as f32)).collect();
-        let t = transpose_b(&p, &b);
-        // B[kk=2][j=3] stored K×N sits at N×K [3][2].
-        assert_eq!(t[3 * 7 + 2], b[2 * 5 + 3]);
-        let back = transpose_b(&Problem { layout: Layout::Tn, ..p }, &t);
-        assert_eq!(back, b);
-    }
+    .map_err(&harness)?;
+    Ok(max_abs_deviation(&chain, &expected).map_err(|e| StageFailure::new(Verdict::InternalError, stage, e.to_string()))?.max_abs)
 }

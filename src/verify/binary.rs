@@ -6,7 +6,7 @@
 
 use half::f16;
 
-use super::rng::{SplitMix64, derive_seed, splitmix_at};
+use super::rng::{derive_seed, splitmix_at};
 use super::{VerifyError, expect_len, par_chunks};
 use crate::problem::{Layout, Shape};
 
@@ -20,10 +20,6 @@ pub const EXACT_LIMIT: u32 = 2048;
 /// counts still spread over hundreds of distinct values.
 pub const TARGET_MEAN_COUNT: f64 = 1536.0;
 
-/// Work allowed for a full check, in 64-bit AND+POPCNT steps (about a second on one
-/// core). Up to 4096³ every output is checked; beyond, a sample (see [`SamplePlan`]).
-pub const FULL_CHECK_WORD_OPS: u64 = 1 << 31;
-
 /// Density p of ones in A and B for reduction length `k`: `min(1/2, √(1536/k))`, so the
 /// expected count k·p² is `k/4` for k ≤ 6144 (p = 1/2 gives the most varied bits)
 /// and 1536 beyond.
@@ -33,15 +29,7 @@ pub fn binary_density(k: u32) -> f64 {
 
 /// `len` values from {0, 1}, each 1 with probability `p`, reproducible from `seed`.
 pub fn fill_binary(seed: u64, len: usize, p: f64) -> Vec<f16> {
-    // Compare the raw 64 bits against p·2^64: exact, and no float per element.
-    let threshold = if p.is_nan() || p <= 0.0 {
-        0
-    } else if p >= 1.0 {
-        u64::MAX
-    } else {
-        (p * 2f64.powi(64)) as u64
-    };
-    let all_ones = p >= 1.0;
+    let (threshold, all_ones) = binary_threshold(p);
     let parts = par_chunks(len, |range| {
         range
             .map(|i| {
@@ -53,12 +41,28 @@ pub fn fill_binary(seed: u64, len: usize, p: f64) -> Vec<f16> {
     parts.concat()
 }
 
-/// `len` values uniform in `[lo, hi)`, rounded to fp16, reproducible from `seed`: the
-/// inputs of the deviation test.
+/// Value `i` is 1 when `all_ones` or `splitmix_at(seed, i) < threshold`: comparing the
+/// raw 64 bits against p·2^64 is exact and needs no float per element (the GPU's
+/// generator uses the same rule).
+pub fn binary_threshold(p: f64) -> (u64, bool) {
+    let threshold = if p.is_nan() || p <= 0.0 {
+        0
+    } else if p >= 1.0 {
+        u64::MAX
+    } else {
+        (p * 2f64.powi(64)) as u64
+    };
+    (threshold, p >= 1.0)
+}
+
+/// `len` values uniform in `[lo, hi)`, reproducible from `seed`: the inputs of the
+/// deviation test. Computed in f64, rounded to fp32 and then to fp16 (each to nearest
+/// even): `half`'s f64 → fp16 conversion differs between CPUs (through fp32 with F16C,
+/// truncating without), the fp32 one does not, and the GPU's generator does the same.
 pub fn fill_uniform(seed: u64, len: usize, lo: f32, hi: f32) -> Vec<f16> {
     let parts = par_chunks(len, |range| {
         range
-            .map(|i| f16::from_f64(lo as f64 + (hi - lo) as f64 * super::rng::unit_at(seed, i as u64)))
+            .map(|i| f16::from_f32((lo as f64 + (hi - lo) as f64 * super::rng::unit_at(seed, i as u64)) as f32))
             .collect::<Vec<f16>>()
     });
     parts.concat()
@@ -67,61 +71,6 @@ pub fn fill_uniform(seed: u64, len: usize, lo: f32, hi: f32) -> Vec<f16> {
 /// Seeds for A and B of one test, so both come from one recorded seed.
 pub fn operand_seeds(seed: u64) -> (u64, u64) {
     (derive_seed(seed, 0xA), derive_seed(seed, 0xB))
-}
-
-/// Which outputs to compare.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum SamplePlan {
-    /// Every output.
-    Full,
-    /// Every output in the listed rows and every output in the listed columns.
-    /// Whole lines rather than scattered points: a wrong tile or a wrong edge is a
-    /// band of rows or columns, and a line through it finds it.
-    Lines { rows: Vec<u32>, cols: Vec<u32> },
-}
-
-impl SamplePlan {
-    /// Everything when the check fits [`FULL_CHECK_WORD_OPS`]; otherwise lines drawn by
-    /// stratified sampling: the rows are cut into equal bands with one random row in
-    /// each (likewise columns), plus the first and last row and column, where edge
-    /// bugs live. With 256 bands over M = 16384, every 64-row band holds a checked row,
-    /// so a broken 128×128 tile is crossed by a checked row and a checked column.
-    pub fn for_shape(shape: Shape, seed: u64) -> Self {
-        Self::with_budget(shape, seed, FULL_CHECK_WORD_OPS)
-    }
-
-    pub fn with_budget(shape: Shape, seed: u64, word_ops: u64) -> Self {
-        let (m, n) = (shape.m as u64, shape.n as u64);
-        let words = (shape.k as u64).div_ceil(64);
-        if m * n * words <= word_ops {
-            return SamplePlan::Full;
-        }
-        let row_lines = (word_ops / 2 / (n * words)).clamp(2, m);
-        let col_lines = (word_ops / 2 / (m * words)).clamp(2, n);
-        let mut rng = SplitMix64::new(seed);
-        SamplePlan::Lines {
-            rows: stratified(shape.m, row_lines as u32, &mut rng),
-            cols: stratified(shape.n, col_lines as u32, &mut rng),
-        }
-    }
-}
-
-/// One random index from each of `bands` equal bands of `0..len`, plus both ends.
-fn stratified(len: u32, bands: u32, rng: &mut SplitMix64) -> Vec<u32> {
-    let bands = bands.clamp(1, len.max(1)) as u64;
-    let len64 = len as u64;
-    let mut picks: Vec<u32> = (0..bands)
-        .map(|b| {
-            let start = b * len64 / bands;
-            let end = (b + 1) * len64 / bands;
-            (start + rng.below((end - start).max(1))) as u32
-        })
-        .collect();
-    picks.push(0);
-    picks.push(len.saturating_sub(1));
-    picks.sort_unstable();
-    picks.dedup();
-    picks
 }
 
 /// One wrong output.
@@ -204,31 +153,15 @@ impl BinaryReference {
         a.iter().zip(b).map(|(x, y)| (x & y).count_ones()).sum()
     }
 
-    /// Compares `c` (row-major M×N, read back from the GPU) with the exact counts.
-    pub fn check(&self, c: &[f16], plan: &SamplePlan) -> Result<ExactReport, VerifyError> {
+    /// Compares every output of `c` (row-major M×N) with the exact counts: the host
+    /// model of the GPU's comparison (`gpu::checks::compare_exact`).
+    pub fn check(&self, c: &[f16]) -> Result<ExactReport, VerifyError> {
         expect_len("C", c.len(), self.m * self.n)?;
-        let all_cols: Vec<u32> = (0..self.n as u32).collect();
-        let (full_rows, sample_cols): (Option<Vec<bool>>, &[u32]) = match plan {
-            SamplePlan::Full => (None, &[]),
-            SamplePlan::Lines { rows, cols } => {
-                if let Some(&r) = rows.iter().find(|&&r| r as usize >= self.m) {
-                    return Err(VerifyError::Invalid(format!("sample row {r} is outside M = {}", self.m)));
-                }
-                if let Some(&c) = cols.iter().find(|&&c| c as usize >= self.n) {
-                    return Err(VerifyError::Invalid(format!("sample column {c} is outside N = {}", self.n)));
-                }
-                let mut marked = vec![false; self.m];
-                rows.iter().for_each(|&r| marked[r as usize] = true);
-                (Some(marked), cols)
-            }
-        };
         let reports = par_chunks(self.m, |rows| {
             let mut report = ExactReport::default();
             for row in rows {
-                let whole_row = full_rows.as_ref().is_none_or(|marked| marked[row]);
-                let cols = if whole_row { &all_cols[..] } else { sample_cols };
-                for &col in cols {
-                    self.check_one(c, row, col as usize, &mut report);
+                for col in 0..self.n {
+                    self.check_one(c, row, col, &mut report);
                 }
             }
             report
@@ -354,7 +287,7 @@ mod tests {
             // K of 130 spans a partial last word.
             let s = shape(19, 23, 130);
             let (r, c) = case(s, layout, 1);
-            let report = r.check(&c, &SamplePlan::Full).expect("consistent sizes");
+            let report = r.check(&c).expect("consistent sizes");
             assert!(report.passed(), "{layout:?}: {report:?}");
             assert_eq!(report.checked, 19 * 23);
         }
@@ -366,7 +299,7 @@ mod tests {
         let (r, mut c) = case(s, Layout::Nn, 2);
         let idx = 37 * 48 + 5;
         c[idx] = f16::from_f32(c[idx].to_f32() + 1.0);
-        let report = r.check(&c, &SamplePlan::Full).expect("consistent sizes");
+        let report = r.check(&c).expect("consistent sizes");
         assert_eq!(report.mismatches, 1);
         let m = report.first_mismatch.expect("a mismatch");
         assert_eq!((m.row, m.col), (37, 5));
@@ -378,37 +311,7 @@ mod tests {
         let s = shape(8, 8, 64);
         let (r, mut c) = case(s, Layout::Tn, 3);
         c[63] = f16::NAN;
-        assert_eq!(r.check(&c, &SamplePlan::Full).expect("sizes").mismatches, 1);
-    }
-
-    #[test]
-    fn sampled_lines_cover_every_band_and_both_edges() {
-        let s = shape(1024, 512, 8192);
-        let plan = SamplePlan::with_budget(s, 5, 1 << 20);
-        let SamplePlan::Lines { rows, cols } = &plan else { panic!("expected sampling, got {plan:?}") };
-        assert!(rows.contains(&0) && rows.contains(&1023) && cols.contains(&0) && cols.contains(&511));
-        // 2^19 ops / (512 cols * 128 words) = 8 row bands of 128 rows each.
-        for band in 0..8u32 {
-            assert!(rows.iter().any(|r| r / 128 == band), "band {band} has no row: {rows:?}");
-        }
-        assert_eq!(plan, SamplePlan::with_budget(s, 5, 1 << 20), "plans are reproducible");
-        assert_eq!(SamplePlan::for_shape(shape(4096, 4096, 4096), 0), SamplePlan::Full);
-    }
-
-    #[test]
-    fn a_sampled_check_finds_a_broken_tile_and_counts_fewer_outputs() {
-        let s = shape(256, 256, 64);
-        let (r, mut c) = case(s, Layout::Nn, 4);
-        let plan = SamplePlan::with_budget(s, 11, 2 * 256 * 8);
-        // A whole 32x32 tile left at zero, as a tile-indexing bug would.
-        for i in 96..128 {
-            for j in 160..192 {
-                c[i * 256 + j] = f16::ZERO;
-            }
-        }
-        let report = r.check(&c, &plan).expect("sizes");
-        assert!(report.checked < 256 * 256 / 4, "{report:?}");
-        assert!(!report.passed());
+        assert_eq!(r.check(&c).expect("sizes").mismatches, 1);
     }
 
     #[test]
@@ -420,7 +323,6 @@ mod tests {
         assert!(matches!(BinaryReference::new(s, Layout::Nn, &ones, &bad), Err(VerifyError::NotBinary { operand: "B", index: 3, .. })));
         assert!(matches!(BinaryReference::new(s, Layout::Nn, &ones[..3], &ones), Err(VerifyError::Length { .. })));
         let r = BinaryReference::new(s, Layout::Nn, &ones, &ones).expect("binary");
-        assert!(r.check(&ones[..2], &SamplePlan::Full).is_err());
-        assert!(r.check(&ones, &SamplePlan::Lines { rows: vec![2], cols: vec![] }).is_err());
+        assert!(r.check(&ones[..2]).is_err());
     }
 }

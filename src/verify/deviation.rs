@@ -191,6 +191,33 @@ impl CpuReference {
     }
 }
 
+/// The host model of the fp16 FMA chain (`acc = f16`): output `index` (row-major) as
+/// one accumulator per output computes it, each product added and rounded to fp16 in K
+/// order. The GPU computes the same chain for the bound (`checks.cu`); the GPU tests
+/// compare the two.
+pub fn fp16_chain_at(shape: Shape, layout: Layout, a: &[f16], b: &[f16], indices: &[usize]) -> Vec<f16> {
+    let (n, k) = (shape.n as usize, shape.k as usize);
+    let b_at = |kk: usize, j: usize| match layout {
+        Layout::Nn => b[kk * n + j],
+        Layout::Tn => b[j * k + kk],
+    };
+    par_chunks(indices.len(), |range| {
+        range
+            .map(|s| {
+                let (i, j) = (indices[s] / n, indices[s] % n);
+                let mut acc = f16::ZERO;
+                for kk in 0..k {
+                    // The product of two fp16 values is exact in f64; the sum is rounded to
+                    // fp32, then to fp16 (see `fill_uniform` for why through fp32).
+                    acc = f16::from_f32((acc.to_f64() + a[i * k + kk].to_f64() * b_at(kk, j).to_f64()) as f32);
+                }
+                acc
+            })
+            .collect::<Vec<f16>>()
+    })
+    .concat()
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::binary::fill_uniform;
@@ -302,5 +329,17 @@ mod tests {
         assert_eq!(nn.at(2 * 7 + 3), expected as f32);
         assert_eq!(nn.at_indices(&[17, 0]).unwrap(), vec![nn.at(17), nn.at(0)]);
         assert!(nn.at_indices(&[35]).is_err());
+    }
+
+    #[test]
+    fn the_fp16_chain_rounds_every_step() {
+        // 1 + 2^-11 (half an ulp at 1) added 4 times: each step rounds back to 1 (ties to
+        // even), where an exact sum gives 1 + 2^-9.
+        let tiny = f16::from_f64(2f64.powi(-11));
+        let a = vec![f16::ONE, tiny, tiny, tiny, tiny];
+        let b = vec![f16::ONE; 5];
+        let s = Shape::new(1, 1, 5).expect("shape");
+        assert_eq!(fp16_chain_at(s, Layout::Tn, &a, &b, &[0]), vec![f16::ONE]);
+        assert_eq!(fp16_chain_at(s, Layout::Nn, &a, &b, &[0]), vec![f16::ONE]);
     }
 }

@@ -7,13 +7,14 @@ pub mod binary;
 pub mod containment;
 pub mod deviation;
 pub mod rng;
+pub mod spot;
 
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-pub use binary::{BinaryReference, ExactReport, Mismatch, SamplePlan, binary_density, fill_binary};
+pub use binary::{BinaryReference, ExactReport, Mismatch, binary_density, fill_binary};
 pub use containment::{Finding, GuardedLayout, POISON_BITS, canary_pattern, check_canary, find_changed, find_non_finite, find_unwritten};
 pub use deviation::{CpuReference, Deviation, DeviationBound, ErrorNorms, error_norms, max_abs_deviation, ulp_f16};
 

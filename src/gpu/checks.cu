@@ -1,0 +1,176 @@
+// The verifier's own kernels: input generation, reductions that decide pass or fail,
+// and the small gathers the host-side spot checks read. Compiled by NVRTC to PTX for
+// compute_80 (runs on every supported GPU through the driver's JIT); the PTX is
+// committed next to this file as checks.ptx and a test rebuilds it byte for byte.
+//
+// Every kernel is a grid-stride loop over 64-bit indices. Reductions write their
+// results with atomics into a small u64 array the host initialises:
+//   counts start at 0, "first index" slots at 2^64 - 1 (atomicMin).
+// Floating point is spelled out with __d*_rn intrinsics where the host must be able
+// to reproduce a value bit for bit (the compiler may not contract them into FMAs).
+
+#include <cuda_fp16.h>
+
+typedef unsigned long long u64;
+typedef unsigned int u32;
+typedef unsigned short u16;
+
+#define GRID_STRIDE(i, n) \
+    for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (u64)gridDim.x * blockDim.x)
+
+__device__ __forceinline__ u64 mix64(u64 z) {
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+// Value `i` of SplitMix64 stream `seed` (src/verify/rng.rs: splitmix_at).
+__device__ __forceinline__ u64 splitmix_at(u64 seed, u64 i) {
+    return mix64(seed + (i + 1) * 0x9E3779B97F4A7C15ull);
+}
+
+// Warp-aggregated count and first index: one atomic per warp instead of per thread.
+__device__ __forceinline__ void count_and_first(u64 *count_slot, u64 *first_slot, bool hit, u64 index) {
+    u64 first = hit ? index : ~0ull;
+    u32 n = __popc(__ballot_sync(0xFFFFFFFFu, hit));
+    for (int off = 16; off > 0; off >>= 1) {
+        u64 other = __shfl_down_sync(0xFFFFFFFFu, first, off);
+        first = other < first ? other : first;
+    }
+    if ((threadIdx.x & 31) == 0 && n) {
+        atomicAdd(count_slot, (u64)n);
+        atomicMin(first_slot, first);
+    }
+}
+
+// out[i] = 1.0 when splitmix_at(seed, i) < threshold (or always, when all_ones), else 0.0:
+// the binary test's inputs, equal to src/verify/binary.rs: fill_binary.
+extern "C" __global__ void kaas_fill_binary(u16 *out, u64 n, u64 seed, u64 threshold, int all_ones) {
+    GRID_STRIDE(i, n) { out[i] = (all_ones || splitmix_at(seed, i) < threshold) ? 0x3C00 : 0; }
+}
+
+// out[i] = fp16(fp32(lo + span * u)), u uniform in [0, 1) with 53 bits, each rounding to
+// nearest even: the deviation test's and the benchmark's random inputs. (Through fp32 so
+// the host reproduces it on any CPU: see src/verify/binary.rs, fill_uniform.)
+extern "C" __global__ void kaas_fill_uniform(u16 *out, u64 n, u64 seed, double lo, double span) {
+    GRID_STRIDE(i, n) {
+        double u = (double)(splitmix_at(seed, i) >> 11) * 1.1102230246251565e-16;  // 2^-53
+        double v = __dadd_rn(lo, __dmul_rn(span, u));
+        out[i] = __half_as_ushort(__float2half_rn(__double2float_rn(v)));
+    }
+}
+
+extern "C" __global__ void kaas_f16_to_f32(const u16 *in, float *out, u64 n) {
+    GRID_STRIDE(i, n) { out[i] = __half2float(__ushort_as_half(in[i])); }
+}
+
+// out (cols x rows, row-major) = transpose of in (rows x cols, row-major), through
+// 32x32 tiles in shared memory. Grid: (ceil(cols/32), ceil(rows/32)); block 32x8.
+extern "C" __global__ void kaas_transpose_f16(const u16 *in, u16 *out, u64 rows, u64 cols) {
+    __shared__ u16 tile[32][33];
+    u64 c0 = (u64)blockIdx.x * 32, r0 = (u64)blockIdx.y * 32;
+    for (u32 dy = threadIdx.y; dy < 32; dy += 8) {
+        u64 r = r0 + dy, c = c0 + threadIdx.x;
+        if (r < rows && c < cols) tile[dy][threadIdx.x] = in[r * cols + c];
+    }
+    __syncthreads();
+    for (u32 dy = threadIdx.y; dy < 32; dy += 8) {
+        u64 c = c0 + dy, r = r0 + threadIdx.x;
+        if (r < rows && c < cols) out[c * rows + r] = tile[threadIdx.x][dy];
+    }
+}
+
+// stats[0..2]: outputs still holding the poison bits, first of them;
+// stats[2..4]: other NaN or infinite outputs, first of them.
+extern "C" __global__ void kaas_scan_output(const u16 *c, u64 n, int poison, u64 *stats) {
+    u64 limit = (n + 31) & ~31ull;  // whole warps, for the shuffles
+    GRID_STRIDE(i, limit) {
+        u16 bits = i < n ? c[i] : 0;
+        bool unwritten = i < n && bits == (u16)poison;
+        bool non_finite = i < n && !unwritten && (bits & 0x7C00) == 0x7C00;
+        count_and_first(&stats[0], &stats[1], unwritten, i);
+        count_and_first(&stats[2], &stats[3], non_finite, i);
+    }
+}
+
+// stats[0..2]: elements whose bits differ between x and y, first of them.
+extern "C" __global__ void kaas_find_changed(const u16 *x, const u16 *y, u64 n, u64 *stats) {
+    u64 limit = (n + 31) & ~31ull;
+    GRID_STRIDE(i, limit) {
+        bool changed = i < n && x[i] != y[i];
+        count_and_first(&stats[0], &stats[1], changed, i);
+    }
+}
+
+// The binary test's comparison: reference counts (fp32, exact) against C (fp16).
+// stats[0]: outputs compared; stats[1]: reference above `limit` (not exact in fp16, not
+// compared); stats[2..4]: mismatches, first of them. NaN in C is a mismatch.
+extern "C" __global__ void kaas_compare_exact(const u16 *c, const float *ref, u64 n, float limit, u64 *stats) {
+    u64 limit_n = (n + 31) & ~31ull;
+    GRID_STRIDE(i, limit_n) {
+        bool in = i < n;
+        float r = in ? ref[i] : 0.0f;
+        bool over = in && r > limit;
+        bool compared = in && !over;
+        bool wrong = compared && !(__half2float(__ushort_as_half(c[i])) == r);
+        u32 nc = __popc(__ballot_sync(0xFFFFFFFFu, compared));
+        u32 no = __popc(__ballot_sync(0xFFFFFFFFu, over));
+        if ((threadIdx.x & 31) == 0) {
+            if (nc) atomicAdd(&stats[0], (u64)nc);
+            if (no) atomicAdd(&stats[1], (u64)no);
+        }
+        count_and_first(&stats[2], &stats[3], wrong, i);
+    }
+}
+
+// max |c[i] - ref[i]| (c == 0: max |ref[i]|), as one u64 whose high half is the f32 bits
+// of the deviation (monotone for non-negative floats; NaN and Inf count as +Inf) and
+// whose low half is ~index, so the largest packed value is the largest deviation at its
+// first index. n < 2^32. The host re-reads the two values at that index.
+extern "C" __global__ void kaas_max_abs_dev(const u16 *c, const float *ref, u64 n, u64 *stats) {
+    u64 best = 0;
+    GRID_STRIDE(i, n) {
+        double got = c ? (double)__half2float(__ushort_as_half(c[i])) : 0.0;
+        double d = fabs(got - (double)ref[i]);
+        float f = (float)d;
+        u32 bits = isfinite(f) ? __float_as_uint(f) : 0x7F800000u;
+        u64 packed = ((u64)bits << 32) | (u64)(0xFFFFFFFFu - (u32)i);
+        best = packed > best ? packed : best;
+    }
+    for (int off = 16; off > 0; off >>= 1) {
+        u64 other = __shfl_down_sync(0xFFFFFFFFu, best, off);
+        best = other > best ? other : best;
+    }
+    if ((threadIdx.x & 31) == 0 && best) atomicMax(&stats[0], best);
+}
+
+// out[l * count + t] = src[starts[l] + t * stride]: whole rows or columns of an operand,
+// for the host's spot checks of a reference.
+extern "C" __global__ void kaas_gather_lines(const u16 *src, const u64 *starts, u64 stride, u64 count, u64 lines, u16 *out) {
+    GRID_STRIDE(i, lines * count) {
+        u64 l = i / count, t = i % count;
+        out[i] = src[starts[l] + t * stride];
+    }
+}
+
+extern "C" __global__ void kaas_gather_f32(const float *src, const u64 *index, u64 n, float *out) {
+    GRID_STRIDE(i, n) { out[i] = src[index[i]]; }
+}
+
+// The fp16 FMA chain (acc = f16 only): output index[s] (or s, when index is null) as the
+// plainest fp16-accumulating kernel computes it, one rounding to fp16 per step in K order
+// (exact product and sum in f64, then to fp32 and fp16, as the host model does).
+// A is M x K row-major; B is K x N (tn == 0) or N x K (tn != 0) row-major.
+extern "C" __global__ void kaas_fp16_chain(const u16 *a, const u16 *b, const u64 *index, u64 count, u64 n_cols, u64 k, int tn, u16 *out) {
+    GRID_STRIDE(s, count) {
+        u64 at = index ? index[s] : s;
+        u64 row = at / n_cols, col = at % n_cols;
+        double acc = 0.0;
+        for (u64 kk = 0; kk < k; ++kk) {
+            double x = (double)__half2float(__ushort_as_half(a[row * k + kk]));
+            double y = (double)__half2float(__ushort_as_half(tn ? b[col * k + kk] : b[kk * n_cols + col]));
+            acc = (double)__half2float(__float2half_rn(__double2float_rn(__dadd_rn(acc, __dmul_rn(x, y)))));
+        }
+        out[s] = __half_as_ushort(__float2half_rn((float)acc));
+    }
+}
