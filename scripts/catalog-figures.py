@@ -1,0 +1,33 @@
+#!/usr/bin/env python3
+"""Issue 5's figures for a catalog bundle: per layout, the geometric-mean speedup over the
+1,000-shape grid counting every shape as served (the kernel where its side-by-side graph
+speedup beats the baseline, else the baseline, 1.0), against cuBLASLt-autotune-max,
+cuBLAS-max and cuBLASLt-heuristic-max; entries, wins, the kernels alone, and by FLOP bucket.
+
+    python3 scripts/catalog-figures.py kernels/h100/index.json.gz
+"""
+import json,gzip,collections,math,sys
+idx=json.load(gzip.open(sys.argv[1]))
+cur={}
+for e in idx['entries']:
+    p=e['problem']; k=(p['layout'],p['m'],p['n'],p['k'])
+    if k not in cur or e['run']['measured_at']>cur[k]['run']['measured_at']: cur[k]=e
+def bucket(f):
+    l=math.log2(f)
+    return '< 2^30' if l<30 else '2^30–2^36' if l<36 else '2^36–2^40' if l<40 else '≥ 2^40'
+G=[64,128,256,512,1024,2048,4096,8192,12288,16384]
+for base in ('cublaslt_autotune_max','cublas_max','cublaslt_heuristic_max'):
+  print('vs', base)
+  for layout in ('tn','nn'):
+    served=[]; kern=[]; wins=0; byb=collections.defaultdict(list)
+    for m in G:
+      for n in G:
+        for k in G:
+          e=cur.get((layout,m,n,k))
+          s=1.0
+          if e:
+              x=e['run']['speedups']['graph'][base]; kern.append(x)
+              if x>1: wins+=1; s=x
+          served.append(s); byb[bucket(2*m*n*k)].append(s)
+    gm=lambda v: math.exp(sum(map(math.log,v))/len(v)) if v else float('nan')
+    print(f"  {layout}: served geomean over 1000 = {gm(served):.4f}; entries {len(kern)} (kernels alone {gm(kern):.3f}), wins {wins}, best {max(kern):.3f}; by bucket " + ", ".join(f"{b}: {gm(v):.3f}" for b,v in sorted(byb.items())))
