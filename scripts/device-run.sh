@@ -17,10 +17,12 @@
 #                                          (k: the catalog's 8192³ tn entry; w: the tuner's
 #                                          128×256 tile; persistent grid) on SIZE³, for each
 #                                          triple: one whole sandboxed run, seconds per stage
-#   bash .dev/run/device-run.sh verify STATE SECONDS BENCH_MS [OPTIONS…]
+#   [KAAS_VERIFY_NEW_ONLY=1] bash .dev/run/device-run.sh verify STATE SECONDS BENCH_MS [OPTIONS…]
 #                                          (device) serve with workers, submit the winners
 #                                          of STATE, let the workers verify and benchmark
-#                                          them for SECONDS, export the catalog to $OUT/catalog
+#                                          them for SECONDS, export the catalog to $OUT/catalog;
+#                                          KAAS_VERIFY_NEW_ONLY=1 first drops the problems
+#                                          kernels/h100 already holds an entry for
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 mode="${1:-stage}"; shift || true
@@ -154,6 +156,19 @@ PY
 verify() {  # $1 state file, $2 seconds, $3 bench budget ms, then `kaas tune` submit options
     setup_device
     local state="$1" seconds="$2" bench="${3:-1000}"; shift 3 || shift $#
+    if [[ "${KAAS_VERIFY_NEW_ONLY:-0}" == 1 ]]; then
+        # Only the problems the shipped H100 catalog holds no entry for yet.
+        python3 - "$state" "$here/../../kernels/h100/index.json.gz" <<'PY'
+import gzip, json, sys
+state, catalog = sys.argv[1], sys.argv[2]
+st = json.load(open(state))
+have = {tuple(e["problem"][k] for k in ("layout", "m", "n", "k")) for e in json.load(gzip.open(catalog))["entries"]}
+before = len(st["results"])
+st["results"] = {k: r for k, r in st["results"].items() if tuple(r["problem"][x] for x in ("layout", "m", "n", "k")) not in have}
+json.dump(st, open(state, "w"))
+print(f"new only: {len(st['results'])} of {before} tuned problems have no catalog entry yet")
+PY
+    fi
     start_server /tmp/kaas-verify.db "$bench"
     export KAAS_TOKEN="$("$K" token create --name kaas-tuner --role admin 2>/dev/null)"
     # --limit 0: tune nothing more, only submit what the state holds.
