@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
-# PTX download load benchmark: kaas against nginx serving the same ~200 KB artifact on
-# loopback, side by side in one run, with wrk at 64 connections. Prints a Markdown table.
+# PTX download load benchmark: kaas (its API listener, and its sendfile downloads listener,
+# `serve --downloads-bind`) against nginx serving the same ~200 KB artifact on loopback,
+# side by side in one run, with wrk at 64 connections. Prints a Markdown table.
 # Needs Debian's nginx-light and wrk (installs them when missing, as root).
 # Usage: scripts/loadbench.sh [seconds-per-round] [rounds]
 set -euo pipefail
 secs=${1:-10}
 lines=${KAAS_LOADBENCH_LINES:-8200}
 rounds=${2:-3}
-# kaas listens on $KAAS_LOADBENCH_PORT (default 18080), nginx on the next port.
-port=${KAAS_LOADBENCH_PORT:-18080}; nport=$((port + 1))
-for p in $port $nport; do
+# kaas listens on $KAAS_LOADBENCH_PORT (default 18080), nginx on the next port, kaas's
+# downloads listener on the one after.
+port=${KAAS_LOADBENCH_PORT:-18080}; nport=$((port + 1)); dport=$((port + 2))
+for p in $port $nport $dport; do
   if (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then echo "port $p is in use; set KAAS_LOADBENCH_PORT" >&2; exit 1; fi
 done
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -47,7 +49,8 @@ fi
 size=$(stat -c %s "$ptx")
 
 token=$("$kaas" token create --name loadbench --role submitter --database-url "$db" 2>/dev/null)
-KAAS_LOG=warn "$kaas" serve --bind "127.0.0.1:$port" --database-url "$db" --catalog "$work/none" &
+KAAS_LOG=warn "$kaas" serve --bind "127.0.0.1:$port" --database-url "$db" --catalog "$work/none" \
+  --downloads-bind "127.0.0.1:$dport" --downloads-dir "$work/downloads" &
 kaas_pid=$!
 for _ in $(seq 1 100); do curl -sf "localhost:$port"/v1/health >/dev/null && break; sleep 0.1; done
 sha=$(curl -sf -H "Authorization: Bearer $token" -H 'Content-Type: text/plain' --data-binary @"$ptx" "localhost:$port"/v1/artifacts | python3 -c 'import json,sys; print(json.load(sys.stdin)["sha256"])')
@@ -75,10 +78,11 @@ sleep 0.5
 
 url_kaas="http://127.0.0.1:$port/v1/artifacts/$sha"
 url_nginx="http://127.0.0.1:$nport/v1/artifacts/$sha"
-a=$(curl -sf "$url_kaas" | sha256sum); b=$(curl -sf "$url_nginx" | sha256sum)
-[ "$a" = "$b" ] || { echo "the two servers disagree on the bytes: kaas $a, nginx $b (sha $sha)" >&2; exit 1; }
-for s in kaas nginx; do   # the response headers each sends (identity), for the record
-  u=$url_kaas; [ $s = nginx ] && u=$url_nginx
+url_dl="http://127.0.0.1:$dport/v1/artifacts/$sha"
+a=$(curl -sf "$url_kaas" | sha256sum); b=$(curl -sf "$url_nginx" | sha256sum); c=$(curl -sf "$url_dl" | sha256sum)
+[ "$a" = "$b" ] && [ "$a" = "$c" ] || { echo "the servers disagree on the bytes: kaas $a, nginx $b, downloads $c (sha $sha)" >&2; exit 1; }
+for s in kaas downloads nginx; do   # the response headers each sends (identity), for the record
+  u=$url_kaas; [ $s = nginx ] && u=$url_nginx; [ $s = downloads ] && u=$url_dl
   echo "$s headers: $(curl -s -D - -o /dev/null "$u" | tr -d '\r' | sed -n '2,$p' | cut -d: -f1 | grep . | tr '\n' ' ')"
 done
 
@@ -95,7 +99,7 @@ p50 = ms(re.search(r"\s50%\s+(\S+)", t).group(1)); p99 = ms(re.search(r"\s99%\s+
 errs = re.search(r"Non-2xx or 3xx responses: (\d+)", t)
 print(f"{rps:.0f} {p50:.2f} {p99:.2f} {errs.group(1) if errs else 0}")'
 }
-wrk -t2 -c64 -d2s "$url_kaas" >/dev/null; wrk -t2 -c64 -d2s "$url_nginx" >/dev/null   # warm-up
+for u in "$url_kaas" "$url_dl" "$url_nginx"; do wrk -t2 -c64 -d2s "$u" >/dev/null; done   # warm-up
 
 # CPU time (user + system, in clock ticks) the server has used so far: kaas's process, or
 # nginx's master and workers. Divided by the requests served it gives the server's CPU
@@ -110,8 +114,8 @@ echo "| round | server | encoding | requests/s | p50 ms | p99 ms | non-2xx | ser
 echo "|---|---|---|---|---|---|---|---|"
 for r in $(seq 1 "$rounds"); do
   for enc in identity gzip; do
-    for s in kaas nginx; do
-      url=$url_kaas; pid=$kaas_pid; [ $s = nginx ] && { url=$url_nginx; pid=$nginx_pid; }
+    for s in kaas downloads nginx; do
+      url=$url_kaas; pid=$kaas_pid; [ $s = nginx ] && { url=$url_nginx; pid=$nginx_pid; }; [ $s = downloads ] && url=$url_dl
       t0=$(cpu_ticks "$pid")
       if [ $enc = gzip ]; then read -r rps p50 p99 errs < <(measure "$url" -H "Accept-Encoding: gzip")
       else read -r rps p50 p99 errs < <(measure "$url"); fi
@@ -127,7 +131,8 @@ rows = [l.split() for l in open(sys.argv[1])]
 med = lambda s, i: statistics.median(float(r[i]) for r in rows if r[0] == s)
 print(f"\nartifact {sys.argv[2]} bytes; medians over rounds:")
 for enc in ("identity", "gzip"):
-    k, n = med(f"kaas-{enc}", 1), med(f"nginx-{enc}", 1)
-    print(f"  {enc}: kaas {k:.0f} req/s (p99 {med(f'kaas-{enc}', 3):.2f} ms), "
-          f"nginx {n:.0f} req/s (p99 {med(f'nginx-{enc}', 3):.2f} ms); kaas/nginx = {k / n:.2f}")
+    k, d, n = med(f"kaas-{enc}", 1), med(f"downloads-{enc}", 1), med(f"nginx-{enc}", 1)
+    print(f"  {enc}: kaas API {k:.0f} req/s (p99 {med(f'kaas-{enc}', 3):.2f} ms), "
+          f"kaas downloads {d:.0f} req/s (p99 {med(f'downloads-{enc}', 3):.2f} ms), "
+          f"nginx {n:.0f} req/s (p99 {med(f'nginx-{enc}', 3):.2f} ms); API/nginx = {k / n:.2f}, downloads/nginx = {d / n:.2f}")
 PY

@@ -2,6 +2,7 @@
 //! openapi), and later for workers, submitters and users.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
@@ -307,6 +308,41 @@ async fn start_local_workers(conn: &sea_orm::DatabaseConnection, count: crate::c
     format!("{} worker(s): {}", names.len(), names.join(", "))
 }
 
+/// The downloads listener (`crate::api::downloads`) on its own runtime of `threads`
+/// threads. Artifacts it has not opened yet are looked up through the API's artifact cache
+/// and database, by a task on this (the API's) runtime.
+fn start_downloads(state: &Arc<AppState>, bind: &str, dir: &std::path::Path, threads: usize) -> anyhow::Result<()> {
+    type Ask = (String, tokio::sync::oneshot::Sender<Result<Option<Arc<crate::api::cache::ArtifactBody>>, String>>);
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Ask>();
+    let api = actix_web::web::Data::from(state.clone());
+    actix_web::rt::spawn(async move {
+        while let Some((sha, reply)) = rx.recv().await {
+            let found = crate::api::routes::artifacts::load(&api, &sha).await.map_err(|e| e.to_string());
+            let _ = reply.send(found);
+        }
+    });
+    let resolve: crate::api::downloads::Resolver = Arc::new(move |sha| {
+        let tx = tx.clone();
+        Box::pin(async move {
+            let (reply, answer) = tokio::sync::oneshot::channel();
+            tx.send((sha, reply)).map_err(|_| "the API runtime is gone".to_string())?;
+            answer.await.map_err(|_| "the API runtime dropped the lookup".to_string())?
+        })
+    });
+    let downloads = crate::api::downloads::Downloads::new(dir, resolve).with_context(|| format!("creating {}", dir.display()))?;
+    let listener = std::net::TcpListener::bind(bind).with_context(|| format!("binding the downloads listener {bind}"))?;
+    listener.set_nonblocking(true)?;
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(threads.max(1)).thread_name("kaas-downloads").enable_all().build()?;
+    tracing::info!(bind, dir = %dir.display(), "downloads listener: GET /v1/artifacts/{{sha256}} with sendfile");
+    std::thread::Builder::new().name("kaas-downloads".into()).spawn(move || {
+        let result = runtime.block_on(async move { crate::api::downloads::serve(tokio::net::TcpListener::from_std(listener)?, downloads).await });
+        if let Err(e) = result {
+            tracing::error!(error = %e, "the downloads listener stopped");
+        }
+    })?;
+    Ok(())
+}
+
 async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let s = args.resolve()?;
     let mut cfg = DbConfig::new(&s.database_url);
@@ -325,6 +361,9 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     tracing::info!(workers = %note, "GPU workers");
     state.set_local_workers(note);
     tracing::info!(bind = %s.bind, database = %redact(&s.database_url), backend = db::backend_name(&state.db), "kaas serving; API docs at /docs");
+    if let Some((bind, dir)) = &s.downloads {
+        start_downloads(&state, bind, dir, s.http_threads)?;
+    }
     // TCP_NODELAY, as nginx sets on keep-alive connections: a response's last partial
     // segment goes out at once instead of waiting for the client's ACK of the previous.
     actix_web::HttpServer::new(move || create_app(state.clone()))

@@ -33,6 +33,13 @@ pub struct ServeArgs {
     /// HTTP worker threads [default: number of CPUs].
     #[arg(long, env = "KAAS_HTTP_THREADS")]
     pub http_threads: Option<usize>,
+    /// Also serve `GET /v1/artifacts/{sha256}` on this address with sendfile(2), for bulk
+    /// downloads [default: off].
+    #[arg(long, env = "KAAS_DOWNLOADS_BIND")]
+    pub downloads_bind: Option<String>,
+    /// Where the downloads listener keeps the artifact files [default: kaas-artifacts in the system's temporary directory].
+    #[arg(long, env = "KAAS_DOWNLOADS_DIR")]
+    pub downloads_dir: Option<PathBuf>,
     /// Largest request body in bytes [default: 16777216].
     #[arg(long, env = "KAAS_MAX_BODY_BYTES")]
     pub max_body_bytes: Option<usize>,
@@ -129,6 +136,8 @@ pub struct FileSettings {
     pub database_url: Option<String>,
     pub catalog: Option<PathBuf>,
     pub http_threads: Option<usize>,
+    pub downloads_bind: Option<String>,
+    pub downloads_dir: Option<PathBuf>,
     pub max_body_bytes: Option<usize>,
     pub rate_limit_per_minute: Option<u32>,
     pub rate_limit_burst: Option<u32>,
@@ -149,6 +158,8 @@ pub struct ServeSettings {
     pub database_url: String,
     pub catalog: PathBuf,
     pub http_threads: usize,
+    /// The downloads listener's address and directory, when it is on.
+    pub downloads: Option<(String, PathBuf)>,
     pub api: ApiSettings,
     pub workers: WorkerCount,
     pub worker: WorkerSettings,
@@ -178,6 +189,10 @@ impl ServeArgs {
                 .http_threads
                 .or(file.http_threads)
                 .unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2)),
+            downloads: self.downloads_bind.clone().or(file.downloads_bind).map(|bind| {
+                let dir = self.downloads_dir.clone().or(file.downloads_dir).unwrap_or_else(|| std::env::temp_dir().join("kaas-artifacts"));
+                (bind, dir)
+            }),
             api: ApiSettings {
                 max_body_bytes: self.max_body_bytes.or(file.max_body_bytes).unwrap_or(d.max_body_bytes),
                 rate_limit_per_minute: self.rate_limit_per_minute.or(file.rate_limit_per_minute).unwrap_or(d.rate_limit_per_minute),

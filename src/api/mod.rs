@@ -2,6 +2,7 @@
 //! and the integration tests run, so the tests exercise the real wiring.
 
 pub mod cache;
+pub mod downloads;
 pub mod error;
 pub mod metrics;
 pub mod openapi;
@@ -142,8 +143,12 @@ impl FromRequest for Caller {
 
 /// Whether the client takes `Content-Encoding: gzip` (`gzip` listed without `q=0`).
 pub(crate) fn accepts_gzip(req: &HttpRequest) -> bool {
-    let Some(v) = req.headers().get(actix_web::http::header::ACCEPT_ENCODING).and_then(|v| v.to_str().ok()) else { return false };
-    v.split(',').any(|item| {
+    req.headers().get(actix_web::http::header::ACCEPT_ENCODING).and_then(|v| v.to_str().ok()).is_some_and(gzip_accepted)
+}
+
+/// Whether an `Accept-Encoding` value takes gzip (`gzip` or `*` listed without `q=0`).
+pub(crate) fn gzip_accepted(accept_encoding: &str) -> bool {
+    accept_encoding.split(',').any(|item| {
         let mut parts = item.split(';').map(str::trim);
         let coding = parts.next().unwrap_or("");
         let refused = parts.any(|p| p.strip_prefix("q=").is_some_and(|q| q.trim().parse::<f32>().is_ok_and(|q| q <= 0.0)));

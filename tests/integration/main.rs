@@ -6,6 +6,7 @@ mod common;
 
 mod api;
 mod bundle;
+mod downloads;
 mod storage;
 mod submissions;
 mod ui;

@@ -23,7 +23,7 @@ fn is_sha256(s: &str) -> bool {
     s.len() == 64 && s.bytes().all(|c| matches!(c, b'0'..=b'9' | b'a'..=b'f'))
 }
 
-async fn load(state: &State, sha: &str) -> Result<Option<Arc<ArtifactBody>>, ApiError> {
+pub(crate) async fn load(state: &State, sha: &str) -> Result<Option<Arc<ArtifactBody>>, ApiError> {
     if let Some(hit) = state.caches.artifacts.get(sha).await {
         state.metrics.cache("artifacts", true);
         return Ok(Some(hit));

@@ -1,0 +1,311 @@
+//! The downloads listener: artifact bytes only, without copies. `GET` and `HEAD
+//! /v1/artifacts/{sha256}` on a port of its own (`kaas serve --downloads-bind`), answered
+//! with `sendfile(2)` from content-addressed files, as nginx serves static files.
+//!
+//! Why a second listener: actix-http copies every body into its per-connection write
+//! buffer and the kernel copies it again into the socket; for ~200 KB of PTX those copies
+//! and the framework around them cost kaas twice nginx's CPU per download (BENCHMARKS.md,
+//! issue 2). Artifacts are immutable and named by their sha256, so they can live as files
+//! (`<dir>/<sha256>.ptx` and `.ptx.gz`, written once, atomically) and go out with
+//! `sendfile`. The main API keeps serving the same URL; this one is for bulk clients.
+//!
+//! What it answers: 200 with the PTX (or its gzip representation for `Accept-Encoding:
+//! gzip`), strong ETags as on the API, `304` on a matching `If-None-Match`, `Cache-Control:
+//! public, immutable`, HTTP/1.1 keep-alive and pipelining; `404`, `405` and `400` as
+//! problem+json. Anything else belongs to the main API.
+//!
+//! Artifacts it has not seen are resolved through a [`Resolver`] (the API's own artifact
+//! cache and database, on the API's runtime), then written to the directory.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, RwLock};
+
+use futures_util::future::BoxFuture;
+use rustix::net::SendFlags;
+use tokio::io::AsyncReadExt;
+use tokio::net::{TcpListener, TcpStream};
+
+use super::cache::ArtifactBody;
+
+/// Looks an artifact up by sha256 (`None`: no such artifact).
+pub type Resolver = Arc<dyn Fn(String) -> BoxFuture<'static, Result<Option<Arc<ArtifactBody>>, String>> + Send + Sync>;
+
+/// Largest request head accepted.
+const MAX_HEAD: usize = 16 * 1024;
+const MAX_HEADERS: usize = 32;
+
+/// One artifact as open files.
+struct Entry {
+    identity: File,
+    identity_len: u64,
+    gzip: File,
+    gzip_len: u64,
+    etag: String,
+    gzip_etag: String,
+}
+
+/// The files of the artifacts served so far, opened once.
+pub struct Downloads {
+    dir: PathBuf,
+    resolve: Resolver,
+    open: RwLock<HashMap<String, Arc<Entry>>>,
+}
+
+impl Downloads {
+    /// Serves the artifacts `resolve` finds, keeping their files in `dir` (created).
+    pub fn new(dir: &Path, resolve: Resolver) -> std::io::Result<Arc<Downloads>> {
+        std::fs::create_dir_all(dir)?;
+        Ok(Arc::new(Downloads { dir: dir.to_path_buf(), resolve, open: RwLock::new(HashMap::new()) }))
+    }
+
+    async fn entry(&self, sha: &str) -> Result<Option<Arc<Entry>>, String> {
+        if let Some(e) = self.open.read().ok().and_then(|m| m.get(sha).cloned()) {
+            return Ok(Some(e));
+        }
+        let Some(body) = (self.resolve)(sha.to_string()).await? else { return Ok(None) };
+        let write = |name: String, bytes: &[u8]| -> std::io::Result<File> {
+            let path = self.dir.join(&name);
+            // Content-addressed: an existing file with the right length is this content
+            // (it was written through a rename); anything else is rewritten.
+            if std::fs::metadata(&path).map(|m| m.len() == bytes.len() as u64).unwrap_or(false) {
+                return File::open(&path);
+            }
+            let tmp = self.dir.join(format!("{name}.{}.tmp", rand::random::<u64>()));
+            let mut f = File::create(&tmp)?;
+            f.write_all(bytes)?;
+            f.sync_all()?;
+            std::fs::rename(&tmp, &path)?;
+            File::open(&path)
+        };
+        let files = (|| -> std::io::Result<Entry> {
+            Ok(Entry {
+                identity: write(format!("{}.ptx", body.sha256), &body.body)?,
+                identity_len: body.body.len() as u64,
+                gzip: write(format!("{}.ptx.gz", body.sha256), &body.gzip)?,
+                gzip_len: body.gzip.len() as u64,
+                etag: body.etag.clone(),
+                gzip_etag: body.gzip_etag.clone(),
+            })
+        })()
+        .map_err(|e| format!("writing the artifact's files under {}: {e}", self.dir.display()))?;
+        let entry = Arc::new(files);
+        if let Ok(mut m) = self.open.write() {
+            m.insert(sha.to_string(), entry.clone());
+        }
+        Ok(Some(entry))
+    }
+}
+
+/// Accepts connections on `listener` forever, one task per connection.
+pub async fn serve(listener: TcpListener, downloads: Arc<Downloads>) -> std::io::Result<()> {
+    loop {
+        let (stream, _) = listener.accept().await?;
+        let _ = stream.set_nodelay(true);
+        let d = downloads.clone();
+        tokio::spawn(async move {
+            if let Err(e) = connection(stream, &d).await {
+                tracing::debug!(error = %e, "downloads connection ended");
+            }
+        });
+    }
+}
+
+/// What one request asks for.
+#[derive(Debug, PartialEq)]
+struct Request {
+    head_only: bool,
+    /// `None`: a method other than GET and HEAD.
+    sha: Result<String, Refusal>,
+    gzip: bool,
+    if_none_match: Option<String>,
+    close: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Refusal {
+    NotFound,
+    Method,
+}
+
+/// Parses one request head from the start of `buf`: `Ok(None)` when incomplete, else the
+/// request and the bytes it took. Bodies are not accepted (GET and HEAD have none).
+fn parse(buf: &[u8]) -> Result<Option<(Request, usize)>, String> {
+    let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut req = httparse::Request::new(&mut headers);
+    let used = match req.parse(buf) {
+        Ok(httparse::Status::Complete(n)) => n,
+        Ok(httparse::Status::Partial) => return Ok(None),
+        Err(e) => return Err(format!("malformed request: {e}")),
+    };
+    let method = req.method.unwrap_or("");
+    let path = req.path.unwrap_or("");
+    let header = |name: &str| req.headers.iter().find(|h| h.name.eq_ignore_ascii_case(name)).and_then(|h| std::str::from_utf8(h.value).ok());
+    if header("content-length").is_some_and(|v| v.trim() != "0") || header("transfer-encoding").is_some() {
+        return Err("a request body is not accepted here".into());
+    }
+    let http10 = req.version == Some(0);
+    let connection = header("connection").unwrap_or("");
+    let close = if http10 { !connection.eq_ignore_ascii_case("keep-alive") } else { connection.eq_ignore_ascii_case("close") };
+    let sha = path.strip_prefix("/v1/artifacts/").map(|s| s.split('?').next().unwrap_or(""));
+    let sha = match (method, sha) {
+        ("GET" | "HEAD", Some(s)) if s.len() == 64 && s.bytes().all(|c| matches!(c, b'0'..=b'9' | b'a'..=b'f')) => Ok(s.to_string()),
+        ("GET" | "HEAD", _) => Err(Refusal::NotFound),
+        _ => Err(Refusal::Method),
+    };
+    Ok(Some((
+        Request {
+            head_only: method == "HEAD",
+            sha,
+            gzip: header("accept-encoding").is_some_and(super::gzip_accepted),
+            if_none_match: header("if-none-match").map(str::to_string),
+            close,
+        },
+        used,
+    )))
+}
+
+async fn connection(mut stream: TcpStream, d: &Downloads) -> std::io::Result<()> {
+    let mut buf: Vec<u8> = Vec::with_capacity(4096);
+    loop {
+        // Serve every complete request already buffered (pipelining), then read more.
+        loop {
+            match parse(&buf) {
+                Ok(Some((req, used))) => {
+                    buf.drain(..used);
+                    let close = req.close;
+                    respond(&mut stream, d, req).await?;
+                    if close {
+                        return Ok(());
+                    }
+                }
+                Ok(None) if buf.len() >= MAX_HEAD => {
+                    return problem(&mut stream, 431, "Request Header Fields Too Large", "request_too_large", "the request head exceeds 16 KiB", true).await;
+                }
+                Ok(None) => break,
+                Err(why) => return problem(&mut stream, 400, "Bad Request", "invalid_request", &why, true).await,
+            }
+        }
+        let mut chunk = [0u8; 4096];
+        let n = stream.read(&mut chunk).await?;
+        if n == 0 {
+            return Ok(());
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    }
+}
+
+async fn respond(stream: &mut TcpStream, d: &Downloads, req: Request) -> std::io::Result<()> {
+    let sha = match req.sha {
+        Ok(s) => s,
+        Err(Refusal::NotFound) => return problem(stream, 404, "Not Found", "not_found", "this listener serves GET /v1/artifacts/{sha256} only", req.close).await,
+        Err(Refusal::Method) => return problem(stream, 405, "Method Not Allowed", "method_not_allowed", "this listener answers GET and HEAD only", req.close).await,
+    };
+    let entry = match d.entry(&sha).await {
+        Ok(Some(e)) => e,
+        Ok(None) => return problem(stream, 404, "Not Found", "not_found", &format!("no artifact with sha256 {sha}"), req.close).await,
+        Err(why) => {
+            tracing::error!(%sha, error = %why, "downloads: cannot serve an artifact");
+            return problem(stream, 500, "Internal Server Error", "internal", "the artifact could not be read", req.close).await;
+        }
+    };
+    let (file, len, etag) = if req.gzip { (&entry.gzip, entry.gzip_len, &entry.gzip_etag) } else { (&entry.identity, entry.identity_len, &entry.etag) };
+    let matches = req.if_none_match.as_deref().is_some_and(|v| {
+        v.split(',').map(str::trim).map(|t| t.trim_start_matches("W/")).any(|t| t == "*" || t == entry.etag || t == entry.gzip_etag)
+    });
+    let connection = if req.close { "close" } else { "keep-alive" };
+    let common = format!(
+        "etag: {etag}\r\ncache-control: public, max-age=31536000, immutable\r\nvary: Accept-Encoding\r\nconnection: {connection}\r\n"
+    );
+    if matches {
+        return write_all(stream, format!("HTTP/1.1 304 Not Modified\r\n{common}\r\n").as_bytes(), false).await;
+    }
+    let encoding = if req.gzip { "content-encoding: gzip\r\n" } else { "" };
+    let head = format!(
+        "HTTP/1.1 200 OK\r\ncontent-type: text/plain; charset=utf-8\r\ncontent-length: {len}\r\n{encoding}content-location: /v1/artifacts/{sha}\r\ncontent-disposition: attachment; filename=\"{sha}.ptx\"\r\n{common}\r\n"
+    );
+    if req.head_only {
+        return write_all(stream, head.as_bytes(), false).await;
+    }
+    write_all(stream, head.as_bytes(), true).await?;
+    send_file(stream, file, len).await
+}
+
+/// Writes `bytes`; with `more`, tells the kernel the body follows (`MSG_MORE`), so head
+/// and body leave in full segments.
+async fn write_all(stream: &TcpStream, mut bytes: &[u8], more: bool) -> std::io::Result<()> {
+    let flags = if more { SendFlags::MORE | SendFlags::NOSIGNAL } else { SendFlags::NOSIGNAL };
+    while !bytes.is_empty() {
+        stream.writable().await?;
+        match stream.try_io(tokio::io::Interest::WRITABLE, || rustix::net::send(stream, bytes, flags).map_err(std::io::Error::from)) {
+            Ok(n) => bytes = &bytes[n..],
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// The whole of `file` into the socket by `sendfile(2)`, from an explicit offset (the
+/// file is shared between connections and its position never moves).
+async fn send_file(stream: &TcpStream, file: &File, len: u64) -> std::io::Result<()> {
+    let mut offset = 0u64;
+    while offset < len {
+        stream.writable().await?;
+        let left = (len - offset) as usize;
+        match stream.try_io(tokio::io::Interest::WRITABLE, || rustix::fs::sendfile(stream, file, Some(&mut offset), left).map_err(std::io::Error::from)) {
+            Ok(0) => return Err(std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "the artifact file is shorter than recorded")),
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+async fn problem(stream: &mut TcpStream, status: u16, reason: &str, code: &str, detail: &str, close: bool) -> std::io::Result<()> {
+    let body = serde_json::json!({"type": format!("urn:kaas:error:{code}"), "title": reason, "status": status, "detail": detail, "code": code}).to_string();
+    let connection = if close { "close" } else { "keep-alive" };
+    let text = format!(
+        "HTTP/1.1 {status} {reason}\r\ncontent-type: application/problem+json\r\ncontent-length: {}\r\nconnection: {connection}\r\n\r\n{body}",
+        body.len()
+    );
+    write_all(stream, text.as_bytes(), false).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn one(text: &str) -> Request {
+        parse(text.as_bytes()).expect("parses").expect("complete").0
+    }
+
+    #[test]
+    fn requests_parse_into_what_is_asked() {
+        let sha = "a".repeat(64);
+        let r = one(&format!("GET /v1/artifacts/{sha} HTTP/1.1\r\nHost: x\r\nAccept-Encoding: br, gzip\r\nIf-None-Match: \"{sha}\"\r\n\r\n"));
+        assert_eq!(r, Request { head_only: false, sha: Ok(sha.clone()), gzip: true, if_none_match: Some(format!("\"{sha}\"")), close: false });
+        assert!(one(&format!("HEAD /v1/artifacts/{sha} HTTP/1.1\r\n\r\n")).head_only);
+        assert!(one(&format!("GET /v1/artifacts/{sha} HTTP/1.0\r\n\r\n")).close, "HTTP/1.0 closes by default");
+        assert!(!one(&format!("GET /v1/artifacts/{sha} HTTP/1.0\r\nConnection: keep-alive\r\n\r\n")).close);
+        assert!(one(&format!("GET /v1/artifacts/{sha} HTTP/1.1\r\nConnection: close\r\n\r\n")).close);
+        assert!(!one(&format!("GET /v1/artifacts/{sha} HTTP/1.1\r\nAccept-Encoding: gzip;q=0\r\n\r\n")).gzip);
+        assert_eq!(one("GET /v1/artifacts/ABC HTTP/1.1\r\n\r\n").sha, Err(Refusal::NotFound));
+        assert_eq!(one("GET /v1/kernels HTTP/1.1\r\n\r\n").sha, Err(Refusal::NotFound));
+        assert_eq!(one(&format!("DELETE /v1/artifacts/{sha} HTTP/1.1\r\n\r\n")).sha, Err(Refusal::Method));
+    }
+
+    #[test]
+    fn partial_heads_wait_and_garbage_or_bodies_are_refused() {
+        assert_eq!(parse(b"GET /v1/artifacts/").expect("no error"), None);
+        assert!(parse(b"\x01\x02 nonsense\r\n\r\n").is_err());
+        assert!(parse(b"POST /v1/artifacts/x HTTP/1.1\r\nContent-Length: 5\r\n\r\nhello").is_err());
+        // Two pipelined requests: the first takes only its own bytes.
+        let two = format!("GET /v1/artifacts/{0} HTTP/1.1\r\n\r\nGET /v1/artifacts/{0} HTTP/1.1\r\n\r\n", "b".repeat(64));
+        let (_, used) = parse(two.as_bytes()).expect("parses").expect("complete");
+        assert_eq!(used, two.len() / 2);
+    }
+}
