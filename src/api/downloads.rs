@@ -17,11 +17,10 @@
 //! Artifacts it has not seen are resolved through a [`Resolver`] (the API's own artifact
 //! cache and database, on the API's runtime), then written to the directory.
 
-use std::collections::HashMap;
 use std::fs::File;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 
 use futures_util::future::BoxFuture;
 use rustix::net::SendFlags;
@@ -32,6 +31,9 @@ use super::cache::ArtifactBody;
 
 /// Looks an artifact up by sha256 (`None`: no such artifact).
 pub type Resolver = Arc<dyn Fn(String) -> BoxFuture<'static, Result<Option<Arc<ArtifactBody>>, String>> + Send + Sync>;
+
+/// Artifacts kept open at once (two descriptors each); the least recently used are closed.
+const OPEN_ARTIFACTS: u64 = 256;
 
 /// Largest request head accepted.
 const MAX_HEAD: usize = 16 * 1024;
@@ -47,30 +49,30 @@ struct Entry {
     gzip_etag: String,
 }
 
-/// The files of the artifacts served so far, opened once.
+/// The files of the artifacts served recently, open.
 pub struct Downloads {
     dir: PathBuf,
     resolve: Resolver,
-    open: RwLock<HashMap<String, Arc<Entry>>>,
+    open: moka::sync::Cache<String, Arc<Entry>>,
 }
 
 impl Downloads {
     /// Serves the artifacts `resolve` finds, keeping their files in `dir` (created).
     pub fn new(dir: &Path, resolve: Resolver) -> std::io::Result<Arc<Downloads>> {
         std::fs::create_dir_all(dir)?;
-        Ok(Arc::new(Downloads { dir: dir.to_path_buf(), resolve, open: RwLock::new(HashMap::new()) }))
+        Ok(Arc::new(Downloads { dir: dir.to_path_buf(), resolve, open: moka::sync::Cache::new(OPEN_ARTIFACTS) }))
     }
 
     async fn entry(&self, sha: &str) -> Result<Option<Arc<Entry>>, String> {
-        if let Some(e) = self.open.read().ok().and_then(|m| m.get(sha).cloned()) {
+        if let Some(e) = self.open.get(sha) {
             return Ok(Some(e));
         }
         let Some(body) = (self.resolve)(sha.to_string()).await? else { return Ok(None) };
         let write = |name: String, bytes: &[u8]| -> std::io::Result<File> {
             let path = self.dir.join(&name);
-            // Content-addressed: an existing file with the right length is this content
-            // (it was written through a rename); anything else is rewritten.
-            if std::fs::metadata(&path).map(|m| m.len() == bytes.len() as u64).unwrap_or(false) {
+            // Content-addressed: an existing file holding exactly these bytes is reused
+            // (files are written through a rename); anything else is rewritten.
+            if std::fs::read(&path).is_ok_and(|existing| existing == bytes) {
                 return File::open(&path);
             }
             let tmp = self.dir.join(format!("{name}.{}.tmp", rand::random::<u64>()));
@@ -92,9 +94,7 @@ impl Downloads {
         })()
         .map_err(|e| format!("writing the artifact's files under {}: {e}", self.dir.display()))?;
         let entry = Arc::new(files);
-        if let Ok(mut m) = self.open.write() {
-            m.insert(sha.to_string(), entry.clone());
-        }
+        self.open.insert(sha.to_string(), entry.clone());
         Ok(Some(entry))
     }
 }

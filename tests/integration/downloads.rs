@@ -16,14 +16,20 @@ const PTX: &str = ".version 8.8\n.target sm_90\n.address_size 64\n// a downloads
 /// A listener on a free port serving the one artifact; returns its address, the sha256
 /// and the directory of files.
 fn start() -> (String, String, tempfile::TempDir) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (addr, sha) = start_in(dir.path());
+    (addr, sha, dir)
+}
+
+/// The same, keeping its files in `dir`.
+fn start_in(dir: &std::path::Path) -> (String, String) {
     let sha = kaas::catalog::bundle::sha256_hex(PTX.as_bytes());
     let known: HashMap<String, Arc<ArtifactBody>> = [(sha.clone(), Arc::new(ArtifactBody::new(sha.clone(), PTX.to_string())))].into();
     let resolve: Resolver = Arc::new(move |s| {
         let found = known.get(&s).cloned();
         Box::pin(async move { Ok(found) })
     });
-    let dir = tempfile::tempdir().expect("temp dir");
-    let d = Downloads::new(dir.path(), resolve).expect("downloads");
+    let d = Downloads::new(dir, resolve).expect("downloads");
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     listener.set_nonblocking(true).expect("nonblocking");
     let addr = listener.local_addr().expect("address").to_string();
@@ -31,7 +37,7 @@ fn start() -> (String, String, tempfile::TempDir) {
         let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
         let _ = rt.block_on(async move { downloads::serve(tokio::net::TcpListener::from_std(listener).expect("listener"), d).await });
     });
-    (addr, sha, dir)
+    (addr, sha)
 }
 
 /// One response off the stream: status, lower-cased headers, body (by Content-Length).
@@ -119,4 +125,24 @@ fn the_downloads_listener_serves_artifacts_like_the_api() {
     g.write_all(b"\x00\x01 not http\r\n\r\n").unwrap();
     let (status, _, _) = with_body(&mut g, false);
     assert_eq!(status, 400);
+}
+
+#[test]
+fn a_damaged_file_is_rewritten_not_served() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (addr, sha) = start_in(dir.path());
+    let get = |addr: &str| {
+        let mut s = connect(addr);
+        write!(s, "GET /v1/artifacts/{sha} HTTP/1.1\r\n\r\n").unwrap();
+        with_body(&mut s, false)
+    };
+    assert_eq!(get(&addr).2, PTX.as_bytes());
+    // Same length, other bytes: what a torn or tampered file looks like. A new listener on
+    // the same directory (a restart) must not trust it.
+    let path = dir.path().join(format!("{sha}.ptx"));
+    std::fs::write(&path, PTX.replace("test", "TEST")).unwrap();
+    let (again, _) = start_in(dir.path());
+    let (status, _, body) = get(&again);
+    assert_eq!((status, body.as_slice()), (200, PTX.as_bytes()));
+    assert_eq!(std::fs::read(&path).unwrap(), PTX.as_bytes());
 }
