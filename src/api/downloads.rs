@@ -99,10 +99,18 @@ impl Downloads {
     }
 }
 
-/// Accepts connections on `listener` forever, one task per connection.
+/// Accepts connections on `listener` forever, one task per connection. A failed accept
+/// (out of descriptors, say) is logged and retried after a pause, never fatal.
 pub async fn serve(listener: TcpListener, downloads: Arc<Downloads>) -> std::io::Result<()> {
     loop {
-        let (stream, _) = listener.accept().await?;
+        let stream = match listener.accept().await {
+            Ok((stream, _)) => stream,
+            Err(e) => {
+                tracing::warn!(error = %e, "downloads listener: accept failed");
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                continue;
+            }
+        };
         let _ = stream.set_nodelay(true);
         let d = downloads.clone();
         tokio::spawn(async move {
@@ -117,7 +125,8 @@ pub async fn serve(listener: TcpListener, downloads: Arc<Downloads>) -> std::io:
 #[derive(Debug, PartialEq)]
 struct Request {
     head_only: bool,
-    /// `None`: a method other than GET and HEAD.
+    /// The artifact asked for, or why there is none: a path other than an artifact's, or a
+    /// method other than GET and HEAD.
     sha: Result<String, Refusal>,
     gzip: bool,
     if_none_match: Option<String>,
