@@ -396,7 +396,10 @@ async fn concurrent_workers_never_run_a_job_twice(backend: Backend) {
             let mut ran = Vec::new();
             while let Some(j) = queue::claim(&conn, &me, Duration::from_secs(30), 3).await.unwrap() {
                 ran.push(j.job.id);
-                tokio::task::yield_now().await;
+                // Hold the job a moment, as a real worker does: the others claim meanwhile,
+                // so the claims really overlap (a bare yield let one task take every job on
+                // a loaded machine, and the test then proved nothing about concurrency).
+                tokio::time::sleep(Duration::from_millis(2)).await;
                 let stored = queue::complete(&conn, j.job.id, &me.worker_id, &passed(10.0, 0.1, 1.0), &facts(DEVICE)).await.unwrap();
                 assert!(matches!(stored, Stored::Run { .. }), "a claimed job was not ours: {stored:?}");
             }
