@@ -28,6 +28,7 @@ use tokio::io::AsyncReadExt;
 use tokio::net::{TcpListener, TcpStream};
 
 use super::cache::ArtifactBody;
+use super::error::ProblemDetails;
 
 /// Looks an artifact up by sha256 (`None`: no such artifact).
 pub type Resolver = Arc<dyn Fn(String) -> BoxFuture<'static, Result<Option<Arc<ArtifactBody>>, String>> + Send + Sync>;
@@ -191,10 +192,10 @@ async fn connection(mut stream: TcpStream, d: &Downloads) -> std::io::Result<()>
                     }
                 }
                 Ok(None) if buf.len() >= MAX_HEAD => {
-                    return problem(&mut stream, 431, "Request Header Fields Too Large", "request_too_large", "the request head exceeds 16 KiB", true).await;
+                    return problem(&mut stream, 431, "request_too_large", "the request head exceeds 16 KiB", true).await;
                 }
                 Ok(None) => break,
-                Err(why) => return problem(&mut stream, 400, "Bad Request", "invalid_request", &why, true).await,
+                Err(why) => return problem(&mut stream, 400, "invalid_request", &why, true).await,
             }
         }
         let mut chunk = [0u8; 4096];
@@ -209,15 +210,15 @@ async fn connection(mut stream: TcpStream, d: &Downloads) -> std::io::Result<()>
 async fn respond(stream: &mut TcpStream, d: &Downloads, req: Request) -> std::io::Result<()> {
     let sha = match req.sha {
         Ok(s) => s,
-        Err(Refusal::NotFound) => return problem(stream, 404, "Not Found", "not_found", "this listener serves GET /v1/artifacts/{sha256} only", req.close).await,
-        Err(Refusal::Method) => return problem(stream, 405, "Method Not Allowed", "method_not_allowed", "this listener answers GET and HEAD only", req.close).await,
+        Err(Refusal::NotFound) => return problem(stream, 404, "not_found", "this listener serves GET /v1/artifacts/{sha256} only", req.close).await,
+        Err(Refusal::Method) => return problem(stream, 405, "method_not_allowed", "this listener answers GET and HEAD only", req.close).await,
     };
     let entry = match d.entry(&sha).await {
         Ok(Some(e)) => e,
-        Ok(None) => return problem(stream, 404, "Not Found", "not_found", &format!("no artifact with sha256 {sha}"), req.close).await,
+        Ok(None) => return problem(stream, 404, "not_found", &format!("no artifact with sha256 {sha}"), req.close).await,
         Err(why) => {
             tracing::error!(%sha, error = %why, "downloads: cannot serve an artifact");
-            return problem(stream, 500, "Internal Server Error", "internal", "the artifact could not be read", req.close).await;
+            return problem(stream, 500, "internal", "the artifact could not be read", req.close).await;
         }
     };
     let (file, len, etag) = if req.gzip { (&entry.gzip, entry.gzip_len, &entry.gzip_etag) } else { (&entry.identity, entry.identity_len, &entry.etag) };
@@ -274,8 +275,18 @@ async fn send_file(stream: &TcpStream, file: &File, len: u64) -> std::io::Result
     Ok(())
 }
 
-async fn problem(stream: &mut TcpStream, status: u16, reason: &str, code: &str, detail: &str, close: bool) -> std::io::Result<()> {
-    let body = serde_json::json!({"type": format!("urn:kaas:error:{code}"), "title": reason, "status": status, "detail": detail, "code": code}).to_string();
+/// A problem+json answer, in the API's `ProblemDetails` shape.
+async fn problem(stream: &mut TcpStream, status: u16, code: &str, detail: &str, close: bool) -> std::io::Result<()> {
+    let reason = actix_web::http::StatusCode::from_u16(status).ok().and_then(|s| s.canonical_reason()).unwrap_or("Error");
+    let details = ProblemDetails {
+        type_: format!("urn:kaas:error:{code}"),
+        title: reason.to_string(),
+        status,
+        detail: detail.to_string(),
+        code: code.to_string(),
+        extra: Default::default(),
+    };
+    let body = serde_json::to_string(&details).unwrap_or_default();
     let connection = if close { "close" } else { "keep-alive" };
     let text = format!(
         "HTTP/1.1 {status} {reason}\r\ncontent-type: application/problem+json\r\ncontent-length: {}\r\nconnection: {connection}\r\n\r\n{body}",
