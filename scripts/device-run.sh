@@ -52,24 +52,19 @@ for e in idx["entries"]:
          "launches": [dict(e["manifest"]["launches"][0], grid=[{"ceil_div": ["N", 128]}, {"ceil_div": ["M", 128]}, 1])]}
     json.dump(t, open(e2e + f"template_{p['layout']}.json", "w"), indent=1)
 
-# Whole-run kernels: `k`, the H100 catalog's 8192³ tn entry, and `w`, the tuner's
-# 128×256×64 tile (4 stages, 2 consumers); both on the persistent grid (one CTA per SM),
-# so only the problem differs between shapes.
+# Whole-run kernels from the H100 catalog, each an entry on the persistent grid (one CTA
+# per SM, so only the problem differs between shapes): `k`, the 8192³ tn entry, and `w`,
+# the tuner's 128×256×64 tile (4 stages, 2 consumers).
 import gzip, os
 os.makedirs(".dev/run/whole", exist_ok=True)
 h100 = json.load(gzip.open("kernels/h100/index.json.gz"))
 e = next(e for e in h100["entries"] if e["problem"]["layout"] == "tn" and e["problem"]["m"] == e["problem"]["n"] == e["problem"]["k"] == 8192)
-open(".dev/run/whole/k.ptx", "w").write(open(f"kernels/h100/ptx/{e['artifact']}.ptx").read())
-wide = copy.deepcopy(e["manifest"])
-entry = "kaas_wgmma_f32_tn_128x256x64_s4_c2_m1_g16"
-open(".dev/run/whole/w.ptx", "w").write(open(f".dev/run/tune-ptx/{entry}.ptx").read())
-launch = wide["launches"][0]
-launch.update(entry=entry, block=[384, 1, 1], shared_mem_bytes=4 * (128 + 256) * 64 * 2 + 1024 + 2 * 9216)
-launch["params"][0]["tensor_map"]["box"] = [64, 128]
-launch["params"][1]["tensor_map"]["box"] = [64, 256]
-for name, base in (("k", e["manifest"]), ("w", wide)):
+w = next(x for x in h100["entries"] if x["manifest"]["launches"][0]["entry"] == "kaas_wgmma_f32_tn_128x256x64_s4_c2_m1_g16"
+         and x["manifest"]["launches"][0]["grid"][0] == e["manifest"]["launches"][0]["grid"][0])
+for name, entry in (("k", e), ("w", w)):
+    open(f".dev/run/whole/{name}.ptx", "w").write(open(f"kernels/h100/ptx/{entry['artifact']}.ptx").read())
     for size in (2048, 4096, 8192, 16384):
-        m = copy.deepcopy(base)
+        m = copy.deepcopy(entry["manifest"])
         m["problem"].update(m=size, n=size, k=size)
         json.dump(m, open(f".dev/run/whole/{name}-m{size}.json", "w"), indent=1)
 PY
