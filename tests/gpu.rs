@@ -1070,11 +1070,11 @@ fn the_gpu_checks_agree_with_the_host_models() {
 
             // The fp16 chain, at a few outputs and everywhere.
             let picks: Vec<u64> = vec![0, (c_len / 2) as u64, (c_len - 1) as u64];
-            let chain = checks::fp16_chain(&gpu, &p, &a, &b, Some(&picks)).expect("chain");
+            let chain = checks::fp16_chain(&gpu, &p, &a, &b, Some(&picks)).expect("chain").download_f16(&gpu, picks.len()).expect("download");
             let idx: Vec<usize> = picks.iter().map(|&i| i as usize).collect();
             assert_eq!(chain, deviation::fp16_chain_at(s, layout, &ua, &ub, &idx), "fp16 chain {s} {layout}");
             if c_len * (k as usize) < 1 << 24 {
-                let everywhere = checks::fp16_chain(&gpu, &p, &a, &b, None).expect("chain");
+                let everywhere = checks::fp16_chain(&gpu, &p, &a, &b, None).expect("chain").download_f16(&gpu, c_len).expect("download");
                 assert_eq!(everywhere, deviation::fp16_chain_at(s, layout, &ua, &ub, &(0..c_len).collect::<Vec<_>>()), "fp16 chain {s} {layout}");
             }
         }

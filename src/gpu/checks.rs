@@ -15,7 +15,7 @@ use half::f16;
 use super::ffi::{self, Arg, KernelCall};
 use super::{DeviceBuffer, Gpu, GpuError, at, column_major_mapping};
 use crate::problem::{Layout, Problem};
-use crate::verify::{Deviation, ExactReport, Finding, Mismatch};
+use crate::verify::{ExactReport, Finding, Mismatch};
 
 /// CUDA C++ source of the kernels.
 pub const SOURCE: &str = include_str!("checks.cu");
@@ -93,8 +93,12 @@ pub fn read_f16(gpu: &Gpu, buf: &DeviceBuffer, index: usize) -> Result<f16, GpuE
 
 /// One fp32 value of a buffer.
 pub fn read_f32(gpu: &Gpu, buf: &DeviceBuffer, index: usize) -> Result<f32, GpuError> {
-    let w = buf.view(index * 4, 4)?.download_u16(gpu, 2)?;
-    Ok(f32::from_bits(w[0] as u32 | (w[1] as u32) << 16))
+    Ok(f32s(&buf.view(index * 4, 4)?.download_u16(gpu, 2)?)[0])
+}
+
+/// fp32 values from little-endian 16-bit words.
+fn f32s(words: &[u16]) -> Vec<f32> {
+    words.chunks(2).map(|w| f32::from_bits(w[0] as u32 | (w[1] as u32) << 16)).collect()
 }
 
 /// The first `len` fp16 values of `out` from {0, 1}, each 1 with probability `p`; the
@@ -178,10 +182,21 @@ pub fn compare_exact(gpu: &Gpu, c: &DeviceBuffer, counts: &DeviceBuffer, len: us
     Ok(ExactReport { checked: s[0], over_limit: s[1], mismatches: s[2], first_mismatch })
 }
 
+/// The largest deviation found on the device, with the two values where it is.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Largest {
+    pub max_abs: f64,
+    /// Row-major index (the first, on ties).
+    pub index: usize,
+    /// C there (0 when no C was given).
+    pub got: f64,
+    pub reference: f64,
+}
+
 /// `max |c − reference|` over the first `len` outputs, or `max |reference|` when `c` is
 /// `None`; NaN and Inf count as infinite, as in [`crate::verify::max_abs_deviation`]. The
 /// value is recomputed in f64 from the two elements at the index found.
-pub fn max_abs_deviation(gpu: &Gpu, c: Option<&DeviceBuffer>, reference: &DeviceBuffer, len: usize) -> Result<Deviation, GpuError> {
+pub fn max_abs_deviation(gpu: &Gpu, c: Option<&DeviceBuffer>, reference: &DeviceBuffer, len: usize) -> Result<Largest, GpuError> {
     if len as u64 >= u32::MAX as u64 {
         return Err(GpuError::refused("largest deviation", format!("{len} outputs exceed the kernel's 32-bit index")));
     }
@@ -194,7 +209,7 @@ pub fn max_abs_deviation(gpu: &Gpu, c: Option<&DeviceBuffer>, reference: &Device
     launch(gpu, "kaas_max_abs_dev", len as u64, vec![c_arg, ptr(reference), Arg::U64(len as u64), ptr(&stats)])?;
     let packed = read_slots(gpu, &stats, 1)?[0];
     if len == 0 || packed == 0 {
-        return Ok(Deviation { max_abs: 0.0, index: 0 });
+        return Ok(Largest { max_abs: 0.0, index: 0, got: 0.0, reference: 0.0 });
     }
     let index = (u32::MAX - (packed as u32)) as usize;
     let r = read_f32(gpu, reference, index)? as f64;
@@ -203,7 +218,7 @@ pub fn max_abs_deviation(gpu: &Gpu, c: Option<&DeviceBuffer>, reference: &Device
         None => 0.0,
     };
     let d = (got - r).abs();
-    Ok(Deviation { max_abs: if d.is_finite() { d } else { f64::INFINITY }, index })
+    Ok(Largest { max_abs: if d.is_finite() { d } else { f64::INFINITY }, index, got, reference: r })
 }
 
 /// `count` fp16 values per line: line `l` is `src[starts[l] + t·stride]` for `t < count`.
@@ -237,13 +252,12 @@ pub fn gather_f32(gpu: &Gpu, src: &DeviceBuffer, index: &[u64]) -> Result<Vec<f3
     let index_buf = slots(gpu, index)?;
     let out = gpu.alloc(index.len() * 4)?;
     launch(gpu, "kaas_gather_f32", index.len() as u64, vec![ptr(src), ptr(&index_buf), Arg::U64(index.len() as u64), ptr(&out)])?;
-    let words = out.download_u16(gpu, index.len() * 2)?;
-    Ok(words.chunks(2).map(|w| f32::from_bits(w[0] as u32 | (w[1] as u32) << 16)).collect())
+    Ok(f32s(&out.download_u16(gpu, index.len() * 2)?))
 }
 
 /// The fp16 FMA chain (one rounding to fp16 per step, K order) at the given row-major
-/// outputs, or at every output when `index` is `None`.
-pub fn fp16_chain(gpu: &Gpu, p: &Problem, a: &DeviceBuffer, b: &DeviceBuffer, index: Option<&[u64]>) -> Result<Vec<f16>, GpuError> {
+/// outputs, or at every output (a C-shaped buffer) when `index` is `None`; on the device.
+pub fn fp16_chain(gpu: &Gpu, p: &Problem, a: &DeviceBuffer, b: &DeviceBuffer, index: Option<&[u64]>) -> Result<DeviceBuffer, GpuError> {
     let (m, n, k) = (p.m as usize, p.n as usize, p.k as usize);
     need(a, m * k * 2, "fp16 chain")?;
     need(b, k * n * 2, "fp16 chain")?;
@@ -258,7 +272,7 @@ pub fn fp16_chain(gpu: &Gpu, p: &Problem, a: &DeviceBuffer, b: &DeviceBuffer, in
     let tn = (p.layout == Layout::Tn) as i32;
     let args = vec![ptr(a), ptr(b), index_buf.as_ref().map_or(Arg::U64(0), ptr), Arg::U64(count as u64), Arg::U64(n as u64), Arg::U64(k as u64), Arg::I32(tn), ptr(&out)];
     launch(gpu, "kaas_fp16_chain", count as u64, args)?;
-    out.download_f16(gpu, count)
+    Ok(out)
 }
 
 /// A new fp32 buffer with `C = A·B` for binary inputs, by cuBLAS with fp32 output and
