@@ -6,6 +6,8 @@
 #                                          tuner configuration to PTX (NVRTC here, so the
 #                                          PTX is what CI regenerates), write the e2e
 #                                          inputs; all under .dev/run/
+#                                          (and the GPU test binary with gpu-check.sh:
+#                                          `bash .dev/run/gpu-check.sh remote [FILTER…]`)
 #   bash .dev/run/device-run.sh e2e        (device) `kaas serve --workers auto` on SQLite,
 #                                          then `kaas submit` (a correct kernel, one that
 #                                          writes only part of C, a manifest template),
@@ -33,6 +35,15 @@ stage() {
     rm -rf .dev/run; mkdir -p .dev/run/e2e
     cp "${CARGO_TARGET_DIR:-$repo/target}/release/kaas" .dev/run/kaas
     cp "$here/device-run.sh" .dev/run/device-run.sh
+    # The GPU tests too (3-4 MB), so one staged folder serves both scripts:
+    # `bash .dev/run/gpu-check.sh remote [FILTER…]` runs them with this `kaas` as sandbox.
+    local gpu_tests
+    gpu_tests="$(cargo test --release --no-run --test gpu --message-format=json 2>/dev/null | python3 -c 'import json,sys
+for line in sys.stdin:
+    try: m = json.loads(line)
+    except ValueError: continue
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] == "gpu": print(m["executable"])' | tail -n 1)"
+    [[ -x "$gpu_tests" ]] && cp "$gpu_tests" .dev/run/gpu-tests && cp "$here/gpu-check.sh" .dev/run/gpu-check.sh
     .dev/run/kaas tune --emit-ptx .dev/run/tune-ptx --layouts tn,nn >/dev/null
     python3 - <<'PY'
 import json, copy

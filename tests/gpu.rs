@@ -1081,3 +1081,45 @@ fn the_gpu_checks_agree_with_the_host_models() {
     }
     println!("the GPU checks agree with the host models on 4 shapes × 2 layouts");
 }
+
+// ---------------------------------------------------------------------------------------
+// The Hopper template's split-K entries through the whole verifier
+
+/// Split-K Hopper kernels, both reductions (in order and atomic), pass every stage of the
+/// verifier in the sandbox: shapes that tiles do not divide, uneven K slices, a slice
+/// count close to the K-tile count, both layouts. The verifier launches each kernel five
+/// times on one workspace zeroed once, so a kernel that left its counters or sums dirty
+/// would fail here.
+#[test]
+fn split_k_hopper_kernels_pass_the_verifier() {
+    use kaas::tuner::hopper::{self, HopperConfig};
+    let Some(gpu) = gpu_and_nvrtc_or_skip() else { return };
+    if gpu.facts().compute_capability != (9, 0) {
+        println!("SKIP: split-K Hopper kernels need sm_90 ({:?})", gpu.facts().compute_capability);
+        return;
+    }
+    drop(gpu);
+    let tile = |bm, bn| hopper::split_tiles().into_iter().find(|c| c.bm == bm && c.bn == bn).expect("a split-K tile");
+    let cases: [((u32, u32, u32), HopperConfig, u32); 5] = [
+        ((64, 64, 16384), tile(64, 64), 32),
+        ((100, 200, 4104), tile(64, 128), 11),
+        ((512, 256, 4096), tile(128, 128), 8),
+        ((1000, 72, 3000), tile(128, 64), 23),
+        ((256, 512, 2048), tile(128, 256), 3),
+    ];
+    let mut failed = vec![];
+    for ((m, n, k), cfg, split) in cases {
+        for (layout, atomic) in [(Layout::Tn, false), (Layout::Nn, false), (Layout::Tn, true), (Layout::Nn, true)] {
+            let p = Problem::new(Arch::Sm90, Acc::F32, layout, Shape::new(m, n, k).expect("shape"));
+            let cfg = HopperConfig { split, atomic, ..cfg };
+            let ptx = hopper::compile(&cfg, p.acc, layout).expect("compile");
+            let job = Job { ptx, manifest: cfg.manifest(&p, 132), secret_seed: rand::random(), watchdog_ms: None, bench: None };
+            let o = sandbox::run_with(&sandbox_command(), &job, sandbox::default_wall_limit(&job));
+            println!("SPLITK {p} {}: {:?} {}", cfg.label(), o.verdict, first_line(&o.message, 160));
+            if o.verdict != Verdict::Pass {
+                failed.push(format!("{p} {}: {:?} at {}: {}", cfg.label(), o.verdict, o.stage, o.message));
+            }
+        }
+    }
+    assert!(failed.is_empty(), "{failed:#?}");
+}

@@ -33,12 +33,25 @@
 //                   and writes C with coalesced 16-byte stores; 0: 4-byte stores straight
 //                   from the accumulators (no staging memory). Not in the entry name: a
 //                   catalog that ships both must set KAAS_ENTRY itself.
+//   KAAS_SPLITK     0 (default), 1 or 2: split-K. Two more params, the workspace and the
+//                   split count S (runtime); each (tile, split) unit accumulates K-tiles
+//                   [s*kt/S, (s+1)*kt/S); the last unit of a tile to arrive (an atomic
+//                   counter per tile) writes C and resets the counter, so the workspace is
+//                   reusable. 1, in order: each unit stores its fp32 partial, the last sums
+//                   the S partials in split order 0..S-1 (bit-identical on every run);
+//                   2, atomic: each unit adds its partial to the tile's fp32 sum with
+//                   red.global.add (in L2), the last reads the sum and zeroes it (the
+//                   order of the fp32 additions, so the last bits, vary from run to run).
 //   KAAS_ENTRY      optional; default name encodes every knob:
 //     kaas_wgmma_<f32|f16>_<tn|nn>_<BM>x<BN>x<BK>_s<STAGES>_c<CONSUMERS>_m<CLUSTER_M>_g<GROUP_M>
-//     e.g. kaas_wgmma_f32_tn_128x256x64_s4_c2_m1_g16
+//     e.g. kaas_wgmma_f32_tn_128x256x64_s4_c2_m1_g16; KAAS_SPLITK=1 adds _sk, 2 adds _ska
 //
 // ─── Launch (kaas.hgemm.v1) ─────────────────────────────────────────────────────────────
-// params: (tensor_map A, tensor_map B, ptr C, i32 M, i32 N, i32 K), in this order.
+// params: (tensor_map A, tensor_map B, ptr C, i32 M, i32 N, i32 K), in this order;
+//   KAAS_SPLITK adds (ptr workspace, i32 S), S >= 1, and needs workspace_bytes =
+//   roundup(4 * tiles, 256) + 4 * tiles * BM * BN * (S for KAAS_SPLITK=1, 1 for 2)
+//   (counters, then the partials or sums), zero when first used; the kernel leaves the
+//   counters (and the sums) zero again.
 //   A tensor map: operand A, box [64, BM], swizzle "128B"          (global dims [K, M])
 //   B tensor map, tn: operand B, box [64, BN/CLUSTER_M], swizzle "128B"  (dims [K, N])
 //   B tensor map, nn: operand B, box [64, 64/CLUSTER_M], swizzle "128B"  (dims [N, K])
@@ -49,7 +62,7 @@
 //   e.g. EPILOGUE=1: 128x256x64 s4 c2: 216064; 128x128x64 s6 c2: 216064; 64x128x64 s8 c1: 206848;
 //        64x64x64 s8 c1: 141312.  EPILOGUE=0: 128x256x64 s4 c2: 197632.
 // grid:    [G, 1, 1] with tiles = roundup(ceil(M/BM), CLUSTER_M) * ceil(N/BN):
-//   one tile per CTA:  G = tiles
+//   one tile per CTA:  G = tiles   (split-K: G = tiles * S, one unit per CTA)
 //   persistent:        G = min(tiles, SMs rounded down to a multiple of CLUSTER_M)
 //                      (132 on H100 SXM; any G that is a multiple of CLUSTER_M is correct:
 //                      each cluster loops over tiles with stride G/CLUSTER_M)
@@ -68,7 +81,7 @@
 //   clusters are co-resident, so it is the multicast/remote-release protocol). Ship m1.
 // * acc=f16 accumulates a whole K in fp16, like cuBLAS-TN: its deviation equals cuBLAS-TN's
 //   on the tested shapes but exceeded cuBLAS-NN's on nn 64x4096x4096 and nn 100x200x136.
-// * No split-K/stream-K: skinny shapes with few output tiles (64×4096×4096, 4096×64×4096)
+// * Without KAAS_SPLITK, skinny shapes with few output tiles (64×4096×4096, 4096×64×4096)
 //   reach only ~0.2–0.67 of cuBLAS.
 
 typedef unsigned short u16;
@@ -105,6 +118,9 @@ typedef unsigned long long u64;
 #ifndef KAAS_LAYOUT_TN
 #define KAAS_LAYOUT_TN 1
 #endif
+#ifndef KAAS_SPLITK
+#define KAAS_SPLITK 0
+#endif
 
 #if KAAS_ACC_F32
 #define KAAS_ACC_TAG f32
@@ -120,9 +136,23 @@ typedef unsigned long long u64;
     a##b##c##d##e##f##g##h##i##j##k##l##m##n##o##p##q##r
 #define KAAS_CAT(...) KAAS_CAT_(__VA_ARGS__)
 #ifndef KAAS_ENTRY
+#if KAAS_SPLITK
+#define KAAS_CATS_(a, b, c, d, e, f, g, h, i, j, k, l, m, n, o, p, q, r, s) \
+    a##b##c##d##e##f##g##h##i##j##k##l##m##n##o##p##q##r##s
+#define KAAS_CATS(...) KAAS_CATS_(__VA_ARGS__)
+#if KAAS_SPLITK == 2
+#define KAAS_SPLIT_TAG _ska
+#else
+#define KAAS_SPLIT_TAG _sk
+#endif
+#define KAAS_ENTRY                                                                                           \
+    KAAS_CATS(kaas_wgmma_, KAAS_ACC_TAG, _, KAAS_LAYOUT_TAG, _, KAAS_BM, x, KAAS_BN, x, KAAS_BK, _s, KAAS_STAGES, \
+              _c, KAAS_CONSUMERS, _m, KAAS_CLUSTER_M, _g, KAAS_GROUP_M, KAAS_SPLIT_TAG)
+#else
 #define KAAS_ENTRY                                                                                          \
     KAAS_CAT(kaas_wgmma_, KAAS_ACC_TAG, _, KAAS_LAYOUT_TAG, _, KAAS_BM, x, KAAS_BN, x, KAAS_BK, _s, KAAS_STAGES, \
              _c, KAAS_CONSUMERS, _m, KAAS_CLUSTER_M, _g, KAAS_GROUP_M)
+#endif
 #endif
 
 constexpr int BM = KAAS_BM, BN = KAAS_BN, BK = KAAS_BK, STAGES = KAAS_STAGES;
@@ -151,6 +181,10 @@ static_assert(BM <= 256, "a TMA box is at most 256 rows");
 static_assert(STAGES >= 2 && STAGES <= 8, "KAAS_STAGES must be 2..8");
 static_assert(CL == 1 || CL == 2, "KAAS_CLUSTER_M must be 1 or 2");
 static_assert(GROUP_M >= 1, "KAAS_GROUP_M must be >= 1");
+#if KAAS_SPLITK
+static_assert(CL == 1, "split-K runs without clusters");
+static_assert(KAAS_ACC_F32, "split-K partials are fp32: acc=f32 only");
+#endif
 static_assert(SMEM_BYTES <= 232448, "shared memory exceeds 227 KiB");
 static_assert(MI * ACC_REGS <= 128, "accumulators would not fit the consumer register budget");
 #if KAAS_LAYOUT_TN
@@ -485,12 +519,56 @@ __device__ __forceinline__ void store_pair(u16* __restrict__ C, int M, int N, in
     }
 }
 
+#if KAAS_SPLITK
+// The consumer warpgroups only (the producer never joins): named barrier 1.
+__device__ __forceinline__ void consumers_sync() {
+    asm volatile("bar.sync 1, %0;" ::"n"(128 * CONSUMERS) : "memory");
+}
+// Partials bypass L1 (written and read by different SMs within one launch).
+__device__ __forceinline__ void st_cg_v4(float* p, float a, float b, float c, float d) {
+    asm volatile("st.global.cg.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(p), "f"(a), "f"(b), "f"(c), "f"(d) : "memory");
+}
+__device__ __forceinline__ void ld_cg_v4(const float* p, float& a, float& b, float& c, float& d) {
+    asm volatile("ld.global.cg.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(a), "=f"(b), "=f"(c), "=f"(d) : "l"(p) : "memory");
+}
+// A unit's partial: added to the tile's sum (atomic) or stored in its own slot (in order).
+__device__ __forceinline__ void sk_put(float* p, float a, float b, float c, float d) {
+#if KAAS_SPLITK == 2
+    asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(p), "f"(a), "f"(b), "f"(c), "f"(d) : "memory");
+#else
+    st_cg_v4(p, a, b, c, d);
+#endif
+}
+__device__ __forceinline__ void fence_gpu() { asm volatile("fence.acq_rel.gpu;" ::: "memory"); }
+__device__ __forceinline__ u32 atomic_inc_gpu(u32* p) {
+    u32 old;
+    asm volatile("atom.global.add.u32 %0, [%1], 1;" : "=r"(old) : "l"(p) : "memory");
+    return old;
+}
+// K-tiles [KAAS_KB, KAAS_KE) of the unit; without split-K the whole of K.
+#define KAAS_KB kb
+#define KAAS_KE ke
+#define KAAS_HAS_K (ke > kb)
+#else
+#define KAAS_KB 0
+#define KAAS_KE ktiles
+#define KAAS_HAS_K ktiles > 0
+#endif
+
 extern "C" __global__ void __launch_bounds__(THREADS, 1)
+#if KAAS_SPLITK
+KAAS_ENTRY(const __grid_constant__ TensorMap128 tmA, const __grid_constant__ TensorMap128 tmB,
+           u16* __restrict__ C, int M, int N, int K, unsigned char* __restrict__ ws, int S) {
+#else
 KAAS_ENTRY(const __grid_constant__ TensorMap128 tmA, const __grid_constant__ TensorMap128 tmB,
            u16* __restrict__ C, int M, int N, int K) {
+#endif
     extern __shared__ __align__(16) unsigned char smem_raw[];  // aligned to 1024 below
     __shared__ __align__(8) u64 full_bar[STAGES];
     __shared__ __align__(8) u64 empty_bar[STAGES];
+#if KAAS_SPLITK
+    __shared__ u32 sk_last;  // 1 when this unit is the last of its tile to arrive
+#endif
 
     if (CL > 1 && cluster_size() != (u32)CL) return;  // launched with the wrong cluster: write nothing
 
@@ -512,6 +590,11 @@ KAAS_ENTRY(const __grid_constant__ TensorMap128 tmA, const __grid_constant__ Ten
     const int ktiles = (K + BK - 1) / BK;
     const int cid = blockIdx.x / CL;
     const int ncl = gridDim.x / CL;
+#if KAAS_SPLITK
+    if (S < 1) return;
+    u32* const sk_count = reinterpret_cast<u32*>(ws);  // one counter per tile
+    float* const sk_part = reinterpret_cast<float*>(ws + ((4 * tiles + 255) & ~255));
+#endif
 
     if (threadIdx.x == 0) {
 #pragma unroll
@@ -537,12 +620,18 @@ KAAS_ENTRY(const __grid_constant__ TensorMap128 tmA, const __grid_constant__ Ten
             asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<u64>(&tmB)) : "memory");
             int s = 0;
             u32 ph = 0;
+#if KAAS_SPLITK
+            for (int u = cid; u < tiles * S; u += ncl) {
+                const int t = u / S, sp = u - t * S;
+                const int kb = (int)((long long)sp * ktiles / S), ke = (int)((long long)(sp + 1) * ktiles / S);
+#else
             for (int t = cid; t < tiles; t += ncl) {
+#endif
                 int mc, nb;
                 tile_coords(t, num_mc, mc, nb, num_n);
                 const int m0 = (mc * CL + (int)rank) * BM;
                 const int n0 = nb * BN;
-                for (int kt = 0; kt < ktiles; ++kt) {
+                for (int kt = KAAS_KB; kt < KAAS_KE; ++kt) {
                     mbar_wait(empty0 + 8 * s, ph ^ 1u);
                     const u32 fb = full0 + 8 * s;
                     mbar_expect_tx(fb, STAGE_TX);
@@ -588,7 +677,13 @@ KAAS_ENTRY(const __grid_constant__ TensorMap128 tmA, const __grid_constant__ Ten
         (void)vec16;
         int s = 0;
         u32 ph = 0;
+#if KAAS_SPLITK
+        for (int u = cid; u < tiles * S; u += ncl) {
+            const int t = u / S, sp = u - t * S;
+            const int kb = (int)((long long)sp * ktiles / S), ke = (int)((long long)(sp + 1) * ktiles / S);
+#else
         for (int t = cid; t < tiles; t += ncl) {
+#endif
             int mc, nb;
             tile_coords(t, num_mc, mc, nb, num_n);
             const int m0 = (mc * CL + (int)rank) * BM;
@@ -601,7 +696,7 @@ KAAS_ENTRY(const __grid_constant__ TensorMap128 tmA, const __grid_constant__ Ten
                 for (int i = 0; i < ACC_REGS; ++i) acc[mi][i] = 0;
 
             int prev = 0;
-            for (int kt = 0; kt < ktiles; ++kt) {
+            for (int kt = KAAS_KB; kt < KAAS_KE; ++kt) {
                 mbar_wait(full0 + 8 * s, ph);
                 const u32 a_base = sA + s * A_STAGE_BYTES + cw * WG_M * 128;
                 const u32 b_base = sB + s * B_STAGE_BYTES;
@@ -620,7 +715,7 @@ KAAS_ENTRY(const __grid_constant__ TensorMap128 tmA, const __grid_constant__ Ten
                     }
                 }
                 wgmma_commit();
-                if (kt > 0) {
+                if (kt > KAAS_KB) {
                     wgmma_wait<1>();  // the previous k-tile's wgmmas are done: free its slot
                     if (lane == 0) mbar_release(empty0 + 8 * prev);
                 }
@@ -631,7 +726,69 @@ KAAS_ENTRY(const __grid_constant__ TensorMap128 tmA, const __grid_constant__ Ten
                 }
             }
             wgmma_wait<0>();  // unconditional, so ptxas sees every path drain the pipeline
-            if (ktiles > 0 && lane == 0) mbar_release(empty0 + 8 * prev);
+            if (KAAS_HAS_K && lane == 0) mbar_release(empty0 + 8 * prev);
+#if KAAS_SPLITK
+            if (S > 1) {
+                // Partials in the accumulators' own order, four registers per 16-byte word:
+                // word w of thread tid at float 4 * (128 * w + tid), so every access is a
+                // coalesced 2 KiB per warpgroup.
+                constexpr int WORDS = MI * ACC_REGS / 4;
+#if KAAS_SPLITK == 2
+                // Atomic: every unit adds its partial into the tile's fp32 sum in L2.
+                float* const mine = sk_part + (u64)t * (u64)(BM * BN) + cw * (WORDS * 512) + 4 * tid;
+#else
+                // In order: every unit stores its partial; the last sums them 0..S-1.
+                float* const tile_part = sk_part + (u64)t * (u64)S * (u64)(BM * BN);
+                float* const mine = tile_part + (u64)sp * (u64)(BM * BN) + cw * (WORDS * 512) + 4 * tid;
+#endif
+#pragma unroll
+                for (int w = 0; w < WORDS; ++w) {
+                    const float* a = &acc[(4 * w) / ACC_REGS][(4 * w) % ACC_REGS];
+                    sk_put(mine + 512 * w, a[0], a[1], a[2], a[3]);
+                }
+                fence_gpu();
+                consumers_sync();
+                if (threadIdx.x == 128) {
+                    fence_gpu();
+                    const u32 before = atomic_inc_gpu(sk_count + t);
+                    fence_gpu();
+                    sk_last = before == (u32)(S - 1);
+                    if (sk_last) *reinterpret_cast<volatile u32*>(sk_count + t) = 0u;  // reset for the next launch
+                }
+                consumers_sync();
+                if (!sk_last) continue;
+                fence_gpu();
+#if KAAS_SPLITK == 2
+                // The last to arrive takes the sum and leaves zeros for the next launch.
+#pragma unroll
+                for (int w = 0; w < WORDS; ++w) {
+                    float* a = &acc[(4 * w) / ACC_REGS][(4 * w) % ACC_REGS];
+                    ld_cg_v4(mine + 512 * w, a[0], a[1], a[2], a[3]);
+                    st_cg_v4(mine + 512 * w, 0.f, 0.f, 0.f, 0.f);
+                }
+#else
+                // The last to arrive sums the partials in split order, its own included.
+                const float* const first = tile_part + cw * (WORDS * 512) + 4 * tid;
+#pragma unroll
+                for (int mi = 0; mi < MI; ++mi)
+#pragma unroll
+                    for (int i = 0; i < ACC_REGS; ++i) acc[mi][i] = 0.f;
+                for (int q = 0; q < S; ++q) {
+                    const float* const src = first + (u64)q * (u64)(BM * BN);
+#pragma unroll
+                    for (int w = 0; w < WORDS; ++w) {
+                        float* a = &acc[(4 * w) / ACC_REGS][(4 * w) % ACC_REGS];
+                        float v0, v1, v2, v3;
+                        ld_cg_v4(src + 512 * w, v0, v1, v2, v3);
+                        a[0] += v0;
+                        a[1] += v1;
+                        a[2] += v2;
+                        a[3] += v3;
+                    }
+                }
+#endif
+            }
+#endif
 
             // Epilogue: warp w of the warpgroup holds rows 16w..16w+15 of each m64 tile; lane
             // (g = lane/4, q = lane%4) holds rows g and g+8, columns 8j+2q, 8j+2q+1.

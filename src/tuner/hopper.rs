@@ -2,7 +2,8 @@
 //! mbarrier ring, a producer warpgroup and one or two consumer warpgroups with register
 //! reallocation, a grouped tile order, and an optional persistent grid. One PTX per
 //! (accumulator, layout, tile, stages, consumers); the persistent and one-tile-per-block
-//! grids share it.
+//! grids share it. Split-K (`KAAS_SPLITK=1`, entries ending `_sk`) is a PTX of its own per
+//! tile: the split count is a launch parameter, so one PTX serves every split.
 
 use serde::{Deserialize, Serialize};
 
@@ -29,7 +30,27 @@ pub struct HopperConfig {
     pub consumers: u32,
     /// Grid of min(tiles, SMs) blocks looping over tiles, instead of one block per tile.
     pub persistent: bool,
+    /// Split-K: K is cut into this many slices, each a block of its own, summed in order by
+    /// the last to finish (1: no split; then the plain entry, without workspace).
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub split: u32,
+    /// Split-K's reduction: false, in order (each slice stores its partial, the last sums
+    /// them in slice order: bit-identical on every run); true, atomic (each slice adds into
+    /// one fp32 sum in L2 with `red.global.add`: the last bits vary from run to run).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub atomic: bool,
 }
+
+fn one() -> u32 {
+    1
+}
+
+fn is_one(v: &u32) -> bool {
+    *v == 1
+}
+
+/// Split counts the search tries (those that suit the problem: see [`split_space`]).
+const SPLITS: [u32; 12] = [2, 3, 4, 6, 8, 11, 16, 22, 32, 44, 64, 128];
 
 impl HopperConfig {
     pub fn validate(&self) -> Result<(), String> {
@@ -42,6 +63,15 @@ impl HopperConfig {
         }
         if !(2..=8).contains(&self.stages) {
             return Err(format!("{} stages; 2 to 8", self.stages));
+        }
+        if self.split == 0 || self.split > 1024 {
+            return Err(format!("split {} is not 1 to 1024", self.split));
+        }
+        if self.atomic && self.split <= 1 {
+            return Err("an atomic reduction needs split-K".into());
+        }
+        if self.split > 1 && self.persistent {
+            return Err("split-K runs one block per unit, not on the persistent grid".into());
         }
         if self.shared_mem_bytes() + self.static_smem_bytes() > SMEM_LIMIT {
             return Err(format!("{} B of shared memory exceed {SMEM_LIMIT}", self.shared_mem_bytes() + self.static_smem_bytes()));
@@ -59,12 +89,34 @@ impl HopperConfig {
     }
 
     fn static_smem_bytes(&self) -> u32 {
-        2 * self.stages * 8
+        2 * self.stages * 8 + if self.split > 1 { 16 } else { 0 }
+    }
+
+    /// Output tiles of the problem.
+    pub fn tiles(&self, p: &Problem) -> u32 {
+        p.m.div_ceil(self.bm) * p.n.div_ceil(self.bn)
+    }
+
+    /// Split-K's workspace: one counter per tile (rounded up to 256 bytes), then every
+    /// unit's fp32 partial tile (in order) or one fp32 sum per tile (atomic). As the
+    /// template documents it.
+    pub fn workspace_bytes(&self, p: &Problem) -> u64 {
+        if self.split <= 1 {
+            return 0;
+        }
+        let tiles = u64::from(self.tiles(p));
+        let per_tile = if self.atomic { 1 } else { u64::from(self.split) };
+        (4 * tiles).div_ceil(256) * 256 + 4 * tiles * per_tile * u64::from(self.bm) * u64::from(self.bn)
     }
 
     /// The PTX entry; the persistent flag is a grid choice, not part of the code.
     pub fn entry(&self, acc: Acc, layout: Layout) -> String {
-        format!("kaas_wgmma_{}_{}_{}x{}x{BK}_s{}_c{}_m1_g{GROUP_M}", acc.as_str(), layout.as_str(), self.bm, self.bn, self.stages, self.consumers)
+        let sk = match (self.split > 1, self.atomic) {
+            (false, _) => "",
+            (true, false) => "_sk",
+            (true, true) => "_ska",
+        };
+        format!("kaas_wgmma_{}_{}_{}x{}x{BK}_s{}_c{}_m1_g{GROUP_M}{sk}", acc.as_str(), layout.as_str(), self.bm, self.bn, self.stages, self.consumers)
     }
 
     pub fn defines(&self, acc: Acc, layout: Layout) -> Vec<(String, String)> {
@@ -81,48 +133,67 @@ impl HopperConfig {
             ("KAAS_EPILOGUE", 1),
         ]
         .into_iter()
+        .chain((self.split > 1).then_some(("KAAS_SPLITK", if self.atomic { 2 } else { 1 })))
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect()
     }
 
-    /// The same code with the other grid.
-    pub fn code_key(&self) -> (u32, u32, u32, u32) {
-        (self.bm, self.bn, self.stages, self.consumers)
+    /// The same code with the other grid (or another split count).
+    pub fn code_key(&self) -> (u32, u32, u32, u32, u8) {
+        let split = match (self.split > 1, self.atomic) {
+            (false, _) => 0,
+            (true, false) => 1,
+            (true, true) => 2,
+        };
+        (self.bm, self.bn, self.stages, self.consumers, split)
     }
 
     pub fn grid(&self, p: &Problem, sm_count: u32) -> u32 {
-        let tiles = p.m.div_ceil(self.bm) * p.n.div_ceil(self.bn);
-        if self.persistent { tiles.min(sm_count.max(1)) } else { tiles }
+        let tiles = self.tiles(p);
+        if self.persistent { tiles.min(sm_count.max(1)) } else { tiles * self.split }
     }
 
     pub fn manifest(&self, p: &Problem, sm_count: u32) -> Manifest {
         let b_box = if p.layout == Layout::Tn { [BK, self.bn] } else { [BK, 64] };
+        let mut params = vec![
+            Param::TensorMap(TensorMapSpec { operand: Operand::A, box_dims: [BK, self.bm], swizzle: Swizzle::B128 }),
+            Param::TensorMap(TensorMapSpec { operand: Operand::B, box_dims: b_box, swizzle: Swizzle::B128 }),
+            Param::Ptr(Buffer::C),
+            Param::I32(I32Value::Dim(Dim::M)),
+            Param::I32(I32Value::Dim(Dim::N)),
+            Param::I32(I32Value::Dim(Dim::K)),
+        ];
+        if self.split > 1 {
+            params.push(Param::Ptr(Buffer::Workspace));
+            params.push(Param::I32(I32Value::Const(self.split as i32)));
+        }
         Manifest {
             abi: ABI.into(),
             problem: *p,
-            workspace_bytes: 0,
+            workspace_bytes: self.workspace_bytes(p),
             launches: vec![Launch {
                 entry: self.entry(p.acc, p.layout),
                 grid: [self.grid(p, sm_count), 1, 1],
                 block: [self.threads(), 1, 1],
                 cluster: [1, 1, 1],
                 shared_mem_bytes: self.shared_mem_bytes(),
-                params: vec![
-                    Param::TensorMap(TensorMapSpec { operand: Operand::A, box_dims: [BK, self.bm], swizzle: Swizzle::B128 }),
-                    Param::TensorMap(TensorMapSpec { operand: Operand::B, box_dims: b_box, swizzle: Swizzle::B128 }),
-                    Param::Ptr(Buffer::C),
-                    Param::I32(I32Value::Dim(Dim::M)),
-                    Param::I32(I32Value::Dim(Dim::N)),
-                    Param::I32(I32Value::Dim(Dim::K)),
-                ],
+                params,
             }],
         }
     }
 
     /// The configuration, accumulator and layout an entry name encodes (the grid choice is
-    /// not in the name: `persistent` comes back false).
+    /// not in the name: `persistent` comes back false; nor is the split count, a launch
+    /// parameter: a split-K entry comes back with `split` 2, see [`HopperConfig::of_launch`]).
     pub fn from_entry(entry: &str) -> Option<(HopperConfig, Acc, Layout)> {
         let rest = entry.strip_prefix("kaas_wgmma_")?;
+        let (rest, split, atomic) = if let Some(r) = rest.strip_suffix("_ska") {
+            (r, 2, true)
+        } else if let Some(r) = rest.strip_suffix("_sk") {
+            (r, 2, false)
+        } else {
+            (rest, 1, false)
+        };
         let parts: Vec<&str> = rest.split('_').collect();
         let [acc, layout, tile, stages, consumers, "m1", group] = parts[..] else { return None };
         let acc: Acc = acc.parse().ok()?;
@@ -138,14 +209,36 @@ impl HopperConfig {
             stages: stages.strip_prefix('s')?.parse().ok()?,
             consumers: consumers.strip_prefix('c')?.parse().ok()?,
             persistent: false,
+            split,
+            atomic,
         };
         cfg.validate().ok()?;
         (cfg.entry(acc, layout) == entry).then_some((cfg, acc, layout))
     }
 
-    /// Short label, e.g. `128x256 s4 c2 persistent`.
+    /// The configuration a launch of this family runs: the entry's code, the split count
+    /// from its parameters and, for an unsplit entry, `persistent` when the grid is smaller
+    /// than the problem's tiles.
+    pub fn of_launch(launch: &Launch, p: &Problem) -> Option<(HopperConfig, Acc, Layout)> {
+        let (mut cfg, acc, layout) = Self::from_entry(&launch.entry)?;
+        if cfg.split > 1 {
+            let Some(Param::I32(I32Value::Const(s))) = launch.params.get(7) else { return None };
+            cfg.split = u32::try_from(*s).ok()?;
+        } else {
+            cfg.persistent = launch.grid[0] < cfg.tiles(p);
+        }
+        cfg.validate().ok()?;
+        Some((cfg, acc, layout))
+    }
+
+    /// Short label, e.g. `128x256 s4 c2 persistent`, `64x64 s8 c1 split 16 atomic`.
     pub fn label(&self) -> String {
-        format!("{}x{} s{} c{}{}", self.bm, self.bn, self.stages, self.consumers, if self.persistent { " persistent" } else { "" })
+        let split = match (self.split > 1, self.atomic) {
+            (false, _) => String::new(),
+            (true, false) => format!(" split {}", self.split),
+            (true, true) => format!(" split {} atomic", self.split),
+        };
+        format!("{}x{} s{} c{}{}{split}", self.bm, self.bn, self.stages, self.consumers, if self.persistent { " persistent" } else { "" })
     }
 }
 
@@ -156,7 +249,7 @@ pub fn space() -> Vec<HopperConfig> {
         [(64, 64, 1), (64, 128, 1), (64, 256, 1), (128, 64, 1), (128, 128, 1), (128, 128, 2), (128, 256, 2), (256, 128, 2), (256, 64, 2), (128, 64, 2)];
     let mut out = Vec::new();
     for (bm, bn, consumers) in tiles {
-        let deepest = (2..=8u32).rev().find(|&s| HopperConfig { bm, bn, stages: s, consumers, persistent: false }.validate().is_ok());
+        let deepest = (2..=8u32).rev().find(|&s| HopperConfig { bm, bn, stages: s, consumers, persistent: false, split: 1, atomic: false }.validate().is_ok());
         let Some(deepest) = deepest else { continue };
         let mut stages = vec![deepest];
         if deepest > 4 {
@@ -164,10 +257,51 @@ pub fn space() -> Vec<HopperConfig> {
         }
         for s in stages {
             for persistent in [false, true] {
-                out.push(HopperConfig { bm, bn, stages: s, consumers, persistent });
+                out.push(HopperConfig { bm, bn, stages: s, consumers, persistent, split: 1, atomic: false });
             }
         }
     }
+    out
+}
+
+/// The split-K codes: each tile with the deepest ring that fits, with either reduction.
+pub fn split_tiles() -> Vec<HopperConfig> {
+    let mut out = Vec::new();
+    for atomic in [false, true] {
+        for (bm, bn, consumers) in [(64, 64, 1), (64, 128, 1), (128, 64, 1), (128, 128, 2), (128, 256, 2)] {
+            let deepest = (2..=8u32).rev().map(|stages| HopperConfig { bm, bn, stages, consumers, persistent: false, split: 2, atomic }).find(|c| c.validate().is_ok());
+            out.extend(deepest);
+        }
+    }
+    out
+}
+
+/// The split-K candidates that suit a problem: its output needs fewer blocks than a wave
+/// of `sm_count`, each split keeps at least two K-tiles, and the units fill at most two waves.
+pub fn split_space(p: &Problem, sm_count: u32) -> Vec<HopperConfig> {
+    let ktiles = p.k.div_ceil(BK);
+    let mut out = Vec::new();
+    if p.acc != Acc::F32 {
+        return out;
+    }
+    for t in split_tiles() {
+        let tiles = t.tiles(p);
+        if tiles >= sm_count {
+            continue;
+        }
+        for s in SPLITS {
+            if ktiles >= 2 * s && tiles * s <= 2 * sm_count {
+                out.push(HopperConfig { split: s, ..t });
+            }
+        }
+    }
+    out
+}
+
+/// Every candidate for a problem: [`space`], then [`split_space`].
+pub fn space_for(p: &Problem, sm_count: u32) -> Vec<HopperConfig> {
+    let mut out = space();
+    out.extend(split_space(p, sm_count));
     out
 }
 
@@ -200,9 +334,46 @@ mod tests {
             }
         }
         // The helper's measured formula: 128x256 s4 c2 takes 216064 bytes.
-        assert_eq!(HopperConfig { bm: 128, bn: 256, stages: 4, consumers: 2, persistent: true }.shared_mem_bytes(), 216_064);
-        assert!(HopperConfig { bm: 256, bn: 256, stages: 4, consumers: 2, persistent: false }.validate().is_err());
-        assert!(HopperConfig { bm: 256, bn: 64, stages: 4, consumers: 1, persistent: false }.validate().is_err());
+        assert_eq!(HopperConfig { bm: 128, bn: 256, stages: 4, consumers: 2, persistent: true, split: 1, atomic: false }.shared_mem_bytes(), 216_064);
+        assert!(HopperConfig { bm: 256, bn: 256, stages: 4, consumers: 2, persistent: false, split: 1, atomic: false }.validate().is_err());
+        assert!(HopperConfig { bm: 256, bn: 64, stages: 4, consumers: 1, persistent: false, split: 1, atomic: false }.validate().is_err());
+        assert!(HopperConfig { bm: 64, bn: 64, stages: 8, consumers: 1, persistent: true, split: 4, atomic: false }.validate().is_err());
+        assert!(HopperConfig { bm: 64, bn: 64, stages: 8, consumers: 1, persistent: false, split: 0, atomic: false }.validate().is_err());
+    }
+
+    #[test]
+    fn split_k_candidates_suit_the_problem_and_their_manifests_check() {
+        let p = |m, n, k| Problem::new(Arch::Sm90, Acc::F32, Layout::Tn, Shape::new(m, n, k).unwrap());
+        // Few tiles and a long K: many splits; the output fills the GPU: none.
+        let skinny = split_space(&p(64, 64, 16384), 132);
+        assert!(skinny.iter().any(|c| c.split == 128 && c.bm == 64 && c.bn == 64 && c.atomic), "{skinny:?}");
+        assert!(skinny.iter().any(|c| c.split == 128 && c.bm == 64 && c.bn == 64 && !c.atomic), "{skinny:?}");
+        assert!(split_space(&p(8192, 8192, 8192), 132).is_empty());
+        assert!(split_space(&p(64, 64, 64), 132).is_empty(), "one K-tile cannot split");
+        let f16 = Problem::new(Arch::Sm90, Acc::F16, Layout::Tn, Shape::new(64, 64, 16384).unwrap());
+        assert!(split_space(&f16, 132).is_empty(), "partials are fp32");
+        for (m, n, k) in [(64, 64, 16384), (512, 256, 4096), (1024, 1024, 16384), (100, 200, 4104)] {
+            for layout in Layout::ALL {
+                let prob = Problem::new(Arch::Sm90, Acc::F32, layout, Shape::new(m, n, k).unwrap());
+                for c in split_space(&prob, 132) {
+                    c.validate().unwrap();
+                    let units = c.tiles(&prob) * c.split;
+                    assert!(units <= 264 && prob.k.div_ceil(64) >= 2 * c.split, "{} {prob}", c.label());
+                    let man = c.manifest(&prob, 132);
+                    man.validate().unwrap_or_else(|e| panic!("{} {prob}: {e}", c.label()));
+                    assert_eq!(man.launches[0].grid, [units, 1, 1]);
+                    assert_eq!(man.workspace_bytes, c.workspace_bytes(&prob));
+                    assert!(man.launches[0].entry.ends_with(if c.atomic { "_ska" } else { "_sk" }));
+                    assert_eq!(HopperConfig::of_launch(&man.launches[0], &prob), Some((c, Acc::F32, layout)));
+                }
+            }
+        }
+        // The template's formula: 256-byte rounded counters, then S partial tiles of fp32.
+        let c = HopperConfig { bm: 64, bn: 64, stages: 8, consumers: 1, persistent: false, split: 16, atomic: false };
+        assert_eq!(c.workspace_bytes(&p(100, 64, 16384)), 256 + 4 * 2 * 16 * 64 * 64);
+        assert_eq!(HopperConfig { atomic: true, ..c }.workspace_bytes(&p(100, 64, 16384)), 256 + 4 * 2 * 64 * 64);
+        assert_eq!(HopperConfig { split: 1, ..c }.workspace_bytes(&p(100, 64, 16384)), 0);
+        assert!(HopperConfig { split: 1, atomic: true, ..c }.validate().is_err());
     }
 
     #[test]
@@ -213,6 +384,13 @@ mod tests {
                 assert_eq!((back, acc, l), (HopperConfig { persistent: false, ..c }, Acc::F32, layout));
             }
         }
+        assert_eq!(split_tiles().len(), 10);
+        for c in split_tiles() {
+            let entry = c.entry(Acc::F32, Layout::Nn);
+            assert!(entry.ends_with(if c.atomic { "_g16_ska" } else { "_g16_sk" }), "{entry}");
+            assert_eq!(HopperConfig::from_entry(&entry), Some((c, Acc::F32, Layout::Nn)));
+        }
+        assert!(HopperConfig::from_entry("kaas_wgmma_f32_tn_64x64x64_s8_c1_m1_g16_sk_sk").is_none());
         assert!(HopperConfig::from_entry("kaas_wgmma_f32_tn_96x64x64_s4_c1_m1_g16").is_none());
         assert!(HopperConfig::from_entry("kaas_simple_hgemm_f32_tn_128x128x32_w2x4").is_none());
     }
@@ -230,18 +408,15 @@ mod tests {
                 assert_eq!(&crate::catalog::bundle::sha256_hex(text.as_bytes()), sha, "{}: PTX does not match its sha256", dir.display());
             }
             for e in &index.entries {
-                let Some((cfg, acc, layout)) = HopperConfig::from_entry(&e.manifest.launches[0].entry) else { continue };
+                let Some((cfg, acc, layout)) = HopperConfig::of_launch(&e.manifest.launches[0], &e.problem) else { continue };
                 checked += 1;
                 if nvrtc::available().is_err() {
                     continue;
                 }
                 let built = compile(&cfg, acc, layout).unwrap();
                 assert_eq!(crate::catalog::bundle::sha256_hex(built.as_bytes()), e.artifact, "{} for {} no longer builds to the committed PTX", cfg.label(), e.problem);
-                // And the manifest is the one the configuration gives (either grid).
-                let sm = e.manifest.launches[0].grid[0].max(1);
-                let one = cfg.manifest(&e.problem, 132);
-                let persistent = HopperConfig { persistent: true, ..cfg }.manifest(&e.problem, 132);
-                assert!(e.manifest == one || e.manifest == persistent, "{}: manifest differs (grid {sm})", e.problem);
+                // And the manifest is the one the configuration gives.
+                assert_eq!(e.manifest, cfg.manifest(&e.problem, 132), "{}: manifest differs", e.problem);
             }
         }
         if nvrtc::available().is_err() {
@@ -257,7 +432,7 @@ mod tests {
             return;
         }
         let mut seen = std::collections::BTreeSet::new();
-        for c in space() {
+        for c in space().into_iter().chain(split_tiles()) {
             if !seen.insert(c.code_key()) {
                 continue;
             }

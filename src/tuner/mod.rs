@@ -173,7 +173,7 @@ fn emit_ptx(args: &TuneArgs, dir: &Path) -> anyhow::Result<()> {
     let mut done = std::collections::BTreeSet::new();
     for l in &args.layouts {
         let layout: Layout = l.parse().map_err(|e| anyhow::anyhow!("{e}"))?;
-        for c in hopper::space() {
+        for c in hopper::space().into_iter().chain(hopper::split_tiles()) {
             let entry = c.entry(acc, layout);
             if !done.insert(entry.clone()) {
                 continue;
@@ -206,8 +206,8 @@ fn time_us(gpu: &Gpu, c: &dyn crate::gpu::Contender, guess_us: f64) -> Result<f6
     Ok(crate::bench::stats::median(&samples).unwrap_or(f64::NAN))
 }
 
-fn random_operands(gpu: &Gpu, p: &Problem) -> anyhow::Result<Operands> {
-    let ops = Operands::alloc(gpu, p, 0)?;
+fn random_operands(gpu: &Gpu, p: &Problem, workspace_bytes: u64) -> anyhow::Result<Operands> {
+    let ops = Operands::alloc(gpu, p, workspace_bytes)?;
     let mut rng = rand::rng();
     let mut fill = |n: usize| -> Vec<f16> { (0..n).map(|_| f16::from_f32(rand::Rng::random_range(&mut rng, -1.0f32..1.0))).collect() };
     let a = fill(crate::gpu::a_len(p));
@@ -216,16 +216,21 @@ fn random_operands(gpu: &Gpu, p: &Problem) -> anyhow::Result<Operands> {
     Ok(ops)
 }
 
+/// Loaded modules by (code key, layout).
+type Modules = HashMap<((u32, u32, u32, u32, u8), Layout), LoadedPtx>;
+
 /// Tunes one problem on the GPU.
-fn tune_one(gpu: &Gpu, modules: &HashMap<(u32, u32, u32, u32, Layout), LoadedPtx>, p: &Problem, space: &[HopperConfig], priors: &[(usize, f64, f64)], settings: UcbSettings, exhaustive: bool) -> anyhow::Result<ProblemResult> {
+fn tune_one(gpu: &Gpu, modules: &Modules, p: &Problem, space: &[HopperConfig], priors: &[(usize, f64, f64)], settings: UcbSettings, exhaustive: bool) -> anyhow::Result<ProblemResult> {
     let started = Instant::now();
-    let ops = random_operands(gpu, p)?;
+    let sm = gpu.facts().sm_count;
+    // One workspace, zeroed once, serves every split-K candidate (each leaves it zero).
+    let workspace = space.iter().map(|c| c.workspace_bytes(p)).max().unwrap_or(0);
+    let ops = random_operands(gpu, p, workspace)?;
     let reference = LtGemm::top1(gpu, &ops)?;
     let reference_us = time_us(gpu, &reference, 0.0)?;
-    let sm = gpu.facts().sm_count;
     let measure = |i: usize| -> f64 {
         let cfg = &space[i];
-        let Some(module) = modules.get(&(cfg.bm, cfg.bn, cfg.stages, cfg.consumers, p.layout)) else { return f64::NAN };
+        let Some(module) = modules.get(&(cfg.code_key(), p.layout)) else { return f64::NAN };
         let manifest = cfg.manifest(p, sm);
         match PreparedManifest::new(gpu, module, &manifest, &ops).and_then(|prep| time_us(gpu, &prep, reference_us)) {
             Ok(us) if us > 0.0 => reference_us / us,
@@ -281,20 +286,24 @@ pub fn run_cli(args: TuneArgs) -> anyhow::Result<()> {
     }
     let problems = parse_problems(&args)?;
     let space = hopper::space();
+    let codes: Vec<HopperConfig> = space.iter().copied().chain(hopper::split_tiles()).collect();
     let todo: Vec<Problem> = problems.iter().filter(|p| !state.results.contains_key(&p.path())).copied().take(args.limit.unwrap_or(usize::MAX)).collect();
-    eprintln!("{} problem(s), {} already tuned, {} to tune now; {} candidates each", problems.len(), problems.len() - problems.iter().filter(|p| !state.results.contains_key(&p.path())).count(), todo.len(), space.len());
+    eprintln!("{} problem(s), {} already tuned, {} to tune now; {} candidates each, plus split-K where the output is small", problems.len(), problems.len() - problems.iter().filter(|p| !state.results.contains_key(&p.path())).count(), todo.len(), space.len());
     if !todo.is_empty() {
         crate::gpu::available().map_err(|e| anyhow::anyhow!("no GPU: {e}"))?;
         let gpu = Gpu::open(0)?;
         state.device_class = gpu.facts().device_class.clone();
         state.gpu = gpu.facts().name.clone();
         let acc: Acc = args.acc.parse().map_err(|e| anyhow::anyhow!("{e}"))?;
-        let mut modules = HashMap::new();
+        let mut modules: Modules = HashMap::new();
         let layouts: std::collections::BTreeSet<Layout> = todo.iter().map(|p| p.layout).collect();
         let t = Instant::now();
         for layout in layouts {
-            for c in &space {
-                let key = (c.bm, c.bn, c.stages, c.consumers, layout);
+            for c in &codes {
+                if c.split > 1 && acc != Acc::F32 {
+                    continue;
+                }
+                let key = (c.code_key(), layout);
                 if modules.contains_key(&key) {
                     continue;
                 }
@@ -310,6 +319,7 @@ pub fn run_cli(args: TuneArgs) -> anyhow::Result<()> {
                 eprintln!("time limit reached; {} problem(s) left for the next run", todo.len() - n);
                 break;
             }
+            let space = hopper::space_for(p, gpu.facts().sm_count);
             let priors = priors_for(p, &state, &space);
             let exhaustive = args.exhaustive_every > 0 && n % args.exhaustive_every == 0;
             match tune_one(&gpu, &modules, p, &space, &priors, settings.clone(), exhaustive) {
