@@ -539,10 +539,9 @@ __device__ __forceinline__ void sk_put(float* p, float a, float b, float c, floa
     st_cg_v4(p, a, b, c, d);
 #endif
 }
-__device__ __forceinline__ void fence_gpu() { asm volatile("fence.acq_rel.gpu;" ::: "memory"); }
-__device__ __forceinline__ u32 atomic_inc_gpu(u32* p) {
+__device__ __forceinline__ u32 atomic_inc_acq_rel(u32* p) {
     u32 old;
-    asm volatile("atom.global.add.u32 %0, [%1], 1;" : "=r"(old) : "l"(p) : "memory");
+    asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;" : "=r"(old) : "l"(p) : "memory");
     return old;
 }
 // K-tiles [KAAS_KB, KAAS_KE) of the unit; without split-K the whole of K.
@@ -746,18 +745,16 @@ KAAS_ENTRY(const __grid_constant__ TensorMap128 tmA, const __grid_constant__ Ten
                     const float* a = &acc[(4 * w) / ACC_REGS][(4 * w) % ACC_REGS];
                     sk_put(mine + 512 * w, a[0], a[1], a[2], a[3]);
                 }
-                fence_gpu();
-                consumers_sync();
+                consumers_sync();  // every partial of this unit is issued
                 if (threadIdx.x == 128) {
-                    fence_gpu();
-                    const u32 before = atomic_inc_gpu(sk_count + t);
-                    fence_gpu();
+                    // Release: this unit's partials (ordered before it by the barrier) are
+                    // visible before its count; acquire: the other units' are visible after.
+                    const u32 before = atomic_inc_acq_rel(sk_count + t);
                     sk_last = before == (u32)(S - 1);
                     if (sk_last) *reinterpret_cast<volatile u32*>(sk_count + t) = 0u;  // reset for the next launch
                 }
-                consumers_sync();
+                consumers_sync();  // orders everyone's reads below after the acquire
                 if (!sk_last) continue;
-                fence_gpu();
 #if KAAS_SPLITK == 2
                 // The last to arrive takes the sum and leaves zeros for the next launch.
 #pragma unroll

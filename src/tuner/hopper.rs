@@ -264,20 +264,26 @@ pub fn space() -> Vec<HopperConfig> {
     out
 }
 
-/// The split-K codes: each tile with the deepest ring that fits, with either reduction.
+/// The split-K codes: each tile with the deepest ring that fits and, where that is
+/// deeper, a 4-stage ring (two or three blocks per SM), with either reduction.
 pub fn split_tiles() -> Vec<HopperConfig> {
     let mut out = Vec::new();
     for atomic in [false, true] {
         for (bm, bn, consumers) in [(64, 64, 1), (64, 128, 1), (128, 64, 1), (128, 128, 2), (128, 256, 2)] {
-            let deepest = (2..=8u32).rev().map(|stages| HopperConfig { bm, bn, stages, consumers, persistent: false, split: 2, atomic }).find(|c| c.validate().is_ok());
-            out.extend(deepest);
+            let config = |stages| HopperConfig { bm, bn, stages, consumers, persistent: false, split: 2, atomic };
+            let Some(deepest) = (2..=8u32).rev().map(config).find(|c| c.validate().is_ok()) else { continue };
+            out.push(deepest);
+            if deepest.stages > 4 && consumers == 1 {
+                out.push(config(4));
+            }
         }
     }
     out
 }
 
 /// The split-K candidates that suit a problem: its output needs fewer blocks than a wave
-/// of `sm_count`, each split keeps at least two K-tiles, and the units fill at most two waves.
+/// of `sm_count`, each split keeps at least two K-tiles, and the units fill at most two
+/// waves. Split counts: [`SPLITS`] and the ones that fill one and two waves exactly.
 pub fn split_space(p: &Problem, sm_count: u32) -> Vec<HopperConfig> {
     let ktiles = p.k.div_ceil(BK);
     let mut out = Vec::new();
@@ -289,8 +295,11 @@ pub fn split_space(p: &Problem, sm_count: u32) -> Vec<HopperConfig> {
         if tiles >= sm_count {
             continue;
         }
-        for s in SPLITS {
-            if ktiles >= 2 * s && tiles * s <= 2 * sm_count {
+        let mut splits: Vec<u32> = SPLITS.into_iter().chain([sm_count / tiles, 2 * sm_count / tiles]).collect();
+        splits.sort_unstable();
+        splits.dedup();
+        for s in splits {
+            if s >= 2 && ktiles >= 2 * s && tiles * s <= 2 * sm_count {
                 out.push(HopperConfig { split: s, ..t });
             }
         }
@@ -348,6 +357,9 @@ mod tests {
         let skinny = split_space(&p(64, 64, 16384), 132);
         assert!(skinny.iter().any(|c| c.split == 128 && c.bm == 64 && c.bn == 64 && c.atomic), "{skinny:?}");
         assert!(skinny.iter().any(|c| c.split == 128 && c.bm == 64 && c.bn == 64 && !c.atomic), "{skinny:?}");
+        // One and two full waves: 4 tiles of 64×64 → 33 and 66 slices.
+        let four = split_space(&p(128, 128, 16384), 132);
+        assert!(four.iter().any(|c| c.split == 33 && c.bm == 64) && four.iter().any(|c| c.split == 66 && c.bm == 64), "{four:?}");
         assert!(split_space(&p(8192, 8192, 8192), 132).is_empty());
         assert!(split_space(&p(64, 64, 64), 132).is_empty(), "one K-tile cannot split");
         let f16 = Problem::new(Arch::Sm90, Acc::F16, Layout::Tn, Shape::new(64, 64, 16384).unwrap());
@@ -384,7 +396,7 @@ mod tests {
                 assert_eq!((back, acc, l), (HopperConfig { persistent: false, ..c }, Acc::F32, layout));
             }
         }
-        assert_eq!(split_tiles().len(), 10);
+        assert_eq!(split_tiles().len(), 16);
         for c in split_tiles() {
             let entry = c.entry(Acc::F32, Layout::Nn);
             assert!(entry.ends_with(if c.atomic { "_g16_ska" } else { "_g16_sk" }), "{entry}");
