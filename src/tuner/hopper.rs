@@ -287,7 +287,7 @@ pub fn split_tiles() -> Vec<HopperConfig> {
 /// one or two waves of units, and the largest that leaves two K-tiles per slice. What
 /// transfers between neighbouring shapes is the wave a count makes, so the bandit's priors
 /// name comparable arms. The in-order reduction is not searched: exhaustively over 14
-/// shapes on an H100 it was slower than the atomic one on all but one (by 10–40%); it
+/// shapes on an H100 it was slower than the atomic one on all but one (up to 1.6×); it
 /// stays in the template for whoever needs bit-identical runs.
 pub fn split_space(p: &Problem, sm_count: u32) -> Vec<HopperConfig> {
     let ktiles = p.k.div_ceil(BK);
