@@ -2,8 +2,9 @@
 //! mbarrier ring, a producer warpgroup and one or two consumer warpgroups with register
 //! reallocation, a grouped tile order, and an optional persistent grid. One PTX per
 //! (accumulator, layout, tile, stages, consumers); the persistent and one-tile-per-block
-//! grids share it. Split-K (`KAAS_SPLITK=1`, entries ending `_sk`) is a PTX of its own per
-//! tile: the split count is a launch parameter, so one PTX serves every split.
+//! grids share it. Split-K (`KAAS_SPLITK`, entries ending `_sk` for the in-order reduction
+//! and `_ska` for the atomic one) is a PTX of its own per tile and reduction: the split
+//! count is a launch parameter, so one PTX serves every split.
 
 use serde::{Deserialize, Serialize};
 
@@ -30,8 +31,8 @@ pub struct HopperConfig {
     pub consumers: u32,
     /// Grid of min(tiles, SMs) blocks looping over tiles, instead of one block per tile.
     pub persistent: bool,
-    /// Split-K: K is cut into this many slices, each a block of its own, summed in order by
-    /// the last to finish (1: no split; then the plain entry, without workspace).
+    /// Split-K: K is cut into this many slices, each a block of its own; the last of a tile
+    /// to finish writes C (1: no split; then the plain entry, without workspace).
     #[serde(default = "one", skip_serializing_if = "is_one")]
     pub split: u32,
     /// Split-K's reduction: false, in order (each slice stores its partial, the last sums
@@ -110,13 +111,18 @@ impl HopperConfig {
         (4 * tiles).div_ceil(256) * 256 + 4 * tiles * per_tile * u64::from(self.bm) * u64::from(self.bn)
     }
 
+    /// The template's `KAAS_SPLITK`: 0 unsplit, 1 in-order, 2 atomic reduction.
+    fn split_mode(&self) -> u8 {
+        match (self.split > 1, self.atomic) {
+            (false, _) => 0,
+            (true, false) => 1,
+            (true, true) => 2,
+        }
+    }
+
     /// The PTX entry; the persistent flag is a grid choice, not part of the code.
     pub fn entry(&self, acc: Acc, layout: Layout) -> String {
-        let sk = match (self.split > 1, self.atomic) {
-            (false, _) => "",
-            (true, false) => "_sk",
-            (true, true) => "_ska",
-        };
+        let sk = ["", "_sk", "_ska"][usize::from(self.split_mode())];
         format!("kaas_wgmma_{}_{}_{}x{}x{BK}_s{}_c{}_m1_g{GROUP_M}{sk}", acc.as_str(), layout.as_str(), self.bm, self.bn, self.stages, self.consumers)
     }
 
@@ -134,19 +140,14 @@ impl HopperConfig {
             ("KAAS_EPILOGUE", 1),
         ]
         .into_iter()
-        .chain((self.split > 1).then_some(("KAAS_SPLITK", if self.atomic { 2 } else { 1 })))
+        .chain((self.split > 1).then_some(("KAAS_SPLITK", u32::from(self.split_mode()))))
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect()
     }
 
     /// The same code with the other grid (or another split count).
     pub fn code_key(&self) -> (u32, u32, u32, u32, u8) {
-        let split = match (self.split > 1, self.atomic) {
-            (false, _) => 0,
-            (true, false) => 1,
-            (true, true) => 2,
-        };
-        (self.bm, self.bn, self.stages, self.consumers, split)
+        (self.bm, self.bn, self.stages, self.consumers, self.split_mode())
     }
 
     pub fn grid(&self, p: &Problem, sm_count: u32) -> u32 {
@@ -234,10 +235,10 @@ impl HopperConfig {
 
     /// Short label, e.g. `128x256 s4 c2 persistent`, `64x64 s8 c1 split 16 atomic`.
     pub fn label(&self) -> String {
-        let split = match (self.split > 1, self.atomic) {
-            (false, _) => String::new(),
-            (true, false) => format!(" split {}", self.split),
-            (true, true) => format!(" split {} atomic", self.split),
+        let split = match self.split_mode() {
+            0 => String::new(),
+            1 => format!(" split {}", self.split),
+            _ => format!(" split {} atomic", self.split),
         };
         format!("{}x{} s{} c{}{}{split}", self.bm, self.bn, self.stages, self.consumers, if self.persistent { " persistent" } else { "" })
     }
