@@ -19,6 +19,15 @@
 #                                          (k: the catalog's 8192³ tn entry; w: the tuner's
 #                                          128×256 tile; persistent grid) on SIZE³, for each
 #                                          triple: one whole sandboxed run, seconds per stage
+#   bash .dev/run/device-run.sh pairs DIR BUDGET_MS
+#                                          (device) `kaas run --bench` (graph mode) of every
+#                                          NAME.ptx + NAME.json pair in DIR; a table of
+#                                          speedups last, runs in $OUT/pairs
+#   bash .dev/run/device-run.sh submit DIR SECONDS BENCH_MS
+#                                          (device) serve with workers, submit every NAME.ptx
+#                                          with its manifest template NAME.json for the
+#                                          shapes in NAME.problems, export the catalog
+#                                          bundle as `verify` does
 #   [KAAS_VERIFY_NEW_ONLY=1] bash .dev/run/device-run.sh verify STATE SECONDS BENCH_MS [OPTIONS…]
 #                                          (device) serve with workers, submit the winners
 #                                          of STATE, let the workers verify and benchmark
@@ -159,6 +168,29 @@ for path in sorted(glob.glob(os.path.join(sys.argv[1], "run-*.json"))):
 PY
 }
 
+pairs() {  # $1 a folder of NAME.ptx + NAME.json pairs, $2 bench budget ms
+    setup_device; mkdir -p "$OUT/pairs"
+    local dir="$1" budget="${2:-300}" m
+    for m in "$dir"/*.json; do
+        local name; name="$(basename "$m" .json)"
+        "$K" run --ptx "$dir/$name.ptx" --manifest "$m" --bench --budget-ms "$budget" --modes graph --json \
+            >"$OUT/pairs/$name.json" 2>"$OUT/pairs/$name.err" || true
+    done
+    python3 - "$OUT/pairs" <<'PY'
+import glob, json, os, sys
+print(f"{'run':<44} {'verdict':<8} {'µs':>7} {'× autotune-max':>15} {'× cuBLAS-max':>13}")
+for path in sorted(glob.glob(os.path.join(sys.argv[1], "*.json"))):
+    try:
+        o = json.load(open(path))
+    except Exception as e:
+        print(f"{os.path.basename(path)[:-5]:<44} unreadable: {e}"); continue
+    b = o.get("bench") or {}
+    g = b.get("speedups", {}).get("graph", {})
+    us = b.get("timings", {}).get("graph", {}).get("median_us", float("nan"))
+    print(f"{os.path.basename(path)[:-5]:<44} {o['verdict']:<8} {us:7.2f} {g.get('cublaslt_autotune_max', float('nan')):15.3f} {g.get('cublas_max', float('nan')):13.3f}")
+PY
+}
+
 verify() {  # $1 state file, $2 seconds, $3 bench budget ms, then `kaas tune` submit options
     setup_device
     local state="$1" seconds="$2" bench="${3:-1000}"; shift 3 || shift $#
@@ -179,6 +211,25 @@ PY
     export KAAS_TOKEN="$("$K" token create --name kaas-tuner --role admin 2>/dev/null)"
     # --limit 0: tune nothing more, only submit what the state holds.
     "$K" tune --ptx-dir "$here/tune-ptx" --state "$state" --limit 0 --submit "$KAAS_URL" "$@" 2>&1 | tail -8
+    drain_and_export "$seconds"
+}
+
+submit() {  # $1 a folder of NAME.ptx + NAME.json (manifest template) + NAME.problems, $2 seconds, $3 bench budget ms
+    setup_device
+    local dir="$1" seconds="$2" bench="${3:-800}" t
+    start_server /tmp/kaas-submit.db "$bench"
+    export KAAS_TOKEN="$("$K" token create --name kaas-tuner --role admin 2>/dev/null)"
+    for t in "$dir"/*.json; do
+        local name; name="$(basename "$t" .json)"
+        "$K" submit "$dir/$name.ptx" --manifest "$t" --problem "$(cat "$dir/$name.problems")" --name "$name" --no-wait 2>&1 | tail -2 || true
+    done
+    drain_and_export "$seconds"
+}
+
+# Waits until the queue is empty (at most $1 seconds), stops the server and exports the
+# catalog bundle to $OUT/bundle.tgz.
+drain_and_export() {
+    local seconds="$1"
     local deadline=$((SECONDS + seconds))
     while (( SECONDS < deadline )); do
         q="$(curl -fs "$KAAS_URL/v1/health" | python3 -c 'import json,sys; q=json.load(sys.stdin)["queue"]; print(q["queued"]+q["running"])')"
@@ -218,5 +269,7 @@ case "$mode" in
     tune) tune "$@" ;;
     verify) verify "$@" ;;
     whole) whole "$@" ;;
-    *) echo "usage: $0 stage | e2e | tune ARGS… | whole KERNEL SIZE BUDGET_MS… | verify STATE SECONDS BENCH_MS [TUNE SUBMIT OPTIONS…]" >&2; exit 2 ;;
+    pairs) pairs "$@" ;;
+    submit) submit "$@" ;;
+    *) echo "usage: $0 stage | e2e | tune ARGS… | whole KERNEL SIZE BUDGET_MS… | pairs DIR BUDGET_MS | verify STATE SECONDS BENCH_MS [TUNE SUBMIT OPTIONS…]" >&2; exit 2 ;;
 esac

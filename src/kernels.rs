@@ -82,6 +82,22 @@ impl SimpleConfig {
         )
     }
 
+    /// The configuration, accumulator and layout an entry name encodes (the inverse of
+    /// [`SimpleConfig::entry`]); `None` for any other name or a configuration that does not tile.
+    pub fn from_entry(entry: &str) -> Option<(SimpleConfig, Acc, Layout)> {
+        let rest = entry.strip_prefix("kaas_simple_hgemm_")?;
+        let [acc, layout, tile, warps] = rest.split('_').collect::<Vec<_>>()[..] else { return None };
+        let acc: Acc = acc.parse().ok()?;
+        let layout: Layout = layout.parse().ok()?;
+        let dims: Vec<u32> = tile.split('x').map(|d| d.parse().ok()).collect::<Option<_>>()?;
+        let w: Vec<u32> = warps.strip_prefix('w')?.split('x').map(|d| d.parse().ok()).collect::<Option<_>>()?;
+        let [bm, bn, bk] = <[u32; 3]>::try_from(dims).ok()?;
+        let [warps_m, warps_n] = <[u32; 2]>::try_from(w).ok()?;
+        let cfg = SimpleConfig { bm, bn, bk, warps_m, warps_n };
+        cfg.validate(layout).ok()?;
+        (cfg.entry(acc, layout) == entry).then_some((cfg, acc, layout))
+    }
+
     fn defines(&self, acc: Acc, layout: Layout) -> Vec<(String, String)> {
         vec![
             ("KAAS_ENTRY".into(), self.entry(acc, layout)),
@@ -168,6 +184,40 @@ mod tests {
     fn entry_names_say_what_they_compute() {
         assert_eq!(SimpleConfig::LARGE.entry(Acc::F16, Layout::Nn), "kaas_simple_hgemm_f16_nn_128x128x32_w2x4");
         assert!(crate::manifest::is_ptx_identifier(&SimpleConfig::SMALL.entry(Acc::F32, Layout::Tn)));
+        let tiny = SimpleConfig { bm: 32, bn: 32, bk: 32, warps_m: 2, warps_n: 2 };
+        for cfg in [SimpleConfig::LARGE, SimpleConfig::SMALL, tiny] {
+            for layout in Layout::ALL {
+                assert_eq!(SimpleConfig::from_entry(&cfg.entry(Acc::F32, layout)), Some((cfg, Acc::F32, layout)));
+            }
+        }
+        assert_eq!(SimpleConfig::from_entry("kaas_simple_hgemm_f32_tn_48x128x32_w2x4"), None, "does not tile");
+        assert_eq!(SimpleConfig::from_entry("kaas_wgmma_f32_tn_64x64x64_s8_c1_m1_g16"), None);
+    }
+
+    /// Every simple-kernel entry of the shipped catalogs (`kernels/*/`) is what the
+    /// template builds today: its PTX hashes to its name, recompiling its configuration
+    /// (NVRTC from the pip wheel CI installs) gives the same bytes, and its manifest is the
+    /// one [`manifest_for`] gives.
+    #[test]
+    fn the_shipped_simple_kernels_rebuild_from_the_template() {
+        let mut checked = 0;
+        for (_, index, ptx) in crate::catalog::bundle::shipped_bundles() {
+            for e in &index.entries {
+                let Some((cfg, acc, layout)) = SimpleConfig::from_entry(&e.manifest.launches[0].entry) else { continue };
+                assert_eq!((acc, layout), (e.problem.acc, e.problem.layout), "{}", e.problem);
+                assert_eq!(crate::catalog::bundle::sha256_hex(ptx[&e.artifact].as_bytes()), e.artifact, "{}: PTX does not match its sha256", e.problem);
+                assert_eq!(e.manifest, manifest_for(&e.problem, &cfg), "{}: manifest differs", e.problem);
+                checked += 1;
+                if nvrtc::available().is_ok() {
+                    let built = compile_simple(&e.problem, &cfg).unwrap();
+                    assert_eq!(crate::catalog::bundle::sha256_hex(built.as_bytes()), e.artifact, "{} for {} no longer builds to the committed PTX", cfg.entry(acc, layout), e.problem);
+                }
+            }
+        }
+        if let Err(why) = nvrtc::available() {
+            eprintln!("SKIP: no NVRTC ({why}); checked the sha256 and manifests of {checked} simple entries");
+        }
+        assert!(checked > 0, "no simple kernel in the shipped catalogs");
     }
 
     /// Runs only where NVRTC loads (e.g. with the pip wheel on LD_LIBRARY_PATH).

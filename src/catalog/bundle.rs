@@ -210,6 +210,20 @@ pub async fn import_tree(db: &DatabaseConnection, dir: &Path) -> Result<ImportRe
     Ok(total)
 }
 
+/// Every bundle shipped under the repository's `kernels/` (for the tests that check
+/// the shipped catalogs): its folder, index and PTX by sha256.
+#[cfg(test)]
+pub(crate) fn shipped_bundles() -> Vec<(std::path::PathBuf, Index, BTreeMap<String, String>)> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("kernels");
+    let mut out = Vec::new();
+    for dir in std::fs::read_dir(&root).expect("kernels/").filter_map(|e| e.ok()).map(|e| e.path()).filter(|p| p.is_dir()) {
+        if let Ok((index, ptx)) = read_bundle(&dir) {
+            out.push((dir, index, ptx));
+        }
+    }
+    out
+}
+
 pub fn read_bundle(dir: &Path) -> Result<(Index, BTreeMap<String, String>), BundleError> {
     let bytes = read_index(dir)?;
     let index: Index =
