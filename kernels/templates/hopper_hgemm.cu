@@ -85,10 +85,11 @@
 //   on the tested shapes but exceeded cuBLAS-NN's on nn 64x4096x4096 and nn 100x200x136.
 // * Without KAAS_SPLITK, skinny shapes with few output tiles (64×4096×4096, 4096×64×4096)
 //   reach only ~0.2–0.67 of cuBLAS.
-// * Split-K pays about three L2 round trips after the main loop (the partials' release,
-//   the counter, the last unit's read): about 1 µs over the unsplit kernel's fixed cost,
-//   so it wins where cuBLAS needs 4–8 µs (64×64×2048: 4.10 µs against cuBLASLt's 4.73;
-//   64×128×8192: 4.78 against 5.84). The in-order reduction was slower than the atomic one
+// * Split-K pays three dependent L2 round trips after the main loop (the partials'
+//   release, the counter, the last unit's read); not timed apart, but 64×64×2048 split 16
+//   (two K-tiles per slice) takes 4.10 µs where the unsplit kernel takes 2.54 µs on
+//   512×64×256. So it wins only where cuBLAS needs 4–8 µs (64×64×2048: 4.10 µs against
+//   cuBLASLt's 4.73; 64×128×8192: 4.78 against 5.84). The in-order reduction was slower than the atomic one
 //   on 13 of 14 shapes searched exhaustively (up to 1.6×: the last unit reads S partials alone). A GPU-scope fence
 //   in every consumer thread instead of one acq_rel atomic cost about 1.1 µs more.
 // * Split-K is acc=f32 only, without clusters, and one unit per CTA (no persistent grid).
@@ -553,6 +554,13 @@ __device__ __forceinline__ u32 atomic_inc_acq_rel(u32* p) {
     asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;" : "=r"(old) : "l"(p) : "memory");
     return old;
 }
+// Unit u of a split-K grid: its tile, its slice, and the slice's K-tiles [kb, ke).
+__device__ __forceinline__ void split_unit(int u, int S, int ktiles, int& t, int& sp, int& kb, int& ke) {
+    t = u / S;
+    sp = u - t * S;
+    kb = (int)((long long)sp * ktiles / S);
+    ke = (int)((long long)(sp + 1) * ktiles / S);
+}
 // K-tiles [KAAS_KB, KAAS_KE) of the unit; without split-K the whole of K.
 #define KAAS_KB kb
 #define KAAS_KE ke
@@ -630,8 +638,8 @@ KAAS_ENTRY(const __grid_constant__ TensorMap128 tmA, const __grid_constant__ Ten
             u32 ph = 0;
 #if KAAS_SPLITK
             for (int u = cid; u < tiles * S; u += ncl) {
-                const int t = u / S, sp = u - t * S;
-                const int kb = (int)((long long)sp * ktiles / S), ke = (int)((long long)(sp + 1) * ktiles / S);
+                int t, sp, kb, ke;
+                split_unit(u, S, ktiles, t, sp, kb, ke);
 #else
             for (int t = cid; t < tiles; t += ncl) {
 #endif
@@ -687,8 +695,8 @@ KAAS_ENTRY(const __grid_constant__ TensorMap128 tmA, const __grid_constant__ Ten
         u32 ph = 0;
 #if KAAS_SPLITK
         for (int u = cid; u < tiles * S; u += ncl) {
-            const int t = u / S, sp = u - t * S;
-            const int kb = (int)((long long)sp * ktiles / S), ke = (int)((long long)(sp + 1) * ktiles / S);
+            int t, sp, kb, ke;
+            split_unit(u, S, ktiles, t, sp, kb, ke);
 #else
         for (int t = cid; t < tiles; t += ncl) {
 #endif

@@ -69,35 +69,41 @@ impl Downloads {
             return Ok(Some(e));
         }
         let Some(body) = (self.resolve)(sha.to_string()).await? else { return Ok(None) };
-        let write = |name: String, bytes: &[u8]| -> std::io::Result<File> {
-            let path = self.dir.join(&name);
-            // Content-addressed: an existing file holding exactly these bytes is reused
-            // (files are written through a rename); anything else is rewritten.
-            if std::fs::read(&path).is_ok_and(|existing| existing == bytes) {
-                return File::open(&path);
-            }
-            let tmp = self.dir.join(format!("{name}.{}.tmp", rand::random::<u64>()));
-            let mut f = File::create(&tmp)?;
-            f.write_all(bytes)?;
-            f.sync_all()?;
-            std::fs::rename(&tmp, &path)?;
-            File::open(&path)
-        };
-        let files = (|| -> std::io::Result<Entry> {
-            Ok(Entry {
-                identity: write(format!("{}.ptx", body.sha256), &body.body)?,
-                identity_len: body.body.len() as u64,
-                gzip: write(format!("{}.ptx.gz", body.sha256), &body.gzip)?,
-                gzip_len: body.gzip.len() as u64,
-                etag: body.etag.clone(),
-                gzip_etag: body.gzip_etag.clone(),
-            })
-        })()
-        .map_err(|e| format!("writing the artifact's files under {}: {e}", self.dir.display()))?;
+        // File writes (and their fsync) block: off the runtime's threads.
+        let dir = self.dir.clone();
+        let files = tokio::task::spawn_blocking(move || write_files(&dir, &body).map_err(|e| format!("writing the artifact's files under {}: {e}", dir.display())))
+            .await
+            .map_err(|e| format!("the file writer failed: {e}"))??;
         let entry = Arc::new(files);
         self.open.insert(sha.to_string(), entry.clone());
         Ok(Some(entry))
     }
+}
+
+/// An artifact's two files in `dir`, open. Content-addressed: an existing file holding
+/// exactly these bytes is reused (files are written through a rename); anything else is
+/// rewritten.
+fn write_files(dir: &Path, body: &ArtifactBody) -> std::io::Result<Entry> {
+    let write = |name: String, bytes: &[u8]| -> std::io::Result<File> {
+        let path = dir.join(&name);
+        if std::fs::read(&path).is_ok_and(|existing| existing == bytes) {
+            return File::open(&path);
+        }
+        let tmp = dir.join(format!("{name}.{}.tmp", rand::random::<u64>()));
+        let mut f = File::create(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, &path)?;
+        File::open(&path)
+    };
+    Ok(Entry {
+        identity: write(format!("{}.ptx", body.sha256), &body.body)?,
+        identity_len: body.body.len() as u64,
+        gzip: write(format!("{}.ptx.gz", body.sha256), &body.gzip)?,
+        gzip_len: body.gzip.len() as u64,
+        etag: body.etag.clone(),
+        gzip_etag: body.gzip_etag.clone(),
+    })
 }
 
 /// Accepts connections on `listener` forever, one task per connection. A failed accept
@@ -161,7 +167,7 @@ fn parse(buf: &[u8]) -> Result<Option<(Request, usize)>, String> {
     let close = if http10 { !connection.eq_ignore_ascii_case("keep-alive") } else { connection.eq_ignore_ascii_case("close") };
     let sha = path.strip_prefix("/v1/artifacts/").map(|s| s.split('?').next().unwrap_or(""));
     let sha = match (method, sha) {
-        ("GET" | "HEAD", Some(s)) if s.len() == 64 && s.bytes().all(|c| matches!(c, b'0'..=b'9' | b'a'..=b'f')) => Ok(s.to_string()),
+        ("GET" | "HEAD", Some(s)) if crate::catalog::bundle::is_sha256_hex(s) => Ok(s.to_string()),
         ("GET" | "HEAD", _) => Err(Refusal::NotFound),
         _ => Err(Refusal::Method),
     };

@@ -117,6 +117,11 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
     hex::encode(sha2::Sha256::digest(bytes))
 }
 
+/// Whether `s` is a sha256 as artifacts are named: 64 lowercase hex digits.
+pub fn is_sha256_hex(s: &str) -> bool {
+    s.len() == 64 && s.bytes().all(|c| matches!(c, b'0'..=b'9' | b'a'..=b'f'))
+}
+
 /// Checks PTX text offered as an artifact and describes it.
 pub fn describe_ptx(bytes: &[u8]) -> Result<ArtifactRecord, String> {
     let info = crate::ptx::parse(bytes, &crate::ptx::StaticLimits::default()).map_err(|e| e.to_string())?;
@@ -244,7 +249,7 @@ pub fn read_bundle(dir: &Path) -> Result<(Index, BTreeMap<String, String>), Bund
     let mut ptx = BTreeMap::new();
     for (i, a) in index.artifacts.iter().enumerate() {
         let at = format!("ptx/{}.ptx", a.sha256);
-        if a.sha256.len() != 64 || !a.sha256.bytes().all(|c| matches!(c, b'0'..=b'9' | b'a'..=b'f')) {
+        if !is_sha256_hex(&a.sha256) {
             return Err(invalid(format!("index.json: artifacts[{i}]"), "sha256 must be 64 lowercase hex digits"));
         }
         let bytes = read_limited(&dir.join(&at), crate::ptx::MAX_PTX_BYTES as u64)?;

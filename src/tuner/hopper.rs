@@ -251,17 +251,22 @@ pub fn space() -> Vec<HopperConfig> {
         [(64, 64, 1), (64, 128, 1), (64, 256, 1), (128, 64, 1), (128, 128, 1), (128, 128, 2), (128, 256, 2), (256, 128, 2), (256, 64, 2), (128, 64, 2)];
     let mut out = Vec::new();
     for (bm, bn, consumers) in tiles {
-        let deepest = (2..=8u32).rev().find(|&s| HopperConfig { bm, bn, stages: s, consumers, persistent: false, split: 1, atomic: false }.validate().is_ok());
-        let Some(deepest) = deepest else { continue };
-        let mut stages = vec![deepest];
-        if deepest > 4 {
-            stages.push(4);
-        }
-        for s in stages {
+        for ring in rings(HopperConfig { bm, bn, stages: 2, consumers, persistent: false, split: 1, atomic: false }) {
             for persistent in [false, true] {
-                out.push(HopperConfig { bm, bn, stages: s, consumers, persistent, split: 1, atomic: false });
+                out.push(HopperConfig { persistent, ..ring });
             }
         }
+    }
+    out
+}
+
+/// The configuration with the deepest ring that fits and, where that is deeper, with a
+/// 4-stage ring (more blocks per SM); none when no ring fits.
+fn rings(c: HopperConfig) -> Vec<HopperConfig> {
+    let Some(deepest) = (2..=8u32).rev().map(|stages| HopperConfig { stages, ..c }).find(|c| c.validate().is_ok()) else { return Vec::new() };
+    let mut out = vec![deepest];
+    if deepest.stages > 4 {
+        out.push(HopperConfig { stages: 4, ..c });
     }
     out
 }
@@ -272,12 +277,9 @@ pub fn split_tiles() -> Vec<HopperConfig> {
     let mut out = Vec::new();
     for atomic in [false, true] {
         for (bm, bn, consumers) in [(64, 64, 1), (64, 128, 1), (128, 64, 1), (128, 128, 2), (128, 256, 2)] {
-            let config = |stages| HopperConfig { bm, bn, stages, consumers, persistent: false, split: 2, atomic };
-            let Some(deepest) = (2..=8u32).rev().map(config).find(|c| c.validate().is_ok()) else { continue };
-            out.push(deepest);
-            if deepest.stages > 4 && consumers == 1 {
-                out.push(config(4));
-            }
+            let all = rings(HopperConfig { bm, bn, stages: 2, consumers, persistent: false, split: 2, atomic });
+            // A 4-stage ring only where one consumer leaves room for a second block per SM.
+            out.extend(all.into_iter().take(if consumers == 1 { 2 } else { 1 }));
         }
     }
     out

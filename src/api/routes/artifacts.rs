@@ -19,10 +19,6 @@ fn none_match(req: &HttpRequest, a: &ArtifactBody) -> bool {
     v.split(',').map(str::trim).map(|t| t.trim_start_matches("W/")).any(|t| t == "*" || t == a.etag || t == a.gzip_etag)
 }
 
-fn is_sha256(s: &str) -> bool {
-    s.len() == 64 && s.bytes().all(|c| matches!(c, b'0'..=b'9' | b'a'..=b'f'))
-}
-
 pub(crate) async fn load(state: &State, sha: &str) -> Result<Option<Arc<ArtifactBody>>, ApiError> {
     if let Some(hit) = state.caches.artifacts.get(sha).await {
         state.metrics.cache("artifacts", true);
@@ -84,7 +80,7 @@ pub async fn serve_artifact(req: &HttpRequest, state: &State, sha: &str, cache_c
 )]
 #[get("/v1/artifacts/{sha256}")]
 pub async fn get_artifact(req: HttpRequest, state: State, sha: web::Path<String>) -> Result<HttpResponse, ApiError> {
-    if !is_sha256(&sha) {
+    if !crate::catalog::bundle::is_sha256_hex(&sha) {
         return Err(ApiError::InvalidPath(format!("`{sha}` is not a sha256 (64 lowercase hex digits)")));
     }
     serve_artifact(&req, &state, &sha, "public, max-age=31536000, immutable").await
