@@ -28,12 +28,16 @@
 #                                          with its manifest template NAME.json for the
 #                                          shapes in NAME.problems, export the catalog
 #                                          bundle as `verify` does
-#   [KAAS_VERIFY_NEW_ONLY=1] bash .dev/run/device-run.sh verify STATE SECONDS BENCH_MS [OPTIONS…]
+#   [KAAS_VERIFY_NEW_ONLY=1 | KAAS_VERIFY_PROMISING=1] bash .dev/run/device-run.sh verify STATE SECONDS BENCH_MS [OPTIONS…]
 #                                          (device) serve with workers, submit the winners
 #                                          of STATE, let the workers verify and benchmark
 #                                          them for SECONDS, export the catalog to $OUT/catalog;
 #                                          KAAS_VERIFY_NEW_ONLY=1 first drops the problems
-#                                          kernels/h100 already holds an entry for
+#                                          kernels/h100 already holds an entry for;
+#                                          KAAS_VERIFY_PROMISING=1 keeps only winners whose
+#                                          tuner time beats cuBLASLt-autotune-max of the
+#                                          shipped baseline table and, where kernels/h100
+#                                          has an entry, that entry's time by 2%
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 mode="${1:-stage}"; shift || true
@@ -205,6 +209,27 @@ before = len(st["results"])
 st["results"] = {k: r for k, r in st["results"].items() if tuple(r["problem"][x] for x in ("layout", "m", "n", "k")) not in have}
 json.dump(st, open(state, "w"))
 print(f"new only: {len(st['results'])} of {before} tuned problems have no catalog entry yet")
+PY
+    fi
+    if [[ "${KAAS_VERIFY_PROMISING:-0}" == 1 ]]; then
+        python3 - "$state" "$here/../../kernels/h100/index.json.gz" "$here/../../kernels/baselines-h100/index.json.gz" <<'PY'
+import gzip, json, sys
+state, catalog, baselines = sys.argv[1:4]
+st = json.load(open(state))
+shape = lambda p: (p["m"], p["n"], p["k"])
+entry_us = {(e["problem"]["layout"],) + shape(e["problem"]): e["run"]["timings"]["graph"]["median_us"] for e in json.load(gzip.open(catalog))["entries"]}
+autotune = {}
+for b in json.load(gzip.open(baselines))["baselines"]:
+    if b["mode"] == "graph" and b["library"] == "cublaslt_autotune":
+        autotune[shape(b["problem"])] = min(autotune.get(shape(b["problem"]), float("inf")), b["median_us"])
+def promising(r):
+    p = r["problem"]; us = r["winner_us"]
+    have = entry_us.get((p["layout"],) + shape(p))
+    return us < autotune.get(shape(p), 0.0) and (have is None or us < 0.98 * have)
+before = len(st["results"])
+st["results"] = {k: r for k, r in st["results"].items() if promising(r)}
+json.dump(st, open(state, "w"))
+print(f"promising: {len(st['results'])} of {before} tuned problems beat autotune-max and the catalog's entry")
 PY
     fi
     start_server /tmp/kaas-verify.db "$bench"

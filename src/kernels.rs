@@ -7,7 +7,7 @@
 //! any sm_80+ device. Correctness first; speed is the tuner's business.
 
 use crate::gpu::{GpuError, nvrtc};
-use crate::manifest::{ABI, Buffer, Dim, I32Value, Launch, Manifest, Param};
+use crate::manifest::{ABI, Launch, Manifest};
 use crate::problem::{Acc, Layout, Problem};
 
 /// The template source, compiled into the binary so a worker needs no files beside it.
@@ -137,14 +137,7 @@ pub fn manifest_for(problem: &Problem, config: &SimpleConfig) -> Manifest {
             block: [config.threads(), 1, 1],
             cluster: [1, 1, 1],
             shared_mem_bytes: config.shared_mem_bytes(problem.layout),
-            params: vec![
-                Param::Ptr(Buffer::A),
-                Param::Ptr(Buffer::B),
-                Param::Ptr(Buffer::C),
-                Param::I32(I32Value::Dim(Dim::M)),
-                Param::I32(I32Value::Dim(Dim::N)),
-                Param::I32(I32Value::Dim(Dim::K)),
-            ],
+            params: crate::manifest::pointer_params(),
         }],
     }
 }

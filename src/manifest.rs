@@ -242,6 +242,18 @@ impl Launch {
 }
 
 /// PTX identifiers: `[a-zA-Z_$%][a-zA-Z0-9_$]*` (we refuse the rarer `%` start).
+/// The parameters of a kernel that takes plain pointers: `(A, B, C, M, N, K)`.
+pub fn pointer_params() -> Vec<Param> {
+    vec![
+        Param::Ptr(Buffer::A),
+        Param::Ptr(Buffer::B),
+        Param::Ptr(Buffer::C),
+        Param::I32(I32Value::Dim(Dim::M)),
+        Param::I32(I32Value::Dim(Dim::N)),
+        Param::I32(I32Value::Dim(Dim::K)),
+    ]
+}
+
 pub fn is_ptx_identifier(s: &str) -> bool {
     let mut chars = s.chars();
     matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_' || c == '$')

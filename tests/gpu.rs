@@ -689,7 +689,7 @@ fn the_shipped_catalog_kernels_are_correct() {
 use std::time::{Duration, Instant};
 
 use kaas::harness::{Job, RunOutcome};
-use kaas::manifest::{ABI, Buffer, Dim, I32Value, Launch, Manifest};
+use kaas::manifest::{ABI, Launch, Manifest};
 use kaas::sandbox::{self, SandboxCommand};
 use kaas::verify::Verdict;
 
@@ -746,14 +746,7 @@ fn naive_manifest(p: &Problem, entry: &str, extra_grid_rows: u32, split_k: u32) 
             block: [16, 16, 1],
             cluster: [1, 1, 1],
             shared_mem_bytes: 0,
-            params: vec![
-                Param::Ptr(Buffer::A),
-                Param::Ptr(Buffer::B),
-                Param::Ptr(Buffer::C),
-                Param::I32(I32Value::Dim(Dim::M)),
-                Param::I32(I32Value::Dim(Dim::N)),
-                Param::I32(I32Value::Dim(Dim::K)),
-            ],
+            params: kaas::manifest::pointer_params(),
         }],
     }
 }
@@ -1116,6 +1109,45 @@ fn split_k_hopper_kernels_pass_the_verifier() {
             let job = Job { ptx, manifest: cfg.manifest(&p, 132), secret_seed: rand::random(), watchdog_ms: None, bench: None };
             let o = sandbox::run_with(&sandbox_command(), &job, sandbox::default_wall_limit(&job));
             println!("SPLITK {p} {}: {:?} {}", cfg.label(), o.verdict, first_line(&o.message, 160));
+            if o.verdict != Verdict::Pass {
+                failed.push(format!("{p} {}: {:?} at {}: {}", cfg.label(), o.verdict, o.stage, o.message));
+            }
+        }
+    }
+    assert!(failed.is_empty(), "{failed:#?}");
+}
+
+/// The mma family (mma.sync + cp.async) through the sandboxed verifier (binary exact test,
+/// deviation bound, containment): every tile of the search, both layouts and both
+/// accumulators on shapes the tiles do not divide, rows that are not 16-byte aligned
+/// (K % 8 != 0: the element-by-element path), and split-K with both reductions, uneven
+/// slices included. Built for the device's own arch.
+#[test]
+fn mma_family_kernels_pass_the_verifier() {
+    use kaas::tuner::mma::{self, MmaConfig};
+    let Some(gpu) = gpu_and_nvrtc_or_skip() else { return };
+    let arch = if gpu.facts().compute_capability >= (9, 0) { Arch::Sm90 } else { Arch::Sm80 };
+    drop(gpu);
+    let mut cases: Vec<((u32, u32, u32), MmaConfig, Acc)> = Vec::new();
+    for (i, cfg) in mma::space().into_iter().enumerate() {
+        cases.push(((100 + 37 * i as u32, 200 - 9 * i as u32, 136), cfg, if i % 2 == 0 { Acc::F32 } else { Acc::F16 }));
+    }
+    let small = mma::space()[0];
+    cases.push(((33, 100, 70), small, Acc::F32));
+    cases.push(((100, 72, 30), mma::space()[3], Acc::F32));
+    let tile = |bm, bn, atomic| mma::split_tiles().into_iter().find(|c| c.bm == bm && c.bn == bn && c.atomic == atomic).expect("a split-K tile");
+    cases.push(((64, 64, 16384), MmaConfig { split: 64, ..tile(32, 32, true) }, Acc::F32));
+    cases.push(((100, 200, 1000), MmaConfig { split: 5, ..tile(32, 64, false) }, Acc::F32));
+    cases.push(((1000, 72, 3000), MmaConfig { split: 23, ..tile(64, 32, true) }, Acc::F32));
+    cases.push(((256, 512, 2048), MmaConfig { split: 3, ..tile(64, 64, false) }, Acc::F32));
+    let mut failed = vec![];
+    for ((m, n, k), cfg, acc) in cases {
+        for layout in Layout::ALL {
+            let p = Problem::new(arch, acc, layout, Shape::new(m, n, k).expect("shape"));
+            let ptx = mma::compile(&cfg, arch, acc, layout).expect("compile");
+            let job = Job { ptx, manifest: cfg.manifest(&p), secret_seed: rand::random(), watchdog_ms: None, bench: None };
+            let o = sandbox::run_with(&sandbox_command(), &job, sandbox::default_wall_limit(&job));
+            println!("MMA {p} {}: {:?} {}", cfg.label(), o.verdict, first_line(&o.message, 160));
             if o.verdict != Verdict::Pass {
                 failed.push(format!("{p} {}: {:?} at {}: {}", cfg.label(), o.verdict, o.stage, o.message));
             }

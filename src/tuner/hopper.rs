@@ -42,11 +42,11 @@ pub struct HopperConfig {
     pub atomic: bool,
 }
 
-fn one() -> u32 {
+pub(crate) fn one() -> u32 {
     1
 }
 
-fn is_one(v: &u32) -> bool {
+pub(crate) fn is_one(v: &u32) -> bool {
     *v == 1
 }
 
@@ -103,21 +103,12 @@ impl HopperConfig {
     /// unit's fp32 partial tile (in order) or one fp32 sum per tile (atomic). As the
     /// template documents it.
     pub fn workspace_bytes(&self, p: &Problem) -> u64 {
-        if self.split <= 1 {
-            return 0;
-        }
-        let tiles = u64::from(self.tiles(p));
-        let per_tile = if self.atomic { 1 } else { u64::from(self.split) };
-        (4 * tiles).div_ceil(256) * 256 + 4 * tiles * per_tile * u64::from(self.bm) * u64::from(self.bn)
+        split_workspace_bytes(self.tiles(p), self.bm * self.bn, self.split, self.atomic)
     }
 
     /// The template's `KAAS_SPLITK`: 0 unsplit, 1 in-order, 2 atomic reduction.
     fn split_mode(&self) -> u8 {
-        match (self.split > 1, self.atomic) {
-            (false, _) => 0,
-            (true, false) => 1,
-            (true, true) => 2,
-        }
+        split_mode(self.split, self.atomic)
     }
 
     /// The PTX entry; the persistent flag is a grid choice, not part of the code.
@@ -235,12 +226,39 @@ impl HopperConfig {
 
     /// Short label, e.g. `128x256 s4 c2 persistent`, `64x64 s8 c1 split 16 atomic`.
     pub fn label(&self) -> String {
-        let split = match self.split_mode() {
-            0 => String::new(),
-            1 => format!(" split {}", self.split),
-            _ => format!(" split {} atomic", self.split),
-        };
+        let split = split_label(self.split, self.atomic);
         format!("{}x{} s{} c{}{}{split}", self.bm, self.bn, self.stages, self.consumers, if self.persistent { " persistent" } else { "" })
+    }
+}
+
+/// The split-K workspace both families' templates use: one u32 counter per output tile
+/// (rounded up to 256 bytes), then one fp32 sum per tile (atomic) or every unit's fp32
+/// partial (in order), `tile_elems` floats each.
+pub(crate) fn split_workspace_bytes(tiles: u32, tile_elems: u32, split: u32, atomic: bool) -> u64 {
+    if split <= 1 {
+        return 0;
+    }
+    let tiles = u64::from(tiles);
+    let per_tile = if atomic { 1 } else { u64::from(split) };
+    (4 * tiles).div_ceil(256) * 256 + 4 * tiles * per_tile * u64::from(tile_elems)
+}
+
+/// Both templates' `KAAS_SPLITK`: 0 unsplit, 1 in order, 2 atomic; the entry suffixes
+/// `""`, `_sk`, `_ska` and the labels follow it.
+pub(crate) fn split_mode(split: u32, atomic: bool) -> u8 {
+    match (split > 1, atomic) {
+        (false, _) => 0,
+        (true, false) => 1,
+        (true, true) => 2,
+    }
+}
+
+/// Label suffix of a split count: `""`, ` split 8`, ` split 8 atomic`.
+pub(crate) fn split_label(split: u32, atomic: bool) -> String {
+    match split_mode(split, atomic) {
+        0 => String::new(),
+        1 => format!(" split {split}"),
+        _ => format!(" split {split} atomic"),
     }
 }
 

@@ -1,5 +1,7 @@
 //! `kaas tune`: the service's own kernel author. For each problem it generates the
-//! Hopper template's candidates (compiled with NVRTC), times them on this machine's GPU
+//! candidates of two template families (compiled with NVRTC): the Hopper family (wgmma +
+//! TMA, [`hopper`]) for every problem, and the Ampere-style family (mma.sync + cp.async,
+//! [`mma`]) for the small ones. It times them on this machine's GPU
 //! against cuBLASLt's heuristic choice with an upper-confidence-bound bandit seeded by
 //! the winners of neighbouring shapes, and keeps the best. The search state is a JSON
 //! file written after every problem, so a stopped run resumes where it was. Winners are
@@ -8,6 +10,7 @@
 //! own timings only rank candidates, they are never served.
 
 pub mod hopper;
+pub mod mma;
 pub mod search;
 
 use std::collections::{BTreeMap, HashMap};
@@ -21,7 +24,105 @@ use serde::{Deserialize, Serialize};
 use crate::gpu::{Gpu, LoadedPtx, LtGemm, Operands, PreparedManifest, time_graph};
 use crate::problem::{Acc, Arch, Layout, Problem, Shape};
 use hopper::HopperConfig;
+use mma::MmaConfig;
 use search::{Ucb, UcbSettings};
+
+/// One candidate kernel: a configuration of one of the template families. Untagged, so a
+/// search state written before the mma family (bare Hopper configurations) still loads;
+/// the two shapes never overlap (an mma configuration has no `consumers`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Candidate {
+    Hopper(HopperConfig),
+    Mma(MmaConfig),
+}
+
+impl Candidate {
+    pub fn entry(&self, acc: Acc, layout: Layout) -> String {
+        match self {
+            Candidate::Hopper(c) => c.entry(acc, layout),
+            Candidate::Mma(c) => c.entry(acc, layout),
+        }
+    }
+
+    pub fn manifest(&self, p: &Problem, sm_count: u32) -> crate::manifest::Manifest {
+        match self {
+            Candidate::Hopper(c) => c.manifest(p, sm_count),
+            Candidate::Mma(c) => c.manifest(p),
+        }
+    }
+
+    pub fn workspace_bytes(&self, p: &Problem) -> u64 {
+        match self {
+            Candidate::Hopper(c) => c.workspace_bytes(p),
+            Candidate::Mma(c) => c.workspace_bytes(p),
+        }
+    }
+
+    pub fn label(&self) -> String {
+        match self {
+            Candidate::Hopper(c) => c.label(),
+            Candidate::Mma(c) => c.label(),
+        }
+    }
+
+    /// Split-K codes need fp32 partials.
+    fn split(&self) -> bool {
+        match self {
+            Candidate::Hopper(c) => c.split > 1,
+            Candidate::Mma(c) => c.split > 1,
+        }
+    }
+
+    /// The template family's name and source, for submissions.
+    fn template(&self) -> (&'static str, &'static str) {
+        match self {
+            Candidate::Hopper(_) => ("Hopper wgmma + TMA template", hopper::TEMPLATE),
+            Candidate::Mma(_) => ("Ampere-style mma.sync + cp.async template", mma::TEMPLATE),
+        }
+    }
+
+    pub fn compile(&self, arch: Arch, acc: Acc, layout: Layout) -> Result<String, crate::gpu::GpuError> {
+        match self {
+            Candidate::Hopper(c) => hopper::compile(c, acc, layout),
+            Candidate::Mma(c) => mma::compile(c, arch, acc, layout),
+        }
+    }
+}
+
+/// The template families `kaas tune --families` names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Family {
+    /// wgmma + TMA (sm_90a), every problem.
+    Hopper,
+    /// mma.sync + cp.async (sm_80+), problems up to 2^33 multiply-adds.
+    Mma,
+}
+
+/// Every code (one PTX each) of the families asked for, per accumulator.
+fn codes(families: &[Family], acc: Acc) -> Vec<Candidate> {
+    let mut out = Vec::new();
+    if families.contains(&Family::Hopper) {
+        out.extend(hopper::space().into_iter().chain(hopper::split_tiles()).map(Candidate::Hopper));
+    }
+    if families.contains(&Family::Mma) {
+        out.extend(mma::space().into_iter().chain(mma::split_tiles()).map(Candidate::Mma));
+    }
+    out.retain(|c| acc == Acc::F32 || !c.split());
+    out
+}
+
+/// The candidates of the families asked for, for one problem.
+pub fn space_for(p: &Problem, families: &[Family], sm_count: u32) -> Vec<Candidate> {
+    let mut out = Vec::new();
+    if families.contains(&Family::Hopper) {
+        out.extend(hopper::space_for(p, sm_count).into_iter().map(Candidate::Hopper));
+    }
+    if families.contains(&Family::Mma) {
+        out.extend(mma::space_for(p, sm_count).into_iter().map(Candidate::Mma));
+    }
+    out
+}
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct TuneArgs {
@@ -33,9 +134,13 @@ pub struct TuneArgs {
     pub layouts: Vec<String>,
     #[arg(long, default_value = "f32")]
     pub acc: String,
-    /// The arch the catalog files them under (the code is sm_90a).
+    /// The arch the catalog files them under (the Hopper family's code is sm_90a; the mma
+    /// family is compiled for this arch).
     #[arg(long, default_value = "sm_90")]
     pub arch: String,
+    /// Template families to search, comma-separated.
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "hopper,mma")]
+    pub families: Vec<Family>,
     /// Search state: results so far; problems already in it are skipped.
     #[arg(long, default_value = "tune-state.json")]
     pub state: PathBuf,
@@ -78,19 +183,19 @@ pub struct TuneArgs {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ProblemResult {
     pub problem: Problem,
-    pub winner: HopperConfig,
+    pub winner: Candidate,
     /// Winner's speedup over cuBLASLt heuristic top-1 (tuner timing, graph mode).
     pub reward: f64,
     pub reference_us: f64,
     pub winner_us: f64,
     pub pulls: usize,
     /// (config, mean reward, pulls) of every arm the bandit tried.
-    pub arms: Vec<(HopperConfig, f64, usize)>,
+    pub arms: Vec<(Candidate, f64, usize)>,
     /// Priors the bandit started with: (config, reward, weight).
-    pub priors: Vec<(HopperConfig, f64, f64)>,
+    pub priors: Vec<(Candidate, f64, f64)>,
     /// Exhaustive samples (config, three rewards), on the problems chosen for the study.
     #[serde(default)]
-    pub exhaustive: Vec<(HopperConfig, Vec<f64>)>,
+    pub exhaustive: Vec<(Candidate, Vec<f64>)>,
     pub seconds: f64,
 }
 
@@ -144,7 +249,7 @@ fn distance(a: &Problem, b: &Problem) -> f64 {
 
 /// Priors from the three nearest tuned problems of the same acc and layout: every arm
 /// they measured, weighted by closeness.
-fn priors_for(p: &Problem, state: &TuneState, space: &[HopperConfig]) -> Vec<(usize, f64, f64)> {
+fn priors_for(p: &Problem, state: &TuneState, space: &[Candidate]) -> Vec<(usize, f64, f64)> {
     let mut near: Vec<(&ProblemResult, f64)> = state
         .results
         .values()
@@ -153,7 +258,7 @@ fn priors_for(p: &Problem, state: &TuneState, space: &[HopperConfig]) -> Vec<(us
         .filter(|(_, d)| *d <= 3.0)
         .collect();
     near.sort_by(|a, b| a.1.total_cmp(&b.1));
-    let index: HashMap<HopperConfig, usize> = space.iter().enumerate().map(|(i, c)| (*c, i)).collect();
+    let index: HashMap<Candidate, usize> = space.iter().enumerate().map(|(i, c)| (*c, i)).collect();
     let mut out = Vec::new();
     for (r, d) in near.into_iter().take(3) {
         let w = 1.0 / (1.0 + d);
@@ -170,16 +275,17 @@ fn priors_for(p: &Problem, state: &TuneState, space: &[HopperConfig]) -> Vec<(us
 fn emit_ptx(args: &TuneArgs, dir: &Path) -> anyhow::Result<()> {
     std::fs::create_dir_all(dir)?;
     let acc: Acc = args.acc.parse().map_err(|e| anyhow::anyhow!("{e}"))?;
+    let arch: Arch = args.arch.parse().map_err(|e| anyhow::anyhow!("{e}"))?;
     let mut done = std::collections::BTreeSet::new();
     for l in &args.layouts {
         let layout: Layout = l.parse().map_err(|e| anyhow::anyhow!("{e}"))?;
-        for c in hopper::space().into_iter().chain(hopper::split_tiles()) {
+        for c in codes(&args.families, acc) {
             let entry = c.entry(acc, layout);
             if !done.insert(entry.clone()) {
                 continue;
             }
             let t = Instant::now();
-            let ptx = hopper::compile(&c, acc, layout).with_context(|| format!("compiling {entry}"))?;
+            let ptx = c.compile(arch, acc, layout).with_context(|| format!("compiling {entry}"))?;
             std::fs::write(dir.join(format!("{entry}.ptx")), &ptx)?;
             eprintln!("{entry}: {} bytes in {:.0} ms", ptx.len(), t.elapsed().as_secs_f64() * 1e3);
         }
@@ -188,7 +294,7 @@ fn emit_ptx(args: &TuneArgs, dir: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn ptx_for(args: &TuneArgs, cfg: &HopperConfig, acc: Acc, layout: Layout) -> anyhow::Result<String> {
+fn ptx_for(args: &TuneArgs, cfg: &Candidate, arch: Arch, acc: Acc, layout: Layout) -> anyhow::Result<String> {
     let entry = cfg.entry(acc, layout);
     if let Some(dir) = &args.ptx_dir {
         let path = dir.join(format!("{entry}.ptx"));
@@ -196,7 +302,7 @@ fn ptx_for(args: &TuneArgs, cfg: &HopperConfig, acc: Acc, layout: Layout) -> any
             return std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()));
         }
     }
-    Ok(hopper::compile(cfg, acc, layout)?)
+    Ok(cfg.compile(arch, acc, layout)?)
 }
 
 /// Times one contender: about 1.5 ms of launches in a CUDA graph, median of 3 replays.
@@ -216,11 +322,11 @@ fn random_operands(gpu: &Gpu, p: &Problem, workspace_bytes: u64) -> anyhow::Resu
     Ok(ops)
 }
 
-/// Loaded modules by (code key, layout).
-type Modules = HashMap<((u32, u32, u32, u32, u8), Layout), LoadedPtx>;
+/// Loaded modules by entry name (it names the code, accumulator and layout).
+type Modules = HashMap<String, LoadedPtx>;
 
 /// Tunes one problem on the GPU.
-fn tune_one(gpu: &Gpu, modules: &Modules, p: &Problem, space: &[HopperConfig], priors: &[(usize, f64, f64)], settings: UcbSettings, exhaustive: bool) -> anyhow::Result<ProblemResult> {
+fn tune_one(gpu: &Gpu, modules: &Modules, p: &Problem, space: &[Candidate], priors: &[(usize, f64, f64)], settings: UcbSettings, exhaustive: bool) -> anyhow::Result<ProblemResult> {
     let started = Instant::now();
     let sm = gpu.facts().sm_count;
     // One workspace, zeroed once, serves every split-K candidate (each leaves it zero).
@@ -230,7 +336,7 @@ fn tune_one(gpu: &Gpu, modules: &Modules, p: &Problem, space: &[HopperConfig], p
     let reference_us = time_us(gpu, &reference, 0.0)?;
     let measure = |i: usize| -> f64 {
         let cfg = &space[i];
-        let Some(module) = modules.get(&(cfg.code_key(), p.layout)) else { return f64::NAN };
+        let Some(module) = modules.get(&cfg.entry(p.acc, p.layout)) else { return f64::NAN };
         let manifest = cfg.manifest(p, sm);
         match PreparedManifest::new(gpu, module, &manifest, &ops).and_then(|prep| time_us(gpu, &prep, reference_us)) {
             Ok(us) if us > 0.0 => reference_us / us,
@@ -246,7 +352,7 @@ fn tune_one(gpu: &Gpu, modules: &Modules, p: &Problem, space: &[HopperConfig], p
         let r = measure(i);
         ucb.record(i, r);
     }
-    let mut ex: Vec<(HopperConfig, Vec<f64>)> = Vec::new();
+    let mut ex: Vec<(Candidate, Vec<f64>)> = Vec::new();
     if exhaustive {
         for (i, cfg) in space.iter().enumerate() {
             ex.push((*cfg, (0..3).map(|_| measure(i)).map(|r| if r.is_finite() { r } else { 0.0 }).collect()));
@@ -255,7 +361,7 @@ fn tune_one(gpu: &Gpu, modules: &Modules, p: &Problem, space: &[HopperConfig], p
     let (best, reward) = ucb.best().ok_or_else(|| anyhow::anyhow!("no candidate ran for {p}"))?;
     // What later shapes are seeded with: the bandit's means, and the exhaustive means
     // where there are any (they cover every arm).
-    let mut arms: Vec<(HopperConfig, f64, usize)> = ucb.means().into_iter().map(|(i, m, n)| (space[i], m, n)).collect();
+    let mut arms: Vec<(Candidate, f64, usize)> = ucb.means().into_iter().map(|(i, m, n)| (space[i], m, n)).collect();
     for (cfg, samples) in &ex {
         if !arms.iter().any(|(c, _, _)| c == cfg) && !samples.is_empty() {
             arms.push((*cfg, samples.iter().sum::<f64>() / samples.len() as f64, samples.len()));
@@ -285,30 +391,27 @@ pub fn run_cli(args: TuneArgs) -> anyhow::Result<()> {
         return Ok(());
     }
     let problems = parse_problems(&args)?;
-    let space = hopper::space();
-    let codes: Vec<HopperConfig> = space.iter().copied().chain(hopper::split_tiles()).collect();
     let todo: Vec<Problem> = problems.iter().filter(|p| !state.results.contains_key(&p.path())).copied().take(args.limit.unwrap_or(usize::MAX)).collect();
-    eprintln!("{} problem(s), {} already tuned, {} to tune now; {} candidates each, plus split-K where the output is small", problems.len(), problems.len() - problems.iter().filter(|p| !state.results.contains_key(&p.path())).count(), todo.len(), space.len());
+    eprintln!("{} problem(s), {} already tuned, {} to tune now; families {:?}", problems.len(), problems.len() - problems.iter().filter(|p| !state.results.contains_key(&p.path())).count(), todo.len(), args.families);
     if !todo.is_empty() {
         crate::gpu::available().map_err(|e| anyhow::anyhow!("no GPU: {e}"))?;
         let gpu = Gpu::open(0)?;
         state.device_class = gpu.facts().device_class.clone();
         state.gpu = gpu.facts().name.clone();
         let acc: Acc = args.acc.parse().map_err(|e| anyhow::anyhow!("{e}"))?;
+        let arch: Arch = args.arch.parse().map_err(|e| anyhow::anyhow!("{e}"))?;
         let mut modules: Modules = HashMap::new();
         let layouts: std::collections::BTreeSet<Layout> = todo.iter().map(|p| p.layout).collect();
         let t = Instant::now();
         for layout in layouts {
-            for c in &codes {
-                if c.split > 1 && acc != Acc::F32 {
-                    continue;
-                }
-                let key = (c.code_key(), layout);
+            for c in codes(&args.families, acc) {
+                let key = c.entry(acc, layout);
                 if modules.contains_key(&key) {
                     continue;
                 }
-                let ptx = ptx_for(&args, c, acc, layout)?;
-                modules.insert(key, gpu.load_ptx(&ptx).with_context(|| format!("loading {}", c.entry(acc, layout)))?);
+                let ptx = ptx_for(&args, &c, arch, acc, layout)?;
+                let module = gpu.load_ptx(&ptx).with_context(|| format!("loading {key}"))?;
+                modules.insert(key, module);
             }
         }
         eprintln!("{} modules loaded in {:.1} s", modules.len(), t.elapsed().as_secs_f64());
@@ -319,7 +422,11 @@ pub fn run_cli(args: TuneArgs) -> anyhow::Result<()> {
                 eprintln!("time limit reached; {} problem(s) left for the next run", todo.len() - n);
                 break;
             }
-            let space = hopper::space_for(p, gpu.facts().sm_count);
+            let space = space_for(p, &args.families, gpu.facts().sm_count);
+            if space.is_empty() {
+                eprintln!("[{}/{}] {p}: no candidate of {:?} for this problem", n + 1, todo.len(), args.families);
+                continue;
+            }
             let priors = priors_for(p, &state, &space);
             let exhaustive = args.exhaustive_every > 0 && n % args.exhaustive_every == 0;
             match tune_one(&gpu, &modules, p, &space, &priors, settings.clone(), exhaustive) {
@@ -366,8 +473,8 @@ pub fn efficiency_report(state: &TuneState) -> String {
     for r in state.results.values().filter(|r| !r.exhaustive.is_empty()) {
         // The problem's own candidates, in the order the live search indexed them (split-K
         // candidates differ from problem to problem).
-        let space: Vec<HopperConfig> = r.exhaustive.iter().map(|(c, _)| *c).collect();
-        let index: HashMap<HopperConfig, usize> = space.iter().enumerate().map(|(i, c)| (*c, i)).collect();
+        let space: Vec<Candidate> = r.exhaustive.iter().map(|(c, _)| *c).collect();
+        let index: HashMap<Candidate, usize> = space.iter().enumerate().map(|(i, c)| (*c, i)).collect();
         let samples: Vec<Vec<f64>> = r.exhaustive.iter().map(|(_, s)| s.clone()).collect();
         let truth: Vec<f64> = samples.iter().map(|s| if s.is_empty() { 0.0 } else { s.iter().sum::<f64>() / s.len() as f64 }).collect();
         let best = truth.iter().copied().fold(0.0, f64::max);
@@ -401,7 +508,7 @@ fn submit_winners(args: &TuneArgs, state: &TuneState, url: &str) -> anyhow::Resu
     let server = crate::client::Server { url: url.to_string(), token: args.token.clone() };
     let client = crate::client::Client::new(&server);
     let sm = 132;
-    let mut groups: BTreeMap<String, (HopperConfig, Vec<Problem>)> = BTreeMap::new();
+    let mut groups: BTreeMap<String, (Candidate, Vec<Problem>)> = BTreeMap::new();
     let mut chosen: Vec<&ProblemResult> = state.results.values().filter(|r| r.reward >= args.submit_threshold).collect();
     chosen.sort_by(|a, b| b.reward.total_cmp(&a.reward));
     chosen.truncate(args.submit_limit.unwrap_or(usize::MAX));
@@ -413,8 +520,8 @@ fn submit_winners(args: &TuneArgs, state: &TuneState, url: &str) -> anyhow::Resu
         bail!("no winner at or above {} × cuBLASLt-heuristic to submit", args.submit_threshold);
     }
     for (entry, (cfg, problems)) in groups {
-        let (acc, layout) = (problems[0].acc, problems[0].layout);
-        let ptx = ptx_for(args, &cfg, acc, layout)?;
+        let (arch, acc, layout) = (problems[0].arch, problems[0].acc, problems[0].layout);
+        let ptx = ptx_for(args, &cfg, arch, acc, layout)?;
         let manifests: Vec<_> = problems
             .iter()
             .map(|p| {
@@ -423,12 +530,13 @@ fn submit_winners(args: &TuneArgs, state: &TuneState, url: &str) -> anyhow::Resu
                 w.manifest(p, sm)
             })
             .collect();
+        let (family, source) = cfg.template();
         let req = crate::work::NewSubmission {
             ptx: Some(ptx),
             manifests,
             name: Some(format!("kaas-tuner {entry}")),
-            description: Some(format!("Hopper wgmma + TMA template ({}), found by `kaas tune` on {}", cfg.label(), state.device_class)),
-            source: Some(hopper::TEMPLATE.to_string()),
+            description: Some(format!("{family} ({}), found by `kaas tune` on {}", cfg.label(), state.device_class)),
+            source: Some(source.to_string()),
             ..Default::default()
         };
         let (status, v): (u16, crate::work::SubmissionView) = client.post("/v1/submissions", &req)?;
@@ -447,7 +555,7 @@ mod tests {
 
     #[test]
     fn neighbours_seed_the_bandit_by_closeness() {
-        let space = hopper::space();
+        let space: Vec<Candidate> = hopper::space().into_iter().map(Candidate::Hopper).collect();
         let mut state = TuneState::default();
         let r = |prob: Problem, reward: f64| ProblemResult {
             problem: prob,
@@ -470,9 +578,28 @@ mod tests {
     }
 
     #[test]
+    fn candidates_of_both_families_round_trip_and_old_states_load() {
+        for c in [Candidate::Hopper(hopper::space()[3]), Candidate::Mma(mma::space()[5]), Candidate::Mma(mma::split_space(&p(64, 64, 4096), 132)[0])] {
+            let json = serde_json::to_string(&c).unwrap();
+            assert_eq!(serde_json::from_str::<Candidate>(&json).unwrap(), c, "{json}");
+        }
+        // What states written before the mma family hold: bare Hopper configurations.
+        let old = r#"{"bm":128,"bn":256,"stages":4,"consumers":2,"persistent":true}"#;
+        let want = HopperConfig { bm: 128, bn: 256, stages: 4, consumers: 2, persistent: true, split: 1, atomic: false };
+        assert_eq!(serde_json::from_str::<Candidate>(old).unwrap(), Candidate::Hopper(want));
+        // Small problems get both families, large ones only the Hopper family.
+        let both = space_for(&p(256, 256, 256), &[Family::Hopper, Family::Mma], 132);
+        assert!(both.iter().any(|c| matches!(c, Candidate::Mma(_))) && both.iter().any(|c| matches!(c, Candidate::Hopper(_))));
+        assert!(space_for(&p(8192, 8192, 8192), &[Family::Mma], 132).is_empty());
+        assert!(space_for(&p(8192, 8192, 8192), &[Family::Hopper], 132).len() >= 30);
+        assert!(!codes(&[Family::Mma], Acc::F16).is_empty() && codes(&[Family::Mma], Acc::F16).iter().all(|c| !c.split()));
+        assert_eq!(Candidate::Mma(mma::space()[0]).manifest(&p(64, 64, 64), 132), mma::space()[0].manifest(&p(64, 64, 64)));
+    }
+
+    #[test]
     fn the_efficiency_report_counts_each_problems_own_candidates() {
-        let space = hopper::space();
-        let split = hopper::split_space(&p(64, 64, 16384), 132)[0];
+        let space: Vec<Candidate> = hopper::space().into_iter().map(Candidate::Hopper).collect();
+        let split = Candidate::Hopper(hopper::split_space(&p(64, 64, 16384), 132)[0]);
         let mut state = TuneState::default();
         let samples = vec![(space[0], vec![0.5, 0.5, 0.5]), (space[1], vec![0.6, 0.6, 0.6]), (split, vec![1.2, 1.2, 1.2])];
         state.results.insert(
@@ -511,6 +638,7 @@ mod tests {
             layouts: vec!["tn".into(), "nn".into()],
             acc: "f32".into(),
             arch: "sm_90".into(),
+            families: vec![Family::Hopper, Family::Mma],
             state: path,
             ptx_dir: None,
             emit_ptx: None,

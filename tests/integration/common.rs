@@ -12,7 +12,7 @@ use chrono::{TimeZone, Utc};
 use kaas::api::{ApiSettings, AppState};
 use kaas::catalog::bundle::{self, ArtifactRecord, BaselineRecord, DeviceClassRecord, EntryRecord, Index, RunRecord};
 use kaas::db::{self, DbConfig};
-use kaas::manifest::{ABI, Buffer, Dim, I32Value, Launch, Manifest, Param};
+use kaas::manifest::{ABI, Launch, Manifest};
 use kaas::problem::{Acc, Arch, Layout, Problem, Shape};
 use sea_orm::{ConnectionTrait, DatabaseConnection};
 
@@ -217,14 +217,7 @@ pub fn manifest(p: Problem) -> Manifest {
             block: [256, 1, 1],
             cluster: [1, 1, 1],
             shared_mem_bytes: 0,
-            params: vec![
-                Param::Ptr(Buffer::A),
-                Param::Ptr(Buffer::B),
-                Param::Ptr(Buffer::C),
-                Param::I32(I32Value::Dim(Dim::M)),
-                Param::I32(I32Value::Dim(Dim::N)),
-                Param::I32(I32Value::Dim(Dim::K)),
-            ],
+            params: kaas::manifest::pointer_params(),
         }],
     }
 }

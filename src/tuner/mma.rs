@@ -1,0 +1,431 @@
+//! The Ampere-style family (`kernels/templates/mma_hgemm.cu`): `mma.sync` m16n8k16 fed by
+//! `ldmatrix` from XOR-swizzled shared memory, a multi-stage `cp.async` ring, a grouped tile
+//! order, and split-K with an in-order (`_sk`) or atomic (`_ska`) reduction. Plain pointers,
+//! no tensor maps: it runs on sm_80 and later, and it has far less fixed cost than the
+//! Hopper family's TMA and mbarrier set-up, which is what small shapes need. One PTX per
+//! (target, accumulator, layout, tile, warps, stages, reduction); the split count is a
+//! launch parameter.
+
+use serde::{Deserialize, Serialize};
+
+use crate::gpu::{GpuError, nvrtc};
+use crate::manifest::{ABI, Buffer, I32Value, Launch, Manifest, Param};
+use crate::problem::{Acc, Arch, Layout, Problem};
+
+pub const TEMPLATE: &str = include_str!("../../kernels/templates/mma_hgemm.cu");
+pub const TEMPLATE_NAME: &str = "mma_hgemm.cu";
+/// Dynamic shared memory one block may use (227 KiB on sm_90; the launcher checks the
+/// device's own limit).
+const SMEM_LIMIT: u32 = 232_448;
+/// Problems up to this many multiply-adds get the family's candidates (2^32 FLOP): above
+/// it the Hopper family's wgmma main loop is what can compete (on an H100, 64×64 tiles of
+/// this family take 1024³ in 11.0 µs where cuBLASLt takes 5.6).
+pub const ELIGIBLE_MACS: u64 = 1 << 31;
+
+/// One point of the family's search space.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct MmaConfig {
+    pub bm: u32,
+    pub bn: u32,
+    pub bk: u32,
+    pub warps_m: u32,
+    pub warps_n: u32,
+    pub stages: u32,
+    /// Split-K slices (1: no split, the plain entry without workspace).
+    #[serde(default = "super::hopper::one", skip_serializing_if = "super::hopper::is_one")]
+    pub split: u32,
+    /// Split-K's reduction: false in order (bit-identical runs), true atomic.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub atomic: bool,
+}
+
+/// Units (output tiles × slices) the split counts aim at, in waves of one block per SM:
+/// half, one, two and four (small blocks share an SM, so more than one wave still runs at once).
+const UNIT_TARGETS: [(u32, u32); 4] = [(1, 2), (1, 1), (2, 1), (4, 1)];
+
+impl MmaConfig {
+    /// The template's static assertions, in words.
+    pub fn validate(&self) -> Result<(), String> {
+        let MmaConfig { bm, bn, bk, warps_m, warps_n, stages, split, atomic } = *self;
+        if !matches!(bk, 32 | 64) {
+            return Err(format!("BK {bk} is not 32 or 64"));
+        }
+        if warps_m == 0 || warps_n == 0 || warps_m * warps_n > 16 {
+            return Err(format!("{warps_m}×{warps_n} warps: 1 to 16"));
+        }
+        if !bm.is_multiple_of(16 * warps_m) || !bn.is_multiple_of(16 * warps_n) || !bn.is_multiple_of(32) || bm == 0 {
+            return Err(format!("{bm}×{bn} does not split into 16×16 pieces per warp over {warps_m}×{warps_n} warps (BN a multiple of 32)"));
+        }
+        if !(2..=8).contains(&stages) {
+            return Err(format!("{stages} stages; 2 to 8"));
+        }
+        if split == 0 || split > 1024 {
+            return Err(format!("split {split} is not 1 to 1024"));
+        }
+        if atomic && split <= 1 {
+            return Err("an atomic reduction needs split-K".into());
+        }
+        if self.shared_mem_bytes() > SMEM_LIMIT {
+            return Err(format!("{} B of shared memory exceed {SMEM_LIMIT}", self.shared_mem_bytes()));
+        }
+        Ok(())
+    }
+
+    pub fn threads(&self) -> u32 {
+        32 * self.warps_m * self.warps_n
+    }
+
+    /// The ring: STAGES × (A tile + B tile), fp16, unpadded (the tiles are swizzled).
+    pub fn shared_mem_bytes(&self) -> u32 {
+        self.stages * (self.bm + self.bn) * self.bk * 2
+    }
+
+    pub fn tiles(&self, p: &Problem) -> u32 {
+        p.m.div_ceil(self.bm) * p.n.div_ceil(self.bn)
+    }
+
+    /// As the template documents it: counters rounded up to 256 bytes, then one fp32 sum
+    /// per tile (atomic) or every unit's partial (in order).
+    pub fn workspace_bytes(&self, p: &Problem) -> u64 {
+        super::hopper::split_workspace_bytes(self.tiles(p), self.bm * self.bn, self.split, self.atomic)
+    }
+
+    /// The template's `KAAS_SPLITK`: 0 unsplit, 1 in order, 2 atomic.
+    fn split_mode(&self) -> u8 {
+        super::hopper::split_mode(self.split, self.atomic)
+    }
+
+    /// The PTX entry, e.g. `kaas_mma_f32_tn_64x64x64_w2x2_s4` (`_sk`/`_ska` with split-K).
+    pub fn entry(&self, acc: Acc, layout: Layout) -> String {
+        let sk = ["", "_sk", "_ska"][usize::from(self.split_mode())];
+        format!(
+            "kaas_mma_{}_{}_{}x{}x{}_w{}x{}_s{}{sk}",
+            acc.as_str(),
+            layout.as_str(),
+            self.bm,
+            self.bn,
+            self.bk,
+            self.warps_m,
+            self.warps_n,
+            self.stages
+        )
+    }
+
+    pub fn defines(&self, acc: Acc, layout: Layout) -> Vec<(String, String)> {
+        [
+            ("KAAS_BM", self.bm),
+            ("KAAS_BN", self.bn),
+            ("KAAS_BK", self.bk),
+            ("KAAS_WARPS_M", self.warps_m),
+            ("KAAS_WARPS_N", self.warps_n),
+            ("KAAS_STAGES", self.stages),
+            ("KAAS_ACC_F32", u32::from(acc == Acc::F32)),
+            ("KAAS_LAYOUT_TN", u32::from(layout == Layout::Tn)),
+        ]
+        .into_iter()
+        .chain((self.split > 1).then_some(("KAAS_SPLITK", u32::from(self.split_mode()))))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+    }
+
+    /// The same code with another split count.
+    pub fn code(&self) -> MmaConfig {
+        MmaConfig { split: if self.split > 1 { 2 } else { 1 }, ..*self }
+    }
+
+    pub fn manifest(&self, p: &Problem) -> Manifest {
+        let mut params = crate::manifest::pointer_params();
+        if self.split > 1 {
+            params.push(Param::Ptr(Buffer::Workspace));
+            params.push(Param::I32(I32Value::Const(self.split as i32)));
+        }
+        Manifest {
+            abi: ABI.into(),
+            problem: *p,
+            workspace_bytes: self.workspace_bytes(p),
+            launches: vec![Launch {
+                entry: self.entry(p.acc, p.layout),
+                grid: [self.tiles(p) * self.split, 1, 1],
+                block: [self.threads(), 1, 1],
+                cluster: [1, 1, 1],
+                shared_mem_bytes: self.shared_mem_bytes(),
+                params,
+            }],
+        }
+    }
+
+    /// The configuration, accumulator and layout an entry name encodes; a split-K entry
+    /// comes back with `split` 2 (the count is a launch parameter, see [`MmaConfig::of_launch`]).
+    pub fn from_entry(entry: &str) -> Option<(MmaConfig, Acc, Layout)> {
+        let rest = entry.strip_prefix("kaas_mma_")?;
+        let (rest, split, atomic) = if let Some(r) = rest.strip_suffix("_ska") {
+            (r, 2, true)
+        } else if let Some(r) = rest.strip_suffix("_sk") {
+            (r, 2, false)
+        } else {
+            (rest, 1, false)
+        };
+        let [acc, layout, tile, warps, stages] = rest.split('_').collect::<Vec<_>>()[..] else { return None };
+        let acc: Acc = acc.parse().ok()?;
+        let layout: Layout = layout.parse().ok()?;
+        let dims: Vec<u32> = tile.split('x').map(|d| d.parse().ok()).collect::<Option<_>>()?;
+        let w: Vec<u32> = warps.strip_prefix('w')?.split('x').map(|d| d.parse().ok()).collect::<Option<_>>()?;
+        let [bm, bn, bk] = dims[..] else { return None };
+        let [warps_m, warps_n] = w[..] else { return None };
+        let cfg = MmaConfig { bm, bn, bk, warps_m, warps_n, stages: stages.strip_prefix('s')?.parse().ok()?, split, atomic };
+        cfg.validate().ok()?;
+        (cfg.entry(acc, layout) == entry).then_some((cfg, acc, layout))
+    }
+
+    /// The configuration a launch of this family runs (the split count from its params).
+    pub fn of_launch(launch: &Launch) -> Option<(MmaConfig, Acc, Layout)> {
+        let (mut cfg, acc, layout) = Self::from_entry(&launch.entry)?;
+        if cfg.split > 1 {
+            let Some(Param::I32(I32Value::Const(s))) = launch.params.get(7) else { return None };
+            cfg.split = u32::try_from(*s).ok()?;
+            cfg.validate().ok()?;
+        }
+        Some((cfg, acc, layout))
+    }
+
+    /// Short label, e.g. `mma 64x64x64 w2x2 s4`, `mma 32x32x64 w2x2 s4 split 16 atomic`.
+    pub fn label(&self) -> String {
+        let split = super::hopper::split_label(self.split, self.atomic);
+        format!("mma {}x{}x{} w{}x{} s{}{split}", self.bm, self.bn, self.bk, self.warps_m, self.warps_n, self.stages)
+    }
+}
+
+/// The tiles of the search: (BM, BN, warps along M, warps along N). Measured on an H100
+/// (BENCHMARKS.md): 128×128 with 8 warps, and 32-deep K-tiles, lost to these everywhere.
+const TILES: [(u32, u32, u32, u32); 6] = [(32, 32, 2, 2), (32, 64, 2, 2), (64, 32, 2, 2), (64, 64, 2, 2), (64, 128, 2, 2), (128, 64, 2, 2)];
+/// K per stage and ring depth: 64-deep K-tiles, four stages (192 of K in flight; three
+/// stages measured the same).
+const RINGS: [(u32, u32); 1] = [(64, 4)];
+
+/// The unsplit candidates.
+pub fn space() -> Vec<MmaConfig> {
+    let mut out = Vec::new();
+    for (bm, bn, warps_m, warps_n) in TILES {
+        for (bk, stages) in RINGS {
+            let c = MmaConfig { bm, bn, bk, warps_m, warps_n, stages, split: 1, atomic: false };
+            if c.validate().is_ok() {
+                out.push(c);
+            }
+        }
+    }
+    out
+}
+
+/// The split-K codes: the small tiles with the 64-deep ring, either reduction.
+pub fn split_tiles() -> Vec<MmaConfig> {
+    let mut out = Vec::new();
+    for atomic in [false, true] {
+        for (bm, bn, warps_m, warps_n) in [(32, 32, 2, 2), (32, 64, 2, 2), (64, 32, 2, 2), (64, 64, 2, 2)] {
+            out.push(MmaConfig { bm, bn, bk: 64, warps_m, warps_n, stages: 4, split: 2, atomic });
+        }
+    }
+    out
+}
+
+/// Whether a problem gets this family's candidates.
+pub fn eligible(p: &Problem) -> bool {
+    u64::from(p.m) * u64::from(p.n) * u64::from(p.k) <= ELIGIBLE_MACS
+}
+
+/// The split-K candidates that suit a problem whose output needs fewer blocks than a wave
+/// of `sm_count`: for each atomic code, the counts that make half, one, two and four waves
+/// of units, and the largest that leaves two K-tiles per slice. As in the Hopper family,
+/// the in-order reduction is left to whoever needs bit-identical runs.
+pub fn split_space(p: &Problem, sm_count: u32) -> Vec<MmaConfig> {
+    let mut out = Vec::new();
+    if p.acc != Acc::F32 {
+        return out;
+    }
+    for t in split_tiles().into_iter().filter(|t| t.atomic) {
+        let tiles = t.tiles(p);
+        let ktiles = p.k.div_ceil(t.bk);
+        if tiles >= sm_count {
+            continue;
+        }
+        let mut splits: Vec<u32> = UNIT_TARGETS.iter().map(|(num, den)| sm_count * num / den / tiles).chain([ktiles / 2]).collect();
+        splits.sort_unstable();
+        splits.dedup();
+        for s in splits {
+            if s >= 2 && ktiles >= 2 * s && tiles * s <= 4 * sm_count {
+                out.push(MmaConfig { split: s, ..t });
+            }
+        }
+    }
+    out
+}
+
+/// Every candidate of the family for a problem: none above [`ELIGIBLE_MACS`].
+pub fn space_for(p: &Problem, sm_count: u32) -> Vec<MmaConfig> {
+    if !eligible(p) {
+        return Vec::new();
+    }
+    let mut out = space();
+    out.extend(split_space(p, sm_count));
+    out
+}
+
+/// NVRTC's virtual architecture for a problem's arch: the family needs nothing past sm_80,
+/// but sm_90 code adds into the split-K sums with vector reductions.
+pub fn target(arch: Arch) -> &'static str {
+    match arch {
+        Arch::Sm80 => "compute_80",
+        Arch::Sm86 => "compute_86",
+        Arch::Sm89 => "compute_89",
+        Arch::Sm90 => "compute_90",
+        Arch::Sm90a => "compute_90a",
+    }
+}
+
+/// Compiles one configuration for an arch, accumulator and layout with NVRTC.
+pub fn compile(cfg: &MmaConfig, arch: Arch, acc: Acc, layout: Layout) -> Result<String, GpuError> {
+    cfg.validate().map_err(|m| GpuError::refused("mma HGEMM", m))?;
+    if cfg.split > 1 && acc != Acc::F32 {
+        return Err(GpuError::refused("mma HGEMM", "split-K partials are fp32: acc=f32 only"));
+    }
+    nvrtc::compile(TEMPLATE, TEMPLATE_NAME, target(arch), &cfg.defines(acc, layout))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::problem::Shape;
+
+    fn p(layout: Layout, m: u32, n: u32, k: u32) -> Problem {
+        Problem::new(Arch::Sm90, Acc::F32, layout, Shape::new(m, n, k).unwrap())
+    }
+
+    #[test]
+    fn the_space_is_valid_and_its_manifests_check() {
+        let space = space();
+        assert_eq!(space.len(), 6, "{space:?}");
+        for c in space.iter().chain(split_tiles().iter()) {
+            c.validate().unwrap();
+            for layout in Layout::ALL {
+                for (m, n, k) in [(64, 64, 64), (16384, 16384, 16384), (100, 72, 30), (1, 1, 1)] {
+                    if c.split > 1 && m * n > 1 << 20 {
+                        continue; // split-K is for outputs of fewer tiles than SMs
+                    }
+                    let prob = p(layout, m, n, k);
+                    let man = c.manifest(&prob);
+                    man.validate().unwrap_or_else(|e| panic!("{} {prob}: {e}", c.label()));
+                    let l = &man.launches[0];
+                    assert_eq!(l.grid[0], m.div_ceil(c.bm) * n.div_ceil(c.bn) * c.split);
+                    assert!(crate::manifest::is_ptx_identifier(&l.entry));
+                    assert_eq!(MmaConfig::of_launch(l), Some((*c, Acc::F32, layout)));
+                }
+            }
+        }
+        // The template's formula: 4 stages of (64 + 64) rows of 64 fp16.
+        assert_eq!(MmaConfig { bm: 64, bn: 64, bk: 64, warps_m: 2, warps_n: 2, stages: 4, split: 1, atomic: false }.shared_mem_bytes(), 65_536);
+        let bad = [
+            MmaConfig { bm: 48, bn: 64, bk: 64, warps_m: 2, warps_n: 2, stages: 4, split: 1, atomic: false },
+            MmaConfig { bm: 64, bn: 16, bk: 64, warps_m: 2, warps_n: 1, stages: 4, split: 1, atomic: false },
+            MmaConfig { bm: 64, bn: 64, bk: 16, warps_m: 2, warps_n: 2, stages: 4, split: 1, atomic: false },
+            MmaConfig { bm: 64, bn: 64, bk: 64, warps_m: 2, warps_n: 2, stages: 9, split: 1, atomic: false },
+            MmaConfig { bm: 256, bn: 256, bk: 64, warps_m: 4, warps_n: 4, stages: 4, split: 1, atomic: false },
+            MmaConfig { bm: 64, bn: 64, bk: 64, warps_m: 2, warps_n: 2, stages: 4, split: 1, atomic: true },
+        ];
+        for c in bad {
+            assert!(c.validate().is_err(), "{c:?}");
+        }
+    }
+
+    #[test]
+    fn entry_names_round_trip() {
+        for c in space().into_iter().chain(split_tiles()) {
+            for layout in Layout::ALL {
+                let e = c.entry(Acc::F32, layout);
+                assert_eq!(MmaConfig::from_entry(&e), Some((c, Acc::F32, layout)), "{e}");
+            }
+        }
+        assert_eq!(MmaConfig { bm: 32, bn: 32, bk: 64, warps_m: 2, warps_n: 2, stages: 4, split: 7, atomic: true }.entry(Acc::F32, Layout::Tn), "kaas_mma_f32_tn_32x32x64_w2x2_s4_ska");
+        assert!(MmaConfig::from_entry("kaas_mma_f32_tn_48x64x64_w2x2_s4").is_none(), "does not tile");
+        assert!(MmaConfig::from_entry("kaas_mma_f32_tn_64x64x64_w2x2_s4_ska_ska").is_none());
+        assert!(MmaConfig::from_entry("kaas_wgmma_f32_tn_64x64x64_s8_c1_m1_g16").is_none());
+        assert!(MmaConfig::from_entry("kaas_simple_hgemm_f32_tn_32x32x32_w2x2").is_none());
+    }
+
+    #[test]
+    fn split_k_candidates_suit_the_problem() {
+        let sm = 132;
+        // 64×64×16384 with 32×32 tiles: 4 tiles; half, one and two waves (16, 33, 66 slices)
+        // and 128 (two K-tiles each); four waves (132) would leave fewer than two K-tiles.
+        let skinny: Vec<u32> = split_space(&p(Layout::Tn, 64, 64, 16384), sm).iter().filter(|c| c.bm == 32 && c.bn == 32).map(|c| c.split).collect();
+        assert_eq!(skinny, [16, 33, 66, 128]);
+        assert!(split_space(&p(Layout::Tn, 64, 64, 16384), sm).iter().all(|c| c.atomic && c.code() != *c));
+        // Short K: 64×64×256 has 4 K-tiles, so at most 2 slices.
+        let short: Vec<u32> = split_space(&p(Layout::Tn, 64, 64, 256), sm).iter().filter(|c| c.bm == 32 && c.bn == 32).map(|c| c.split).collect();
+        assert_eq!(short, [2]);
+        assert!(split_space(&p(Layout::Tn, 2048, 2048, 2048), sm).is_empty(), "the output fills the GPU");
+        let f16 = Problem::new(Arch::Sm90, Acc::F16, Layout::Tn, Shape::new(64, 64, 16384).unwrap());
+        assert!(split_space(&f16, sm).is_empty(), "partials are fp32");
+        for c in split_space(&p(Layout::Nn, 100, 200, 4104), sm) {
+            let prob = p(Layout::Nn, 100, 200, 4104);
+            let man = c.manifest(&prob);
+            man.validate().unwrap();
+            assert_eq!(man.workspace_bytes, c.workspace_bytes(&prob));
+            assert!(c.tiles(&prob) * c.split <= 4 * sm);
+        }
+        // The template's formula: 256-byte rounded counters, then the sums or partials.
+        let c = MmaConfig { bm: 32, bn: 32, bk: 64, warps_m: 2, warps_n: 2, stages: 4, split: 16, atomic: false };
+        assert_eq!(c.workspace_bytes(&p(Layout::Tn, 100, 64, 4096)), 256 + 4 * 8 * 16 * 32 * 32);
+        assert_eq!(MmaConfig { atomic: true, ..c }.workspace_bytes(&p(Layout::Tn, 100, 64, 4096)), 256 + 4 * 8 * 32 * 32);
+        // Only small problems get the family at all.
+        assert!(space_for(&p(Layout::Tn, 4096, 4096, 4096), sm).is_empty());
+        assert!(space_for(&p(Layout::Tn, 1024, 1024, 8192), sm).is_empty());
+        assert_eq!(space_for(&p(Layout::Tn, 1024, 1024, 2048), sm).len(), 6, "eligible, but the output fills the GPU: no split");
+        assert!(space_for(&p(Layout::Tn, 64, 64, 16384), sm).len() > 6);
+    }
+
+    /// The shipped catalog's mma kernels are what the template builds today: recompiling
+    /// each entry's configuration for its problem's arch (NVRTC from the pip wheel CI
+    /// installs) gives the committed bytes, and the manifest is the configuration's.
+    #[test]
+    fn the_shipped_mma_kernels_rebuild_from_the_template() {
+        let mut checked = 0;
+        for (dir, index, ptx) in crate::catalog::bundle::shipped_bundles() {
+            for e in &index.entries {
+                let Some((cfg, acc, layout)) = MmaConfig::of_launch(&e.manifest.launches[0]) else { continue };
+                assert_eq!((acc, layout), (e.problem.acc, e.problem.layout), "{}", e.problem);
+                assert_eq!(crate::catalog::bundle::sha256_hex(ptx[&e.artifact].as_bytes()), e.artifact, "{}: PTX does not match its sha256", dir.display());
+                assert_eq!(e.manifest, cfg.manifest(&e.problem), "{}: manifest differs", e.problem);
+                checked += 1;
+                if nvrtc::available().is_ok() {
+                    let built = compile(&cfg, e.problem.arch, acc, layout).unwrap();
+                    assert_eq!(crate::catalog::bundle::sha256_hex(built.as_bytes()), e.artifact, "{} for {} no longer builds to the committed PTX", cfg.label(), e.problem);
+                }
+            }
+        }
+        eprintln!("checked {checked} mma entries{}", if nvrtc::available().is_ok() { "" } else { " (sha256 and manifests only: no NVRTC)" });
+    }
+
+    #[test]
+    fn every_configuration_compiles_where_nvrtc_is_present() {
+        if let Err(why) = nvrtc::available() {
+            eprintln!("SKIP: no NVRTC ({why})");
+            return;
+        }
+        for c in space().into_iter().chain(split_tiles()) {
+            for (arch, acc, layout) in [(Arch::Sm90, Acc::F32, Layout::Tn), (Arch::Sm90, Acc::F32, Layout::Nn), (Arch::Sm80, Acc::F32, Layout::Tn)] {
+                let ptx = compile(&c, arch, acc, layout).unwrap_or_else(|e| panic!("{}: {e}", c.label()));
+                assert!(ptx.contains(&format!(".entry {}", c.entry(acc, layout))), "{}", c.label());
+                assert!(ptx.contains("mma.sync.aligned.m16n8k16") && ptx.contains("cp.async.cg.shared.global"), "{}", c.label());
+                assert!(ptx.contains(&format!(".target {}", arch.as_str())), "{}", c.label());
+                if c.atomic {
+                    // sm_90 adds four floats at once; sm_80 has only the scalar reduction.
+                    assert_eq!(ptx.contains("red.global.add.v4.f32"), arch == Arch::Sm90, "{}", c.label());
+                }
+            }
+        }
+        for c in space().into_iter().take(2) {
+            let ptx = compile(&c, Arch::Sm90, Acc::F16, Layout::Nn).unwrap();
+            assert!(ptx.contains("m16n8k16.row.col.f16.f16.f16.f16"));
+        }
+        assert!(compile(&split_tiles()[0], Arch::Sm90, Acc::F16, Layout::Tn).is_err(), "split-K is acc=f32 only");
+    }
+}
