@@ -180,13 +180,7 @@ impl HopperConfig {
     /// parameter: a split-K entry comes back with `split` 2, see [`HopperConfig::of_launch`]).
     pub fn from_entry(entry: &str) -> Option<(HopperConfig, Acc, Layout)> {
         let rest = entry.strip_prefix("kaas_wgmma_")?;
-        let (rest, split, atomic) = if let Some(r) = rest.strip_suffix("_ska") {
-            (r, 2, true)
-        } else if let Some(r) = rest.strip_suffix("_sk") {
-            (r, 2, false)
-        } else {
-            (rest, 1, false)
-        };
+        let (rest, split, atomic) = split_suffix(rest);
         let parts: Vec<&str> = rest.split('_').collect();
         let [acc, layout, tile, stages, consumers, "m1", group] = parts[..] else { return None };
         let acc: Acc = acc.parse().ok()?;
@@ -250,6 +244,19 @@ pub(crate) fn split_mode(split: u32, atomic: bool) -> u8 {
         (false, _) => 0,
         (true, false) => 1,
         (true, true) => 2,
+    }
+}
+
+/// An entry name without its split-K suffix, and what the suffix says: `(rest, 2, true)`
+/// for `_ska`, `(rest, 2, false)` for `_sk` (the count itself is a launch parameter),
+/// `(rest, 1, false)` without one.
+pub(crate) fn split_suffix(name: &str) -> (&str, u32, bool) {
+    if let Some(r) = name.strip_suffix("_ska") {
+        (r, 2, true)
+    } else if let Some(r) = name.strip_suffix("_sk") {
+        (r, 2, false)
+    } else {
+        (name, 1, false)
     }
 }
 

@@ -158,13 +158,7 @@ impl MmaConfig {
     /// comes back with `split` 2 (the count is a launch parameter, see [`MmaConfig::of_launch`]).
     pub fn from_entry(entry: &str) -> Option<(MmaConfig, Acc, Layout)> {
         let rest = entry.strip_prefix("kaas_mma_")?;
-        let (rest, split, atomic) = if let Some(r) = rest.strip_suffix("_ska") {
-            (r, 2, true)
-        } else if let Some(r) = rest.strip_suffix("_sk") {
-            (r, 2, false)
-        } else {
-            (rest, 1, false)
-        };
+        let (rest, split, atomic) = super::hopper::split_suffix(rest);
         let [acc, layout, tile, warps, stages] = rest.split('_').collect::<Vec<_>>()[..] else { return None };
         let acc: Acc = acc.parse().ok()?;
         let layout: Layout = layout.parse().ok()?;
