@@ -1117,6 +1117,48 @@ fn split_k_hopper_kernels_pass_the_verifier() {
     assert!(failed.is_empty(), "{failed:#?}");
 }
 
+/// Ping-pong Hopper kernels (each consumer warpgroup owns whole tiles, their main loops
+/// take turns) through the sandboxed verifier: every ping-pong tile of the search, both
+/// layouts, shapes the tiles do not divide, and grids of 1, 3 and 7 blocks, so blocks
+/// loop over several tiles, the two consumers get unequal counts, and the ring wraps
+/// across tiles mid-phase. The first version waited on a full barrier two phases ahead
+/// and hung on exactly these grids.
+#[test]
+fn pingpong_hopper_kernels_pass_the_verifier() {
+    use kaas::tuner::hopper;
+    let Some(gpu) = gpu_and_nvrtc_or_skip() else { return };
+    if gpu.facts().compute_capability != (9, 0) {
+        println!("SKIP: Hopper kernels need sm_90 ({:?})", gpu.facts().compute_capability);
+        return;
+    }
+    drop(gpu);
+    let tiles: Vec<_> = hopper::space().into_iter().filter(|c| c.pingpong).collect();
+    assert!(!tiles.is_empty());
+    let shapes = [(1000, 1000, 1000), (100, 200, 136), (4096, 520, 64), (640, 384, 4104)];
+    let mut failed = vec![];
+    let mut runs = 0;
+    for (i, cfg) in tiles.iter().enumerate() {
+        for (j, layout) in Layout::ALL.into_iter().enumerate() {
+            let (m, n, k) = shapes[(i + j) % shapes.len()];
+            let p = Problem::new(Arch::Sm90, Acc::F32, layout, Shape::new(m, n, k).expect("shape"));
+            let ptx = hopper::compile(cfg, p.acc, layout).expect("compile");
+            for blocks in [1, 3, 7, 132] {
+                let mut manifest = cfg.manifest(&p, 132);
+                manifest.launches[0].grid[0] = manifest.launches[0].grid[0].min(blocks);
+                let job = Job { ptx: ptx.clone(), manifest, secret_seed: rand::random(), watchdog_ms: None, bench: None };
+                let o = sandbox::run_with(&sandbox_command(), &job, sandbox::default_wall_limit(&job));
+                runs += 1;
+                println!("PINGPONG {p} {} grid {blocks}: {:?} {}", cfg.label(), o.verdict, first_line(&o.message, 160));
+                if o.verdict != Verdict::Pass {
+                    failed.push(format!("{p} {} grid {blocks}: {:?} at {}: {}", cfg.label(), o.verdict, o.stage, o.message));
+                }
+            }
+        }
+    }
+    assert!(failed.is_empty(), "{failed:#?}");
+    println!("{runs} ping-pong runs pass");
+}
+
 /// The mma family (mma.sync + cp.async) through the sandboxed verifier (binary exact test,
 /// deviation bound, containment): every tile of the search, both layouts and both
 /// accumulators on shapes the tiles do not divide, rows that are not 16-byte aligned

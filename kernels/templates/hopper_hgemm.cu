@@ -42,9 +42,16 @@
 //                   2, atomic: each unit adds its partial to the tile's fp32 sum with
 //                   red.global.add (in L2), the last reads the sum and zeroes it (the
 //                   order of the fp32 additions, so the last bits, vary from run to run).
+//   KAAS_PINGPONG   0 (default) or 1: ping-pong consumers (needs KAAS_CONSUMERS=2, no split-K).
+//                   Each consumer owns whole BM×BN tiles (BM 64 or 128, at most 128
+//                   accumulators per thread: 64x128, 64x256, 128x64, 128x128), alternate
+//                   tiles of the block; their main loops take strict turns (named barriers
+//                   2 and 3), so one consumer's epilogue runs under the other's wgmmas.
+//                   Pays off where blocks get several tiles (the persistent grid).
 //   KAAS_ENTRY      optional; default name encodes every knob:
 //     kaas_wgmma_<f32|f16>_<tn|nn>_<BM>x<BN>x<BK>_s<STAGES>_c<CONSUMERS>_m<CLUSTER_M>_g<GROUP_M>
-//     e.g. kaas_wgmma_f32_tn_128x256x64_s4_c2_m1_g16; KAAS_SPLITK=1 adds _sk, 2 adds _ska
+//     e.g. kaas_wgmma_f32_tn_128x256x64_s4_c2_m1_g16; KAAS_SPLITK=1 adds _sk, 2 adds _ska;
+//     KAAS_PINGPONG=1 adds _pp
 //
 // ─── Launch (kaas.hgemm.v1) ─────────────────────────────────────────────────────────────
 // params: (tensor_map A, tensor_map B, ptr C, i32 M, i32 N, i32 K), in this order;
@@ -131,6 +138,12 @@ typedef unsigned long long u64;
 #ifndef KAAS_SPLITK
 #define KAAS_SPLITK 0
 #endif
+#ifndef KAAS_PINGPONG
+#define KAAS_PINGPONG 0
+#endif
+#ifndef KAAS_MC_ARRIVE_CTA
+#define KAAS_MC_ARRIVE_CTA 1
+#endif
 
 #if KAAS_ACC_F32
 #define KAAS_ACC_TAG f32
@@ -146,7 +159,14 @@ typedef unsigned long long u64;
     a##b##c##d##e##f##g##h##i##j##k##l##m##n##o##p##q##r
 #define KAAS_CAT(...) KAAS_CAT_(__VA_ARGS__)
 #ifndef KAAS_ENTRY
-#if KAAS_SPLITK
+#if KAAS_PINGPONG
+#define KAAS_CATP_(a, b, c, d, e, f, g, h, i, j, k, l, m, n, o, p, q, r, s) \
+    a##b##c##d##e##f##g##h##i##j##k##l##m##n##o##p##q##r##s
+#define KAAS_CATP(...) KAAS_CATP_(__VA_ARGS__)
+#define KAAS_ENTRY                                                                                           \
+    KAAS_CATP(kaas_wgmma_, KAAS_ACC_TAG, _, KAAS_LAYOUT_TAG, _, KAAS_BM, x, KAAS_BN, x, KAAS_BK, _s, KAAS_STAGES, \
+              _c, KAAS_CONSUMERS, _m, KAAS_CLUSTER_M, _g, KAAS_GROUP_M, _pp)
+#elif KAAS_SPLITK
 #define KAAS_CATS_(a, b, c, d, e, f, g, h, i, j, k, l, m, n, o, p, q, r, s) \
     a##b##c##d##e##f##g##h##i##j##k##l##m##n##o##p##q##r##s
 #define KAAS_CATS(...) KAAS_CATS_(__VA_ARGS__)
@@ -168,7 +188,9 @@ typedef unsigned long long u64;
 constexpr int BM = KAAS_BM, BN = KAAS_BN, BK = KAAS_BK, STAGES = KAAS_STAGES;
 constexpr int CONSUMERS = KAAS_CONSUMERS, CL = KAAS_CLUSTER_M, GROUP_M = KAAS_GROUP_M;
 constexpr int THREADS = 128 * (CONSUMERS + 1);
-constexpr int WG_M = BM / CONSUMERS;  // rows of the tile per consumer warpgroup
+// Rows of a tile per consumer warpgroup: cooperative, the consumers split the tile's rows;
+// ping-pong, each consumer owns whole tiles (alternate tiles of the CTA).
+constexpr int WG_M = KAAS_PINGPONG ? BM : BM / CONSUMERS;
 constexpr int MI = WG_M / 64;         // m64 wgmmas per consumer per k16 step
 constexpr int A_STAGE_BYTES = BM * BK * 2;
 constexpr int B_STAGE_BYTES = BN * BK * 2;
@@ -185,7 +207,12 @@ constexpr int ACC_REGS = BN / 4;
 
 static_assert(BK == 64, "KAAS_BK must be 64 (one 128B swizzle atom of fp16)");
 static_assert(CONSUMERS == 1 || CONSUMERS == 2, "KAAS_CONSUMERS must be 1 or 2");
-static_assert(BM % CONSUMERS == 0 && (WG_M == 64 || WG_M == 128), "BM / CONSUMERS must be 64 or 128");
+static_assert(BM % CONSUMERS == 0 && (WG_M == 64 || WG_M == 128),
+              "BM / CONSUMERS (cooperative) or BM (ping-pong) must be 64 or 128");
+#if KAAS_PINGPONG
+static_assert(CONSUMERS == 2, "ping-pong needs two consumer warpgroups");
+static_assert(KAAS_SPLITK == 0, "ping-pong runs without split-K");
+#endif
 static_assert(BN == 64 || BN == 128 || BN == 192 || BN == 256, "KAAS_BN must be 64, 128, 192 or 256");
 static_assert(BM <= 256, "a TMA box is at most 256 rows");
 static_assert(STAGES >= 2 && STAGES <= 8, "KAAS_STAGES must be 2..8");
@@ -248,7 +275,11 @@ __device__ __forceinline__ void mbar_release(u32 bar) {
             "{\n"
             ".reg .b32 ra;\n"
             "mapa.shared::cluster.u32 ra, %0, %1;\n"
+#if KAAS_MC_ARRIVE_CTA
+            "mbarrier.arrive.shared::cluster.b64 _, [ra];\n"
+#else
             "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [ra];\n"
+#endif
             "}\n" ::"r"(bar),
             "r"(r)
             : "memory");
@@ -529,6 +560,13 @@ __device__ __forceinline__ void store_pair(u16* __restrict__ C, int M, int N, in
     }
 }
 
+#if KAAS_PINGPONG
+// Ping-pong turn order: consumer cw waits on named barrier 2 + cw before its main loop and
+// hands the turn to the other with barrier 3 - cw after it (128 threads each side).
+__device__ __forceinline__ void turn_wait(int cw) { asm volatile("bar.sync %0, 256;" ::"r"(2 + cw) : "memory"); }
+__device__ __forceinline__ void turn_pass(int cw) { asm volatile("bar.arrive %0, 256;" ::"r"(3 - cw) : "memory"); }
+#endif
+
 #if KAAS_SPLITK
 // The consumer warpgroups only (the producer never joins): named barrier 1.
 __device__ __forceinline__ void consumers_sync() {
@@ -616,7 +654,8 @@ KAAS_ENTRY(const __grid_constant__ TensorMap128 tmA, const __grid_constant__ Ten
 #pragma unroll
         for (int s = 0; s < STAGES; ++s) {
             mbar_init(full0 + 8 * s, 1);
-            mbar_init(empty0 + 8 * s, CONSUMERS * 4 * CL);  // one arrival per consumer warp per CTA
+            // one arrival per consumer warp (of the slot's consumer(s)) per CTA
+            mbar_init(empty0 + 8 * s, (KAAS_PINGPONG ? 1 : CONSUMERS) * 4 * CL);
         }
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
@@ -691,6 +730,20 @@ KAAS_ENTRY(const __grid_constant__ TensorMap128 tmA, const __grid_constant__ Ten
         const bool vec16 = ((N & 7) == 0) && ((reinterpret_cast<u64>(C) & 15) == 0);
         (void)pairs;
         (void)vec16;
+#if KAAS_PINGPONG
+        // Ping-pong: consumer cw takes the CTA's tiles cw, cw+2, …; the producer fills the
+        // ring in tile order, so the CTA's i-th tile starts at ring position i*ktiles. The
+        // main loops take strict turns (one consumer runs its epilogue while the other
+        // multiplies): a consumer starts its main loop only after the other has passed
+        // every full barrier of the tile before, so it never waits on a barrier more than
+        // one phase ahead (parity waits cannot tell phase r from phase r-2).
+        int pos = cw * ktiles;
+        for (int t = cid + cw * ncl; t < tiles; t += 2 * ncl) {
+            int s = pos % STAGES;
+            u32 ph = (u32)((pos / STAGES) & 1);
+            if (pos > 0) turn_wait(cw);  // every tile but the CTA's first waits its turn
+            pos += 2 * ktiles;
+#else
         int s = 0;
         u32 ph = 0;
 #if KAAS_SPLITK
@@ -699,6 +752,7 @@ KAAS_ENTRY(const __grid_constant__ TensorMap128 tmA, const __grid_constant__ Ten
             split_unit(u, S, ktiles, t, sp, kb, ke);
 #else
         for (int t = cid; t < tiles; t += ncl) {
+#endif
 #endif
             int mc, nb;
             tile_coords(t, num_mc, mc, nb, num_n);
@@ -714,7 +768,7 @@ KAAS_ENTRY(const __grid_constant__ TensorMap128 tmA, const __grid_constant__ Ten
             int prev = 0;
             for (int kt = KAAS_KB; kt < KAAS_KE; ++kt) {
                 mbar_wait(full0 + 8 * s, ph);
-                const u32 a_base = sA + s * A_STAGE_BYTES + cw * WG_M * 128;
+                const u32 a_base = sA + s * A_STAGE_BYTES + (KAAS_PINGPONG ? 0 : cw * WG_M * 128);
                 const u32 b_base = sB + s * B_STAGE_BYTES;
                 wgmma_fence();
 #pragma unroll
@@ -741,6 +795,9 @@ KAAS_ENTRY(const __grid_constant__ TensorMap128 tmA, const __grid_constant__ Ten
                     ph ^= 1u;
                 }
             }
+#if KAAS_PINGPONG
+            if (t + ncl < tiles) turn_pass(cw);  // the CTA's next tile is the other consumer's
+#endif
             wgmma_wait<0>();  // unconditional, so ptxas sees every path drain the pipeline
             if (KAAS_HAS_K && lane == 0) mbar_release(empty0 + 8 * prev);
 #if KAAS_SPLITK
@@ -814,7 +871,7 @@ KAAS_ENTRY(const __grid_constant__ TensorMap128 tmA, const __grid_constant__ Ten
             const int g = lane >> 2, q = lane & 3;
 #pragma unroll
             for (int mi = 0; mi < MI; ++mi) {
-                const int row_base = m0 + cw * WG_M + mi * 64 + warp * 16;
+                const int row_base = m0 + (KAAS_PINGPONG ? 0 : cw * WG_M) + mi * 64 + warp * 16;
 #pragma unroll
                 for (int cc = 0; cc < BN / 64; ++cc) {
                     __syncwarp();
@@ -858,7 +915,7 @@ KAAS_ENTRY(const __grid_constant__ TensorMap128 tmA, const __grid_constant__ Ten
             const int col0 = n0 + 2 * (lane & 3);
 #pragma unroll
             for (int mi = 0; mi < MI; ++mi) {
-                const int row = m0 + cw * WG_M + mi * 64 + warp * 16 + (lane >> 2);
+                const int row = m0 + (KAAS_PINGPONG ? 0 : cw * WG_M) + mi * 64 + warp * 16 + (lane >> 2);
 #pragma unroll
                 for (int j = 0; j < BN / 8; ++j) {
 #if KAAS_ACC_F32

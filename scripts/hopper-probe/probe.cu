@@ -6,7 +6,7 @@
 // L2 promotion 128B, element strides {1,1}, 128B swizzle, the manifest's boxes), dynamic
 // shared memory from the documented formula, the cluster as a launch attribute.
 //
-// usage: probe [--grid tiles|persistent] [--mode check|bench|both] [--rounds R] MxNxK ...
+// usage: probe [--grid tiles|persistent|CTAS] [--mode check|bench|both] [--rounds R] MxNxK ...
 // prints one RESULT line per shape.
 #include <cuda.h>
 #include <cuda_runtime.h>
@@ -165,7 +165,7 @@ struct Launch {
     }
 };
 
-static Launch make_launch(const __half* A, const __half* B, __half* C, Problem p, bool persistent) {
+static Launch make_launch(const __half* A, const __half* B, __half* C, Problem p, bool persistent, long fixed) {
     Launch l;
     l.ta = encode(A, p.K, p.M, 64, BM);
     if (TN) l.tb = encode(B, p.K, p.N, 64, BN / CL);
@@ -174,6 +174,7 @@ static Launch make_launch(const __half* A, const __half* B, __half* C, Problem p
     const long tiles = ((num_m + CL - 1) / CL) * CL * num_n;
     long g = tiles;
     if (persistent) g = std::min<long>(tiles, (g_sms / CL) * CL);
+    if (fixed > 0) g = std::min<long>(tiles, fixed / CL * CL);
     l.grid = (unsigned)g;
     l.block = THREADS;
     l.smem = SMEM_BYTES;  // STAGES*(BM+BN)*BK*2 + 1024 + staging (see the template's header)
@@ -243,12 +244,17 @@ static float median(std::vector<float> v) {
 
 int main(int argc, char** argv) {
     bool persistent = false;
+    long fixed = 0;
     std::string mode = "both";
     int rounds = 15;
     std::vector<Problem> shapes;
     for (int i = 1; i < argc; ++i) {
         std::string a = argv[i];
-        if (a == "--grid" && i + 1 < argc) persistent = std::string(argv[++i]) == "persistent";
+        if (a == "--grid" && i + 1 < argc) {
+            std::string gv = argv[++i];
+            persistent = gv == "persistent";
+            if (gv != "persistent" && gv != "tiles") fixed = atol(gv.c_str());  // a CTA count
+        }
         else if (a == "--mode" && i + 1 < argc) mode = argv[++i];
         else if (a == "--rounds" && i + 1 < argc) rounds = atoi(argv[++i]);
         else {
@@ -311,7 +317,8 @@ int main(int argc, char** argv) {
         CK(cudaMalloc(&Cref_h, nC * 2));
         CK(cudaMalloc(&R, nC * 4));
         __half* C = reinterpret_cast<__half*>(Cbuf + guard);
-        Launch L = make_launch(A, B, C, p, persistent);
+        Launch L = make_launch(A, B, C, p, persistent, fixed);
+        const std::string glabel = fixed > 0 ? "g" + std::to_string(L.grid) : persistent ? "persistent" : "tiles";
 
         std::string verdict = "ok";
         char detail[512] = "";
@@ -408,9 +415,9 @@ int main(int argc, char** argv) {
             }
         }
         printf("RESULT %s %s %s %dx%dx%d grid=%u %s %s %s\n", entry, TN ? "tn" : "nn", ACC32 ? "f32" : "f16", p.M, p.N,
-               p.K, L.grid, persistent ? "persistent" : "tiles", verdict.c_str(), detail);
+               p.K, L.grid, glabel.c_str(), verdict.c_str(), detail);
         if (timing[0]) printf("TIMING %s %s %s %dx%dx%d %s %s\n", entry, TN ? "tn" : "nn", ACC32 ? "f32" : "f16", p.M, p.N,
-                              p.K, persistent ? "persistent" : "tiles", timing);
+                              p.K, glabel.c_str(), timing);
         fflush(stdout);
         cudaFree(A); cudaFree(B); cudaFree(A0); cudaFree(B0); cudaFree(Cbuf); cudaFree(Cref_h); cudaFree(R);
     }

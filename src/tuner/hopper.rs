@@ -40,6 +40,12 @@ pub struct HopperConfig {
     /// one fp32 sum in L2 with `red.global.add`: the last bits vary from run to run).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub atomic: bool,
+    /// Ping-pong consumers (`KAAS_PINGPONG`): each of the two consumer warpgroups owns whole
+    /// BM×BN tiles, alternate tiles of the block, and their main loops take turns, so one
+    /// warpgroup's epilogue runs under the other's multiplies. Needs two consumers and
+    /// pays off on the persistent grid (a block with one tile leaves a consumer idle).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub pingpong: bool,
 }
 
 pub(crate) fn one() -> u32 {
@@ -56,12 +62,23 @@ const UNIT_TARGETS: [(u32, u32); 4] = [(1, 4), (1, 2), (1, 1), (2, 1)];
 
 impl HopperConfig {
     pub fn validate(&self) -> Result<(), String> {
-        let per = self.bm / self.consumers.max(1);
+        // Rows of a tile per consumer: cooperative consumers split the tile, ping-pong ones
+        // each own a whole tile.
+        let per = if self.pingpong { self.bm } else { self.bm / self.consumers.max(1) };
         if !matches!(self.consumers, 1 | 2) || !self.bm.is_multiple_of(self.consumers) || !matches!(per, 64 | 128) {
             return Err(format!("BM {} with {} consumer warpgroup(s): each must own 64 or 128 rows", self.bm, self.consumers));
         }
         if !matches!(self.bn, 64 | 128 | 256) {
             return Err(format!("BN {} is not 64, 128 or 256", self.bn));
+        }
+        if self.pingpong {
+            if self.consumers != 2 || self.split > 1 {
+                return Err("ping-pong needs two consumer warpgroups and no split-K".into());
+            }
+            // One warpgroup holds the whole tile's accumulators: at most 128 per thread.
+            if per * self.bn > 128 * 128 {
+                return Err(format!("a ping-pong consumer cannot hold a {}x{} tile's accumulators", self.bm, self.bn));
+            }
         }
         if !(2..=8).contains(&self.stages) {
             return Err(format!("{} stages; 2 to 8", self.stages));
@@ -114,7 +131,8 @@ impl HopperConfig {
     /// The PTX entry; the persistent flag is a grid choice, not part of the code.
     pub fn entry(&self, acc: Acc, layout: Layout) -> String {
         let sk = ["", "_sk", "_ska"][usize::from(self.split_mode())];
-        format!("kaas_wgmma_{}_{}_{}x{}x{BK}_s{}_c{}_m1_g{GROUP_M}{sk}", acc.as_str(), layout.as_str(), self.bm, self.bn, self.stages, self.consumers)
+        let pp = if self.pingpong { "_pp" } else { "" };
+        format!("kaas_wgmma_{}_{}_{}x{}x{BK}_s{}_c{}_m1_g{GROUP_M}{sk}{pp}", acc.as_str(), layout.as_str(), self.bm, self.bn, self.stages, self.consumers)
     }
 
     pub fn defines(&self, acc: Acc, layout: Layout) -> Vec<(String, String)> {
@@ -132,13 +150,14 @@ impl HopperConfig {
         ]
         .into_iter()
         .chain((self.split > 1).then_some(("KAAS_SPLITK", u32::from(self.split_mode()))))
+        .chain(self.pingpong.then_some(("KAAS_PINGPONG", 1)))
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect()
     }
 
     /// The same code with the other grid (or another split count).
-    pub fn code_key(&self) -> (u32, u32, u32, u32, u8) {
-        (self.bm, self.bn, self.stages, self.consumers, self.split_mode())
+    pub fn code_key(&self) -> (u32, u32, u32, u32, u8, bool) {
+        (self.bm, self.bn, self.stages, self.consumers, self.split_mode(), self.pingpong)
     }
 
     pub fn grid(&self, p: &Problem, sm_count: u32) -> u32 {
@@ -180,6 +199,10 @@ impl HopperConfig {
     /// parameter: a split-K entry comes back with `split` 2, see [`HopperConfig::of_launch`]).
     pub fn from_entry(entry: &str) -> Option<(HopperConfig, Acc, Layout)> {
         let rest = entry.strip_prefix("kaas_wgmma_")?;
+        let (rest, pingpong) = match rest.strip_suffix("_pp") {
+            Some(r) => (r, true),
+            None => (rest, false),
+        };
         let (rest, split, atomic) = split_suffix(rest);
         let parts: Vec<&str> = rest.split('_').collect();
         let [acc, layout, tile, stages, consumers, "m1", group] = parts[..] else { return None };
@@ -198,6 +221,7 @@ impl HopperConfig {
             persistent: false,
             split,
             atomic,
+            pingpong,
         };
         cfg.validate().ok()?;
         (cfg.entry(acc, layout) == entry).then_some((cfg, acc, layout))
@@ -221,7 +245,8 @@ impl HopperConfig {
     /// Short label, e.g. `128x256 s4 c2 persistent`, `64x64 s8 c1 split 16 atomic`.
     pub fn label(&self) -> String {
         let split = split_label(self.split, self.atomic);
-        format!("{}x{} s{} c{}{}{split}", self.bm, self.bn, self.stages, self.consumers, if self.persistent { " persistent" } else { "" })
+        let pp = if self.pingpong { " ping-pong" } else { "" };
+        format!("{}x{} s{} c{}{pp}{}{split}", self.bm, self.bn, self.stages, self.consumers, if self.persistent { " persistent" } else { "" })
     }
 }
 
@@ -270,20 +295,29 @@ pub(crate) fn split_label(split: u32, atomic: bool) -> String {
 }
 
 /// The search space: every tile shape the template supports, the deepest ring that fits
-/// and a 4-stage ring, each with both grids.
+/// and a 4-stage ring, each with both grids; then the ping-pong tiles, on the persistent
+/// grid only.
 pub fn space() -> Vec<HopperConfig> {
     let tiles: [(u32, u32, u32); 10] =
         [(64, 64, 1), (64, 128, 1), (64, 256, 1), (128, 64, 1), (128, 128, 1), (128, 128, 2), (128, 256, 2), (256, 128, 2), (256, 64, 2), (128, 64, 2)];
     let mut out = Vec::new();
     for (bm, bn, consumers) in tiles {
-        for ring in rings(HopperConfig { bm, bn, stages: 2, consumers, persistent: false, split: 1, atomic: false }) {
+        for ring in rings(HopperConfig { bm, bn, stages: 2, consumers, persistent: false, split: 1, atomic: false, pingpong: false }) {
             for persistent in [false, true] {
                 out.push(HopperConfig { persistent, ..ring });
             }
         }
     }
+    for (bm, bn) in PINGPONG_TILES {
+        for ring in rings(HopperConfig { bm, bn, stages: 2, consumers: 2, persistent: true, split: 1, atomic: false, pingpong: true }) {
+            out.push(ring);
+        }
+    }
     out
 }
+
+/// Ping-pong tiles (each consumer's own): 128 accumulator registers or fewer per thread.
+const PINGPONG_TILES: [(u32, u32); 4] = [(64, 128), (64, 256), (128, 64), (128, 128)];
 
 /// The configuration with the deepest ring that fits and, where that is deeper, with a
 /// 4-stage ring (more blocks per SM); none when no ring fits.
@@ -302,7 +336,7 @@ pub fn split_tiles() -> Vec<HopperConfig> {
     let mut out = Vec::new();
     for atomic in [false, true] {
         for (bm, bn, consumers) in [(64, 64, 1), (64, 128, 1), (128, 64, 1), (128, 128, 2), (128, 256, 2)] {
-            let all = rings(HopperConfig { bm, bn, stages: 2, consumers, persistent: false, split: 2, atomic });
+            let all = rings(HopperConfig { bm, bn, stages: 2, consumers, persistent: false, split: 2, atomic, pingpong: false });
             // A 4-stage ring only where one consumer leaves room for a second block per SM.
             out.extend(all.into_iter().take(if consumers == 1 { 2 } else { 1 }));
         }
@@ -376,11 +410,23 @@ mod tests {
             }
         }
         // The helper's measured formula: 128x256 s4 c2 takes 216064 bytes.
-        assert_eq!(HopperConfig { bm: 128, bn: 256, stages: 4, consumers: 2, persistent: true, split: 1, atomic: false }.shared_mem_bytes(), 216_064);
-        assert!(HopperConfig { bm: 256, bn: 256, stages: 4, consumers: 2, persistent: false, split: 1, atomic: false }.validate().is_err());
-        assert!(HopperConfig { bm: 256, bn: 64, stages: 4, consumers: 1, persistent: false, split: 1, atomic: false }.validate().is_err());
-        assert!(HopperConfig { bm: 64, bn: 64, stages: 8, consumers: 1, persistent: true, split: 4, atomic: false }.validate().is_err());
-        assert!(HopperConfig { bm: 64, bn: 64, stages: 8, consumers: 1, persistent: false, split: 0, atomic: false }.validate().is_err());
+        assert_eq!(HopperConfig { bm: 128, bn: 256, stages: 4, consumers: 2, persistent: true, split: 1, atomic: false, pingpong: false }.shared_mem_bytes(), 216_064);
+        assert!(HopperConfig { bm: 256, bn: 256, stages: 4, consumers: 2, persistent: false, split: 1, atomic: false, pingpong: false }.validate().is_err());
+        assert!(HopperConfig { bm: 256, bn: 64, stages: 4, consumers: 1, persistent: false, split: 1, atomic: false, pingpong: false }.validate().is_err());
+        assert!(HopperConfig { bm: 64, bn: 64, stages: 8, consumers: 1, persistent: true, split: 4, atomic: false, pingpong: false }.validate().is_err());
+        assert!(HopperConfig { bm: 64, bn: 64, stages: 8, consumers: 1, persistent: false, split: 0, atomic: false, pingpong: false }.validate().is_err());
+        // Ping-pong: two consumers, each holding a whole tile of at most 128×128 or 64×256.
+        let pp = HopperConfig { bm: 128, bn: 128, stages: 6, consumers: 2, persistent: true, split: 1, atomic: false, pingpong: true };
+        pp.validate().unwrap();
+        assert_eq!(pp.entry(Acc::F32, Layout::Tn), "kaas_wgmma_f32_tn_128x128x64_s6_c2_m1_g16_pp");
+        assert!(pp.defines(Acc::F32, Layout::Tn).contains(&("KAAS_PINGPONG".to_string(), "1".to_string())));
+        assert!(HopperConfig { bn: 256, stages: 4, ..pp }.validate().is_err(), "256 accumulators per thread");
+        assert!(HopperConfig { bm: 256, stages: 4, ..pp }.validate().is_err());
+        assert!(HopperConfig { consumers: 1, ..pp }.validate().is_err());
+        assert!(HopperConfig { split: 4, atomic: true, persistent: false, ..pp }.validate().is_err());
+        assert!(HopperConfig { bm: 64, bn: 256, stages: 5, ..pp }.validate().is_ok());
+        assert_eq!(space.iter().filter(|c| c.pingpong).count(), 8, "four tiles, the deepest and a 4-stage ring");
+        assert!(space.iter().filter(|c| c.pingpong).all(|c| c.persistent));
     }
 
     #[test]
@@ -419,7 +465,7 @@ mod tests {
             }
         }
         // The template's formula: 256-byte rounded counters, then S partial tiles of fp32.
-        let c = HopperConfig { bm: 64, bn: 64, stages: 8, consumers: 1, persistent: false, split: 16, atomic: false };
+        let c = HopperConfig { bm: 64, bn: 64, stages: 8, consumers: 1, persistent: false, split: 16, atomic: false, pingpong: false };
         assert_eq!(c.workspace_bytes(&p(100, 64, 16384)), 256 + 4 * 2 * 16 * 64 * 64);
         assert_eq!(HopperConfig { atomic: true, ..c }.workspace_bytes(&p(100, 64, 16384)), 256 + 4 * 2 * 64 * 64);
         assert_eq!(HopperConfig { split: 1, ..c }.workspace_bytes(&p(100, 64, 16384)), 0);

@@ -141,6 +141,10 @@ pub struct TuneArgs {
     /// Template families to search, comma-separated.
     #[arg(long, value_enum, value_delimiter = ',', default_value = "hopper,mma")]
     pub families: Vec<Family>,
+    /// Search only the candidates whose entry name contains this text (e.g. `_pp`, the
+    /// ping-pong codes), to try a new part of the space on problems already tuned.
+    #[arg(long)]
+    pub only: Option<String>,
     /// Search state: results so far; problems already in it are skipped.
     #[arg(long, default_value = "tune-state.json")]
     pub state: PathBuf,
@@ -177,6 +181,13 @@ pub struct TuneArgs {
     /// Print the search-efficiency report from the state file and exit.
     #[arg(long)]
     pub report: bool,
+}
+
+impl TuneArgs {
+    /// Whether `--only` lets this entry into the search.
+    fn admits(&self, entry: &str) -> bool {
+        self.only.as_deref().is_none_or(|o| entry.contains(o))
+    }
 }
 
 /// What the tuner found for one problem.
@@ -406,7 +417,7 @@ pub fn run_cli(args: TuneArgs) -> anyhow::Result<()> {
         for layout in layouts {
             for c in codes(&args.families, acc) {
                 let key = c.entry(acc, layout);
-                if modules.contains_key(&key) {
+                if modules.contains_key(&key) || !args.admits(&key) {
                     continue;
                 }
                 let ptx = ptx_for(&args, &c, arch, acc, layout)?;
@@ -422,7 +433,8 @@ pub fn run_cli(args: TuneArgs) -> anyhow::Result<()> {
                 eprintln!("time limit reached; {} problem(s) left for the next run", todo.len() - n);
                 break;
             }
-            let space = space_for(p, &args.families, gpu.facts().sm_count);
+            let mut space = space_for(p, &args.families, gpu.facts().sm_count);
+            space.retain(|c| args.admits(&c.entry(p.acc, p.layout)));
             if space.is_empty() {
                 eprintln!("[{}/{}] {p}: no candidate of {:?} for this problem", n + 1, todo.len(), args.families);
                 continue;
@@ -585,7 +597,7 @@ mod tests {
         }
         // What states written before the mma family hold: bare Hopper configurations.
         let old = r#"{"bm":128,"bn":256,"stages":4,"consumers":2,"persistent":true}"#;
-        let want = HopperConfig { bm: 128, bn: 256, stages: 4, consumers: 2, persistent: true, split: 1, atomic: false };
+        let want = HopperConfig { bm: 128, bn: 256, stages: 4, consumers: 2, persistent: true, split: 1, atomic: false, pingpong: false };
         assert_eq!(serde_json::from_str::<Candidate>(old).unwrap(), Candidate::Hopper(want));
         // Small problems get both families, large ones only the Hopper family.
         let both = space_for(&p(256, 256, 256), &[Family::Hopper, Family::Mma], 132);
@@ -642,6 +654,7 @@ mod tests {
             state: path,
             ptx_dir: None,
             emit_ptx: None,
+            only: None,
             exhaustive_every: 0,
             max_pulls: 10,
             limit: None,
