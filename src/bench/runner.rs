@@ -250,12 +250,17 @@ pub fn summarise(rounds: &Rounds, labels: &[String], flops: f64) -> Result<Vec<C
 
 /// A contender over several buffer sets: each enqueue runs the next set's binding, so
 /// the launches of one graph or one back-to-back batch walk through the sets.
-struct Rotation<'s, 'c> {
+pub(crate) struct Rotation<'s, 'c> {
     members: &'s [&'c dyn Contender],
     next: Cell<usize>,
 }
 
-impl Rotation<'_, '_> {
+impl<'s, 'c> Rotation<'s, 'c> {
+    /// Starts at the first set.
+    pub(crate) fn new(members: &'s [&'c dyn Contender]) -> Self {
+        Rotation { members, next: Cell::new(0) }
+    }
+
     fn start_at(&self, set: usize) {
         self.next.set(set % self.members.len());
     }
@@ -346,7 +351,7 @@ pub fn benchmark(gpu: &Gpu, sets: &[Vec<&dyn Contender>], flops: f64, cfg: &Benc
         });
     }
     let device_start = DeviceState::read(gpu.facts().ordinal);
-    let rotations: Vec<Rotation> = sets.iter().map(|s| Rotation { members: s.as_slice(), next: Cell::new(0) }).collect();
+    let rotations: Vec<Rotation> = sets.iter().map(|s| Rotation::new(s.as_slice())).collect();
     let labels: Vec<String> = rotations.iter().map(|r| r.label()).collect();
     let mut src = DeviceSource {
         gpu,

@@ -37,6 +37,9 @@ const BENCH: &str = "benchmark";
 const RECHECK: &str = "benchmark re-check";
 
 /// What a job's `bench` object may say; every field is optional.
+/// Buffer sets a run's contenders rotate over unless the settings say otherwise.
+pub const DEFAULT_SETS: usize = 3;
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct BenchSettings {
@@ -63,7 +66,7 @@ impl Default for BenchSettings {
             target_rel: crate::bench::stats::DEFAULT_TARGET_REL,
             budget_ms: 3000,
             seed: 1,
-            sets: 3,
+            sets: DEFAULT_SETS,
             autotune_max: 100,
             autotune_budget_ms: None,
         }

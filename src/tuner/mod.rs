@@ -208,6 +208,10 @@ pub struct ProblemResult {
     #[serde(default)]
     pub exhaustive: Vec<(Candidate, Vec<f64>)>,
     pub seconds: f64,
+    /// Buffer sets the timings rotated over ([`TUNE_SETS`]); 0 in states from before,
+    /// timed on one warm set.
+    #[serde(default)]
+    pub buffer_sets: usize,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -316,10 +320,18 @@ fn ptx_for(args: &TuneArgs, cfg: &Candidate, arch: Arch, acc: Acc, layout: Layou
     Ok(cfg.compile(arch, acc, layout)?)
 }
 
-/// Times one contender: about 1.5 ms of launches in a CUDA graph, median of 3 replays.
-fn time_us(gpu: &Gpu, c: &dyn crate::gpu::Contender, guess_us: f64) -> Result<f64, crate::gpu::GpuError> {
-    let launches = crate::bench::runner::launches_for(guess_us);
-    let samples = time_graph(gpu, c, launches, 3)?;
+/// Buffer sets each contender's inputs rotate over while the tuner times it: as many as
+/// the worker's side-by-side benchmark uses (`harness::bench`), so that operands are no
+/// warmer in L2 here than there. Timed on one warm set, the tuner's estimates of the
+/// ping-pong winners were up to 1.45× faster than the worker then measured (and
+/// cuBLASLt's up to 1.4×), so it submitted winners that lost once verified.
+pub const TUNE_SETS: usize = crate::harness::bench::DEFAULT_SETS;
+
+/// Times one contender whose launches rotate over [`TUNE_SETS`] buffer sets: about
+/// 100 µs of launches (every set at least once) in a CUDA graph, median of 3 replays.
+fn time_us(gpu: &Gpu, members: &[&dyn crate::gpu::Contender], guess_us: f64) -> Result<f64, crate::gpu::GpuError> {
+    let launches = crate::bench::runner::launches_for(guess_us).max(members.len() as u32);
+    let samples = time_graph(gpu, &crate::bench::runner::Rotation::new(members), launches, 3)?;
     Ok(crate::bench::stats::median(&samples).unwrap_or(f64::NAN))
 }
 
@@ -340,16 +352,19 @@ type Modules = HashMap<String, LoadedPtx>;
 fn tune_one(gpu: &Gpu, modules: &Modules, p: &Problem, space: &[Candidate], priors: &[(usize, f64, f64)], settings: UcbSettings, exhaustive: bool) -> anyhow::Result<ProblemResult> {
     let started = Instant::now();
     let sm = gpu.facts().sm_count;
-    // One workspace, zeroed once, serves every split-K candidate (each leaves it zero).
+    // One workspace per set, zeroed once, serves every split-K candidate (each leaves it zero).
     let workspace = space.iter().map(|c| c.workspace_bytes(p)).max().unwrap_or(0);
-    let ops = random_operands(gpu, p, workspace)?;
-    let reference = LtGemm::top1(gpu, &ops)?;
-    let reference_us = time_us(gpu, &reference, 0.0)?;
+    let sets = (0..TUNE_SETS).map(|_| random_operands(gpu, p, workspace)).collect::<anyhow::Result<Vec<_>>>()?;
+    let references = sets.iter().map(|ops| LtGemm::top1(gpu, ops)).collect::<Result<Vec<_>, _>>()?;
+    let reference_us = time_us(gpu, &references.iter().map(|r| r as &dyn crate::gpu::Contender).collect::<Vec<_>>(), 0.0)?;
     let measure = |i: usize| -> f64 {
         let cfg = &space[i];
         let Some(module) = modules.get(&cfg.entry(p.acc, p.layout)) else { return f64::NAN };
         let manifest = cfg.manifest(p, sm);
-        match PreparedManifest::new(gpu, module, &manifest, &ops).and_then(|prep| time_us(gpu, &prep, reference_us)) {
+        let timed = sets.iter().map(|ops| PreparedManifest::new(gpu, module, &manifest, ops)).collect::<Result<Vec<_>, _>>().and_then(|preps| {
+            time_us(gpu, &preps.iter().map(|x| x as &dyn crate::gpu::Contender).collect::<Vec<_>>(), reference_us)
+        });
+        match timed {
             Ok(us) if us > 0.0 => reference_us / us,
             Ok(_) => f64::NAN,
             Err(e) => {
@@ -389,6 +404,7 @@ fn tune_one(gpu: &Gpu, modules: &Modules, p: &Problem, space: &[Candidate], prio
         priors: priors.iter().map(|&(i, r, w)| (space[i], r, w)).collect(),
         exhaustive: ex,
         seconds: started.elapsed().as_secs_f64(),
+        buffer_sets: TUNE_SETS,
     })
 }
 
@@ -580,6 +596,7 @@ mod tests {
             priors: vec![],
             exhaustive: vec![],
             seconds: 0.0,
+            buffer_sets: TUNE_SETS,
         };
         state.results.insert(p(1024, 1024, 1024).path(), r(p(1024, 1024, 1024), 1.1));
         state.results.insert(p(64, 64, 64).path(), r(p(64, 64, 64), 0.5));
@@ -627,6 +644,7 @@ mod tests {
                 priors: vec![],
                 exhaustive: samples,
                 seconds: 0.0,
+                buffer_sets: TUNE_SETS,
             },
         );
         let report = efficiency_report(&state);
