@@ -1078,6 +1078,16 @@ fn the_gpu_checks_agree_with_the_host_models() {
 // ---------------------------------------------------------------------------------------
 // The Hopper template's split-K entries through the whole verifier
 
+/// A Hopper GPU and NVRTC are here (the sandbox opens its own context); else SKIP.
+fn hopper_or_skip() -> bool {
+    let Some(gpu) = gpu_and_nvrtc_or_skip() else { return false };
+    let cc = gpu.facts().compute_capability;
+    if cc != (9, 0) {
+        println!("SKIP: Hopper kernels need sm_90 ({cc:?})");
+    }
+    cc == (9, 0)
+}
+
 /// Split-K Hopper kernels, both reductions (in order and atomic), pass every stage of the
 /// verifier in the sandbox: shapes that tiles do not divide, uneven K slices, a slice
 /// count close to the K-tile count, both layouts. The verifier launches each kernel five
@@ -1086,12 +1096,9 @@ fn the_gpu_checks_agree_with_the_host_models() {
 #[test]
 fn split_k_hopper_kernels_pass_the_verifier() {
     use kaas::tuner::hopper::{self, HopperConfig};
-    let Some(gpu) = gpu_and_nvrtc_or_skip() else { return };
-    if gpu.facts().compute_capability != (9, 0) {
-        println!("SKIP: split-K Hopper kernels need sm_90 ({:?})", gpu.facts().compute_capability);
+    if !hopper_or_skip() {
         return;
     }
-    drop(gpu);
     let tile = |bm, bn| hopper::split_tiles().into_iter().find(|c| c.bm == bm && c.bn == bn).expect("a split-K tile");
     let cases: [((u32, u32, u32), HopperConfig, u32); 5] = [
         ((64, 64, 16384), tile(64, 64), 32),
@@ -1126,12 +1133,9 @@ fn split_k_hopper_kernels_pass_the_verifier() {
 #[test]
 fn pingpong_hopper_kernels_pass_the_verifier() {
     use kaas::tuner::hopper;
-    let Some(gpu) = gpu_and_nvrtc_or_skip() else { return };
-    if gpu.facts().compute_capability != (9, 0) {
-        println!("SKIP: Hopper kernels need sm_90 ({:?})", gpu.facts().compute_capability);
+    if !hopper_or_skip() {
         return;
     }
-    drop(gpu);
     let tiles: Vec<_> = hopper::space().into_iter().filter(|c| c.pingpong).collect();
     assert!(!tiles.is_empty());
     let shapes = [(1000, 1000, 1000), (100, 200, 136), (4096, 520, 64), (640, 384, 4104)];

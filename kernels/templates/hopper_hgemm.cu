@@ -100,6 +100,11 @@
 //   on 13 of 14 shapes searched exhaustively (up to 1.6×: the last unit reads S partials alone). A GPU-scope fence
 //   in every consumer thread instead of one acq_rel atomic cost about 1.1 µs more.
 // * Split-K is acc=f32 only, without clusters, and one unit per CTA (no persistent grid).
+// * Ping-pong (KAAS_PINGPONG=1) against the cooperative tiles, tn, graph mode, × cuBLAS's
+//   default algorithm: 4096×12288×512 1.11× (0.97×), 4096×4096×1024 1.13× (1.01×),
+//   2048×2048×512 1.10× with 64x256 (0.99×); no better at 1024³ or 2048³ (one tile per
+//   block) nor at 8192³ with 128x128. Without its turn order it hung: a consumer waited on
+//   a full barrier two phases ahead, which a parity wait cannot tell from the current one.
 
 typedef unsigned short u16;
 typedef unsigned int u32;

@@ -4,7 +4,9 @@
 //! (accumulator, layout, tile, stages, consumers); the persistent and one-tile-per-block
 //! grids share it. Split-K (`KAAS_SPLITK`, entries ending `_sk` for the in-order reduction
 //! and `_ska` for the atomic one) is a PTX of its own per tile and reduction: the split
-//! count is a launch parameter, so one PTX serves every split.
+//! count is a launch parameter, so one PTX serves every split. Ping-pong consumers
+//! (`KAAS_PINGPONG`, entries ending `_pp`: each consumer warpgroup owns whole tiles and
+//! the two take turns at the main loop) are codes of their own too.
 
 use serde::{Deserialize, Serialize};
 
