@@ -86,8 +86,12 @@
 // (rows of 64 n-values per k, LBO = BK*128 between 64-wide n chunks, SBO 1024, trans-b = 1).
 //
 // ─── Known limits (measured on H100 SXM, see scripts/hopper-probe) ───────────────────────
-// * KAAS_CLUSTER_M=2 is correct but about 2× SLOWER than CLUSTER_M=1 (cause not found; 66
-//   clusters are co-resident, so it is the multicast/remote-release protocol). Ship m1.
+// * KAAS_CLUSTER_M=2 was about 2× SLOWER than CLUSTER_M=1 while the remote release was
+//   `mbarrier.arrive.release.cluster` (KAAS_MC_ARRIVE_CTA=0): 128x256 s4 c2 persistent, tn,
+//   4096³ 416 µs against 207, 8192³ 3382 against 1606. The default now arrives as CUTLASS's
+//   ClusterBarrier does (`mbarrier.arrive.shared::cluster`, release at CTA scope: the
+//   slot's wgmmas have completed before it), and m2 runs level with m1 (4096³ 207 against
+//   199 µs, 8192³ 1606 against 1586). Not in the tuner's space yet.
 // * acc=f16 accumulates a whole K in fp16, like cuBLAS-TN: its deviation equals cuBLAS-TN's
 //   on the tested shapes but exceeded cuBLAS-NN's on nn 64x4096x4096 and nn 100x200x136.
 // * Without KAAS_SPLITK, skinny shapes with few output tiles (64×4096×4096, 4096×64×4096)
@@ -146,6 +150,7 @@ typedef unsigned long long u64;
 #ifndef KAAS_PINGPONG
 #define KAAS_PINGPONG 0
 #endif
+// The cluster release's arrive: 1 (default) at CTA scope, 0 `.release.cluster` (2× slower).
 #ifndef KAAS_MC_ARRIVE_CTA
 #define KAAS_MC_ARRIVE_CTA 1
 #endif
