@@ -1126,7 +1126,7 @@ fn split_k_hopper_kernels_pass_the_verifier() {
 
 /// Ping-pong Hopper kernels (each consumer warpgroup owns whole tiles, their main loops
 /// take turns) through the sandboxed verifier: every ping-pong tile of the search, both
-/// layouts, shapes the tiles do not divide, and grids of 1, 3 and 7 blocks, so blocks
+/// layouts, shapes the tiles do not divide, and grids of 1, 3, 7 and 132 blocks, so blocks
 /// loop over several tiles, the two consumers get unequal counts, and the ring wraps
 /// across tiles mid-phase. The first version waited on a full barrier two phases ahead
 /// and hung on exactly these grids.

@@ -169,25 +169,21 @@ typedef unsigned long long u64;
     a##b##c##d##e##f##g##h##i##j##k##l##m##n##o##p##q##r
 #define KAAS_CAT(...) KAAS_CAT_(__VA_ARGS__)
 #ifndef KAAS_ENTRY
+// The code's suffix: _pp (ping-pong), _ska / _sk (split-K, atomic / in order), or none.
 #if KAAS_PINGPONG
-#define KAAS_CATP_(a, b, c, d, e, f, g, h, i, j, k, l, m, n, o, p, q, r, s) \
-    a##b##c##d##e##f##g##h##i##j##k##l##m##n##o##p##q##r##s
-#define KAAS_CATP(...) KAAS_CATP_(__VA_ARGS__)
-#define KAAS_ENTRY                                                                                           \
-    KAAS_CATP(kaas_wgmma_, KAAS_ACC_TAG, _, KAAS_LAYOUT_TAG, _, KAAS_BM, x, KAAS_BN, x, KAAS_BK, _s, KAAS_STAGES, \
-              _c, KAAS_CONSUMERS, _m, KAAS_CLUSTER_M, _g, KAAS_GROUP_M, _pp)
+#define KAAS_CODE_TAG _pp
+#elif KAAS_SPLITK == 2
+#define KAAS_CODE_TAG _ska
 #elif KAAS_SPLITK
+#define KAAS_CODE_TAG _sk
+#endif
+#ifdef KAAS_CODE_TAG
 #define KAAS_CATS_(a, b, c, d, e, f, g, h, i, j, k, l, m, n, o, p, q, r, s) \
     a##b##c##d##e##f##g##h##i##j##k##l##m##n##o##p##q##r##s
 #define KAAS_CATS(...) KAAS_CATS_(__VA_ARGS__)
-#if KAAS_SPLITK == 2
-#define KAAS_SPLIT_TAG _ska
-#else
-#define KAAS_SPLIT_TAG _sk
-#endif
 #define KAAS_ENTRY                                                                                           \
     KAAS_CATS(kaas_wgmma_, KAAS_ACC_TAG, _, KAAS_LAYOUT_TAG, _, KAAS_BM, x, KAAS_BN, x, KAAS_BK, _s, KAAS_STAGES, \
-              _c, KAAS_CONSUMERS, _m, KAAS_CLUSTER_M, _g, KAAS_GROUP_M, KAAS_SPLIT_TAG)
+              _c, KAAS_CONSUMERS, _m, KAAS_CLUSTER_M, _g, KAAS_GROUP_M, KAAS_CODE_TAG)
 #else
 #define KAAS_ENTRY                                                                                          \
     KAAS_CAT(kaas_wgmma_, KAAS_ACC_TAG, _, KAAS_LAYOUT_TAG, _, KAAS_BM, x, KAAS_BN, x, KAAS_BK, _s, KAAS_STAGES, \

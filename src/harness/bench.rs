@@ -36,10 +36,10 @@ use crate::verify::containment::POISON_BITS;
 const BENCH: &str = "benchmark";
 const RECHECK: &str = "benchmark re-check";
 
-/// What a job's `bench` object may say; every field is optional.
 /// Buffer sets a run's contenders rotate over unless the settings say otherwise.
 pub const DEFAULT_SETS: usize = 3;
 
+/// What a job's `bench` object may say; every field is optional.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct BenchSettings {

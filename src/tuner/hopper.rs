@@ -201,10 +201,7 @@ impl HopperConfig {
     /// parameter: a split-K entry comes back with `split` 2, see [`HopperConfig::of_launch`]).
     pub fn from_entry(entry: &str) -> Option<(HopperConfig, Acc, Layout)> {
         let rest = entry.strip_prefix("kaas_wgmma_")?;
-        let (rest, pingpong) = match rest.strip_suffix("_pp") {
-            Some(r) => (r, true),
-            None => (rest, false),
-        };
+        let (rest, pingpong) = rest.strip_suffix("_pp").map_or((rest, false), |r| (r, true));
         let (rest, split, atomic) = split_suffix(rest);
         let parts: Vec<&str> = rest.split('_').collect();
         let [acc, layout, tile, stages, consumers, "m1", group] = parts[..] else { return None };

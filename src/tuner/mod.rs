@@ -21,7 +21,7 @@ use anyhow::{Context, bail};
 use half::f16;
 use serde::{Deserialize, Serialize};
 
-use crate::gpu::{Gpu, LoadedPtx, LtGemm, Operands, PreparedManifest, time_graph};
+use crate::gpu::{Contender, Gpu, LoadedPtx, LtGemm, Operands, PreparedManifest, time_graph};
 use crate::problem::{Acc, Arch, Layout, Problem, Shape};
 use hopper::HopperConfig;
 use mma::MmaConfig;
@@ -322,16 +322,17 @@ fn ptx_for(args: &TuneArgs, cfg: &Candidate, arch: Arch, acc: Acc, layout: Layou
 
 /// Buffer sets each contender's inputs rotate over while the tuner times it: as many as
 /// the worker's side-by-side benchmark uses (`harness::bench`), so that operands are no
-/// warmer in L2 here than there. Timed on one warm set, the tuner's estimates of the
-/// ping-pong winners were up to 1.45× faster than the worker then measured (and
-/// cuBLASLt's up to 1.4×), so it submitted winners that lost once verified.
+/// warmer in L2 here than there. Timed on one warm set, 36 ping-pong winners then ran
+/// 1.15× (up to 1.78×) as long in verification, so the tuner submitted winners that lost;
+/// timed over rotating sets, 1.03× (0.94–1.10×). BENCHMARKS.md, session 6.
 pub const TUNE_SETS: usize = crate::harness::bench::DEFAULT_SETS;
 
 /// Times one contender whose launches rotate over [`TUNE_SETS`] buffer sets: about
 /// 100 µs of launches (every set at least once) in a CUDA graph, median of 3 replays.
-fn time_us(gpu: &Gpu, members: &[&dyn crate::gpu::Contender], guess_us: f64) -> Result<f64, crate::gpu::GpuError> {
+fn time_us<C: Contender>(gpu: &Gpu, sets: &[C], guess_us: f64) -> Result<f64, crate::gpu::GpuError> {
+    let members: Vec<&dyn Contender> = sets.iter().map(|c| c as &dyn Contender).collect();
     let launches = crate::bench::runner::launches_for(guess_us).max(members.len() as u32);
-    let samples = time_graph(gpu, &crate::bench::runner::Rotation::new(members), launches, 3)?;
+    let samples = time_graph(gpu, &crate::bench::runner::Rotation::new(&members), launches, 3)?;
     Ok(crate::bench::stats::median(&samples).unwrap_or(f64::NAN))
 }
 
@@ -356,14 +357,12 @@ fn tune_one(gpu: &Gpu, modules: &Modules, p: &Problem, space: &[Candidate], prio
     let workspace = space.iter().map(|c| c.workspace_bytes(p)).max().unwrap_or(0);
     let sets = (0..TUNE_SETS).map(|_| random_operands(gpu, p, workspace)).collect::<anyhow::Result<Vec<_>>>()?;
     let references = sets.iter().map(|ops| LtGemm::top1(gpu, ops)).collect::<Result<Vec<_>, _>>()?;
-    let reference_us = time_us(gpu, &references.iter().map(|r| r as &dyn crate::gpu::Contender).collect::<Vec<_>>(), 0.0)?;
+    let reference_us = time_us(gpu, &references, 0.0)?;
     let measure = |i: usize| -> f64 {
         let cfg = &space[i];
         let Some(module) = modules.get(&cfg.entry(p.acc, p.layout)) else { return f64::NAN };
         let manifest = cfg.manifest(p, sm);
-        let timed = sets.iter().map(|ops| PreparedManifest::new(gpu, module, &manifest, ops)).collect::<Result<Vec<_>, _>>().and_then(|preps| {
-            time_us(gpu, &preps.iter().map(|x| x as &dyn crate::gpu::Contender).collect::<Vec<_>>(), reference_us)
-        });
+        let timed = sets.iter().map(|ops| PreparedManifest::new(gpu, module, &manifest, ops)).collect::<Result<Vec<_>, _>>().and_then(|preps| time_us(gpu, &preps, reference_us));
         match timed {
             Ok(us) if us > 0.0 => reference_us / us,
             Ok(_) => f64::NAN,
