@@ -13,7 +13,8 @@
 #                                          writes only part of C, a manifest template),
 #                                          `kaas pull`, `kaas leaderboard`; logs in $OUT/e2e
 #   bash .dev/run/device-run.sh tune ARGS… (device) `kaas tune ARGS…` with the staged PTX;
-#                                          state in $OUT/tune-state.json
+#                                          state in $OUT/tune-state.json.gz (another name:
+#                                          KAAS_TUNE_STATE=NAME gives $OUT/NAME.json.gz)
 #   bash .dev/run/device-run.sh whole KERNEL SIZE BUDGET_MS …
 #                                          (device) `kaas run --bench` of a Hopper kernel
 #                                          (k: the catalog's 8192³ tn entry; w: the tuner's
@@ -135,10 +136,11 @@ e2e() {
 
 tune() {
     setup_device
-    "$K" tune --ptx-dir "$here/tune-ptx" --state "$OUT/tune-state.json" "$@" 2>&1 | tee "$OUT/tune.log" | grep -v '^\[' || true
-    "$K" tune --state "$OUT/tune-state.json" --report
+    local name="${KAAS_TUNE_STATE:-tune-state}"  # the state (and log) under $OUT: $name.json
+    "$K" tune --ptx-dir "$here/tune-ptx" --state "$OUT/$name.json" "$@" 2>&1 | tee "$OUT/$name.log" | grep -v '^\[' || true
+    "$K" tune --state "$OUT/$name.json" --report
     # The full state is too large to come back whole: gunzip it here to resume or submit.
-    gzip -f "$OUT/tune-state.json"
+    gzip -f "$OUT/$name.json"
 }
 
 whole() {  # triples of KERNEL (k or w) SIZE BUDGET_MS
