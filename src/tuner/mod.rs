@@ -129,6 +129,12 @@ pub struct TuneArgs {
     /// Shapes: `grid` (the 1,000 shapes M, N, K ∈ {64 … 16384}), or MxNxK, comma-separated.
     #[arg(long, default_value = "grid")]
     pub problems: String,
+    /// Only the shapes of at least 2^X FLOP (2·M·N·K), e.g. 30 for the mid buckets.
+    #[arg(long, value_name = "X")]
+    pub min_flops_log2: Option<f64>,
+    /// Only the shapes of fewer than 2^X FLOP, e.g. 40 to leave out the largest.
+    #[arg(long, value_name = "X")]
+    pub max_flops_log2: Option<f64>,
     /// Layouts to tune, comma-separated.
     #[arg(long, value_delimiter = ',', default_value = "tn,nn")]
     pub layouts: Vec<String>,
@@ -246,6 +252,14 @@ fn parse_problems(args: &TuneArgs) -> anyhow::Result<Vec<Problem>> {
     } else {
         args.problems.split(',').map(|s| s.trim().parse::<Shape>().map_err(|e| anyhow::anyhow!("{e}"))).collect::<Result<_, _>>()?
     };
+    let in_range = |s: &Shape| {
+        let f = s.flops().log2();
+        args.min_flops_log2.is_none_or(|lo| f >= lo) && args.max_flops_log2.is_none_or(|hi| f < hi)
+    };
+    let shapes: Vec<Shape> = shapes.into_iter().filter(in_range).collect();
+    if shapes.is_empty() {
+        bail!("no shape of --problems {} lies within the FLOP range asked for", args.problems);
+    }
     let mut out = Vec::new();
     for l in &args.layouts {
         let layout: Layout = l.parse().map_err(|e| anyhow::anyhow!("{e}"))?;
@@ -740,6 +754,8 @@ mod tests {
         assert!(TuneState::load(&dir.path().join("missing.json")).unwrap().results.is_empty());
         let args = TuneArgs {
             problems: "4096x4096x4096,64x64x64".into(),
+            min_flops_log2: None,
+            max_flops_log2: None,
             layouts: vec!["tn".into(), "nn".into()],
             acc: "f32".into(),
             arch: "sm_90".into(),
@@ -762,7 +778,15 @@ mod tests {
         assert_eq!(ps.len(), 4);
         assert_eq!(ps[0].m, 64);
         assert_eq!(ps[3].m, 4096);
-        let grid = parse_problems(&TuneArgs { problems: "grid".into(), ..args }).unwrap();
+        let grid = parse_problems(&TuneArgs { problems: "grid".into(), ..args.clone() }).unwrap();
         assert_eq!(grid.len(), 2000);
+        // The FLOP buckets: 648 shapes of 2^30–2^40 and 48 from 2^40 on, per layout.
+        let mid = parse_problems(&TuneArgs { problems: "grid".into(), min_flops_log2: Some(30.0), max_flops_log2: Some(40.0), ..args.clone() }).unwrap();
+        assert_eq!(mid.len(), 2 * 648);
+        assert!(mid.iter().all(|p| (30.0..40.0).contains(&p.shape().flops().log2())));
+        let big = parse_problems(&TuneArgs { problems: "grid".into(), min_flops_log2: Some(40.0), ..args.clone() }).unwrap();
+        assert_eq!(big.len(), 2 * 48);
+        let err = parse_problems(&TuneArgs { min_flops_log2: Some(50.0), ..args }).unwrap_err().to_string();
+        assert!(err.contains("FLOP range"), "{err}");
     }
 }
