@@ -512,13 +512,8 @@ pub fn efficiency_report(state: &TuneState, max_pulls: usize) -> String {
     let (mut bandit, mut random, mut n, mut never) = (Vec::new(), Vec::new(), 0usize, 0usize);
     let (mut final_quality, mut bandit_pulls, mut arms_seen) = (Vec::new(), Vec::new(), Vec::new());
     for r in state.results.values().filter(|r| !r.exhaustive.is_empty()) {
-        // The problem's own candidates, in the order the live search indexed them (split-K
-        // candidates differ from problem to problem).
-        let space: Vec<Candidate> = r.exhaustive.iter().map(|(c, _)| *c).collect();
+        let Exhaustive { space, samples, truth, best } = Exhaustive::of(r);
         let index: HashMap<Candidate, usize> = space.iter().enumerate().map(|(i, c)| (*c, i)).collect();
-        let samples: Vec<Vec<f64>> = r.exhaustive.iter().map(|(_, s)| s.clone()).collect();
-        let truth: Vec<f64> = samples.iter().map(|s| if s.is_empty() { 0.0 } else { s.iter().sum::<f64>() / s.len() as f64 }).collect();
-        let best = truth.iter().copied().fold(0.0, f64::max);
         let reach = |picks: &[usize]| picks.iter().position(|&i| truth[i] >= 0.98 * best).map(|p| p + 1);
         let priors: Vec<(usize, f64, f64)> = r.priors.iter().filter_map(|(c, m, w)| index.get(c).map(|&i| (i, *m, *w))).collect();
         let picks = search::replay_ucb(&samples, &priors, UcbSettings { max_pulls: 10 * space.len(), order_seed: Some(order_seed(&r.problem)), ..Default::default() });
@@ -556,6 +551,26 @@ pub fn efficiency_report(state: &TuneState, max_pulls: usize) -> String {
     s
 }
 
+/// A problem's exhaustive samples: its own candidates, in the order the live search
+/// indexed them (split-K candidates differ from problem to problem), their timings, their
+/// mean rewards and the best of those.
+struct Exhaustive {
+    space: Vec<Candidate>,
+    samples: Vec<Vec<f64>>,
+    truth: Vec<f64>,
+    best: f64,
+}
+
+impl Exhaustive {
+    fn of(r: &ProblemResult) -> Exhaustive {
+        let space = r.exhaustive.iter().map(|(c, _)| *c).collect();
+        let samples: Vec<Vec<f64>> = r.exhaustive.iter().map(|(_, s)| s.clone()).collect();
+        let truth: Vec<f64> = samples.iter().map(|s| if s.is_empty() { 0.0 } else { s.iter().sum::<f64>() / s.len() as f64 }).collect();
+        let best = truth.iter().copied().fold(0.0, f64::max);
+        Exhaustive { space, samples, truth, best }
+    }
+}
+
 /// The seed of a problem's order of untried arms: FNV-1a of its path, stable across runs
 /// and builds, so a resumed or replayed run makes the same choices.
 fn order_seed(p: &Problem) -> u64 {
@@ -574,18 +589,9 @@ fn capped_run(state: &TuneState, max_pulls: usize) -> Vec<f64> {
     let mut seen = TuneState::default();
     let mut quality = Vec::new();
     for r in order {
-        let space: Vec<Candidate> = r.exhaustive.iter().map(|(c, _)| *c).collect();
-        let samples: Vec<&Vec<f64>> = r.exhaustive.iter().map(|(_, s)| s).collect();
-        let truth: Vec<f64> = samples.iter().map(|s| if s.is_empty() { 0.0 } else { s.iter().sum::<f64>() / s.len() as f64 }).collect();
-        let best = truth.iter().copied().fold(0.0, f64::max);
+        let Exhaustive { space, samples, truth, best } = Exhaustive::of(r);
         let settings = UcbSettings { max_pulls, order_seed: Some(order_seed(&r.problem)), ..Default::default() };
-        let mut ucb = Ucb::new(space.len(), &priors_for(&r.problem, &seen, &space), settings);
-        let mut used = vec![0usize; space.len()];
-        while let Some(i) = ucb.next() {
-            let reward = if samples[i].is_empty() { 0.0 } else { samples[i][used[i] % samples[i].len()] };
-            used[i] += 1;
-            ucb.record(i, reward);
-        }
+        let (_, ucb) = search::replay(&samples, &priors_for(&r.problem, &seen, &space), settings);
         let Some((pick, _)) = ucb.best() else { continue };
         if best > 0.0 {
             quality.push(truth[pick] / best);

@@ -104,12 +104,7 @@ impl Ucb {
                 None => arm.prior_mean = overall,
             }
         }
-        let mut rank: Vec<usize> = (0..arms).collect();
-        if let Some(seed) = settings.order_seed {
-            use rand::seq::SliceRandom;
-            use rand::SeedableRng;
-            rank.shuffle(&mut rand::rngs::StdRng::seed_from_u64(seed));
-        }
+        let rank = settings.order_seed.map_or_else(|| (0..arms).collect(), |seed| random_order(arms, seed));
         Ucb { arms: a, rank, settings, pulls: 0, best_so_far: f64::NEG_INFINITY, since_gain: 0 }
     }
 
@@ -202,6 +197,11 @@ pub fn random_order(arms: usize, seed: u64) -> Vec<usize> {
 /// Runs the bandit against recorded samples (`samples[i]` cycles when exhausted) and
 /// returns, after each pull, the arm it would pick.
 pub fn replay_ucb(samples: &[Vec<f64>], priors: &[(usize, f64, f64)], settings: UcbSettings) -> Vec<usize> {
+    replay(samples, priors, settings).0
+}
+
+/// [`replay_ucb`], with the bandit as it ended (its measured means seed later problems).
+pub fn replay(samples: &[Vec<f64>], priors: &[(usize, f64, f64)], settings: UcbSettings) -> (Vec<usize>, Ucb) {
     let mut ucb = Ucb::new(samples.len(), priors, settings);
     let mut used = vec![0usize; samples.len()];
     let mut picks = Vec::new();
@@ -212,7 +212,7 @@ pub fn replay_ucb(samples: &[Vec<f64>], priors: &[(usize, f64, f64)], settings: 
         ucb.record(i, r);
         picks.push(ucb.best().map_or(i, |(b, _)| b));
     }
-    picks
+    (picks, ucb)
 }
 
 /// The same for a fixed order of single pulls (random search): after each pull, the arm
@@ -277,11 +277,20 @@ mod tests {
             assert_eq!(picks[0], 9, "the neighbours' best first");
             assert_eq!(*picks.last().unwrap(), 15, "{order_seed:?}: {picks:?}");
         }
-        // Index order takes the untried arms 10, 11, …; a seeded order another way round.
-        let first_fresh = |order_seed| replay_ucb(&samples(&truth, 0.0, 1), &priors, UcbSettings { max_pulls: 2, order_seed, ..Default::default() });
-        assert_eq!(first_fresh(None), [9, 9]);
-        let fresh: Vec<_> = (1..6).map(|seed| Ucb::new(40, &priors, UcbSettings { order_seed: Some(seed), ..Default::default() }).rank.clone()).collect();
-        assert!(fresh.windows(2).all(|w| w[0] != w[1]), "different seeds, different orders");
+        // After the neighbours' best, index order takes the untried arms 10, 11, …; a seeded
+        // order another way round, and each seed its own.
+        let first_fresh = |order_seed| {
+            let mut ucb = Ucb::new(40, &priors, UcbSettings { order_seed, ..Default::default() });
+            assert_eq!(ucb.next(), Some(9));
+            ucb.record(9, truth[9]);
+            ucb.next().unwrap()
+        };
+        assert_eq!(first_fresh(None), 10);
+        let seeded: Vec<usize> = (1..6).map(|seed| first_fresh(Some(seed))).collect();
+        assert!(seeded.iter().all(|&i| i >= 10), "{seeded:?}");
+        assert!(seeded.iter().any(|&i| i != 10), "{seeded:?}");
+        let ranks: Vec<_> = (1..6).map(|seed| Ucb::new(40, &priors, UcbSettings { order_seed: Some(seed), ..Default::default() }).rank).collect();
+        assert!(ranks.windows(2).all(|w| w[0] != w[1]), "different seeds, different orders");
     }
 
     #[test]
