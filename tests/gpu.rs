@@ -1124,6 +1124,50 @@ fn split_k_hopper_kernels_pass_the_verifier() {
     assert!(failed.is_empty(), "{failed:#?}");
 }
 
+/// Cluster split-K Hopper kernels (`_skc`: a tile's slices are the CTAs of one cluster and
+/// reduce through distributed shared memory) pass every stage of the verifier: every
+/// cluster code of the search, both layouts, 2, 4, 8 and 16 slices (16 is a non-portable
+/// cluster), shapes that tiles do not divide, uneven slices and slices with no K-tile at
+/// all (K = 200 has 4). A grid that is not tiles × S must write nothing, not hang: the
+/// verifier fails it.
+#[test]
+fn cluster_split_k_hopper_kernels_pass_the_verifier() {
+    use kaas::tuner::hopper::{self, HopperConfig};
+    if !hopper_or_skip() {
+        return;
+    }
+    let shapes = [(64, 64, 4096), (100, 200, 4104), (256, 256, 2048), (1000, 72, 3000), (130, 70, 200)];
+    let mut failed = vec![];
+    let mut runs = 0;
+    for (i, cfg) in hopper::cluster_tiles().into_iter().enumerate() {
+        for (j, layout) in Layout::ALL.into_iter().enumerate() {
+            let ptx = hopper::compile(&cfg, Acc::F32, layout).expect("compile");
+            for (q, split) in [2u32, 4, 8, 16].into_iter().enumerate() {
+                let (m, n, k) = shapes[(i + j + q) % shapes.len()];
+                let p = Problem::new(Arch::Sm90, Acc::F32, layout, Shape::new(m, n, k).expect("shape"));
+                let cfg = HopperConfig { split, ..cfg };
+                let job = Job { ptx: ptx.clone(), manifest: cfg.manifest(&p, 132), secret_seed: rand::random(), watchdog_ms: None, bench: None };
+                let o = sandbox::run_with(&sandbox_command(), &job, sandbox::default_wall_limit(&job));
+                runs += 1;
+                println!("SPLITK-CLUSTER {p} {}: {:?} {}", cfg.label(), o.verdict, first_line(&o.message, 160));
+                if o.verdict != Verdict::Pass {
+                    failed.push(format!("{p} {}: {:?} at {}: {}", cfg.label(), o.verdict, o.stage, o.message));
+                }
+            }
+        }
+    }
+    // A grid one cluster short: every CTA returns at once, C stays unwritten, the verifier says so.
+    let cfg = HopperConfig { split: 4, ..hopper::cluster_tiles()[0] };
+    let p = Problem::new(Arch::Sm90, Acc::F32, Layout::Tn, Shape::new(128, 64, 1024).expect("shape"));
+    let mut manifest = cfg.manifest(&p, 132);
+    manifest.launches[0].grid[0] -= 4;
+    let ptx = hopper::compile(&cfg, p.acc, p.layout).expect("compile");
+    let o = sandbox::run_with(&sandbox_command(), &Job { ptx, manifest, secret_seed: rand::random(), watchdog_ms: None, bench: None }, Duration::from_secs(60));
+    println!("SPLITK-CLUSTER short grid: {:?} {}", o.verdict, first_line(&o.message, 160));
+    assert!(o.verdict != Verdict::Pass && o.verdict != Verdict::Timeout, "a short grid must fail fast: {:?} {}", o.verdict, o.message);
+    assert!(failed.is_empty(), "{} of {runs} failed: {failed:#?}", failed.len());
+}
+
 /// Ping-pong Hopper kernels (each consumer warpgroup owns whole tiles, their main loops
 /// take turns) through the sandboxed verifier: every ping-pong tile of the search, both
 /// layouts, shapes the tiles do not divide, and grids of 1, 3, 7 and 132 blocks, so blocks

@@ -42,6 +42,13 @@
 //                   2, atomic: each unit adds its partial to the tile's fp32 sum with
 //                   red.global.add (in L2), the last reads the sum and zeroes it (the
 //                   order of the fp32 additions, so the last bits, vary from run to run).
+//                   3, in a cluster: the S units of a tile are the S CTAs of one cluster
+//                   (cluster [S, 1, 1], S = the launch's cluster size, 2..16); each stores
+//                   its fp32 partial in its own shared memory (the drained ring), and
+//                   after a cluster barrier CTA r sums, in rank order 0..S-1 (bit-identical
+//                   on every run), the accumulator words w with w % S == r of all S partials
+//                   through distributed shared memory, and writes those elements of C. No
+//                   workspace, no global round trip; one tile per cluster (grid = tiles × S).
 //   KAAS_PINGPONG   0 (default) or 1: ping-pong consumers (needs KAAS_CONSUMERS=2, no split-K).
 //                   Each consumer owns whole BM×BN tiles (BM 64 or 128, at most 128
 //                   accumulators per thread: 64x128, 64x256, 128x64, 128x128), alternate
@@ -50,7 +57,8 @@
 //                   Pays off where blocks get several tiles (the persistent grid).
 //   KAAS_ENTRY      optional; default name encodes every knob:
 //     kaas_wgmma_<f32|f16>_<tn|nn>_<BM>x<BN>x<BK>_s<STAGES>_c<CONSUMERS>_m<CLUSTER_M>_g<GROUP_M>
-//     e.g. kaas_wgmma_f32_tn_128x256x64_s4_c2_m1_g16; KAAS_SPLITK=1 adds _sk, 2 adds _ska;
+//     e.g. kaas_wgmma_f32_tn_128x256x64_s4_c2_m1_g16; KAAS_SPLITK=1 adds _sk, 2 adds _ska,
+//     3 adds _skc;
 //     KAAS_PINGPONG=1 adds _pp
 //
 // ─── Launch (kaas.hgemm.v1) ─────────────────────────────────────────────────────────────
@@ -58,12 +66,13 @@
 //   KAAS_SPLITK adds (ptr workspace, i32 S), S >= 1, and needs workspace_bytes =
 //   roundup(4 * tiles, 256) + 4 * tiles * BM * BN * (S for KAAS_SPLITK=1, 1 for 2)
 //   (counters, then the partials or sums), zero when first used; the kernel leaves the
-//   counters (and the sums) zero again.
+//   counters (and the sums) zero again. KAAS_SPLITK=3 adds no parameter: S is the cluster
+//   size, and the grid must be exactly tiles × S (any other grid writes nothing).
 //   A tensor map: operand A, box [64, BM], swizzle "128B"          (global dims [K, M])
 //   B tensor map, tn: operand B, box [64, BN/CLUSTER_M], swizzle "128B"  (dims [K, N])
 //   B tensor map, nn: operand B, box [64, 64/CLUSTER_M], swizzle "128B"  (dims [N, K])
 // block:   [128 * (KAAS_CONSUMERS + 1), 1, 1]   (warpgroup 0 = TMA producer)
-// cluster: [KAAS_CLUSTER_M, 1, 1]
+// cluster: [KAAS_CLUSTER_M, 1, 1]; KAAS_SPLITK=3: [S, 1, 1]
 // shared_mem_bytes (dynamic) = STAGES * (BM + BN) * BK * 2 + 1024 + (EPILOGUE ? CONSUMERS * 9216 : 0)
 //   (+ 2 * STAGES * 8 bytes of static shared memory for the mbarriers)
 //   e.g. EPILOGUE=1: 128x256x64 s4 c2: 216064; 128x128x64 s6 c2: 216064; 64x128x64 s8 c1: 206848;
@@ -103,7 +112,10 @@
 //   cuBLASLt's 4.73; 64×128×8192: 4.78 against 5.84). The in-order reduction was slower than the atomic one
 //   on 13 of 14 shapes searched exhaustively (up to 1.6×: the last unit reads S partials alone). A GPU-scope fence
 //   in every consumer thread instead of one acq_rel atomic cost about 1.1 µs more.
-// * Split-K is acc=f32 only, without clusters, and one unit per CTA (no persistent grid).
+// * Split-K is acc=f32 only, without KAAS_CLUSTER_M, and one unit per CTA (no persistent grid).
+// * KAAS_SPLITK=3 (the cluster reduction) is meant for the three round trips above: the
+//   reduction is one cluster barrier and S reads of distributed shared memory per word.
+//   Written 2026-11-25 without a GPU: compiled and assembled (no spills), not yet run.
 // * Ping-pong (KAAS_PINGPONG=1) against the cooperative tiles, tn, graph mode, × cuBLAS's
 //   default algorithm: 4096×12288×512 1.11× (0.97×), 4096×4096×1024 1.13× (1.01×),
 //   2048×2048×512 1.10× with 64x256 (0.99×); no better at 1024³ or 2048³ (one tile per
@@ -172,6 +184,8 @@ typedef unsigned long long u64;
 // The code's suffix: _pp (ping-pong), _ska / _sk (split-K, atomic / in order), or none.
 #if KAAS_PINGPONG
 #define KAAS_CODE_TAG _pp
+#elif KAAS_SPLITK == 3
+#define KAAS_CODE_TAG _skc
 #elif KAAS_SPLITK == 2
 #define KAAS_CODE_TAG _ska
 #elif KAAS_SPLITK
@@ -227,6 +241,11 @@ static_assert(GROUP_M >= 1, "KAAS_GROUP_M must be >= 1");
 #if KAAS_SPLITK
 static_assert(CL == 1, "split-K runs without clusters");
 static_assert(KAAS_ACC_F32, "split-K partials are fp32: acc=f32 only");
+static_assert(KAAS_SPLITK >= 1 && KAAS_SPLITK <= 3, "KAAS_SPLITK must be 0, 1, 2 or 3");
+#endif
+#if KAAS_SPLITK == 3
+// The cluster reduction stores each CTA's fp32 partial tile in its drained ring.
+static_assert(STAGES * (BM + BN) * BK * 2 >= BM * BN * 4, "the ring cannot hold the tile's fp32 partial");
 #endif
 static_assert(SMEM_BYTES <= 232448, "shared memory exceeds 227 KiB");
 static_assert(MI * ACC_REGS <= 128, "accumulators would not fit the consumer register budget");
@@ -585,6 +604,25 @@ __device__ __forceinline__ void st_cg_v4(float* p, float a, float b, float c, fl
 __device__ __forceinline__ void ld_cg_v4(const float* p, float& a, float& b, float& c, float& d) {
     asm volatile("ld.global.cg.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(a), "=f"(b), "=f"(c), "=f"(d) : "l"(p) : "memory");
 }
+#if KAAS_SPLITK == 3
+__device__ __forceinline__ void st_shared_v4(u32 addr, float a, float b, float c, float d) {
+    asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};" ::"r"(addr), "f"(a), "f"(b), "f"(c), "f"(d) : "memory");
+}
+// Reads 16 bytes at shared address `addr` of cluster CTA `rank` (distributed shared memory).
+__device__ __forceinline__ float4 ld_peer_v4(u32 addr, u32 rank) {
+    float4 v;
+    asm volatile(
+        "{\n"
+        ".reg .b32 ra;\n"
+        "mapa.shared::cluster.u32 ra, %4, %5;\n"
+        "ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [ra];\n"
+        "}\n"
+        : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+        : "r"(addr), "r"(rank)
+        : "memory");
+    return v;
+}
+#else
 // A unit's partial: added to the tile's sum (atomic) or stored in its own slot (in order).
 __device__ __forceinline__ void sk_put(float* p, float a, float b, float c, float d) {
 #if KAAS_SPLITK == 2
@@ -598,6 +636,7 @@ __device__ __forceinline__ u32 atomic_inc_acq_rel(u32* p) {
     asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;" : "=r"(old) : "l"(p) : "memory");
     return old;
 }
+#endif
 // Unit u of a split-K grid: its tile, its slice, and the slice's K-tiles [kb, ke).
 __device__ __forceinline__ void split_unit(int u, int S, int ktiles, int& t, int& sp, int& kb, int& ke) {
     t = u / S;
@@ -616,7 +655,7 @@ __device__ __forceinline__ void split_unit(int u, int S, int ktiles, int& t, int
 #endif
 
 extern "C" __global__ void __launch_bounds__(THREADS, 1)
-#if KAAS_SPLITK
+#if KAAS_SPLITK == 1 || KAAS_SPLITK == 2
 KAAS_ENTRY(const __grid_constant__ TensorMap128 tmA, const __grid_constant__ TensorMap128 tmB,
            u16* __restrict__ C, int M, int N, int K, unsigned char* __restrict__ ws, int S) {
 #else
@@ -626,7 +665,7 @@ KAAS_ENTRY(const __grid_constant__ TensorMap128 tmA, const __grid_constant__ Ten
     extern __shared__ __align__(16) unsigned char smem_raw[];  // aligned to 1024 below
     __shared__ __align__(8) u64 full_bar[STAGES];
     __shared__ __align__(8) u64 empty_bar[STAGES];
-#if KAAS_SPLITK
+#if KAAS_SPLITK == 1 || KAAS_SPLITK == 2
     __shared__ u32 sk_last;  // 1 when this unit is the last of its tile to arrive
 #endif
 
@@ -650,7 +689,12 @@ KAAS_ENTRY(const __grid_constant__ TensorMap128 tmA, const __grid_constant__ Ten
     const int ktiles = (K + BK - 1) / BK;
     const int cid = blockIdx.x / CL;
     const int ncl = gridDim.x / CL;
-#if KAAS_SPLITK
+#if KAAS_SPLITK == 3
+    // S is the cluster size; one tile per cluster, its slices the cluster's CTAs. The
+    // condition is the same in every CTA, so no CTA waits on a barrier another skips.
+    const int S = (int)cluster_size();
+    if (S < 2 || gridDim.x != (unsigned)(tiles * S)) return;
+#elif KAAS_SPLITK
     if (S < 1) return;
     u32* const sk_count = reinterpret_cast<u32*>(ws);  // one counter per tile
     float* const sk_part = reinterpret_cast<float*>(ws + ((4 * tiles + 255) & ~255));
@@ -724,6 +768,9 @@ KAAS_ENTRY(const __grid_constant__ TensorMap128 tmA, const __grid_constant__ Ten
                 }
             }
         }
+#if KAAS_SPLITK == 3
+        cluster_sync();  // the consumers' first cluster barrier: every partial is stored
+#endif
     } else {
         // ── consumer warpgroups ──
 #if KAAS_CONSUMERS == 2
@@ -806,7 +853,54 @@ KAAS_ENTRY(const __grid_constant__ TensorMap128 tmA, const __grid_constant__ Ten
 #endif
             wgmma_wait<0>();  // unconditional, so ptxas sees every path drain the pipeline
             if (KAAS_HAS_K && lane == 0) mbar_release(empty0 + 8 * prev);
-#if KAAS_SPLITK
+#if KAAS_SPLITK == 3
+            {
+                // Partials in the accumulators' own order, four registers per 16-byte word:
+                // word w of thread tid at float 4 * (128 * w + tid) of its consumer's part,
+                // so every access is conflict-free. They go in the drained ring: the unit is
+                // the CTA's only one, so the producer issues no more loads, and once both
+                // consumers have passed the barrier below no wgmma reads the ring.
+                constexpr int WORDS = MI * ACC_REGS / 4;
+                consumers_sync();
+                const u32 mine = sA + 4u * (u32)(cw * (WORDS * 512) + 4 * tid);
+#pragma unroll
+                for (int w = 0; w < WORDS; ++w) {
+                    const float* a = &acc[(4 * w) / ACC_REGS][(4 * w) % ACC_REGS];
+                    st_shared_v4(mine + 2048u * (u32)w, a[0], a[1], a[2], a[3]);
+                }
+                cluster_sync();  // release this CTA's partial; acquire every peer's
+                // CTA r owns the words w % S == r of every thread's accumulators: it sums
+                // them over the S partials in rank order and writes those elements of C
+                // (rows g and g + 8, columns 8j + 2q, 8j + 2q + 1, as the direct epilogue).
+                const int own = (int)cluster_rank();
+                const bool fast = pairs && (m0 + BM <= M) && (n0 + BN <= N);
+                const int row = m0 + cw * WG_M + warp * 16 + (lane >> 2);
+                const int col0 = n0 + 2 * (lane & 3);
+#pragma unroll
+                for (int w = 0; w < WORDS; ++w) {
+                    if (w % S != own) continue;
+                    float4 v[16];
+#pragma unroll
+                    for (int q = 0; q < 16; ++q)
+                        if (q < S) v[q] = ld_peer_v4(mine + 2048u * (u32)w, (u32)q);
+                    float4 sum = v[0];
+#pragma unroll
+                    for (int q = 1; q < 16; ++q) {
+                        if (q < S) {
+                            sum.x += v[q].x;
+                            sum.y += v[q].y;
+                            sum.z += v[q].z;
+                            sum.w += v[q].w;
+                        }
+                    }
+                    const int mi = (4 * w) / ACC_REGS;
+                    const int j = ((4 * w) % ACC_REGS) / 4;
+                    store_pair(C, M, N, row + mi * 64, col0 + 8 * j, pack_f16x2(sum.x, sum.y), fast, pairs);
+                    store_pair(C, M, N, row + mi * 64 + 8, col0 + 8 * j, pack_f16x2(sum.z, sum.w), fast, pairs);
+                }
+                continue;  // C is written; the loop has no other unit
+            }
+#elif KAAS_SPLITK
             if (S > 1) {
                 // Partials in the accumulators' own order, four registers per 16-byte word:
                 // word w of thread tid at float 4 * (128 * w + tid), so every access is a
@@ -940,6 +1034,10 @@ KAAS_ENTRY(const __grid_constant__ TensorMap128 tmA, const __grid_constant__ Ten
     }
 #if KAAS_CLUSTER_M > 1
     // No CTA may leave while a peer can still multicast into it or arrive on its barriers.
+    cluster_sync();
+#endif
+#if KAAS_SPLITK == 3
+    // Nor, with the cluster reduction, while a peer can still read its partial.
     cluster_sync();
 #endif
 }

@@ -6,7 +6,9 @@
 //! and `_ska` for the atomic one) is a PTX of its own per tile and reduction: the split
 //! count is a launch parameter, so one PTX serves every split. Ping-pong consumers
 //! (`KAAS_PINGPONG`, entries ending `_pp`: each consumer warpgroup owns whole tiles and
-//! the two take turns at the main loop) are codes of their own too.
+//! the two take turns at the main loop) are codes of their own too, and so is split-K in a
+//! cluster (`_skc`: the slices of a tile are the CTAs of one cluster, the cluster size is
+//! the split count, and they reduce through distributed shared memory).
 
 use serde::{Deserialize, Serialize};
 
@@ -48,6 +50,13 @@ pub struct HopperConfig {
     /// pays off on the persistent grid (a block with one tile leaves a consumer idle).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub pingpong: bool,
+    /// Split-K in a cluster (`KAAS_SPLITK=3`, entries ending `_skc`): the `split` slices of
+    /// a tile are the CTAs of one cluster of that size, and they reduce through distributed
+    /// shared memory, in rank order (bit-identical on every run), with no workspace and no
+    /// global round trip. 2 to 16 slices (above 8 the launch opts in to a non-portable
+    /// cluster size).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub cluster: bool,
 }
 
 pub(crate) fn one() -> u32 {
@@ -94,6 +103,15 @@ impl HopperConfig {
         if self.split > 1 && self.persistent {
             return Err("split-K runs one block per unit, not on the persistent grid".into());
         }
+        if self.cluster {
+            if !(2..=16).contains(&self.split) || self.atomic {
+                return Err(format!("a cluster reduction takes 2 to 16 slices, not atomic; got split {}", self.split));
+            }
+            // Each CTA keeps its fp32 partial tile in its drained ring.
+            if self.stages * (self.bm + self.bn) * BK * 2 < self.bm * self.bn * 4 {
+                return Err(format!("a {}-stage ring cannot hold the {}x{} fp32 partial", self.stages, self.bm, self.bn));
+            }
+        }
         if self.shared_mem_bytes() + self.static_smem_bytes() > SMEM_LIMIT {
             return Err(format!("{} B of shared memory exceed {SMEM_LIMIT}", self.shared_mem_bytes() + self.static_smem_bytes()));
         }
@@ -110,7 +128,7 @@ impl HopperConfig {
     }
 
     fn static_smem_bytes(&self) -> u32 {
-        2 * self.stages * 8 + if self.split > 1 { 16 } else { 0 }
+        2 * self.stages * 8 + if self.split > 1 && !self.cluster { 16 } else { 0 }
     }
 
     /// Output tiles of the problem.
@@ -122,17 +140,20 @@ impl HopperConfig {
     /// unit's fp32 partial tile (in order) or one fp32 sum per tile (atomic). As the
     /// template documents it.
     pub fn workspace_bytes(&self, p: &Problem) -> u64 {
+        if self.cluster {
+            return 0;
+        }
         split_workspace_bytes(self.tiles(p), self.bm * self.bn, self.split, self.atomic)
     }
 
-    /// The template's `KAAS_SPLITK`: 0 unsplit, 1 in-order, 2 atomic reduction.
+    /// The template's `KAAS_SPLITK`: 0 unsplit, 1 in-order, 2 atomic, 3 cluster reduction.
     fn split_mode(&self) -> u8 {
-        split_mode(self.split, self.atomic)
+        if self.cluster && self.split > 1 { 3 } else { split_mode(self.split, self.atomic) }
     }
 
     /// The PTX entry; the persistent flag is a grid choice, not part of the code.
     pub fn entry(&self, acc: Acc, layout: Layout) -> String {
-        let sk = ["", "_sk", "_ska"][usize::from(self.split_mode())];
+        let sk = ["", "_sk", "_ska", "_skc"][usize::from(self.split_mode())];
         let pp = if self.pingpong { "_pp" } else { "" };
         format!("kaas_wgmma_{}_{}_{}x{}x{BK}_s{}_c{}_m1_g{GROUP_M}{sk}{pp}", acc.as_str(), layout.as_str(), self.bm, self.bn, self.stages, self.consumers)
     }
@@ -177,7 +198,7 @@ impl HopperConfig {
             Param::I32(I32Value::Dim(Dim::N)),
             Param::I32(I32Value::Dim(Dim::K)),
         ];
-        if self.split > 1 {
+        if self.split > 1 && !self.cluster {
             params.push(Param::Ptr(Buffer::Workspace));
             params.push(Param::I32(I32Value::Const(self.split as i32)));
         }
@@ -189,7 +210,7 @@ impl HopperConfig {
                 entry: self.entry(p.acc, p.layout),
                 grid: [self.grid(p, sm_count), 1, 1],
                 block: [self.threads(), 1, 1],
-                cluster: [1, 1, 1],
+                cluster: [if self.cluster { self.split } else { 1 }, 1, 1],
                 shared_mem_bytes: self.shared_mem_bytes(),
                 params,
             }],
@@ -198,11 +219,13 @@ impl HopperConfig {
 
     /// The configuration, accumulator and layout an entry name encodes (the grid choice is
     /// not in the name: `persistent` comes back false; nor is the split count, a launch
-    /// parameter: a split-K entry comes back with `split` 2, see [`HopperConfig::of_launch`]).
+    /// parameter (or the cluster size): a split-K entry comes back with `split` 2, see
+    /// [`HopperConfig::of_launch`]).
     pub fn from_entry(entry: &str) -> Option<(HopperConfig, Acc, Layout)> {
         let rest = entry.strip_prefix("kaas_wgmma_")?;
         let (rest, pingpong) = rest.strip_suffix("_pp").map_or((rest, false), |r| (r, true));
-        let (rest, split, atomic) = split_suffix(rest);
+        let (rest, cluster) = rest.strip_suffix("_skc").map_or((rest, false), |r| (r, true));
+        let (rest, split, atomic) = if cluster { (rest, 2, false) } else { split_suffix(rest) };
         let parts: Vec<&str> = rest.split('_').collect();
         let [acc, layout, tile, stages, consumers, "m1", group] = parts[..] else { return None };
         let acc: Acc = acc.parse().ok()?;
@@ -221,6 +244,7 @@ impl HopperConfig {
             split,
             atomic,
             pingpong,
+            cluster,
         };
         cfg.validate().ok()?;
         (cfg.entry(acc, layout) == entry).then_some((cfg, acc, layout))
@@ -231,7 +255,9 @@ impl HopperConfig {
     /// than the problem's tiles.
     pub fn of_launch(launch: &Launch, p: &Problem) -> Option<(HopperConfig, Acc, Layout)> {
         let (mut cfg, acc, layout) = Self::from_entry(&launch.entry)?;
-        if cfg.split > 1 {
+        if cfg.cluster {
+            cfg.split = launch.cluster[0];
+        } else if cfg.split > 1 {
             let Some(Param::I32(I32Value::Const(s))) = launch.params.get(7) else { return None };
             cfg.split = u32::try_from(*s).ok()?;
         } else {
@@ -241,9 +267,10 @@ impl HopperConfig {
         Some((cfg, acc, layout))
     }
 
-    /// Short label, e.g. `128x256 s4 c2 persistent`, `64x64 s8 c1 split 16 atomic`.
+    /// Short label, e.g. `128x256 s4 c2 persistent`, `64x64 s8 c1 split 16 atomic`,
+    /// `64x64 s8 c1 split 8 cluster`.
     pub fn label(&self) -> String {
-        let split = split_label(self.split, self.atomic);
+        let split = if self.cluster { format!(" split {} cluster", self.split) } else { split_label(self.split, self.atomic) };
         let pp = if self.pingpong { " ping-pong" } else { "" };
         format!("{}x{} s{} c{}{pp}{}{split}", self.bm, self.bn, self.stages, self.consumers, if self.persistent { " persistent" } else { "" })
     }
@@ -301,14 +328,14 @@ pub fn space() -> Vec<HopperConfig> {
         [(64, 64, 1), (64, 128, 1), (64, 256, 1), (128, 64, 1), (128, 128, 1), (128, 128, 2), (128, 256, 2), (256, 128, 2), (256, 64, 2), (128, 64, 2)];
     let mut out = Vec::new();
     for (bm, bn, consumers) in tiles {
-        for ring in rings(HopperConfig { bm, bn, stages: 2, consumers, persistent: false, split: 1, atomic: false, pingpong: false }) {
+        for ring in rings(HopperConfig { bm, bn, stages: 2, consumers, persistent: false, split: 1, atomic: false, pingpong: false, cluster: false }) {
             for persistent in [false, true] {
                 out.push(HopperConfig { persistent, ..ring });
             }
         }
     }
     for (bm, bn) in PINGPONG_TILES {
-        for ring in rings(HopperConfig { bm, bn, stages: 2, consumers: 2, persistent: true, split: 1, atomic: false, pingpong: true }) {
+        for ring in rings(HopperConfig { bm, bn, stages: 2, consumers: 2, persistent: true, split: 1, atomic: false, pingpong: true, cluster: false }) {
             out.push(ring);
         }
     }
@@ -335,7 +362,7 @@ pub fn split_tiles() -> Vec<HopperConfig> {
     let mut out = Vec::new();
     for atomic in [false, true] {
         for (bm, bn, consumers) in [(64, 64, 1), (64, 128, 1), (128, 64, 1), (128, 128, 2), (128, 256, 2)] {
-            let all = rings(HopperConfig { bm, bn, stages: 2, consumers, persistent: false, split: 2, atomic, pingpong: false });
+            let all = rings(HopperConfig { bm, bn, stages: 2, consumers, persistent: false, split: 2, atomic, pingpong: false, cluster: false });
             // A 4-stage ring only where one consumer leaves room for a second block per SM.
             out.extend(all.into_iter().take(if consumers == 1 { 2 } else { 1 }));
         }
@@ -343,9 +370,27 @@ pub fn split_tiles() -> Vec<HopperConfig> {
     out
 }
 
+/// The cluster split-K codes (`_skc`): the tiles whose fp32 partial fits a drained ring,
+/// each with the deepest ring and, with one consumer, a 4-stage ring too (smaller blocks
+/// are easier to place as a cluster).
+pub fn cluster_tiles() -> Vec<HopperConfig> {
+    let mut out = Vec::new();
+    for (bm, bn, consumers) in [(64, 64, 1), (64, 128, 1), (128, 64, 1), (128, 128, 2)] {
+        let all = rings(HopperConfig { bm, bn, stages: 2, consumers, persistent: false, split: 2, atomic: false, pingpong: false, cluster: true });
+        out.extend(all.into_iter().take(if consumers == 1 { 2 } else { 1 }));
+    }
+    out
+}
+
+/// Cluster sizes the search tries for the cluster reduction: 16 needs the non-portable
+/// opt-in, which the launcher makes; whether such a cluster can be placed depends on the
+/// block's shared memory, so the search times it rather than guesses.
+const CLUSTER_SPLITS: [u32; 4] = [2, 4, 8, 16];
+
 /// The split-K candidates that suit a problem whose output needs fewer blocks than a wave
 /// of `sm_count`: for each atomic split-K code, the split counts that make a quarter, half,
-/// one or two waves of units, and the largest that leaves two K-tiles per slice. What
+/// one or two waves of units, and the largest that leaves two K-tiles per slice; then the
+/// cluster codes with 2, 4, 8 or 16 slices of at least one K-tile, up to two waves. What
 /// transfers between neighbouring shapes is the wave a count makes, so the bandit's priors
 /// name comparable arms. The in-order reduction is not searched: exhaustively over 14
 /// shapes on an H100 it was slower than the atomic one on all but one (up to 1.6×); it
@@ -366,6 +411,17 @@ pub fn split_space(p: &Problem, sm_count: u32) -> Vec<HopperConfig> {
         splits.dedup();
         for s in splits {
             if s >= 2 && ktiles >= 2 * s && tiles * s <= 2 * sm_count {
+                out.push(HopperConfig { split: s, ..t });
+            }
+        }
+    }
+    for t in cluster_tiles() {
+        let tiles = t.tiles(p);
+        if tiles >= sm_count {
+            continue;
+        }
+        for s in CLUSTER_SPLITS {
+            if ktiles >= s && tiles * s <= 2 * sm_count {
                 out.push(HopperConfig { split: s, ..t });
             }
         }
@@ -409,13 +465,13 @@ mod tests {
             }
         }
         // The helper's measured formula: 128x256 s4 c2 takes 216064 bytes.
-        assert_eq!(HopperConfig { bm: 128, bn: 256, stages: 4, consumers: 2, persistent: true, split: 1, atomic: false, pingpong: false }.shared_mem_bytes(), 216_064);
-        assert!(HopperConfig { bm: 256, bn: 256, stages: 4, consumers: 2, persistent: false, split: 1, atomic: false, pingpong: false }.validate().is_err());
-        assert!(HopperConfig { bm: 256, bn: 64, stages: 4, consumers: 1, persistent: false, split: 1, atomic: false, pingpong: false }.validate().is_err());
-        assert!(HopperConfig { bm: 64, bn: 64, stages: 8, consumers: 1, persistent: true, split: 4, atomic: false, pingpong: false }.validate().is_err());
-        assert!(HopperConfig { bm: 64, bn: 64, stages: 8, consumers: 1, persistent: false, split: 0, atomic: false, pingpong: false }.validate().is_err());
+        assert_eq!(HopperConfig { bm: 128, bn: 256, stages: 4, consumers: 2, persistent: true, split: 1, atomic: false, pingpong: false, cluster: false }.shared_mem_bytes(), 216_064);
+        assert!(HopperConfig { bm: 256, bn: 256, stages: 4, consumers: 2, persistent: false, split: 1, atomic: false, pingpong: false, cluster: false }.validate().is_err());
+        assert!(HopperConfig { bm: 256, bn: 64, stages: 4, consumers: 1, persistent: false, split: 1, atomic: false, pingpong: false, cluster: false }.validate().is_err());
+        assert!(HopperConfig { bm: 64, bn: 64, stages: 8, consumers: 1, persistent: true, split: 4, atomic: false, pingpong: false, cluster: false }.validate().is_err());
+        assert!(HopperConfig { bm: 64, bn: 64, stages: 8, consumers: 1, persistent: false, split: 0, atomic: false, pingpong: false, cluster: false }.validate().is_err());
         // Ping-pong: two consumers, each holding a whole tile of at most 128×128 or 64×256.
-        let pp = HopperConfig { bm: 128, bn: 128, stages: 6, consumers: 2, persistent: true, split: 1, atomic: false, pingpong: true };
+        let pp = HopperConfig { bm: 128, bn: 128, stages: 6, consumers: 2, persistent: true, split: 1, atomic: false, pingpong: true, cluster: false };
         pp.validate().unwrap();
         assert_eq!(pp.entry(Acc::F32, Layout::Tn), "kaas_wgmma_f32_tn_128x128x64_s6_c2_m1_g16_pp");
         assert!(pp.defines(Acc::F32, Layout::Tn).contains(&("KAAS_PINGPONG".to_string(), "1".to_string())));
@@ -433,15 +489,17 @@ mod tests {
         let p = |m, n, k| Problem::new(Arch::Sm90, Acc::F32, Layout::Tn, Shape::new(m, n, k).unwrap());
         // Few tiles and a long K: many splits; the output fills the GPU: none.
         let skinny = split_space(&p(64, 64, 16384), 132);
-        let splits: Vec<u32> = skinny.iter().filter(|c| c.bm == 64 && c.bn == 64 && c.stages == 8).map(|c| c.split).collect();
+        let splits: Vec<u32> = skinny.iter().filter(|c| c.atomic && c.bm == 64 && c.bn == 64 && c.stages == 8).map(|c| c.split).collect();
         assert_eq!(splits, [33, 66, 128, 132, 264].into_iter().filter(|&s| s <= 128).collect::<Vec<_>>(), "{skinny:?}");
-        assert!(skinny.iter().all(|c| c.atomic), "the in-order reduction is not searched");
+        assert!(skinny.iter().all(|c| c.atomic != c.cluster), "the in-order reduction is not searched");
+        let clustered: Vec<u32> = skinny.iter().filter(|c| c.cluster && c.bm == 64 && c.bn == 64 && c.stages == 8).map(|c| c.split).collect();
+        assert_eq!(clustered, [2, 4, 8, 16], "{skinny:?}");
         // A quarter, half, one and two waves of 4 tiles of 64×64: 8, 16, 33 and 66 slices.
         let four = split_space(&p(128, 128, 16384), 132);
-        let splits: Vec<u32> = four.iter().filter(|c| c.bm == 64 && c.bn == 64 && c.stages == 8).map(|c| c.split).collect();
+        let splits: Vec<u32> = four.iter().filter(|c| c.atomic && c.bm == 64 && c.bn == 64 && c.stages == 8).map(|c| c.split).collect();
         assert_eq!(splits, [8, 16, 33, 66], "{four:?}");
         // Short K caps the count: 64×64×2048 has 32 K-tiles, so at most 16 slices.
-        let short: Vec<u32> = split_space(&p(64, 64, 2048), 132).iter().filter(|c| c.bm == 64 && c.bn == 64 && c.stages == 8).map(|c| c.split).collect();
+        let short: Vec<u32> = split_space(&p(64, 64, 2048), 132).iter().filter(|c| c.atomic && c.bm == 64 && c.bn == 64 && c.stages == 8).map(|c| c.split).collect();
         assert_eq!(short, [16], "{short:?}");
         assert!(split_space(&p(8192, 8192, 8192), 132).is_empty());
         assert!(split_space(&p(64, 64, 64), 132).is_empty(), "one K-tile cannot split");
@@ -453,22 +511,54 @@ mod tests {
                 for c in split_space(&prob, 132) {
                     c.validate().unwrap();
                     let units = c.tiles(&prob) * c.split;
-                    assert!(units <= 264 && prob.k.div_ceil(64) >= 2 * c.split, "{} {prob}", c.label());
+                    let per_slice = if c.cluster { 1 } else { 2 };
+                    assert!(units <= 264 && prob.k.div_ceil(64) >= per_slice * c.split, "{} {prob}", c.label());
                     let man = c.manifest(&prob, 132);
                     man.validate().unwrap_or_else(|e| panic!("{} {prob}: {e}", c.label()));
                     assert_eq!(man.launches[0].grid, [units, 1, 1]);
                     assert_eq!(man.workspace_bytes, c.workspace_bytes(&prob));
-                    assert!(man.launches[0].entry.ends_with(if c.atomic { "_ska" } else { "_sk" }));
+                    assert!(man.launches[0].entry.ends_with(if c.cluster { "_skc" } else if c.atomic { "_ska" } else { "_sk" }));
                     assert_eq!(HopperConfig::of_launch(&man.launches[0], &prob), Some((c, Acc::F32, layout)));
                 }
             }
         }
         // The template's formula: 256-byte rounded counters, then S partial tiles of fp32.
-        let c = HopperConfig { bm: 64, bn: 64, stages: 8, consumers: 1, persistent: false, split: 16, atomic: false, pingpong: false };
+        let c = HopperConfig { bm: 64, bn: 64, stages: 8, consumers: 1, persistent: false, split: 16, atomic: false, pingpong: false, cluster: false };
         assert_eq!(c.workspace_bytes(&p(100, 64, 16384)), 256 + 4 * 2 * 16 * 64 * 64);
         assert_eq!(HopperConfig { atomic: true, ..c }.workspace_bytes(&p(100, 64, 16384)), 256 + 4 * 2 * 64 * 64);
         assert_eq!(HopperConfig { split: 1, ..c }.workspace_bytes(&p(100, 64, 16384)), 0);
         assert!(HopperConfig { split: 1, atomic: true, ..c }.validate().is_err());
+    }
+
+    #[test]
+    fn the_cluster_reduction_launches_one_cluster_per_tile_without_workspace() {
+        let p = Problem::new(Arch::Sm90, Acc::F32, Layout::Nn, Shape::new(200, 100, 4096).unwrap());
+        let c = HopperConfig { bm: 64, bn: 64, stages: 8, consumers: 1, persistent: false, split: 8, atomic: false, pingpong: false, cluster: true };
+        c.validate().unwrap();
+        let man = c.manifest(&p, 132);
+        man.validate().unwrap();
+        let l = &man.launches[0];
+        // 4 × 2 tiles, each a cluster of 8 slices; A, B, C, M, N, K and nothing else.
+        assert_eq!((l.grid, l.cluster, man.workspace_bytes, l.params.len()), ([64, 1, 1], [8, 1, 1], 0, 6));
+        assert_eq!(l.entry, "kaas_wgmma_f32_nn_64x64x64_s8_c1_m1_g16_skc");
+        assert!(c.defines(Acc::F32, Layout::Nn).contains(&("KAAS_SPLITK".to_string(), "3".to_string())));
+        assert_eq!(c.label(), "64x64 s8 c1 split 8 cluster");
+        assert_eq!(HopperConfig::of_launch(l, &p), Some((c, Acc::F32, Layout::Nn)));
+        assert_ne!(c.code_key(), HopperConfig { cluster: false, ..c }.code_key());
+        // The static barrier of the workspace reductions is not there.
+        assert_eq!(c.static_smem_bytes() + 16, HopperConfig { cluster: false, ..c }.static_smem_bytes());
+        for bad in [
+            HopperConfig { split: 1, ..c },
+            HopperConfig { split: 17, ..c },
+            HopperConfig { atomic: true, ..c },
+            HopperConfig { persistent: true, ..c },
+            // Two stages of 128×256 (96 KiB) cannot hold its 128 KiB fp32 partial.
+            HopperConfig { bm: 128, bn: 256, stages: 2, consumers: 2, ..c },
+        ] {
+            assert!(bad.validate().is_err(), "{bad:?}");
+        }
+        assert!(HopperConfig { bm: 128, bn: 256, stages: 4, consumers: 2, ..c }.validate().is_ok());
+        assert!(cluster_tiles().iter().all(|t| t.validate().is_ok() && t.cluster));
     }
 
     #[test]
@@ -485,7 +575,13 @@ mod tests {
             assert!(entry.ends_with(if c.atomic { "_g16_ska" } else { "_g16_sk" }), "{entry}");
             assert_eq!(HopperConfig::from_entry(&entry), Some((c, Acc::F32, Layout::Nn)));
         }
+        for c in cluster_tiles() {
+            let entry = c.entry(Acc::F32, Layout::Tn);
+            assert!(entry.ends_with("_g16_skc"), "{entry}");
+            assert_eq!(HopperConfig::from_entry(&entry), Some((c, Acc::F32, Layout::Tn)));
+        }
         assert!(HopperConfig::from_entry("kaas_wgmma_f32_tn_64x64x64_s8_c1_m1_g16_sk_sk").is_none());
+        assert!(HopperConfig::from_entry("kaas_wgmma_f32_tn_64x64x64_s8_c1_m1_g16_ska_skc").is_none());
         assert!(HopperConfig::from_entry("kaas_wgmma_f32_tn_96x64x64_s4_c1_m1_g16").is_none());
         assert!(HopperConfig::from_entry("kaas_simple_hgemm_f32_tn_128x128x32_w2x4").is_none());
     }
@@ -525,7 +621,7 @@ mod tests {
             return;
         }
         let mut seen = std::collections::BTreeSet::new();
-        for c in space().into_iter().chain(split_tiles()) {
+        for c in space().into_iter().chain(split_tiles()).chain(cluster_tiles()) {
             if !seen.insert(c.code_key()) {
                 continue;
             }
