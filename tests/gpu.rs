@@ -1168,6 +1168,46 @@ fn cluster_split_k_hopper_kernels_pass_the_verifier() {
     assert!(failed.is_empty(), "{} of {runs} failed: {failed:#?}", failed.len());
 }
 
+/// Hopper kernels in clusters of two along M (`_m2`: each CTA loads half of the B tile and
+/// multicasts it to both) pass the verifier: every such code of the search, both layouts,
+/// shapes whose tile rows are odd (the cluster's second CTA has only rows past M) or that
+/// tiles do not divide, one tile per pair and persistent grids of 2, 6 and 132 blocks.
+#[test]
+fn multicast_hopper_kernels_pass_the_verifier() {
+    use kaas::tuner::hopper;
+    if !hopper_or_skip() {
+        return;
+    }
+    let codes: Vec<_> = hopper::space().into_iter().filter(|c| c.cluster_m == 2 && !c.persistent).collect();
+    assert!(!codes.is_empty());
+    let shapes = [(1000, 1000, 1000), (200, 520, 136), (640, 384, 4104)];
+    let mut failed = vec![];
+    let mut runs = 0;
+    for (i, code) in codes.iter().enumerate() {
+        for (j, layout) in Layout::ALL.into_iter().enumerate() {
+            let (m, n, k) = shapes[(i + j) % shapes.len()];
+            let p = Problem::new(Arch::Sm90, Acc::F32, layout, Shape::new(m, n, k).expect("shape"));
+            let ptx = hopper::compile(code, p.acc, layout).expect("compile");
+            for blocks in [None, Some(2), Some(6), Some(132)] {
+                let cfg = hopper::HopperConfig { persistent: blocks.is_some(), ..*code };
+                let mut manifest = cfg.manifest(&p, 132);
+                if let Some(b) = blocks {
+                    manifest.launches[0].grid[0] = manifest.launches[0].grid[0].min(b);
+                }
+                let grid = manifest.launches[0].grid[0];
+                let job = Job { ptx: ptx.clone(), manifest, secret_seed: rand::random(), watchdog_ms: None, bench: None };
+                let o = sandbox::run_with(&sandbox_command(), &job, sandbox::default_wall_limit(&job));
+                runs += 1;
+                println!("MULTICAST {p} {} grid {grid}: {:?} {}", cfg.label(), o.verdict, first_line(&o.message, 160));
+                if o.verdict != Verdict::Pass {
+                    failed.push(format!("{p} {} grid {grid}: {:?} at {}: {}", cfg.label(), o.verdict, o.stage, o.message));
+                }
+            }
+        }
+    }
+    assert!(failed.is_empty(), "{} of {runs} failed: {failed:#?}", failed.len());
+}
+
 /// Ping-pong Hopper kernels (each consumer warpgroup owns whole tiles, their main loops
 /// take turns) through the sandboxed verifier: every ping-pong tile of the search, both
 /// layouts, shapes the tiles do not divide, and grids of 1, 3, 7 and 132 blocks, so blocks

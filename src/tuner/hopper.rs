@@ -8,7 +8,8 @@
 //! (`KAAS_PINGPONG`, entries ending `_pp`: each consumer warpgroup owns whole tiles and
 //! the two take turns at the main loop) are codes of their own too, and so is split-K in a
 //! cluster (`_skc`: the slices of a tile are the CTAs of one cluster, the cluster size is
-//! the split count, and they reduce through distributed shared memory).
+//! the split count, and they reduce through distributed shared memory). The large
+//! cooperative tiles also run in clusters of two along M (`_m2`), which multicast B.
 
 use serde::{Deserialize, Serialize};
 
@@ -56,7 +57,12 @@ pub struct HopperConfig {
     /// global round trip. 2 to 16 slices (above 8 the launch opts in to a non-portable
     /// cluster size).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub cluster: bool,
+    pub cluster_reduce: bool,
+    /// CTAs per cluster along M (`KAAS_CLUSTER_M`, `_m2` in the entry): the two compute
+    /// vertically adjacent tiles with the same B columns, and each loads half of the B tile
+    /// and multicasts it to both (TMA multicast). 1: no cluster.
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub cluster_m: u32,
 }
 
 pub(crate) fn one() -> u32 {
@@ -72,6 +78,11 @@ pub(crate) fn is_one(v: &u32) -> bool {
 const UNIT_TARGETS: [(u32, u32); 4] = [(1, 4), (1, 2), (1, 1), (2, 1)];
 
 impl HopperConfig {
+    /// A cooperative, unsplit configuration, one tile per block, without clusters.
+    pub const fn new(bm: u32, bn: u32, stages: u32, consumers: u32) -> Self {
+        HopperConfig { bm, bn, stages, consumers, persistent: false, split: 1, atomic: false, pingpong: false, cluster_reduce: false, cluster_m: 1 }
+    }
+
     pub fn validate(&self) -> Result<(), String> {
         // Rows of a tile per consumer: cooperative consumers split the tile, ping-pong ones
         // each own a whole tile.
@@ -103,7 +114,15 @@ impl HopperConfig {
         if self.split > 1 && self.persistent {
             return Err("split-K runs one block per unit, not on the persistent grid".into());
         }
-        if self.cluster {
+        if !matches!(self.cluster_m, 1 | 2) {
+            return Err(format!("cluster_m {} is not 1 or 2", self.cluster_m));
+        }
+        // The template multicasts B in clusters only for cooperative, unsplit codes (and no
+        // test has run ping-pong consumers in a cluster).
+        if self.cluster_m > 1 && (self.split > 1 || self.pingpong) {
+            return Err("clusters along M run neither split-K nor ping-pong".into());
+        }
+        if self.cluster_reduce {
             if !(2..=16).contains(&self.split) || self.atomic {
                 return Err(format!("a cluster reduction takes 2 to 16 slices, not atomic; got split {}", self.split));
             }
@@ -128,19 +147,20 @@ impl HopperConfig {
     }
 
     fn static_smem_bytes(&self) -> u32 {
-        2 * self.stages * 8 + if self.split > 1 && !self.cluster { 16 } else { 0 }
+        2 * self.stages * 8 + if self.split > 1 && !self.cluster_reduce { 16 } else { 0 }
     }
 
-    /// Output tiles of the problem.
+    /// Output tiles of the problem; with clusters along M, the tile rows round up to whole
+    /// clusters (the template's `roundup(ceil(M/BM), CLUSTER_M) * ceil(N/BN)`).
     pub fn tiles(&self, p: &Problem) -> u32 {
-        p.m.div_ceil(self.bm) * p.n.div_ceil(self.bn)
+        p.m.div_ceil(self.bm).next_multiple_of(self.cluster_m) * p.n.div_ceil(self.bn)
     }
 
     /// Split-K's workspace: one counter per tile (rounded up to 256 bytes), then every
     /// unit's fp32 partial tile (in order) or one fp32 sum per tile (atomic). As the
     /// template documents it.
     pub fn workspace_bytes(&self, p: &Problem) -> u64 {
-        if self.cluster {
+        if self.cluster_reduce {
             return 0;
         }
         split_workspace_bytes(self.tiles(p), self.bm * self.bn, self.split, self.atomic)
@@ -148,14 +168,14 @@ impl HopperConfig {
 
     /// The template's `KAAS_SPLITK`: 0 unsplit, 1 in-order, 2 atomic, 3 cluster reduction.
     fn split_mode(&self) -> u8 {
-        if self.cluster && self.split > 1 { 3 } else { split_mode(self.split, self.atomic) }
+        if self.cluster_reduce && self.split > 1 { 3 } else { split_mode(self.split, self.atomic) }
     }
 
     /// The PTX entry; the persistent flag is a grid choice, not part of the code.
     pub fn entry(&self, acc: Acc, layout: Layout) -> String {
         let sk = ["", "_sk", "_ska", "_skc"][usize::from(self.split_mode())];
         let pp = if self.pingpong { "_pp" } else { "" };
-        format!("kaas_wgmma_{}_{}_{}x{}x{BK}_s{}_c{}_m1_g{GROUP_M}{sk}{pp}", acc.as_str(), layout.as_str(), self.bm, self.bn, self.stages, self.consumers)
+        format!("kaas_wgmma_{}_{}_{}x{}x{BK}_s{}_c{}_m{}_g{GROUP_M}{sk}{pp}", acc.as_str(), layout.as_str(), self.bm, self.bn, self.stages, self.consumers, self.cluster_m)
     }
 
     pub fn defines(&self, acc: Acc, layout: Layout) -> Vec<(String, String)> {
@@ -165,7 +185,7 @@ impl HopperConfig {
             ("KAAS_BK", BK),
             ("KAAS_STAGES", self.stages),
             ("KAAS_CONSUMERS", self.consumers),
-            ("KAAS_CLUSTER_M", 1),
+            ("KAAS_CLUSTER_M", self.cluster_m),
             ("KAAS_GROUP_M", GROUP_M),
             ("KAAS_ACC_F32", u32::from(acc == Acc::F32)),
             ("KAAS_LAYOUT_TN", u32::from(layout == Layout::Tn)),
@@ -179,17 +199,20 @@ impl HopperConfig {
     }
 
     /// The same code with the other grid (or another split count).
-    pub fn code_key(&self) -> (u32, u32, u32, u32, u8, bool) {
-        (self.bm, self.bn, self.stages, self.consumers, self.split_mode(), self.pingpong)
+    pub fn code_key(&self) -> (u32, u32, u32, u32, u8, bool, u32) {
+        (self.bm, self.bn, self.stages, self.consumers, self.split_mode(), self.pingpong, self.cluster_m)
     }
 
+    /// Blocks: a persistent grid takes one per SM, rounded down to whole clusters.
     pub fn grid(&self, p: &Problem, sm_count: u32) -> u32 {
         let tiles = self.tiles(p);
-        if self.persistent { tiles.min(sm_count.max(1)) } else { tiles * self.split }
+        if self.persistent { tiles.min((sm_count / self.cluster_m).max(1) * self.cluster_m) } else { tiles * self.split }
     }
 
     pub fn manifest(&self, p: &Problem, sm_count: u32) -> Manifest {
-        let b_box = if p.layout == Layout::Tn { [BK, self.bn] } else { [BK, 64] };
+        // Each CTA of a cluster loads its share of the B tile and multicasts it: tn, BN/CL
+        // rows of K; nn, 64 columns of N by BK/CL rows of K.
+        let b_box = if p.layout == Layout::Tn { [BK, self.bn / self.cluster_m] } else { [64, BK / self.cluster_m] };
         let mut params = vec![
             Param::TensorMap(TensorMapSpec { operand: Operand::A, box_dims: [BK, self.bm], swizzle: Swizzle::B128 }),
             Param::TensorMap(TensorMapSpec { operand: Operand::B, box_dims: b_box, swizzle: Swizzle::B128 }),
@@ -198,7 +221,7 @@ impl HopperConfig {
             Param::I32(I32Value::Dim(Dim::N)),
             Param::I32(I32Value::Dim(Dim::K)),
         ];
-        if self.split > 1 && !self.cluster {
+        if self.split > 1 && !self.cluster_reduce {
             params.push(Param::Ptr(Buffer::Workspace));
             params.push(Param::I32(I32Value::Const(self.split as i32)));
         }
@@ -210,7 +233,7 @@ impl HopperConfig {
                 entry: self.entry(p.acc, p.layout),
                 grid: [self.grid(p, sm_count), 1, 1],
                 block: [self.threads(), 1, 1],
-                cluster: [if self.cluster { self.split } else { 1 }, 1, 1],
+                cluster: [if self.cluster_reduce { self.split } else { self.cluster_m }, 1, 1],
                 shared_mem_bytes: self.shared_mem_bytes(),
                 params,
             }],
@@ -224,10 +247,10 @@ impl HopperConfig {
     pub fn from_entry(entry: &str) -> Option<(HopperConfig, Acc, Layout)> {
         let rest = entry.strip_prefix("kaas_wgmma_")?;
         let (rest, pingpong) = rest.strip_suffix("_pp").map_or((rest, false), |r| (r, true));
-        let (rest, cluster) = rest.strip_suffix("_skc").map_or((rest, false), |r| (r, true));
-        let (rest, split, atomic) = if cluster { (rest, 2, false) } else { split_suffix(rest) };
+        let (rest, cluster_reduce) = rest.strip_suffix("_skc").map_or((rest, false), |r| (r, true));
+        let (rest, split, atomic) = if cluster_reduce { (rest, 2, false) } else { split_suffix(rest) };
         let parts: Vec<&str> = rest.split('_').collect();
-        let [acc, layout, tile, stages, consumers, "m1", group] = parts[..] else { return None };
+        let [acc, layout, tile, stages, consumers, cluster_m, group] = parts[..] else { return None };
         let acc: Acc = acc.parse().ok()?;
         let layout: Layout = layout.parse().ok()?;
         let dims: Vec<u32> = tile.split('x').map(|d| d.parse().ok()).collect::<Option<_>>()?;
@@ -244,7 +267,8 @@ impl HopperConfig {
             split,
             atomic,
             pingpong,
-            cluster,
+            cluster_reduce,
+            cluster_m: cluster_m.strip_prefix('m')?.parse().ok()?,
         };
         cfg.validate().ok()?;
         (cfg.entry(acc, layout) == entry).then_some((cfg, acc, layout))
@@ -255,7 +279,7 @@ impl HopperConfig {
     /// than the problem's tiles.
     pub fn of_launch(launch: &Launch, p: &Problem) -> Option<(HopperConfig, Acc, Layout)> {
         let (mut cfg, acc, layout) = Self::from_entry(&launch.entry)?;
-        if cfg.cluster {
+        if cfg.cluster_reduce {
             cfg.split = launch.cluster[0];
         } else if cfg.split > 1 {
             let Some(Param::I32(I32Value::Const(s))) = launch.params.get(7) else { return None };
@@ -270,9 +294,10 @@ impl HopperConfig {
     /// Short label, e.g. `128x256 s4 c2 persistent`, `64x64 s8 c1 split 16 atomic`,
     /// `64x64 s8 c1 split 8 cluster`.
     pub fn label(&self) -> String {
-        let split = if self.cluster { format!(" split {} cluster", self.split) } else { split_label(self.split, self.atomic) };
+        let split = if self.cluster_reduce { format!(" split {} cluster", self.split) } else { split_label(self.split, self.atomic) };
         let pp = if self.pingpong { " ping-pong" } else { "" };
-        format!("{}x{} s{} c{}{pp}{}{split}", self.bm, self.bn, self.stages, self.consumers, if self.persistent { " persistent" } else { "" })
+        let cl = if self.cluster_m > 1 { format!(" m{}", self.cluster_m) } else { String::new() };
+        format!("{}x{} s{} c{}{cl}{pp}{}{split}", self.bm, self.bn, self.stages, self.consumers, if self.persistent { " persistent" } else { "" })
     }
 }
 
@@ -321,26 +346,38 @@ pub(crate) fn split_label(split: u32, atomic: bool) -> String {
 }
 
 /// The search space: every tile shape the template supports, the deepest ring that fits
-/// and a 4-stage ring, each with both grids; then the ping-pong tiles, on the persistent
-/// grid only.
+/// and a 4-stage ring, each with both grids; the ping-pong tiles, on the persistent grid
+/// only; then the large cooperative tiles in clusters of two along M (B multicast), with
+/// the deepest ring and both grids.
 pub fn space() -> Vec<HopperConfig> {
     let tiles: [(u32, u32, u32); 10] =
         [(64, 64, 1), (64, 128, 1), (64, 256, 1), (128, 64, 1), (128, 128, 1), (128, 128, 2), (128, 256, 2), (256, 128, 2), (256, 64, 2), (128, 64, 2)];
     let mut out = Vec::new();
     for (bm, bn, consumers) in tiles {
-        for ring in rings(HopperConfig { bm, bn, stages: 2, consumers, persistent: false, split: 1, atomic: false, pingpong: false, cluster: false }) {
+        for ring in rings(HopperConfig::new(bm, bn, 2, consumers)) {
             for persistent in [false, true] {
                 out.push(HopperConfig { persistent, ..ring });
             }
         }
     }
     for (bm, bn) in PINGPONG_TILES {
-        for ring in rings(HopperConfig { bm, bn, stages: 2, consumers: 2, persistent: true, split: 1, atomic: false, pingpong: true, cluster: false }) {
+        for ring in rings(HopperConfig { persistent: true, pingpong: true, ..HopperConfig::new(bm, bn, 2, 2) }) {
             out.push(ring);
+        }
+    }
+    for (bm, bn) in MULTICAST_TILES {
+        if let Some(deepest) = rings(HopperConfig { cluster_m: 2, ..HopperConfig::new(bm, bn, 2, 2) }).into_iter().next() {
+            for persistent in [false, true] {
+                out.push(HopperConfig { persistent, ..deepest });
+            }
         }
     }
     out
 }
+
+/// Tiles that run in clusters of two along M: the large ones, where halving each CTA's B
+/// traffic from L2 can pay for the cluster's synchronisation.
+const MULTICAST_TILES: [(u32, u32); 3] = [(128, 256), (256, 128), (128, 128)];
 
 /// Ping-pong tiles (each consumer's own): 128 accumulator registers or fewer per thread.
 const PINGPONG_TILES: [(u32, u32); 4] = [(64, 128), (64, 256), (128, 64), (128, 128)];
@@ -362,7 +399,7 @@ pub fn split_tiles() -> Vec<HopperConfig> {
     let mut out = Vec::new();
     for atomic in [false, true] {
         for (bm, bn, consumers) in [(64, 64, 1), (64, 128, 1), (128, 64, 1), (128, 128, 2), (128, 256, 2)] {
-            let all = rings(HopperConfig { bm, bn, stages: 2, consumers, persistent: false, split: 2, atomic, pingpong: false, cluster: false });
+            let all = rings(HopperConfig { split: 2, atomic, ..HopperConfig::new(bm, bn, 2, consumers) });
             // A 4-stage ring only where one consumer leaves room for a second block per SM.
             out.extend(all.into_iter().take(if consumers == 1 { 2 } else { 1 }));
         }
@@ -376,7 +413,7 @@ pub fn split_tiles() -> Vec<HopperConfig> {
 pub fn cluster_tiles() -> Vec<HopperConfig> {
     let mut out = Vec::new();
     for (bm, bn, consumers) in [(64, 64, 1), (64, 128, 1), (128, 64, 1), (128, 128, 2)] {
-        let all = rings(HopperConfig { bm, bn, stages: 2, consumers, persistent: false, split: 2, atomic: false, pingpong: false, cluster: true });
+        let all = rings(HopperConfig { split: 2, cluster_reduce: true, ..HopperConfig::new(bm, bn, 2, consumers) });
         out.extend(all.into_iter().take(if consumers == 1 { 2 } else { 1 }));
     }
     out
@@ -465,13 +502,13 @@ mod tests {
             }
         }
         // The helper's measured formula: 128x256 s4 c2 takes 216064 bytes.
-        assert_eq!(HopperConfig { bm: 128, bn: 256, stages: 4, consumers: 2, persistent: true, split: 1, atomic: false, pingpong: false, cluster: false }.shared_mem_bytes(), 216_064);
-        assert!(HopperConfig { bm: 256, bn: 256, stages: 4, consumers: 2, persistent: false, split: 1, atomic: false, pingpong: false, cluster: false }.validate().is_err());
-        assert!(HopperConfig { bm: 256, bn: 64, stages: 4, consumers: 1, persistent: false, split: 1, atomic: false, pingpong: false, cluster: false }.validate().is_err());
-        assert!(HopperConfig { bm: 64, bn: 64, stages: 8, consumers: 1, persistent: true, split: 4, atomic: false, pingpong: false, cluster: false }.validate().is_err());
-        assert!(HopperConfig { bm: 64, bn: 64, stages: 8, consumers: 1, persistent: false, split: 0, atomic: false, pingpong: false, cluster: false }.validate().is_err());
+        assert_eq!(HopperConfig { persistent: true, ..HopperConfig::new(128, 256, 4, 2) }.shared_mem_bytes(), 216_064);
+        assert!(HopperConfig::new(256, 256, 4, 2).validate().is_err());
+        assert!(HopperConfig::new(256, 64, 4, 1).validate().is_err());
+        assert!(HopperConfig { persistent: true, split: 4, ..HopperConfig::new(64, 64, 8, 1) }.validate().is_err());
+        assert!(HopperConfig { split: 0, ..HopperConfig::new(64, 64, 8, 1) }.validate().is_err());
         // Ping-pong: two consumers, each holding a whole tile of at most 128×128 or 64×256.
-        let pp = HopperConfig { bm: 128, bn: 128, stages: 6, consumers: 2, persistent: true, split: 1, atomic: false, pingpong: true, cluster: false };
+        let pp = HopperConfig { persistent: true, pingpong: true, ..HopperConfig::new(128, 128, 6, 2) };
         pp.validate().unwrap();
         assert_eq!(pp.entry(Acc::F32, Layout::Tn), "kaas_wgmma_f32_tn_128x128x64_s6_c2_m1_g16_pp");
         assert!(pp.defines(Acc::F32, Layout::Tn).contains(&("KAAS_PINGPONG".to_string(), "1".to_string())));
@@ -485,14 +522,56 @@ mod tests {
     }
 
     #[test]
+    fn clusters_along_m_split_the_b_box_and_round_the_grid_to_whole_clusters() {
+        let m2: Vec<HopperConfig> = space().into_iter().filter(|c| c.cluster_m == 2).collect();
+        assert_eq!(m2.len(), 6, "three tiles, both grids: {m2:?}");
+        let c = HopperConfig { cluster_m: 2, ..HopperConfig::new(128, 256, 4, 2) };
+        assert!(m2.contains(&c) && m2.contains(&HopperConfig { persistent: true, ..c }));
+        assert_eq!(c.entry(Acc::F32, Layout::Tn), "kaas_wgmma_f32_tn_128x256x64_s4_c2_m2_g16");
+        assert!(c.defines(Acc::F32, Layout::Tn).contains(&("KAAS_CLUSTER_M".to_string(), "2".to_string())));
+        assert_eq!(HopperConfig { persistent: true, ..c }.label(), "128x256 s4 c2 m2 persistent");
+        // 1000 rows are 8 tiles of 128, which make 4 clusters; 1100 rows need 9 tiles, so 10.
+        let p = |layout, m, n, k| Problem::new(Arch::Sm90, Acc::F32, layout, Shape::new(m, n, k).unwrap());
+        assert_eq!(c.tiles(&p(Layout::Tn, 1000, 512, 64)), 8 * 2);
+        assert_eq!(c.tiles(&p(Layout::Tn, 1100, 512, 64)), 10 * 2);
+        for layout in Layout::ALL {
+            let prob = p(layout, 1100, 512, 4096);
+            let man = c.manifest(&prob, 132);
+            man.validate().unwrap();
+            let l = &man.launches[0];
+            assert_eq!((l.grid, l.cluster), ([20, 1, 1], [2, 1, 1]));
+            let Param::TensorMap(b) = &l.params[1] else { panic!("B is not a tensor map") };
+            // Each CTA of the pair loads half of the B tile: tn 128 of its 256 rows, nn 32 of
+            // its 64 K-rows.
+            assert_eq!(b.box_dims, if layout == Layout::Tn { [64, 128] } else { [64, 32] });
+            assert_eq!(HopperConfig::of_launch(l, &prob), Some((c, Acc::F32, layout)));
+            let persistent = HopperConfig { persistent: true, ..c };
+            let big = p(layout, 8192, 8192, 8192);
+            let lp = &persistent.manifest(&big, 131).launches[0];
+            assert_eq!(lp.grid, [130, 1, 1], "131 SMs hold 65 whole clusters");
+            assert_eq!(HopperConfig::of_launch(lp, &big), Some((persistent, Acc::F32, layout)));
+        }
+        // One-CTA manifests are what they were: the shipped catalog's manifests still match.
+        let m1 = HopperConfig::new(128, 128, 6, 2);
+        assert_eq!(m1.manifest(&p(Layout::Nn, 256, 256, 256), 132).launches[0].cluster, [1, 1, 1]);
+        for bad in [
+            HopperConfig { cluster_m: 3, ..c },
+            HopperConfig { split: 4, atomic: true, ..c },
+            HopperConfig { pingpong: true, persistent: true, ..HopperConfig { cluster_m: 2, ..HopperConfig::new(128, 128, 6, 2) } },
+        ] {
+            assert!(bad.validate().is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
     fn split_k_candidates_suit_the_problem_and_their_manifests_check() {
         let p = |m, n, k| Problem::new(Arch::Sm90, Acc::F32, Layout::Tn, Shape::new(m, n, k).unwrap());
         // Few tiles and a long K: many splits; the output fills the GPU: none.
         let skinny = split_space(&p(64, 64, 16384), 132);
         let splits: Vec<u32> = skinny.iter().filter(|c| c.atomic && c.bm == 64 && c.bn == 64 && c.stages == 8).map(|c| c.split).collect();
         assert_eq!(splits, [33, 66, 128, 132, 264].into_iter().filter(|&s| s <= 128).collect::<Vec<_>>(), "{skinny:?}");
-        assert!(skinny.iter().all(|c| c.atomic != c.cluster), "the in-order reduction is not searched");
-        let clustered: Vec<u32> = skinny.iter().filter(|c| c.cluster && c.bm == 64 && c.bn == 64 && c.stages == 8).map(|c| c.split).collect();
+        assert!(skinny.iter().all(|c| c.atomic != c.cluster_reduce), "the in-order reduction is not searched");
+        let clustered: Vec<u32> = skinny.iter().filter(|c| c.cluster_reduce && c.bm == 64 && c.bn == 64 && c.stages == 8).map(|c| c.split).collect();
         assert_eq!(clustered, [2, 4, 8, 16], "{skinny:?}");
         // A quarter, half, one and two waves of 4 tiles of 64×64: 8, 16, 33 and 66 slices.
         let four = split_space(&p(128, 128, 16384), 132);
@@ -511,19 +590,19 @@ mod tests {
                 for c in split_space(&prob, 132) {
                     c.validate().unwrap();
                     let units = c.tiles(&prob) * c.split;
-                    let per_slice = if c.cluster { 1 } else { 2 };
+                    let per_slice = if c.cluster_reduce { 1 } else { 2 };
                     assert!(units <= 264 && prob.k.div_ceil(64) >= per_slice * c.split, "{} {prob}", c.label());
                     let man = c.manifest(&prob, 132);
                     man.validate().unwrap_or_else(|e| panic!("{} {prob}: {e}", c.label()));
                     assert_eq!(man.launches[0].grid, [units, 1, 1]);
                     assert_eq!(man.workspace_bytes, c.workspace_bytes(&prob));
-                    assert!(man.launches[0].entry.ends_with(if c.cluster { "_skc" } else if c.atomic { "_ska" } else { "_sk" }));
+                    assert!(man.launches[0].entry.ends_with(if c.cluster_reduce { "_skc" } else if c.atomic { "_ska" } else { "_sk" }));
                     assert_eq!(HopperConfig::of_launch(&man.launches[0], &prob), Some((c, Acc::F32, layout)));
                 }
             }
         }
         // The template's formula: 256-byte rounded counters, then S partial tiles of fp32.
-        let c = HopperConfig { bm: 64, bn: 64, stages: 8, consumers: 1, persistent: false, split: 16, atomic: false, pingpong: false, cluster: false };
+        let c = HopperConfig { split: 16, ..HopperConfig::new(64, 64, 8, 1) };
         assert_eq!(c.workspace_bytes(&p(100, 64, 16384)), 256 + 4 * 2 * 16 * 64 * 64);
         assert_eq!(HopperConfig { atomic: true, ..c }.workspace_bytes(&p(100, 64, 16384)), 256 + 4 * 2 * 64 * 64);
         assert_eq!(HopperConfig { split: 1, ..c }.workspace_bytes(&p(100, 64, 16384)), 0);
@@ -533,7 +612,7 @@ mod tests {
     #[test]
     fn the_cluster_reduction_launches_one_cluster_per_tile_without_workspace() {
         let p = Problem::new(Arch::Sm90, Acc::F32, Layout::Nn, Shape::new(200, 100, 4096).unwrap());
-        let c = HopperConfig { bm: 64, bn: 64, stages: 8, consumers: 1, persistent: false, split: 8, atomic: false, pingpong: false, cluster: true };
+        let c = HopperConfig { split: 8, cluster_reduce: true, ..HopperConfig::new(64, 64, 8, 1) };
         c.validate().unwrap();
         let man = c.manifest(&p, 132);
         man.validate().unwrap();
@@ -544,9 +623,9 @@ mod tests {
         assert!(c.defines(Acc::F32, Layout::Nn).contains(&("KAAS_SPLITK".to_string(), "3".to_string())));
         assert_eq!(c.label(), "64x64 s8 c1 split 8 cluster");
         assert_eq!(HopperConfig::of_launch(l, &p), Some((c, Acc::F32, Layout::Nn)));
-        assert_ne!(c.code_key(), HopperConfig { cluster: false, ..c }.code_key());
+        assert_ne!(c.code_key(), HopperConfig { cluster_reduce: false, ..c }.code_key());
         // The static barrier of the workspace reductions is not there.
-        assert_eq!(c.static_smem_bytes() + 16, HopperConfig { cluster: false, ..c }.static_smem_bytes());
+        assert_eq!(c.static_smem_bytes() + 16, HopperConfig { cluster_reduce: false, ..c }.static_smem_bytes());
         for bad in [
             HopperConfig { split: 1, ..c },
             HopperConfig { split: 17, ..c },
@@ -558,7 +637,7 @@ mod tests {
             assert!(bad.validate().is_err(), "{bad:?}");
         }
         assert!(HopperConfig { bm: 128, bn: 256, stages: 4, consumers: 2, ..c }.validate().is_ok());
-        assert!(cluster_tiles().iter().all(|t| t.validate().is_ok() && t.cluster));
+        assert!(cluster_tiles().iter().all(|t| t.validate().is_ok() && t.cluster_reduce));
     }
 
     #[test]

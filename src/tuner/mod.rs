@@ -685,7 +685,7 @@ mod tests {
         }
         // What states written before the mma family hold: bare Hopper configurations.
         let old = r#"{"bm":128,"bn":256,"stages":4,"consumers":2,"persistent":true}"#;
-        let want = HopperConfig { bm: 128, bn: 256, stages: 4, consumers: 2, persistent: true, split: 1, atomic: false, pingpong: false, cluster: false };
+        let want = HopperConfig { persistent: true, ..HopperConfig::new(128, 256, 4, 2) };
         assert_eq!(serde_json::from_str::<Candidate>(old).unwrap(), Candidate::Hopper(want));
         // Small problems get both families, large ones only the Hopper family.
         let both = space_for(&p(256, 256, 256), &[Family::Hopper, Family::Mma], 132);
