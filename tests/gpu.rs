@@ -1078,6 +1078,34 @@ fn the_gpu_checks_agree_with_the_host_models() {
 // ---------------------------------------------------------------------------------------
 // The Hopper template's split-K entries through the whole verifier
 
+/// Runs kernels through the sandboxed verifier, prints each verdict under a tag, and keeps
+/// the ones that did not pass for one assertion at the end.
+struct VerifierRuns {
+    tag: &'static str,
+    runs: usize,
+    failed: Vec<String>,
+}
+
+impl VerifierRuns {
+    fn new(tag: &'static str) -> Self {
+        VerifierRuns { tag, runs: 0, failed: Vec::new() }
+    }
+
+    fn run(&mut self, what: &str, ptx: String, manifest: Manifest) {
+        let job = Job { ptx, manifest, secret_seed: rand::random(), watchdog_ms: None, bench: None };
+        let o = sandbox::run_with(&sandbox_command(), &job, sandbox::default_wall_limit(&job));
+        self.runs += 1;
+        println!("{} {what}: {:?} {}", self.tag, o.verdict, first_line(&o.message, 160));
+        if o.verdict != Verdict::Pass {
+            self.failed.push(format!("{what}: {:?} at {}: {}", o.verdict, o.stage, o.message));
+        }
+    }
+
+    fn assert_all_passed(self) {
+        assert!(self.failed.is_empty(), "{} of {} failed: {:#?}", self.failed.len(), self.runs, self.failed);
+    }
+}
+
 /// A Hopper GPU and NVRTC are here (the sandbox opens its own context); else SKIP.
 fn hopper_or_skip() -> bool {
     let Some(gpu) = gpu_and_nvrtc_or_skip() else { return false };
@@ -1107,21 +1135,16 @@ fn split_k_hopper_kernels_pass_the_verifier() {
         ((1000, 72, 3000), tile(128, 64), 23),
         ((256, 512, 2048), tile(128, 256), 3),
     ];
-    let mut failed = vec![];
+    let mut runs = VerifierRuns::new("SPLITK");
     for ((m, n, k), cfg, split) in cases {
         for (layout, atomic) in [(Layout::Tn, false), (Layout::Nn, false), (Layout::Tn, true), (Layout::Nn, true)] {
             let p = Problem::new(Arch::Sm90, Acc::F32, layout, Shape::new(m, n, k).expect("shape"));
             let cfg = HopperConfig { split, atomic, ..cfg };
             let ptx = hopper::compile(&cfg, p.acc, layout).expect("compile");
-            let job = Job { ptx, manifest: cfg.manifest(&p, 132), secret_seed: rand::random(), watchdog_ms: None, bench: None };
-            let o = sandbox::run_with(&sandbox_command(), &job, sandbox::default_wall_limit(&job));
-            println!("SPLITK {p} {}: {:?} {}", cfg.label(), o.verdict, first_line(&o.message, 160));
-            if o.verdict != Verdict::Pass {
-                failed.push(format!("{p} {}: {:?} at {}: {}", cfg.label(), o.verdict, o.stage, o.message));
-            }
+            runs.run(&format!("{p} {}", cfg.label()), ptx, cfg.manifest(&p, 132));
         }
     }
-    assert!(failed.is_empty(), "{failed:#?}");
+    runs.assert_all_passed();
 }
 
 /// Cluster split-K Hopper kernels (`_skc`: a tile's slices are the CTAs of one cluster and
@@ -1137,8 +1160,7 @@ fn cluster_split_k_hopper_kernels_pass_the_verifier() {
         return;
     }
     let shapes = [(64, 64, 4096), (100, 200, 4104), (256, 256, 2048), (1000, 72, 3000), (130, 70, 200)];
-    let mut failed = vec![];
-    let mut runs = 0;
+    let mut runs = VerifierRuns::new("SPLITK-CLUSTER");
     for (i, cfg) in hopper::cluster_tiles().into_iter().enumerate() {
         for (j, layout) in Layout::ALL.into_iter().enumerate() {
             let ptx = hopper::compile(&cfg, Acc::F32, layout).expect("compile");
@@ -1146,13 +1168,7 @@ fn cluster_split_k_hopper_kernels_pass_the_verifier() {
                 let (m, n, k) = shapes[(i + j + q) % shapes.len()];
                 let p = Problem::new(Arch::Sm90, Acc::F32, layout, Shape::new(m, n, k).expect("shape"));
                 let cfg = HopperConfig { split, ..cfg };
-                let job = Job { ptx: ptx.clone(), manifest: cfg.manifest(&p, 132), secret_seed: rand::random(), watchdog_ms: None, bench: None };
-                let o = sandbox::run_with(&sandbox_command(), &job, sandbox::default_wall_limit(&job));
-                runs += 1;
-                println!("SPLITK-CLUSTER {p} {}: {:?} {}", cfg.label(), o.verdict, first_line(&o.message, 160));
-                if o.verdict != Verdict::Pass {
-                    failed.push(format!("{p} {}: {:?} at {}: {}", cfg.label(), o.verdict, o.stage, o.message));
-                }
+                runs.run(&format!("{p} {}", cfg.label()), ptx.clone(), cfg.manifest(&p, 132));
             }
         }
     }
@@ -1165,7 +1181,7 @@ fn cluster_split_k_hopper_kernels_pass_the_verifier() {
     let o = sandbox::run_with(&sandbox_command(), &Job { ptx, manifest, secret_seed: rand::random(), watchdog_ms: None, bench: None }, Duration::from_secs(60));
     println!("SPLITK-CLUSTER short grid: {:?} {}", o.verdict, first_line(&o.message, 160));
     assert!(o.verdict != Verdict::Pass && o.verdict != Verdict::Timeout, "a short grid must fail fast: {:?} {}", o.verdict, o.message);
-    assert!(failed.is_empty(), "{} of {runs} failed: {failed:#?}", failed.len());
+    runs.assert_all_passed();
 }
 
 /// Hopper kernels in clusters of two along M (`_m2`: each CTA loads half of the B tile and
@@ -1181,8 +1197,7 @@ fn multicast_hopper_kernels_pass_the_verifier() {
     let codes: Vec<_> = hopper::space().into_iter().filter(|c| c.cluster_m == 2 && !c.persistent).collect();
     assert!(!codes.is_empty());
     let shapes = [(1000, 1000, 1000), (200, 520, 136), (640, 384, 4104)];
-    let mut failed = vec![];
-    let mut runs = 0;
+    let mut runs = VerifierRuns::new("MULTICAST");
     for (i, code) in codes.iter().enumerate() {
         for (j, layout) in Layout::ALL.into_iter().enumerate() {
             let (m, n, k) = shapes[(i + j) % shapes.len()];
@@ -1195,17 +1210,11 @@ fn multicast_hopper_kernels_pass_the_verifier() {
                     manifest.launches[0].grid[0] = manifest.launches[0].grid[0].min(b);
                 }
                 let grid = manifest.launches[0].grid[0];
-                let job = Job { ptx: ptx.clone(), manifest, secret_seed: rand::random(), watchdog_ms: None, bench: None };
-                let o = sandbox::run_with(&sandbox_command(), &job, sandbox::default_wall_limit(&job));
-                runs += 1;
-                println!("MULTICAST {p} {} grid {grid}: {:?} {}", cfg.label(), o.verdict, first_line(&o.message, 160));
-                if o.verdict != Verdict::Pass {
-                    failed.push(format!("{p} {} grid {grid}: {:?} at {}: {}", cfg.label(), o.verdict, o.stage, o.message));
-                }
+                runs.run(&format!("{p} {} grid {grid}", cfg.label()), ptx.clone(), manifest);
             }
         }
     }
-    assert!(failed.is_empty(), "{} of {runs} failed: {failed:#?}", failed.len());
+    runs.assert_all_passed();
 }
 
 /// Ping-pong Hopper kernels (each consumer warpgroup owns whole tiles, their main loops
@@ -1223,8 +1232,7 @@ fn pingpong_hopper_kernels_pass_the_verifier() {
     let tiles: Vec<_> = hopper::space().into_iter().filter(|c| c.pingpong).collect();
     assert!(!tiles.is_empty());
     let shapes = [(1000, 1000, 1000), (100, 200, 136), (4096, 520, 64), (640, 384, 4104)];
-    let mut failed = vec![];
-    let mut runs = 0;
+    let mut runs = VerifierRuns::new("PINGPONG");
     for (i, cfg) in tiles.iter().enumerate() {
         for (j, layout) in Layout::ALL.into_iter().enumerate() {
             let (m, n, k) = shapes[(i + j) % shapes.len()];
@@ -1233,18 +1241,12 @@ fn pingpong_hopper_kernels_pass_the_verifier() {
             for blocks in [1, 3, 7, 132] {
                 let mut manifest = cfg.manifest(&p, 132);
                 manifest.launches[0].grid[0] = manifest.launches[0].grid[0].min(blocks);
-                let job = Job { ptx: ptx.clone(), manifest, secret_seed: rand::random(), watchdog_ms: None, bench: None };
-                let o = sandbox::run_with(&sandbox_command(), &job, sandbox::default_wall_limit(&job));
-                runs += 1;
-                println!("PINGPONG {p} {} grid {blocks}: {:?} {}", cfg.label(), o.verdict, first_line(&o.message, 160));
-                if o.verdict != Verdict::Pass {
-                    failed.push(format!("{p} {} grid {blocks}: {:?} at {}: {}", cfg.label(), o.verdict, o.stage, o.message));
-                }
+                runs.run(&format!("{p} {} grid {blocks}", cfg.label()), ptx.clone(), manifest);
             }
         }
     }
-    assert!(failed.is_empty(), "{failed:#?}");
-    println!("{runs} ping-pong runs pass");
+    println!("{} ping-pong runs", runs.runs);
+    runs.assert_all_passed();
 }
 
 /// The mma family (mma.sync + cp.async) through the sandboxed verifier (binary exact test,
@@ -1270,18 +1272,13 @@ fn mma_family_kernels_pass_the_verifier() {
     cases.push(((100, 200, 1000), MmaConfig { split: 5, ..tile(32, 64, false) }, Acc::F32));
     cases.push(((1000, 72, 3000), MmaConfig { split: 23, ..tile(64, 32, true) }, Acc::F32));
     cases.push(((256, 512, 2048), MmaConfig { split: 3, ..tile(64, 64, false) }, Acc::F32));
-    let mut failed = vec![];
+    let mut runs = VerifierRuns::new("MMA");
     for ((m, n, k), cfg, acc) in cases {
         for layout in Layout::ALL {
             let p = Problem::new(arch, acc, layout, Shape::new(m, n, k).expect("shape"));
             let ptx = mma::compile(&cfg, arch, acc, layout).expect("compile");
-            let job = Job { ptx, manifest: cfg.manifest(&p), secret_seed: rand::random(), watchdog_ms: None, bench: None };
-            let o = sandbox::run_with(&sandbox_command(), &job, sandbox::default_wall_limit(&job));
-            println!("MMA {p} {}: {:?} {}", cfg.label(), o.verdict, first_line(&o.message, 160));
-            if o.verdict != Verdict::Pass {
-                failed.push(format!("{p} {}: {:?} at {}: {}", cfg.label(), o.verdict, o.stage, o.message));
-            }
+            runs.run(&format!("{p} {}", cfg.label()), ptx, cfg.manifest(&p));
         }
     }
-    assert!(failed.is_empty(), "{failed:#?}");
+    runs.assert_all_passed();
 }
