@@ -101,7 +101,7 @@
 //   ClusterBarrier does (`mbarrier.arrive.shared::cluster`, release at CTA scope: the
 //   slot's wgmmas have completed before it), and m2 runs level with m1 (4096³ 207 against
 //   199 µs, 8192³ 1606 against 1586). In the tuner's space since 2026-11-25 (128x256,
-//   256x128 and 128x128 c2), not yet timed there.
+//   256x128 and 128x128 c2; 64x128 and 64x256 c1), not yet timed there.
 // * acc=f16 accumulates a whole K in fp16, like cuBLAS-TN: its deviation equals cuBLAS-TN's
 //   on the tested shapes but exceeded cuBLAS-NN's on nn 64x4096x4096 and nn 100x200x136.
 // * Without KAAS_SPLITK, skinny shapes with few output tiles (64×4096×4096, 4096×64×4096)
