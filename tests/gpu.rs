@@ -1106,6 +1106,20 @@ impl VerifierRuns {
     }
 }
 
+/// Each Hopper code with each layout, on the shapes in turn (so the codes meet different
+/// edges), compiled: (problem, code, PTX).
+fn hopper_cases(codes: &[kaas::tuner::hopper::HopperConfig], shapes: &[(u32, u32, u32)]) -> Vec<(Problem, kaas::tuner::hopper::HopperConfig, String)> {
+    let mut out = Vec::new();
+    for (i, code) in codes.iter().enumerate() {
+        for (j, layout) in Layout::ALL.into_iter().enumerate() {
+            let (m, n, k) = shapes[(i + j) % shapes.len()];
+            let p = Problem::new(Arch::Sm90, Acc::F32, layout, Shape::new(m, n, k).expect("shape"));
+            out.push((p, *code, kaas::tuner::hopper::compile(code, p.acc, layout).expect("compile")));
+        }
+    }
+    out
+}
+
 /// A Hopper GPU and NVRTC are here (the sandbox opens its own context); else SKIP.
 fn hopper_or_skip() -> bool {
     let Some(gpu) = gpu_and_nvrtc_or_skip() else { return false };
@@ -1198,20 +1212,15 @@ fn multicast_hopper_kernels_pass_the_verifier() {
     assert!(!codes.is_empty());
     let shapes = [(1000, 1000, 1000), (200, 520, 136), (640, 384, 4104)];
     let mut runs = VerifierRuns::new("MULTICAST");
-    for (i, code) in codes.iter().enumerate() {
-        for (j, layout) in Layout::ALL.into_iter().enumerate() {
-            let (m, n, k) = shapes[(i + j) % shapes.len()];
-            let p = Problem::new(Arch::Sm90, Acc::F32, layout, Shape::new(m, n, k).expect("shape"));
-            let ptx = hopper::compile(code, p.acc, layout).expect("compile");
-            for blocks in [None, Some(2), Some(6), Some(132)] {
-                let cfg = hopper::HopperConfig { persistent: blocks.is_some(), ..*code };
-                let mut manifest = cfg.manifest(&p, 132);
-                if let Some(b) = blocks {
-                    manifest.launches[0].grid[0] = manifest.launches[0].grid[0].min(b);
-                }
-                let grid = manifest.launches[0].grid[0];
-                runs.run(&format!("{p} {} grid {grid}", cfg.label()), ptx.clone(), manifest);
+    for (p, code, ptx) in hopper_cases(&codes, &shapes) {
+        for blocks in [None, Some(2), Some(6), Some(132)] {
+            let cfg = hopper::HopperConfig { persistent: blocks.is_some(), ..code };
+            let mut manifest = cfg.manifest(&p, 132);
+            if let Some(b) = blocks {
+                manifest.launches[0].grid[0] = manifest.launches[0].grid[0].min(b);
             }
+            let grid = manifest.launches[0].grid[0];
+            runs.run(&format!("{p} {} grid {grid}", cfg.label()), ptx.clone(), manifest);
         }
     }
     runs.assert_all_passed();
@@ -1233,16 +1242,11 @@ fn pingpong_hopper_kernels_pass_the_verifier() {
     assert!(!tiles.is_empty());
     let shapes = [(1000, 1000, 1000), (100, 200, 136), (4096, 520, 64), (640, 384, 4104)];
     let mut runs = VerifierRuns::new("PINGPONG");
-    for (i, cfg) in tiles.iter().enumerate() {
-        for (j, layout) in Layout::ALL.into_iter().enumerate() {
-            let (m, n, k) = shapes[(i + j) % shapes.len()];
-            let p = Problem::new(Arch::Sm90, Acc::F32, layout, Shape::new(m, n, k).expect("shape"));
-            let ptx = hopper::compile(cfg, p.acc, layout).expect("compile");
-            for blocks in [1, 3, 7, 132] {
-                let mut manifest = cfg.manifest(&p, 132);
-                manifest.launches[0].grid[0] = manifest.launches[0].grid[0].min(blocks);
-                runs.run(&format!("{p} {} grid {blocks}", cfg.label()), ptx.clone(), manifest);
-            }
+    for (p, cfg, ptx) in hopper_cases(&tiles, &shapes) {
+        for blocks in [1, 3, 7, 132] {
+            let mut manifest = cfg.manifest(&p, 132);
+            manifest.launches[0].grid[0] = manifest.launches[0].grid[0].min(blocks);
+            runs.run(&format!("{p} {} grid {blocks}", cfg.label()), ptx.clone(), manifest);
         }
     }
     println!("{} ping-pong runs", runs.runs);

@@ -33,8 +33,8 @@
 //                   and writes C with coalesced 16-byte stores; 0: 4-byte stores straight
 //                   from the accumulators (no staging memory). Not in the entry name: a
 //                   catalog that ships both must set KAAS_ENTRY itself.
-//   KAAS_SPLITK     0 (default), 1 or 2: split-K. Two more params, the workspace and the
-//                   split count S (runtime); each (tile, split) unit accumulates K-tiles
+//   KAAS_SPLITK     0 (default), 1, 2 or 3: split-K. 1 and 2 take two more params, the
+//                   workspace and the split count S (runtime); 3 none (see below); each (tile, split) unit accumulates K-tiles
 //                   [s*kt/S, (s+1)*kt/S); the last unit of a tile to arrive (an atomic
 //                   counter per tile) writes C and resets the counter, so the workspace is
 //                   reusable. 1, in order: each unit stores its fp32 partial, the last sums
@@ -182,7 +182,8 @@ typedef unsigned long long u64;
     a##b##c##d##e##f##g##h##i##j##k##l##m##n##o##p##q##r
 #define KAAS_CAT(...) KAAS_CAT_(__VA_ARGS__)
 #ifndef KAAS_ENTRY
-// The code's suffix: _pp (ping-pong), _ska / _sk (split-K, atomic / in order), or none.
+// The code's suffix: _pp (ping-pong), _ska / _sk / _skc (split-K, atomic / in order / in a
+// cluster), or none.
 #if KAAS_PINGPONG
 #define KAAS_CODE_TAG _pp
 #elif KAAS_SPLITK == 3
@@ -598,13 +599,6 @@ __device__ __forceinline__ void turn_pass(int cw) { asm volatile("bar.arrive %0,
 __device__ __forceinline__ void consumers_sync() {
     asm volatile("bar.sync 1, %0;" ::"n"(128 * CONSUMERS) : "memory");
 }
-// Partials bypass L1 (written and read by different SMs within one launch).
-__device__ __forceinline__ void st_cg_v4(float* p, float a, float b, float c, float d) {
-    asm volatile("st.global.cg.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(p), "f"(a), "f"(b), "f"(c), "f"(d) : "memory");
-}
-__device__ __forceinline__ void ld_cg_v4(const float* p, float& a, float& b, float& c, float& d) {
-    asm volatile("ld.global.cg.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(a), "=f"(b), "=f"(c), "=f"(d) : "l"(p) : "memory");
-}
 #if KAAS_SPLITK == 3
 __device__ __forceinline__ void st_shared_v4(u32 addr, float a, float b, float c, float d) {
     asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};" ::"r"(addr), "f"(a), "f"(b), "f"(c), "f"(d) : "memory");
@@ -624,6 +618,13 @@ __device__ __forceinline__ float4 ld_peer_v4(u32 addr, u32 rank) {
     return v;
 }
 #else
+// Partials bypass L1 (written and read by different SMs within one launch).
+__device__ __forceinline__ void st_cg_v4(float* p, float a, float b, float c, float d) {
+    asm volatile("st.global.cg.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(p), "f"(a), "f"(b), "f"(c), "f"(d) : "memory");
+}
+__device__ __forceinline__ void ld_cg_v4(const float* p, float& a, float& b, float& c, float& d) {
+    asm volatile("ld.global.cg.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(a), "=f"(b), "=f"(c), "=f"(d) : "l"(p) : "memory");
+}
 // A unit's partial: added to the tile's sum (atomic) or stored in its own slot (in order).
 __device__ __forceinline__ void sk_put(float* p, float a, float b, float c, float d) {
 #if KAAS_SPLITK == 2
