@@ -1173,7 +1173,7 @@ fn cluster_split_k_hopper_kernels_pass_the_verifier() {
     if !hopper_or_skip() {
         return;
     }
-    let shapes = [(64, 64, 4096), (100, 200, 4104), (256, 256, 2048), (1000, 72, 3000), (130, 70, 200)];
+    let shapes = [(64, 64, 4096), (100, 200, 4104), (256, 256, 2048), (1000, 72, 3000), (130, 72, 200)];
     let mut runs = VerifierRuns::new("SPLITK-CLUSTER");
     for (i, cfg) in hopper::cluster_tiles().into_iter().enumerate() {
         for (j, layout) in Layout::ALL.into_iter().enumerate() {
@@ -1208,7 +1208,7 @@ fn multicast_hopper_kernels_pass_the_verifier() {
     if !hopper_or_skip() {
         return;
     }
-    let codes: Vec<_> = hopper::space().into_iter().filter(|c| c.cluster_m == 2 && !c.persistent).collect();
+    let codes: Vec<_> = hopper::multicast_codes().into_iter().filter(|c| !c.persistent).collect();
     assert!(!codes.is_empty());
     let shapes = [(1000, 1000, 1000), (200, 520, 136), (640, 384, 4104)];
     let mut runs = VerifierRuns::new("MULTICAST");

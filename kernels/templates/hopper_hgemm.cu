@@ -100,8 +100,10 @@
 //   4096³ 416 µs against 207, 8192³ 3382 against 1606. The default now arrives as CUTLASS's
 //   ClusterBarrier does (`mbarrier.arrive.shared::cluster`, release at CTA scope: the
 //   slot's wgmmas have completed before it), and m2 runs level with m1 (4096³ 207 against
-//   199 µs, 8192³ 1606 against 1586). In the tuner's space since 2026-11-25 (128x256,
-//   256x128 and 128x128 c2; 64x128 and 64x256 c1), not yet timed there.
+//   199 µs, 8192³ 1606 against 1586). Timed in the whole search on 8 shapes from
+//   512x4096x4096 to 8192³ (2026-11-25) the best m2 code lost to the best m1 code on all 8
+//   (4096³ 224 against 190 µs), so the tuner does not search it. Its last cluster barrier
+//   is a release one, and that waits for the C stores (below).
 // * acc=f16 accumulates a whole K in fp16, like cuBLAS-TN: its deviation equals cuBLAS-TN's
 //   on the tested shapes but exceeded cuBLAS-NN's on nn 64x4096x4096 and nn 100x200x136.
 // * Without KAAS_SPLITK, skinny shapes with few output tiles (64×4096×4096, 4096×64×4096)
@@ -116,7 +118,12 @@
 // * Split-K is acc=f32 only, without KAAS_CLUSTER_M, and one unit per CTA (no persistent grid).
 // * KAAS_SPLITK=3 (the cluster reduction) is meant for the three round trips above: the
 //   reduction is one cluster barrier and S reads of distributed shared memory per word.
-//   Written 2026-11-25 without a GPU: compiled and assembled (no spills), not yet run.
+//   It passes the verifier, and it is SLOWER than the atomic split-K on all 31 skinny,
+//   long-K problems timed (2026-11-25; 64x64x4096 5.79 µs against 4.13), so the tuner does
+//   not search it. `barrier.cluster.arrive.release` compiles to MEMBAR.ALL.GPU, a wait for
+//   every global store in flight: the barriers that order nothing are relaxed now (5-12%).
+//   Beyond that, a cluster's CTAs share a GPC, so 4 and more slices spill a second wave
+//   sooner than free CTAs do, and one wave still costs 0.3-0.5 µs more.
 // * Ping-pong (KAAS_PINGPONG=1) against the cooperative tiles, tn, graph mode, × cuBLAS's
 //   default algorithm: 4096×12288×512 1.11× (0.97×), 4096×4096×1024 1.13× (1.01×),
 //   2048×2048×512 1.10× with 64x256 (0.99×); no better at 1024³ or 2048³ (one tile per
@@ -350,6 +357,12 @@ __device__ __forceinline__ u32 cluster_size() {
 
 __device__ __forceinline__ void cluster_sync() {
     asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;" ::: "memory");
+}
+// A cluster barrier that orders nothing before it: for threads whose earlier writes no peer
+// reads. The release form compiles to MEMBAR.ALL.GPU, which waits for every global store
+// in flight (the epilogue's C stores) before the CTA may arrive.
+__device__ __forceinline__ void cluster_sync_relaxed() {
+    asm volatile("barrier.cluster.arrive.relaxed;\nbarrier.cluster.wait.acquire;" ::: "memory");
 }
 
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
@@ -771,7 +784,7 @@ KAAS_ENTRY(const __grid_constant__ TensorMap128 tmA, const __grid_constant__ Ten
             }
         }
 #if KAAS_SPLITK == 3
-        cluster_sync();  // the consumers' first cluster barrier: every partial is stored
+        cluster_sync_relaxed();  // the consumers' first cluster barrier: every partial is stored
 #endif
     } else {
         // ── consumer warpgroups ──
@@ -1039,7 +1052,8 @@ KAAS_ENTRY(const __grid_constant__ TensorMap128 tmA, const __grid_constant__ Ten
     cluster_sync();
 #endif
 #if KAAS_SPLITK == 3
-    // Nor, with the cluster reduction, while a peer can still read its partial.
-    cluster_sync();
+    // Nor, with the cluster reduction, while a peer can still read its partial. The peers'
+    // reads of it have completed (their sums are in C), so nothing needs ordering here.
+    cluster_sync_relaxed();
 #endif
 }

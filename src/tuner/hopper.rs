@@ -365,6 +365,16 @@ pub fn space() -> Vec<HopperConfig> {
             out.push(ring);
         }
     }
+    out
+}
+
+/// Codes that run in clusters of two along M (`_m2`: each CTA loads half of the B tile and
+/// multicasts it to both), on both grids. They pass the verifier but are not in [`space`]:
+/// timed exhaustively beside it on 8 shapes from 512×4096×4096 to 8192³ (tn, H100, session
+/// 9) they lost on every one, by 0.7% at 8192³ and by up to 19% at 1024×1024×4096, so they
+/// would only spend the bandit's pulls.
+pub fn multicast_codes() -> Vec<HopperConfig> {
+    let mut out = Vec::new();
     for (bm, bn, consumers) in MULTICAST_TILES {
         if let Some(deepest) = rings(HopperConfig { cluster_m: 2, ..HopperConfig::new(bm, bn, 2, consumers) }).into_iter().next() {
             for persistent in [false, true] {
@@ -376,9 +386,9 @@ pub fn space() -> Vec<HopperConfig> {
 }
 
 /// Tiles (BM, BN, consumers) that run in clusters of two along M, where halving each CTA's
-/// B traffic from L2 can pay for the cluster's synchronisation: the large cooperative ones,
-/// and the 64-row ones the mid shapes pick. Every algorithm in the H100 baseline table
-/// that cuBLASLt's autotuning chose runs in clusters of two or more CTAs.
+/// B traffic from L2 could pay for the cluster's synchronisation: the large cooperative
+/// ones, and the 64-row ones the mid shapes pick. Every algorithm in the H100 baseline
+/// table that cuBLASLt's autotuning chose runs in clusters of two or more CTAs.
 const MULTICAST_TILES: [(u32, u32, u32); 5] = [(128, 256, 2), (256, 128, 2), (128, 128, 2), (64, 128, 1), (64, 256, 1)];
 
 /// Ping-pong tiles (each consumer's own): 128 accumulator registers or fewer per thread.
@@ -411,7 +421,11 @@ pub fn split_tiles() -> Vec<HopperConfig> {
 
 /// The cluster split-K codes (`_skc`): the tiles whose fp32 partial fits a drained ring,
 /// each with the deepest ring and, with one consumer, a 4-stage ring too (smaller blocks
-/// are easier to place as a cluster).
+/// are easier to place as a cluster), for 2 to 16 slices. They pass the verifier but are
+/// not in [`split_space`]: timed exhaustively beside the atomic split-K on 16 skinny,
+/// long-K shapes per layout (H100, session 9) they lost on every one, at equal tile, ring
+/// and slice count too (by 0.5 µs on one wave, 2× where a cluster of 4 or more spills a
+/// second wave, since a cluster's CTAs must share a GPC).
 pub fn cluster_tiles() -> Vec<HopperConfig> {
     let mut out = Vec::new();
     for (bm, bn, consumers) in [(64, 64, 1), (64, 128, 1), (128, 64, 1), (128, 128, 2)] {
@@ -421,15 +435,9 @@ pub fn cluster_tiles() -> Vec<HopperConfig> {
     out
 }
 
-/// Cluster sizes the search tries for the cluster reduction: 16 needs the non-portable
-/// opt-in, which the launcher makes; whether such a cluster can be placed depends on the
-/// block's shared memory, so the search times it rather than guesses.
-const CLUSTER_SPLITS: [u32; 4] = [2, 4, 8, 16];
-
 /// The split-K candidates that suit a problem whose output needs fewer blocks than a wave
 /// of `sm_count`: for each atomic split-K code, the split counts that make a quarter, half,
-/// one or two waves of units, and the largest that leaves two K-tiles per slice; then the
-/// cluster codes with 2, 4, 8 or 16 slices of at least one K-tile, up to two waves. What
+/// one or two waves of units, and the largest that leaves two K-tiles per slice. What
 /// transfers between neighbouring shapes is the wave a count makes, so the bandit's priors
 /// name comparable arms. The in-order reduction is not searched: exhaustively over 14
 /// shapes on an H100 it was slower than the atomic one on all but one (up to 1.6×); it
@@ -450,17 +458,6 @@ pub fn split_space(p: &Problem, sm_count: u32) -> Vec<HopperConfig> {
         splits.dedup();
         for s in splits {
             if s >= 2 && ktiles >= 2 * s && tiles * s <= 2 * sm_count {
-                out.push(HopperConfig { split: s, ..t });
-            }
-        }
-    }
-    for t in cluster_tiles() {
-        let tiles = t.tiles(p);
-        if tiles >= sm_count {
-            continue;
-        }
-        for s in CLUSTER_SPLITS {
-            if ktiles >= s && tiles * s <= 2 * sm_count {
                 out.push(HopperConfig { split: s, ..t });
             }
         }
@@ -525,8 +522,9 @@ mod tests {
 
     #[test]
     fn clusters_along_m_split_the_b_box_and_round_the_grid_to_whole_clusters() {
-        let m2: Vec<HopperConfig> = space().into_iter().filter(|c| c.cluster_m == 2).collect();
+        let m2: Vec<HopperConfig> = multicast_codes();
         assert_eq!(m2.len(), 10, "five tiles, both grids: {m2:?}");
+        assert!(space().iter().all(|c| c.cluster_m == 1), "the m2 codes lost every timing: not searched");
         let c = HopperConfig { cluster_m: 2, ..HopperConfig::new(128, 256, 4, 2) };
         assert!(m2.contains(&c) && m2.contains(&HopperConfig { persistent: true, ..c }));
         assert_eq!(c.entry(Acc::F32, Layout::Tn), "kaas_wgmma_f32_tn_128x256x64_s4_c2_m2_g16");
@@ -572,9 +570,7 @@ mod tests {
         let skinny = split_space(&p(64, 64, 16384), 132);
         let splits: Vec<u32> = skinny.iter().filter(|c| c.atomic && c.bm == 64 && c.bn == 64 && c.stages == 8).map(|c| c.split).collect();
         assert_eq!(splits, [33, 66, 128, 132, 264].into_iter().filter(|&s| s <= 128).collect::<Vec<_>>(), "{skinny:?}");
-        assert!(skinny.iter().all(|c| c.atomic != c.cluster_reduce), "the in-order reduction is not searched");
-        let clustered: Vec<u32> = skinny.iter().filter(|c| c.cluster_reduce && c.bm == 64 && c.bn == 64 && c.stages == 8).map(|c| c.split).collect();
-        assert_eq!(clustered, [2, 4, 8, 16], "{skinny:?}");
+        assert!(skinny.iter().all(|c| c.atomic && !c.cluster_reduce), "only the atomic reduction is searched");
         // A quarter, half, one and two waves of 4 tiles of 64×64: 8, 16, 33 and 66 slices.
         let four = split_space(&p(128, 128, 16384), 132);
         let splits: Vec<u32> = four.iter().filter(|c| c.atomic && c.bm == 64 && c.bn == 64 && c.stages == 8).map(|c| c.split).collect();
@@ -589,7 +585,10 @@ mod tests {
         for (m, n, k) in [(64, 64, 16384), (512, 256, 4096), (1024, 1024, 16384), (100, 200, 4104)] {
             for layout in Layout::ALL {
                 let prob = Problem::new(Arch::Sm90, Acc::F32, layout, Shape::new(m, n, k).unwrap());
-                for c in split_space(&prob, 132) {
+                // The cluster codes, out of the search, with every cluster size that fits.
+                let clustered = cluster_tiles().into_iter().flat_map(|t| [2, 4, 8, 16].map(|split| HopperConfig { split, ..t }));
+                let clustered = clustered.filter(|c| c.tiles(&prob) * c.split <= 264 && prob.k.div_ceil(64) >= c.split);
+                for c in split_space(&prob, 132).into_iter().chain(clustered) {
                     c.validate().unwrap();
                     let units = c.tiles(&prob) * c.split;
                     let per_slice = if c.cluster_reduce { 1 } else { 2 };

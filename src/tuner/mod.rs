@@ -374,7 +374,10 @@ fn tune_one(gpu: &Gpu, modules: &Modules, p: &Problem, space: &[Candidate], prio
     let reference_us = time_us(gpu, &references, 0.0)?;
     let measure = |i: usize| -> f64 {
         let cfg = &space[i];
-        let Some(module) = modules.get(&cfg.entry(p.acc, p.layout)) else { return f64::NAN };
+        let Some(module) = modules.get(&cfg.entry(p.acc, p.layout)) else {
+            tracing::warn!(config = %cfg.label(), problem = %p, "candidate has no loaded module");
+            return f64::NAN;
+        };
         let manifest = cfg.manifest(p, sm);
         let timed = sets.iter().map(|ops| PreparedManifest::new(gpu, module, &manifest, ops)).collect::<Result<Vec<_>, _>>().and_then(|preps| time_us(gpu, &preps, reference_us));
         match timed {
@@ -675,6 +678,29 @@ mod tests {
         assert_eq!(priors.len(), 2, "only the near shape seeds: {priors:?}");
         assert_eq!(priors[0], (0, 1.1, 0.5));
         assert!(distance(&p(64, 64, 64), &p(16384, 64, 64)) == 8.0);
+    }
+
+    /// The tuner loads one module per code of [`codes`] and times a candidate only if its
+    /// entry is among them: a candidate whose code is missing there never runs. The
+    /// cluster split-K codes were missing for a session, and every `_skc` arm timed 0
+    /// without a word (now a warning names the candidate).
+    #[test]
+    fn every_candidate_of_the_grid_has_a_code_to_load() {
+        let families = [Family::Hopper, Family::Mma];
+        for layout in Layout::ALL {
+            let entries: std::collections::HashSet<String> = codes(&families, Acc::F32).iter().map(|c| c.entry(Acc::F32, layout)).collect();
+            let mut split = 0;
+            let sizes = [64u32, 128, 256, 512, 1024, 2048, 4096, 8192, 12288, 16384];
+            let shapes: Vec<(u32, u32, u32)> = sizes.iter().flat_map(|&m| sizes.iter().flat_map(move |&n| sizes.map(move |k| (m, n, k)))).collect();
+            for (m, n, k) in shapes {
+                let prob = Problem::new(Arch::Sm90, Acc::F32, layout, Shape::new(m, n, k).unwrap());
+                for c in space_for(&prob, &families, 132) {
+                    assert!(entries.contains(&c.entry(Acc::F32, layout)), "{prob}: {} has no code to load", c.label());
+                    split += usize::from(c.split());
+                }
+            }
+            assert!(split > 0, "the grid has split-K candidates");
+        }
     }
 
     #[test]
