@@ -29,6 +29,15 @@
 #                                          with its manifest template NAME.json for the
 #                                          shapes in NAME.problems, export the catalog
 #                                          bundle as `verify` does
+#   bash .dev/run/device-run.sh pass LAYOUTS SECONDS [TUNE OPTIONS…]
+#                                          (device) one catalog pass: `tune` each layout of
+#                                          LAYOUTS (tn,nn) with the options into
+#                                          $OUT/pass-LAYOUT.json.gz, then `verify` the
+#                                          promising winners of all of them for SECONDS
+#                                          (KAAS_VERIFY_PROMISING=1, 500 ms benchmarks, submit
+#                                          threshold 0.5); what the queue still holds at the
+#                                          end needs another `verify` of the gunzipped states
+#                                          once kernels/h100 holds the bundle
 #   [KAAS_VERIFY_NEW_ONLY=1 | KAAS_VERIFY_PROMISING=1] bash .dev/run/device-run.sh verify STATE SECONDS BENCH_MS [OPTIONS…]
 #                                          (device) serve with workers, submit the winners
 #                                          of STATE, let the workers verify and benchmark
@@ -290,13 +299,35 @@ PY
     tar czf "$OUT/bundle.tgz" -C "$OUT" bundle && rm -rf "$OUT/full" "$OUT/bundle"
 }
 
+catalog_pass() {  # $1 layouts (comma-separated), $2 verify seconds, then `kaas tune` options
+    setup_device
+    local layouts="$1" seconds="$2"; shift 2
+    local merged=/tmp/kaas-pass.json states=() l
+    for l in ${layouts//,/ }; do
+        KAAS_TUNE_STATE="pass-$l" tune --layouts "$l" "$@"
+        gunzip -kf "$OUT/pass-$l.json.gz"
+        states+=("$OUT/pass-$l.json")
+    done
+    python3 - "$merged" "${states[@]}" <<'PY'
+import json, sys
+out = {"results": {}}
+for path in sys.argv[2:]:
+    st = json.load(open(path))
+    out = dict(st, results={**out["results"], **st["results"]})
+json.dump(out, open(sys.argv[1], "w"))
+PY
+    rm -f "${states[@]}"  # they come back gzipped
+    KAAS_VERIFY_PROMISING=1 verify "$merged" "$seconds" 500 --submit-threshold 0.5
+}
+
 case "$mode" in
     stage) stage ;;
+    pass) catalog_pass "$@" ;;
     e2e) e2e ;;
     tune) tune "$@" ;;
     verify) verify "$@" ;;
     whole) whole "$@" ;;
     pairs) pairs "$@" ;;
     submit) submit "$@" ;;
-    *) echo "usage: $0 stage | e2e | tune ARGS… | whole KERNEL SIZE BUDGET_MS… | pairs DIR BUDGET_MS | verify STATE SECONDS BENCH_MS [TUNE SUBMIT OPTIONS…]" >&2; exit 2 ;;
+    *) echo "usage: $0 stage | e2e | tune ARGS… | pass LAYOUTS SECONDS [TUNE ARGS…] | whole KERNEL SIZE BUDGET_MS… | pairs DIR BUDGET_MS | verify STATE SECONDS BENCH_MS [TUNE SUBMIT OPTIONS…]" >&2; exit 2 ;;
 esac
