@@ -1175,27 +1175,62 @@ fn cluster_split_k_hopper_kernels_pass_the_verifier() {
     }
     let shapes = [(64, 64, 4096), (100, 200, 4104), (256, 256, 2048), (1000, 72, 3000), (130, 72, 200)];
     let mut runs = VerifierRuns::new("SPLITK-CLUSTER");
-    for (i, cfg) in hopper::cluster_tiles().into_iter().enumerate() {
+    run_split_cases(&mut runs, &hopper::cluster_tiles(), &[2, 4, 8, 16], &shapes);
+    // A grid one cluster short: every CTA returns at once, C stays unwritten, the verifier says so.
+    let cfg = HopperConfig { split: 4, ..hopper::cluster_tiles()[0] };
+    let p = Problem::new(Arch::Sm90, Acc::F32, Layout::Tn, Shape::new(128, 64, 1024).expect("shape"));
+    short_grid_fails_fast("SPLITK-CLUSTER", &cfg, &p, 4);
+    runs.assert_all_passed();
+}
+
+/// Stream-K Hopper kernels (`_sks`: the tiles' K-iterations cut into one equal range per
+/// block, across tile boundaries, shared tiles summed with the atomic split-K's workspace)
+/// pass every stage of the verifier, which launches each five times on one workspace:
+/// every stream-K code, both layouts, grids of 2, 7, 132 and 264 blocks, shapes the tiles
+/// do not divide, a block range shorter than a tile and longer than several, and fewer
+/// K-iterations than blocks (640×384×136 has 90 with 64×128 tiles: the manifest launches 90
+/// blocks). A grid that is not S must write nothing.
+#[test]
+fn stream_k_hopper_kernels_pass_the_verifier() {
+    use kaas::tuner::hopper;
+    if !hopper_or_skip() {
+        return;
+    }
+    let shapes = [(1000, 1000, 4104), (100, 200, 4104), (640, 384, 136), (64, 64, 16384), (2048, 2048, 2048)];
+    let mut runs = VerifierRuns::new("STREAMK");
+    run_split_cases(&mut runs, &hopper::stream_k_codes(132), &[2, 7, 132, 264], &shapes);
+    // A grid one block short of S: every block returns at once, C stays unwritten.
+    let cfg = hopper::stream_k_codes(132)[0];
+    let p = Problem::new(Arch::Sm90, Acc::F32, Layout::Tn, Shape::new(512, 512, 1024).expect("shape"));
+    short_grid_fails_fast("STREAMK", &cfg, &p, 1);
+    runs.assert_all_passed();
+}
+
+/// Every code × layout × split count (the slices, the cluster size or the stream-K grid)
+/// through the verifier, the shapes taken in turn so that each code meets several.
+fn run_split_cases(runs: &mut VerifierRuns, codes: &[kaas::tuner::hopper::HopperConfig], splits: &[u32], shapes: &[(u32, u32, u32)]) {
+    for (i, code) in codes.iter().enumerate() {
         for (j, layout) in Layout::ALL.into_iter().enumerate() {
-            let ptx = hopper::compile(&cfg, Acc::F32, layout).expect("compile");
-            for (q, split) in [2u32, 4, 8, 16].into_iter().enumerate() {
+            let ptx = kaas::tuner::hopper::compile(code, Acc::F32, layout).expect("compile");
+            for (q, &split) in splits.iter().enumerate() {
                 let (m, n, k) = shapes[(i + j + q) % shapes.len()];
                 let p = Problem::new(Arch::Sm90, Acc::F32, layout, Shape::new(m, n, k).expect("shape"));
-                let cfg = HopperConfig { split, ..cfg };
+                let cfg = kaas::tuner::hopper::HopperConfig { split, ..*code };
                 runs.run(&format!("{p} {}", cfg.label()), ptx.clone(), cfg.manifest(&p, 132));
             }
         }
     }
-    // A grid one cluster short: every CTA returns at once, C stays unwritten, the verifier says so.
-    let cfg = HopperConfig { split: 4, ..hopper::cluster_tiles()[0] };
-    let p = Problem::new(Arch::Sm90, Acc::F32, Layout::Tn, Shape::new(128, 64, 1024).expect("shape"));
-    let mut manifest = cfg.manifest(&p, 132);
-    manifest.launches[0].grid[0] -= 4;
-    let ptx = hopper::compile(&cfg, p.acc, p.layout).expect("compile");
+}
+
+/// A Hopper code launched `short` blocks under its manifest's grid: every block returns at
+/// once, C stays unwritten, and the verifier says so without a timeout.
+fn short_grid_fails_fast(tag: &str, cfg: &kaas::tuner::hopper::HopperConfig, p: &Problem, short: u32) {
+    let mut manifest = cfg.manifest(p, 132);
+    manifest.launches[0].grid[0] -= short;
+    let ptx = kaas::tuner::hopper::compile(cfg, p.acc, p.layout).expect("compile");
     let o = sandbox::run_with(&sandbox_command(), &Job { ptx, manifest, secret_seed: rand::random(), watchdog_ms: None, bench: None }, Duration::from_secs(60));
-    println!("SPLITK-CLUSTER short grid: {:?} {}", o.verdict, first_line(&o.message, 160));
+    println!("{tag} short grid: {:?} {}", o.verdict, first_line(&o.message, 160));
     assert!(o.verdict != Verdict::Pass && o.verdict != Verdict::Timeout, "a short grid must fail fast: {:?} {}", o.verdict, o.message);
-    runs.assert_all_passed();
 }
 
 /// Hopper kernels in clusters of two along M (`_m2`: each CTA loads half of the B tile and

@@ -49,6 +49,15 @@
 //                   on every run), the accumulator words w with w % S == r of all S partials
 //                   through distributed shared memory, and writes those elements of C. No
 //                   workspace, no global round trip; one tile per cluster (grid = tiles × S).
+//   KAAS_STREAMK    0 (default) or 1, with KAAS_SPLITK=2: stream-K. S is the grid (the
+//                   launch's block count, G); the tiles × ktiles K-iterations are cut into
+//                   G equal ranges, CTA g taking [g*W/G, (g+1)*W/G) of W = tiles * ktiles,
+//                   across tile boundaries. A tile one CTA covers alone is written
+//                   directly; the pieces of a tile shared by several CTAs are added into an
+//                   fp32 sum as with KAAS_SPLITK=2, and the last to arrive writes C. A split
+//                   tile's first CTA names its counter and sum (no CTA is first in two), so
+//                   the workspace is roundup(4 * G, 256) + 4 * G * BM * BN bytes whatever the
+//                   tile count. A grid other than S, or S above W, writes nothing.
 //   KAAS_PINGPONG   0 (default) or 1: ping-pong consumers (needs KAAS_CONSUMERS=2, no split-K).
 //                   Each consumer owns whole BM×BN tiles (BM 64 or 128, at most 128
 //                   accumulators per thread: 64x128, 64x256, 128x64, 128x128), alternate
@@ -58,7 +67,7 @@
 //   KAAS_ENTRY      optional; default name encodes every knob:
 //     kaas_wgmma_<f32|f16>_<tn|nn>_<BM>x<BN>x<BK>_s<STAGES>_c<CONSUMERS>_m<CLUSTER_M>_g<GROUP_M>
 //     e.g. kaas_wgmma_f32_tn_128x256x64_s4_c2_m1_g16; KAAS_SPLITK=1 adds _sk, 2 adds _ska,
-//     3 adds _skc;
+//     3 adds _skc, KAAS_STREAMK=1 _sks;
 //     KAAS_PINGPONG=1 adds _pp
 //
 // ─── Launch (kaas.hgemm.v1) ─────────────────────────────────────────────────────────────
@@ -124,6 +133,10 @@
 //   every global store in flight: the barriers that order nothing are relaxed now (5-12%).
 //   Beyond that, a cluster's CTAs share a GPC, so 4 and more slices spill a second wave
 //   sooner than free CTAs do, and one wave still costs 0.3-0.5 µs more.
+// * KAAS_STREAMK=1 (stream-K) is meant for the wave quantization of the mid shapes, where
+//   cuBLASLt rarely splits K. Written 2026-11-25 without a GPU: compiled and assembled (no
+//   spills, 114-168 registers), not yet run; not in the tuner's space until its GPU test
+//   passes.
 // * Ping-pong (KAAS_PINGPONG=1) against the cooperative tiles, tn, graph mode, × cuBLAS's
 //   default algorithm: 4096×12288×512 1.11× (0.97×), 4096×4096×1024 1.13× (1.01×),
 //   2048×2048×512 1.10× with 64x256 (0.99×); no better at 1024³ or 2048³ (one tile per
@@ -170,6 +183,9 @@ typedef unsigned long long u64;
 #ifndef KAAS_PINGPONG
 #define KAAS_PINGPONG 0
 #endif
+#ifndef KAAS_STREAMK
+#define KAAS_STREAMK 0
+#endif
 // The cluster release's arrive: 1 (default) at CTA scope, 0 `.release.cluster` (2× slower).
 #ifndef KAAS_MC_ARRIVE_CTA
 #define KAAS_MC_ARRIVE_CTA 1
@@ -195,6 +211,8 @@ typedef unsigned long long u64;
 #define KAAS_CODE_TAG _pp
 #elif KAAS_SPLITK == 3
 #define KAAS_CODE_TAG _skc
+#elif KAAS_SPLITK == 2 && KAAS_STREAMK
+#define KAAS_CODE_TAG _sks
 #elif KAAS_SPLITK == 2
 #define KAAS_CODE_TAG _ska
 #elif KAAS_SPLITK
@@ -252,6 +270,7 @@ static_assert(CL == 1, "split-K runs without clusters");
 static_assert(KAAS_ACC_F32, "split-K partials are fp32: acc=f32 only");
 static_assert(KAAS_SPLITK >= 1 && KAAS_SPLITK <= 3, "KAAS_SPLITK must be 0, 1, 2 or 3");
 #endif
+static_assert(KAAS_STREAMK == 0 || KAAS_SPLITK == 2, "stream-K reduces with the atomic split-K (KAAS_SPLITK=2)");
 #if KAAS_SPLITK == 3
 // The cluster reduction stores each CTA's fp32 partial tile in its drained ring.
 static_assert(STAGES * (BM + BN) * BK * 2 >= BM * BN * 4, "the ring cannot hold the tile's fp32 partial");
@@ -659,6 +678,20 @@ __device__ __forceinline__ void split_unit(int u, int S, int ktiles, int& t, int
     kb = (int)((long long)sp * ktiles / S);
     ke = (int)((long long)(sp + 1) * ktiles / S);
 }
+#if KAAS_STREAMK
+// Stream-K: the segment of a CTA's range [it, end) that starts at K-iteration `it`: tile t,
+// its K-tiles [kb, ke), up to the tile's end or the range's; returns where the next starts.
+__device__ __forceinline__ long long stream_unit(long long it, long long end, int ktiles, int& t, int& kb, int& ke) {
+    t = (int)(it / ktiles);
+    kb = (int)(it - (long long)t * ktiles);
+    ke = (int)min((long long)ktiles, (long long)kb + (end - it));
+    return it + (ke - kb);
+}
+// The CTA whose range holds K-iteration i: the largest g with g * W / S <= i.
+__device__ __forceinline__ int stream_owner(long long i, long long W, int S) {
+    return (int)(((i + 1) * S - 1) / W);
+}
+#endif
 // K-tiles [KAAS_KB, KAAS_KE) of the unit; without split-K the whole of K.
 #define KAAS_KB kb
 #define KAAS_KE ke
@@ -709,6 +742,16 @@ KAAS_ENTRY(const __grid_constant__ TensorMap128 tmA, const __grid_constant__ Ten
     // condition is the same in every CTA, so no CTA waits on a barrier another skips.
     const int S = (int)cluster_size();
     if (S < 2 || gridDim.x != (unsigned)(tiles * S)) return;
+#elif KAAS_STREAMK
+    // CTA cid takes K-iterations [sk_begin, sk_end) of the sk_work = tiles * ktiles.
+    // S is the grid, at most one block per K-iteration (else a shared tile could count a
+    // block with an empty range among its own): any other launch writes nothing.
+    const long long sk_work = (long long)tiles * ktiles;
+    if (S < 1 || S != (int)gridDim.x || S > sk_work) return;
+    const long long sk_begin = (long long)cid * sk_work / S;
+    const long long sk_end = (long long)(cid + 1) * sk_work / S;
+    u32* const sk_count = reinterpret_cast<u32*>(ws);  // one counter per CTA (see the top)
+    float* const sk_part = reinterpret_cast<float*>(ws + ((4 * S + 255) & ~255));
 #elif KAAS_SPLITK
     if (S < 1) return;
     u32* const sk_count = reinterpret_cast<u32*>(ws);  // one counter per tile
@@ -740,7 +783,11 @@ KAAS_ENTRY(const __grid_constant__ TensorMap128 tmA, const __grid_constant__ Ten
             asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<u64>(&tmB)) : "memory");
             int s = 0;
             u32 ph = 0;
-#if KAAS_SPLITK
+#if KAAS_STREAMK
+            for (long long it = sk_begin, next; it < sk_end; it = next) {
+                int t, kb, ke;
+                next = stream_unit(it, sk_end, ktiles, t, kb, ke);
+#elif KAAS_SPLITK
             for (int u = cid; u < tiles * S; u += ncl) {
                 int t, sp, kb, ke;
                 split_unit(u, S, ktiles, t, sp, kb, ke);
@@ -814,7 +861,11 @@ KAAS_ENTRY(const __grid_constant__ TensorMap128 tmA, const __grid_constant__ Ten
 #else
         int s = 0;
         u32 ph = 0;
-#if KAAS_SPLITK
+#if KAAS_STREAMK
+        for (long long it = sk_begin, next; it < sk_end; it = next) {
+            int t, kb, ke;
+            next = stream_unit(it, sk_end, ktiles, t, kb, ke);
+#elif KAAS_SPLITK
         for (int u = cid; u < tiles * S; u += ncl) {
             int t, sp, kb, ke;
             split_unit(u, S, ktiles, t, sp, kb, ke);
@@ -916,14 +967,24 @@ KAAS_ENTRY(const __grid_constant__ TensorMap128 tmA, const __grid_constant__ Ten
                 continue;  // C is written; the loop has no other unit
             }
 #elif KAAS_SPLITK
-            if (S > 1) {
+#if KAAS_STREAMK
+            // The tile's CTAs: its first one names the counter and the sum (SK_SLOT).
+            const int sk_first = stream_owner((long long)t * ktiles, sk_work, S);
+            const int sk_contrib = stream_owner((long long)(t + 1) * ktiles - 1, sk_work, S) - sk_first + 1;
+#define SK_SLOT sk_first
+#define SK_UNITS sk_contrib
+#else
+#define SK_SLOT t
+#define SK_UNITS S
+#endif
+            if (SK_UNITS > 1) {
                 // Partials in the accumulators' own order, four registers per 16-byte word:
                 // word w of thread tid at float 4 * (128 * w + tid), so every access is a
                 // coalesced 2 KiB per warpgroup.
                 constexpr int WORDS = MI * ACC_REGS / 4;
 #if KAAS_SPLITK == 2
                 // Atomic: every unit adds its partial into the tile's fp32 sum in L2.
-                float* const mine = sk_part + (u64)t * (u64)(BM * BN) + cw * (WORDS * 512) + 4 * tid;
+                float* const mine = sk_part + (u64)SK_SLOT * (u64)(BM * BN) + cw * (WORDS * 512) + 4 * tid;
 #else
                 // In order: every unit stores its partial; the last sums them 0..S-1.
                 float* const tile_part = sk_part + (u64)t * (u64)S * (u64)(BM * BN);
@@ -938,9 +999,9 @@ KAAS_ENTRY(const __grid_constant__ TensorMap128 tmA, const __grid_constant__ Ten
                 if (threadIdx.x == 128) {
                     // Release: this unit's partials (ordered before it by the barrier) are
                     // visible before its count; acquire: the other units' are visible after.
-                    const u32 before = atomic_inc_acq_rel(sk_count + t);
-                    sk_last = before == (u32)(S - 1);
-                    if (sk_last) *reinterpret_cast<volatile u32*>(sk_count + t) = 0u;  // reset for the next launch
+                    const u32 before = atomic_inc_acq_rel(sk_count + SK_SLOT);
+                    sk_last = before == (u32)(SK_UNITS - 1);
+                    if (sk_last) *reinterpret_cast<volatile u32*>(sk_count + SK_SLOT) = 0u;  // reset for the next launch
                 }
                 consumers_sync();  // orders everyone's reads below after the acquire
                 if (!sk_last) continue;

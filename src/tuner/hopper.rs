@@ -63,6 +63,13 @@ pub struct HopperConfig {
     /// and multicasts it to both (TMA multicast). 1: no cluster.
     #[serde(default = "one", skip_serializing_if = "is_one")]
     pub cluster_m: u32,
+    /// Stream-K (`KAAS_STREAMK`, entries ending `_sks`), with the atomic reduction: `split`
+    /// is the grid, G blocks, and the tiles' K-iterations are cut into G equal ranges
+    /// across tile boundaries; tiles shared by several blocks are summed as the atomic
+    /// split-K sums its slices. The workspace holds G counters and sums, whatever the tile
+    /// count.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub stream_k: bool,
 }
 
 pub(crate) fn one() -> u32 {
@@ -80,7 +87,7 @@ const UNIT_TARGETS: [(u32, u32); 4] = [(1, 4), (1, 2), (1, 1), (2, 1)];
 impl HopperConfig {
     /// A cooperative, unsplit configuration, one tile per block, without clusters.
     pub const fn new(bm: u32, bn: u32, stages: u32, consumers: u32) -> Self {
-        HopperConfig { bm, bn, stages, consumers, persistent: false, split: 1, atomic: false, pingpong: false, cluster_reduce: false, cluster_m: 1 }
+        HopperConfig { bm, bn, stages, consumers, persistent: false, split: 1, atomic: false, pingpong: false, cluster_reduce: false, cluster_m: 1, stream_k: false }
     }
 
     pub fn validate(&self) -> Result<(), String> {
@@ -131,6 +138,9 @@ impl HopperConfig {
                 return Err(format!("a {}-stage ring cannot hold the {}x{} fp32 partial", self.stages, self.bm, self.bn));
             }
         }
+        if self.stream_k && (!self.atomic || self.split < 2 || self.cluster_reduce) {
+            return Err(format!("stream-K needs the atomic reduction over a grid of 2 or more blocks; got split {}", self.split));
+        }
         if self.shared_mem_bytes() + self.static_smem_bytes() > SMEM_LIMIT {
             return Err(format!("{} B of shared memory exceed {SMEM_LIMIT}", self.shared_mem_bytes() + self.static_smem_bytes()));
         }
@@ -163,17 +173,37 @@ impl HopperConfig {
         if self.cluster_reduce {
             return 0;
         }
+        if self.stream_k {
+            // One counter and one sum per block: the split tile it is the first of.
+            let blocks = self.stream_blocks(p);
+            return split_workspace_bytes(blocks, self.bm * self.bn, blocks, true);
+        }
         split_workspace_bytes(self.tiles(p), self.bm * self.bn, self.split, self.atomic)
     }
 
-    /// The template's `KAAS_SPLITK`: 0 unsplit, 1 in-order, 2 atomic, 3 cluster reduction.
+    /// Stream-K's grid: `split` blocks, but no more than the problem's K-iterations (tiles ×
+    /// K-tiles), so that every block's range holds at least one (the template counts a
+    /// shared tile's blocks as the owners of its first and last iterations and all between).
+    fn stream_blocks(&self, p: &Problem) -> u32 {
+        let work = u64::from(self.tiles(p)) * u64::from(p.k.div_ceil(BK));
+        u32::try_from(work.min(u64::from(self.split))).unwrap_or(self.split).max(1)
+    }
+
+    /// The code's split mode: 0 unsplit, 1 in-order, 2 atomic, 3 cluster reduction (the
+    /// template's `KAAS_SPLITK`), 4 stream-K (`KAAS_SPLITK=2` with `KAAS_STREAMK=1`).
     fn split_mode(&self) -> u8 {
-        if self.cluster_reduce && self.split > 1 { 3 } else { split_mode(self.split, self.atomic) }
+        if self.cluster_reduce && self.split > 1 {
+            3
+        } else if self.stream_k && self.split > 1 {
+            4
+        } else {
+            split_mode(self.split, self.atomic)
+        }
     }
 
     /// The PTX entry; the persistent flag is a grid choice, not part of the code.
     pub fn entry(&self, acc: Acc, layout: Layout) -> String {
-        let sk = ["", "_sk", "_ska", "_skc"][usize::from(self.split_mode())];
+        let sk = ["", "_sk", "_ska", "_skc", "_sks"][usize::from(self.split_mode())];
         let pp = if self.pingpong { "_pp" } else { "" };
         format!("kaas_wgmma_{}_{}_{}x{}x{BK}_s{}_c{}_m{}_g{GROUP_M}{sk}{pp}", acc.as_str(), layout.as_str(), self.bm, self.bn, self.stages, self.consumers, self.cluster_m)
     }
@@ -192,7 +222,9 @@ impl HopperConfig {
             ("KAAS_EPILOGUE", 1),
         ]
         .into_iter()
-        .chain((self.split > 1).then_some(("KAAS_SPLITK", u32::from(self.split_mode()))))
+        // Stream-K is the atomic split-K's code with KAAS_STREAMK.
+        .chain((self.split > 1).then_some(("KAAS_SPLITK", if self.stream_k { 2 } else { u32::from(self.split_mode()) })))
+        .chain((self.stream_k && self.split > 1).then_some(("KAAS_STREAMK", 1)))
         .chain(self.pingpong.then_some(("KAAS_PINGPONG", 1)))
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect()
@@ -206,7 +238,13 @@ impl HopperConfig {
     /// Blocks: a persistent grid takes one per SM, rounded down to whole clusters.
     pub fn grid(&self, p: &Problem, sm_count: u32) -> u32 {
         let tiles = self.tiles(p);
-        if self.persistent { tiles.min((sm_count / self.cluster_m).max(1) * self.cluster_m) } else { tiles * self.split }
+        if self.stream_k {
+            self.stream_blocks(p)
+        } else if self.persistent {
+            tiles.min((sm_count / self.cluster_m).max(1) * self.cluster_m)
+        } else {
+            tiles * self.split
+        }
     }
 
     pub fn manifest(&self, p: &Problem, sm_count: u32) -> Manifest {
@@ -222,8 +260,9 @@ impl HopperConfig {
             Param::I32(I32Value::Dim(Dim::K)),
         ];
         if self.split > 1 && !self.cluster_reduce {
+            let s = if self.stream_k { self.stream_blocks(p) } else { self.split };
             params.push(Param::Ptr(Buffer::Workspace));
-            params.push(Param::I32(I32Value::Const(self.split as i32)));
+            params.push(Param::I32(I32Value::Const(s as i32)));
         }
         Manifest {
             abi: ABI.into(),
@@ -248,7 +287,8 @@ impl HopperConfig {
         let rest = entry.strip_prefix("kaas_wgmma_")?;
         let (rest, pingpong) = rest.strip_suffix("_pp").map_or((rest, false), |r| (r, true));
         let (rest, cluster_reduce) = rest.strip_suffix("_skc").map_or((rest, false), |r| (r, true));
-        let (rest, split, atomic) = if cluster_reduce { (rest, 2, false) } else { split_suffix(rest) };
+        let (rest, stream_k) = if cluster_reduce { (rest, false) } else { rest.strip_suffix("_sks").map_or((rest, false), |r| (r, true)) };
+        let (rest, split, atomic) = if cluster_reduce { (rest, 2, false) } else if stream_k { (rest, 2, true) } else { split_suffix(rest) };
         let parts: Vec<&str> = rest.split('_').collect();
         let [acc, layout, tile, stages, consumers, cluster_m, group] = parts[..] else { return None };
         let acc: Acc = acc.parse().ok()?;
@@ -269,6 +309,7 @@ impl HopperConfig {
             pingpong,
             cluster_reduce,
             cluster_m: cluster_m.strip_prefix('m')?.parse().ok()?,
+            stream_k,
         };
         cfg.validate().ok()?;
         (cfg.entry(acc, layout) == entry).then_some((cfg, acc, layout))
@@ -294,7 +335,13 @@ impl HopperConfig {
     /// Short label, e.g. `128x256 s4 c2 persistent`, `64x64 s8 c1 split 16 atomic`,
     /// `64x64 s8 c1 split 8 cluster`.
     pub fn label(&self) -> String {
-        let split = if self.cluster_reduce { format!(" split {} cluster", self.split) } else { split_label(self.split, self.atomic) };
+        let split = if self.cluster_reduce {
+            format!(" split {} cluster", self.split)
+        } else if self.stream_k {
+            format!(" stream-K {}", self.split)
+        } else {
+            split_label(self.split, self.atomic)
+        };
         let pp = if self.pingpong { " ping-pong" } else { "" };
         let cl = if self.cluster_m > 1 { format!(" m{}", self.cluster_m) } else { String::new() };
         format!("{}x{} s{} c{}{cl}{pp}{}{split}", self.bm, self.bn, self.stages, self.consumers, if self.persistent { " persistent" } else { "" })
@@ -364,6 +411,18 @@ pub fn space() -> Vec<HopperConfig> {
         for ring in rings(HopperConfig { persistent: true, pingpong: true, ..HopperConfig::new(bm, bn, 2, 2) }) {
             out.push(ring);
         }
+    }
+    out
+}
+
+/// The stream-K codes (`_sks`), each with the deepest ring, on a grid of `sm_count`
+/// blocks. Written without a GPU (2026-11-25): not in the search until the GPU test
+/// `stream_k_hopper_kernels_pass_the_verifier` has passed on one.
+pub fn stream_k_codes(sm_count: u32) -> Vec<HopperConfig> {
+    let mut out = Vec::new();
+    for (bm, bn, consumers) in [(64, 128, 1), (128, 128, 2), (128, 256, 2)] {
+        let c = HopperConfig { split: sm_count.max(2), atomic: true, stream_k: true, ..HopperConfig::new(bm, bn, 2, consumers) };
+        out.extend(rings(c).into_iter().take(1));
     }
     out
 }
@@ -695,13 +754,74 @@ mod tests {
     }
 
     #[test]
+    fn stream_k_launches_one_grid_with_one_sum_per_block() {
+        let prob = Problem::new(Arch::Sm90, Acc::F32, Layout::Tn, Shape::new(1000, 1000, 4104).unwrap());
+        let codes = stream_k_codes(132);
+        assert_eq!(codes.len(), 3, "{codes:?}");
+        for c in &codes {
+            c.validate().unwrap();
+            let man = c.manifest(&prob, 132);
+            man.validate().unwrap_or_else(|e| panic!("{}: {e}", c.label()));
+            assert_eq!(man.launches[0].grid, [132, 1, 1], "{}", c.label());
+            assert_eq!(man.launches[0].cluster, [1, 1, 1]);
+            assert_eq!(man.launches[0].params.len(), 8, "workspace and S");
+            // 132 counters (768 bytes with the rounding), then 132 fp32 sums of a tile,
+            // however many tiles the problem has.
+            assert_eq!(man.workspace_bytes, 768 + 4 * 132 * u64::from(c.bm * c.bn), "{}", c.label());
+            let entry = c.entry(Acc::F32, Layout::Nn);
+            assert!(entry.ends_with("_g16_sks"), "{entry}");
+            assert_eq!(HopperConfig::from_entry(&entry), Some((HopperConfig { split: 2, ..*c }, Acc::F32, Layout::Nn)));
+            assert_eq!(HopperConfig::of_launch(&man.launches[0], &prob), Some((*c, Acc::F32, Layout::Tn)));
+            let defines = c.defines(Acc::F32, Layout::Tn);
+            assert!(defines.contains(&("KAAS_SPLITK".into(), "2".into())) && defines.contains(&("KAAS_STREAMK".into(), "1".into())), "{defines:?}");
+            assert_eq!(c.label(), format!("{}x{} s{} c{} stream-K 132", c.bm, c.bn, c.stages, c.consumers));
+            for bad in [HopperConfig { atomic: false, ..*c }, HopperConfig { split: 1, atomic: false, ..*c }, HopperConfig { cluster_reduce: true, ..*c }] {
+                assert!(bad.validate().is_err(), "{bad:?}");
+            }
+        }
+        assert!(HopperConfig::from_entry("kaas_wgmma_f32_tn_64x128x64_s8_c1_m1_g16_sks_ska").is_none());
+        // Fewer K-iterations than blocks: the grid (and S) shrink to one block per iteration.
+        let small = Problem::new(Arch::Sm90, Acc::F32, Layout::Nn, Shape::new(640, 384, 136).unwrap());
+        let man = codes[0].manifest(&small, 132);
+        assert_eq!((codes[0].bm, codes[0].bn), (64, 128));
+        assert_eq!(man.launches[0].grid, [90, 1, 1], "10 × 3 tiles of 3 K-tiles");
+        assert_eq!(man.launches[0].params[7], Param::I32(I32Value::Const(90)));
+        assert_eq!(man.workspace_bytes, 512 + 4 * 90 * 64 * 128);
+        // The template's partition, modelled: block g takes K-iterations [g*W/G, (g+1)*W/G)
+        // and owner(i) = ((i+1)*G - 1) / W is the block whose range holds iteration i. Every
+        // range starts where its owner says, the ranges cover each tile exactly, and no block
+        // is the first of two tiles that several blocks share (it names their counter and sum).
+        // With G <= W (the manifest's clamp) no range is empty, so a shared tile's blocks are
+        // exactly the owners of its first and last iterations and all between, each arriving once.
+        for (tiles, ktiles, g) in [(1u64, 200u64, 132u64), (7, 65, 132), (64, 16, 132), (133, 64, 132), (1000, 3, 132), (16, 1, 16), (5, 7, 3), (90, 1, 90)] {
+            let w = tiles * ktiles;
+            let start = |b: u64| b * w / g;
+            let owner = |i: u64| ((i + 1) * g - 1) / w;
+            for b in 0..g {
+                assert!(start(b) < start(b + 1), "block {b} has an empty range: tiles {tiles} ktiles {ktiles} G {g}");
+                assert_eq!(owner(start(b)), b, "tiles {tiles} ktiles {ktiles} G {g}");
+            }
+            let mut firsts = std::collections::BTreeSet::new();
+            for t in 0..tiles {
+                let (lo, hi) = (t * ktiles, (t + 1) * ktiles);
+                let (first, last) = (owner(lo), owner(hi - 1));
+                let covered: u64 = (first..=last).map(|b| start(b + 1).min(hi) - start(b).max(lo)).sum();
+                assert_eq!(covered, ktiles, "tile {t} of {tiles}, ktiles {ktiles}, G {g}");
+                if last > first {
+                    assert!(firsts.insert(first), "block {first} is the first of two split tiles");
+                }
+            }
+        }
+    }
+
+    #[test]
     fn every_configuration_compiles_where_nvrtc_is_present() {
         if let Err(why) = nvrtc::available() {
             eprintln!("SKIP: no NVRTC ({why})");
             return;
         }
         let mut seen = std::collections::BTreeSet::new();
-        for c in space().into_iter().chain(split_tiles()).chain(cluster_tiles()) {
+        for c in space().into_iter().chain(split_tiles()).chain(cluster_tiles()).chain(multicast_codes()).chain(stream_k_codes(132)) {
             if !seen.insert(c.code_key()) {
                 continue;
             }
