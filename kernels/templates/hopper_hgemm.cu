@@ -132,7 +132,7 @@
 //   not search it. `barrier.cluster.arrive.release` compiles to MEMBAR.ALL.GPU, a wait for
 //   every global store in flight: the barriers that order nothing are relaxed now (5-12%).
 //   Beyond that, a cluster's CTAs share a GPC, so 4 and more slices spill a second wave
-//   sooner than free CTAs do, and one wave still costs 0.3-0.5 µs more.
+//   sooner than free CTAs do, and one wave still costs 0.3-0.6 µs more.
 // * KAAS_STREAMK=1 (stream-K) is meant for the wave quantization of the mid shapes, where
 //   cuBLASLt rarely splits K. Written 2026-11-25 without a GPU: compiled and assembled (no
 //   spills, 114-168 registers), not yet run; not in the tuner's space until its GPU test

@@ -481,9 +481,9 @@ pub fn split_tiles() -> Vec<HopperConfig> {
 /// The cluster split-K codes (`_skc`): the tiles whose fp32 partial fits a drained ring,
 /// each with the deepest ring and, with one consumer, a 4-stage ring too (smaller blocks
 /// are easier to place as a cluster), for 2 to 16 slices. They pass the verifier but are
-/// not in [`split_space`]: timed exhaustively beside the atomic split-K on 16 skinny,
-/// long-K shapes per layout (H100, session 9) they lost on every one, at equal tile, ring
-/// and slice count too (by 0.5 µs on one wave, 2× where a cluster of 4 or more spills a
+/// not in [`split_space`]: timed exhaustively beside the atomic split-K on 15 tn and 16 nn
+/// skinny, long-K shapes (H100, session 9) they lost on every one, at equal tile, ring
+/// and slice count too (by 0.3-0.6 µs on one wave, 2× where a cluster of 4 or more spills a
 /// second wave, since a cluster's CTAs must share a GPC).
 pub fn cluster_tiles() -> Vec<HopperConfig> {
     let mut out = Vec::new();
