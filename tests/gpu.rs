@@ -1174,13 +1174,9 @@ fn cluster_split_k_hopper_kernels_pass_the_verifier() {
         return;
     }
     let shapes = [(64, 64, 4096), (100, 200, 4104), (256, 256, 2048), (1000, 72, 3000), (130, 72, 200)];
-    let mut runs = VerifierRuns::new("SPLITK-CLUSTER");
-    run_split_cases(&mut runs, &hopper::cluster_tiles(), &[2, 4, 8, 16], &shapes);
-    // A grid one cluster short: every CTA returns at once, C stays unwritten, the verifier says so.
-    let cfg = HopperConfig { split: 4, ..hopper::cluster_tiles()[0] };
-    let p = Problem::new(Arch::Sm90, Acc::F32, Layout::Tn, Shape::new(128, 64, 1024).expect("shape"));
-    short_grid_fails_fast("SPLITK-CLUSTER", &cfg, &p, 4);
-    runs.assert_all_passed();
+    // The short grid: one cluster of 4 short.
+    let short = HopperConfig { split: 4, ..hopper::cluster_tiles()[0] };
+    split_codes_pass_the_verifier("SPLITK-CLUSTER", &hopper::cluster_tiles(), &[2, 4, 8, 16], &shapes, (&short, (128, 64, 1024), 4));
 }
 
 /// Stream-K Hopper kernels (`_sks`: the tiles' K-iterations cut into one equal range per
@@ -1197,18 +1193,16 @@ fn stream_k_hopper_kernels_pass_the_verifier() {
         return;
     }
     let shapes = [(1000, 1000, 4104), (100, 200, 4104), (640, 384, 136), (64, 64, 16384), (2048, 2048, 2048)];
-    let mut runs = VerifierRuns::new("STREAMK");
-    run_split_cases(&mut runs, &hopper::stream_k_codes(132), &[2, 7, 132, 264], &shapes);
-    // A grid one block short of S: every block returns at once, C stays unwritten.
-    let cfg = hopper::stream_k_codes(132)[0];
-    let p = Problem::new(Arch::Sm90, Acc::F32, Layout::Tn, Shape::new(512, 512, 1024).expect("shape"));
-    short_grid_fails_fast("STREAMK", &cfg, &p, 1);
-    runs.assert_all_passed();
+    // The short grid: one block short of S.
+    let codes = hopper::stream_k_codes(132);
+    split_codes_pass_the_verifier("STREAMK", &codes, &[2, 7, 132, 264], &shapes, (&codes[0], (512, 512, 1024), 1));
 }
 
 /// Every code × layout × split count (the slices, the cluster size or the stream-K grid)
-/// through the verifier, the shapes taken in turn so that each code meets several.
-fn run_split_cases(runs: &mut VerifierRuns, codes: &[kaas::tuner::hopper::HopperConfig], splits: &[u32], shapes: &[(u32, u32, u32)]) {
+/// through the verifier, the shapes taken in turn so that each code meets several; then
+/// `short_grid` (a code, a tn shape, how many blocks short) must fail fast.
+fn split_codes_pass_the_verifier(tag: &'static str, codes: &[kaas::tuner::hopper::HopperConfig], splits: &[u32], shapes: &[(u32, u32, u32)], short_grid: (&kaas::tuner::hopper::HopperConfig, (u32, u32, u32), u32)) {
+    let mut runs = VerifierRuns::new(tag);
     for (i, code) in codes.iter().enumerate() {
         for (j, layout) in Layout::ALL.into_iter().enumerate() {
             let ptx = kaas::tuner::hopper::compile(code, Acc::F32, layout).expect("compile");
@@ -1220,6 +1214,10 @@ fn run_split_cases(runs: &mut VerifierRuns, codes: &[kaas::tuner::hopper::Hopper
             }
         }
     }
+    let (cfg, (m, n, k), short) = short_grid;
+    let p = Problem::new(Arch::Sm90, Acc::F32, Layout::Tn, Shape::new(m, n, k).expect("shape"));
+    short_grid_fails_fast(tag, cfg, &p, short);
+    runs.assert_all_passed();
 }
 
 /// A Hopper code launched `short` blocks under its manifest's grid: every block returns at

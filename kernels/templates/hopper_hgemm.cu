@@ -205,8 +205,8 @@ typedef unsigned long long u64;
     a##b##c##d##e##f##g##h##i##j##k##l##m##n##o##p##q##r
 #define KAAS_CAT(...) KAAS_CAT_(__VA_ARGS__)
 #ifndef KAAS_ENTRY
-// The code's suffix: _pp (ping-pong), _ska / _sk / _skc (split-K, atomic / in order / in a
-// cluster), or none.
+// The code's suffix: _pp (ping-pong), _ska / _sk / _skc / _sks (split-K, atomic / in order /
+// in a cluster / stream-K), or none.
 #if KAAS_PINGPONG
 #define KAAS_CODE_TAG _pp
 #elif KAAS_SPLITK == 3

@@ -6,10 +6,11 @@
 //! and `_ska` for the atomic one) is a PTX of its own per tile and reduction: the split
 //! count is a launch parameter, so one PTX serves every split. Ping-pong consumers
 //! (`KAAS_PINGPONG`, entries ending `_pp`: each consumer warpgroup owns whole tiles and
-//! the two take turns at the main loop) are codes of their own too, and so is split-K in a
-//! cluster (`_skc`: the slices of a tile are the CTAs of one cluster, the cluster size is
-//! the split count, and they reduce through distributed shared memory). The large
-//! cooperative tiles also run in clusters of two along M (`_m2`), which multicast B.
+//! the two take turns at the main loop) are codes of their own too. So are three that the
+//! search leaves out: split-K in a cluster (`_skc`: the slices of a tile are the CTAs of one
+//! cluster, and they reduce through distributed shared memory) and clusters of two along M
+//! (`_m2`, which multicast B), both measured slower, and stream-K (`_sks`), not yet run on a
+//! GPU. See [`cluster_tiles`], [`multicast_codes`] and [`stream_k_codes`].
 
 use serde::{Deserialize, Serialize};
 
@@ -286,9 +287,15 @@ impl HopperConfig {
     pub fn from_entry(entry: &str) -> Option<(HopperConfig, Acc, Layout)> {
         let rest = entry.strip_prefix("kaas_wgmma_")?;
         let (rest, pingpong) = rest.strip_suffix("_pp").map_or((rest, false), |r| (r, true));
-        let (rest, cluster_reduce) = rest.strip_suffix("_skc").map_or((rest, false), |r| (r, true));
-        let (rest, stream_k) = if cluster_reduce { (rest, false) } else { rest.strip_suffix("_sks").map_or((rest, false), |r| (r, true)) };
-        let (rest, split, atomic) = if cluster_reduce { (rest, 2, false) } else if stream_k { (rest, 2, true) } else { split_suffix(rest) };
+        // The Hopper-only reductions first, then the suffixes both families share.
+        let (rest, split, atomic, cluster_reduce, stream_k) = if let Some(r) = rest.strip_suffix("_skc") {
+            (r, 2, false, true, false)
+        } else if let Some(r) = rest.strip_suffix("_sks") {
+            (r, 2, true, false, true)
+        } else {
+            let (r, split, atomic) = split_suffix(rest);
+            (r, split, atomic, false, false)
+        };
         let parts: Vec<&str> = rest.split('_').collect();
         let [acc, layout, tile, stages, consumers, cluster_m, group] = parts[..] else { return None };
         let acc: Acc = acc.parse().ok()?;
@@ -393,9 +400,8 @@ pub(crate) fn split_label(split: u32, atomic: bool) -> String {
 }
 
 /// The search space: every tile shape the template supports, the deepest ring that fits
-/// and a 4-stage ring, each with both grids; the ping-pong tiles, on the persistent grid
-/// only; then the large cooperative tiles in clusters of two along M (B multicast), with
-/// the deepest ring and both grids, and two 64-row tiles likewise.
+/// and a 4-stage ring, each with both grids; then the ping-pong tiles, on the persistent
+/// grid only.
 pub fn space() -> Vec<HopperConfig> {
     let tiles: [(u32, u32, u32); 10] =
         [(64, 64, 1), (64, 128, 1), (64, 256, 1), (128, 64, 1), (128, 128, 1), (128, 128, 2), (128, 256, 2), (256, 128, 2), (256, 64, 2), (128, 64, 2)];
