@@ -15,6 +15,12 @@
 #   bash .dev/run/device-run.sh tune ARGS… (device) `kaas tune ARGS…` with the staged PTX;
 #                                          state in $OUT/tune-state.json.gz (another name:
 #                                          KAAS_TUNE_STATE=NAME gives $OUT/NAME.json.gz)
+#   bash .dev/run/device-run.sh profile SHAPE LAYOUT ONLY …
+#                                          (device) for each triple (e.g. 8192x8192x8192 tn
+#                                          128x256x64_s4_c2_m1_g16): ncu --set full of one
+#                                          warm launch of the tuner's candidates whose entry
+#                                          contains ONLY, and of cuBLASLt's heuristic choice;
+#                                          reports and a line each under $OUT/profile
 #   bash .dev/run/device-run.sh whole KERNEL SIZE BUDGET_MS …
 #                                          (device) `kaas run --bench` of a Hopper kernel
 #                                          (k: the catalog's 8192³ tn entry; w: the tuner's
@@ -320,8 +326,40 @@ PY
     KAAS_VERIFY_PROMISING=1 verify "$merged" "$seconds" 500 --submit-threshold 0.5
 }
 
+profile() {  # triples of SHAPE LAYOUT ONLY: ncu of our kernel and of cuBLASLt's, one launch each
+    setup_device; mkdir -p "$OUT/profile"
+    local ncu; ncu="$(command -v ncu || echo /usr/local/cuda/bin/ncu)"
+    while (( $# >= 3 )); do
+        local shape="$1" layout="$2" only="$3" tag="$1-$2"; shift 3
+        # The tuner times cuBLASLt's heuristic choice first, then the --only candidates; a
+        # few launches in, each is warm. --clock-control none: the clocks as they run.
+        for who in ours:'^kaas_' cublas:'^(nvjet|sm90|cutlass)'; do
+            "$ncu" --clock-control none --set full --kernel-name "regex:${who#*:}" --launch-skip 5 --launch-count 1 \
+                -f -o "$OUT/profile/$tag-${who%%:*}" "$K" tune --ptx-dir "$here/tune-ptx" --state "/tmp/profile-$tag.json" \
+                --problems "$shape" --layouts "$layout" --only "$only" --max-pulls 2 >"$OUT/profile/$tag-${who%%:*}.log" 2>&1 || true
+            rm -f "/tmp/profile-$tag.json"
+            "$ncu" --import "$OUT/profile/$tag-${who%%:*}.ncu-rep" --page details --print-units base >"$OUT/profile/$tag-${who%%:*}.txt" 2>&1 || true
+        done
+    done
+    # One line per profile: the kernel, its time and clock, and where its cycles went.
+    for f in "$OUT"/profile/*.txt; do
+        python3 - "$f" <<'PY'
+import re, sys
+t = open(sys.argv[1]).read()
+def get(name):
+    m = re.search(r"^\s*" + re.escape(name) + r"\s+(?:(\S+)\s+)?([\d.,]+)\s*$", t, re.M)
+    return m.group(2) if m else "?"
+kernel = (re.search(r"^\s*(\S+)\s*\(\d+, \d+, \d+\)x", t, re.M) or re.search(r"^  (\S+)", t, re.M))
+print(sys.argv[1].rsplit("/", 1)[-1][:-4], "|", (kernel.group(1)[:60] if kernel else "?"), "| dur", get("Duration"), "| SM Hz", get("SM Frequency"),
+      "| SM busy %", get("SM Busy"), "| mem %", get("Memory Throughput"), "| DRAM %", get("DRAM Throughput"), "| L2 hit %", get("L2 Hit Rate"),
+      "| regs", get("Registers Per Thread"), "| grid", get("Grid Size"), "| IPC", get("Executed Ipc Active"))
+PY
+    done
+}
+
 case "$mode" in
     stage) stage ;;
+    profile) profile "$@" ;;
     pass) catalog_pass "$@" ;;
     e2e) e2e ;;
     tune) tune "$@" ;;
@@ -329,5 +367,5 @@ case "$mode" in
     whole) whole "$@" ;;
     pairs) pairs "$@" ;;
     submit) submit "$@" ;;
-    *) echo "usage: $0 stage | e2e | tune ARGS… | pass LAYOUTS SECONDS [TUNE ARGS…] | whole KERNEL SIZE BUDGET_MS… | pairs DIR BUDGET_MS | verify STATE SECONDS BENCH_MS [TUNE SUBMIT OPTIONS…]" >&2; exit 2 ;;
+    *) echo "usage: $0 stage | e2e | tune ARGS… | profile SHAPE LAYOUT ONLY… | pass LAYOUTS SECONDS [TUNE ARGS…] | whole KERNEL SIZE BUDGET_MS… | pairs DIR BUDGET_MS | verify STATE SECONDS BENCH_MS [TUNE SUBMIT OPTIONS…]" >&2; exit 2 ;;
 esac

@@ -19,9 +19,10 @@
 //   KAAS_BM         block tile rows of C: 64 or 128 with 1 consumer, 128 or 256 with 2
 //                   (BM/KAAS_CONSUMERS must be 64 or 128)
 //   KAAS_BN         block tile cols of C: 64, 128, 192 or 256 (one wgmma m64nBNk16 per 64 rows;
-//                   192 compiles but was never run on a GPU)
+//                   192 compiles but was never run on a GPU); tn also 16, 24, 32 or 48 (the
+//                   narrow tiles of the skinny shapes: more blocks; C stored from registers)
 //   KAAS_BK         64 only (one 128-byte swizzle atom of fp16 along K)
-//   KAAS_STAGES     shared-memory ring depth, 2..8 (bounded by the smem formula below)
+//   KAAS_STAGES     shared-memory ring depth, 2..16 (bounded by the smem formula below)
 //   KAAS_CONSUMERS  consumer warpgroups, 1 or 2 (each owns BM/CONSUMERS rows of the tile)
 //   KAAS_CLUSTER_M  CTAs per cluster along M: 1 (no cluster) or 2 (the two CTAs compute
 //                   vertically adjacent tiles with the same B columns; each loads half of
@@ -29,7 +30,7 @@
 //   KAAS_GROUP_M    tile-order group height in tiles of BM (grouped / "swizzled" raster for
 //                   L2 reuse), >= 1; default 16
 //   KAAS_ACC_F32    1 (f32) or 0 (f16);   KAAS_LAYOUT_TN  1 (tn) or 0 (nn)
-//   KAAS_EPILOGUE   1 (default): each warp stages 16×64 pieces of its C tile in shared memory
+//   KAAS_EPILOGUE   1 (default; BN a multiple of 64): each warp stages 16×64 pieces of its C tile in shared memory
 //                   and writes C with coalesced 16-byte stores; 0: 4-byte stores straight
 //                   from the accumulators (no staging memory). Not in the entry name: a
 //                   catalog that ships both must set KAAS_ENTRY itself.
@@ -82,7 +83,7 @@
 //   B tensor map, nn: operand B, box [64, 64/CLUSTER_M], swizzle "128B"  (dims [N, K])
 // block:   [128 * (KAAS_CONSUMERS + 1), 1, 1]   (warpgroup 0 = TMA producer)
 // cluster: [KAAS_CLUSTER_M, 1, 1]; KAAS_SPLITK=3: [S, 1, 1]
-// shared_mem_bytes (dynamic) = STAGES * (BM + BN) * BK * 2 + 1024 + (EPILOGUE ? CONSUMERS * 9216 : 0)
+// shared_mem_bytes (dynamic) = STAGES * (BM + BN) * BK * 2 + 1024 + (EPILOGUE && BN % 64 == 0 ? CONSUMERS * 9216 : 0)
 //   (+ 2 * STAGES * 8 bytes of static shared memory for the mbarriers)
 //   e.g. EPILOGUE=1: 128x256x64 s4 c2: 216064; 128x128x64 s6 c2: 216064; 64x128x64 s8 c1: 206848;
 //        64x64x64 s8 c1: 141312.  EPILOGUE=0: 128x256x64 s4 c2: 197632.
@@ -134,9 +135,10 @@
 //   Beyond that, a cluster's CTAs share a GPC, so 4 and more slices spill a second wave
 //   sooner than free CTAs do, and one wave still costs 0.3-0.6 µs more.
 // * KAAS_STREAMK=1 (stream-K) is meant for the wave quantization of the mid shapes, where
-//   cuBLASLt rarely splits K. Written 2026-11-25 without a GPU: compiled and assembled (no
-//   spills, 114-168 registers), not yet run; not in the tuner's space until its GPU test
-//   passes.
+//   cuBLASLt rarely splits K. It passes the verifier on the H100 (24 cases), and it is
+//   SLOWER: timed exhaustively on the 381 tn shapes of 2^30-2^36 FLOP the catalog did not
+//   win, it was 4.4% or more behind the best other code on every one (2026-11-25), so the
+//   tuner does not search it.
 // * Ping-pong (KAAS_PINGPONG=1) against the cooperative tiles, tn, graph mode, × cuBLAS's
 //   default algorithm: 4096×12288×512 1.11× (0.97×), 4096×4096×1024 1.13× (1.01×),
 //   2048×2048×512 1.10× with 64x256 (0.99×); no better at 1024³ or 2048³ (one tile per
@@ -244,7 +246,9 @@ constexpr int B_STAGE_BYTES = BN * BK * 2;
 constexpr u32 STAGE_TX = A_STAGE_BYTES + B_STAGE_BYTES;  // bytes TMA lands per stage per CTA
 constexpr int EPI_LD = 72;                                // halves per staged row: 64 + 8 pad (conflict-free)
 constexpr int EPI_WARP_BYTES = 16 * EPI_LD * 2;           // 2304 bytes per consumer warp
-constexpr int EPI_BYTES = KAAS_EPILOGUE ? CONSUMERS * 4 * EPI_WARP_BYTES : 0;
+// The staged epilogue writes 64-column pieces; narrower tiles store straight from registers.
+#define KAAS_EPI_STAGED (KAAS_EPILOGUE && KAAS_BN % 64 == 0)
+constexpr int EPI_BYTES = KAAS_EPI_STAGED ? CONSUMERS * 4 * EPI_WARP_BYTES : 0;
 constexpr int SMEM_BYTES = STAGES * (BM + BN) * BK * 2 + 1024 + EPI_BYTES;  // the launch's dynamic smem
 #if KAAS_ACC_F32
 constexpr int ACC_REGS = BN / 2;  // per thread per m64 tile
@@ -260,9 +264,12 @@ static_assert(BM % CONSUMERS == 0 && (WG_M == 64 || WG_M == 128),
 static_assert(CONSUMERS == 2, "ping-pong needs two consumer warpgroups");
 static_assert(KAAS_SPLITK == 0, "ping-pong runs without split-K");
 #endif
-static_assert(BN == 64 || BN == 128 || BN == 192 || BN == 256, "KAAS_BN must be 64, 128, 192 or 256");
+static_assert(BN == 16 || BN == 24 || BN == 32 || BN == 48 || BN == 64 || BN == 128 || BN == 192 || BN == 256,
+              "KAAS_BN must be 16, 24, 32, 48, 64, 128, 192 or 256");
+static_assert(KAAS_LAYOUT_TN || BN % 64 == 0, "nn loads B in 64-column boxes: KAAS_BN must be a multiple of 64");
+static_assert(CL == 1 || BN % 64 == 0, "clusters multicast B of the wide tiles only");
 static_assert(BM <= 256, "a TMA box is at most 256 rows");
-static_assert(STAGES >= 2 && STAGES <= 8, "KAAS_STAGES must be 2..8");
+static_assert(STAGES >= 2 && STAGES <= 16, "KAAS_STAGES must be 2..16");
 static_assert(CL == 1 || CL == 2, "KAAS_CLUSTER_M must be 1 or 2");
 static_assert(GROUP_M >= 1, "KAAS_GROUP_M must be >= 1");
 #if KAAS_SPLITK
@@ -402,7 +409,7 @@ __device__ __forceinline__ u32 pack_f16x2(float lo, float hi) {
     return r;
 }
 
-// ─── wgmma m64nNk16 wrappers (generated: N in {64,128,192,256}, f32 / f16 accumulators) ─
+// ─── wgmma m64nNk16 wrappers (generated: N in {16,24,32,48,64,128,192,256}, f32 / f16 accumulators) ─
 // Operands: D in registers, A and B from shared memory through descriptors, scale-d = 1,
 // no negation, A K-major, B K-major (TRANS_B = 0) or N-major (TRANS_B = 1).
 template <int TRANS_B>
@@ -580,6 +587,95 @@ __device__ __forceinline__ void wgmma_f16_n256(u32 (&d)[64], u64 da, u64 db) {
           "+r"(d[40]), "+r"(d[41]), "+r"(d[42]), "+r"(d[43]), "+r"(d[44]), "+r"(d[45]), "+r"(d[46]), "+r"(d[47]),
           "+r"(d[48]), "+r"(d[49]), "+r"(d[50]), "+r"(d[51]), "+r"(d[52]), "+r"(d[53]), "+r"(d[54]), "+r"(d[55]),
           "+r"(d[56]), "+r"(d[57]), "+r"(d[58]), "+r"(d[59]), "+r"(d[60]), "+r"(d[61]), "+r"(d[62]), "+r"(d[63])
+        : "l"(da), "l"(db), "n"(TRANS_B));
+}
+
+// Narrow tiles (N in {16,24,32,48}, tn only: B K-major): more blocks for the skinny shapes.
+template <int TRANS_B>
+__device__ __forceinline__ void wgmma_f32_n16(float (&d)[8], u64 da, u64 db) {
+    asm volatile(
+        "{\n"
+        "wgmma.mma_async.sync.aligned.m64n16k16.f32.f16.f16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7}, %8, %9, 1, 1, 1, 0, %10;\n"
+        "}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+        : "l"(da), "l"(db), "n"(TRANS_B));
+}
+
+template <int TRANS_B>
+__device__ __forceinline__ void wgmma_f32_n24(float (&d)[12], u64 da, u64 db) {
+    asm volatile(
+        "{\n"
+        "wgmma.mma_async.sync.aligned.m64n24k16.f32.f16.f16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11}, %12, %13, 1, 1, 1, 0, %14;\n"
+        "}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11])
+        : "l"(da), "l"(db), "n"(TRANS_B));
+}
+
+template <int TRANS_B>
+__device__ __forceinline__ void wgmma_f32_n32(float (&d)[16], u64 da, u64 db) {
+    asm volatile(
+        "{\n"
+        "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, %16, %17, 1, 1, 1, 0, %18;\n"
+        "}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+        : "l"(da), "l"(db), "n"(TRANS_B));
+}
+
+template <int TRANS_B>
+__device__ __forceinline__ void wgmma_f32_n48(float (&d)[24], u64 da, u64 db) {
+    asm volatile(
+        "{\n"
+        "wgmma.mma_async.sync.aligned.m64n48k16.f32.f16.f16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23}, %24, %25, 1, 1, 1, 0, %26;\n"
+        "}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23])
+        : "l"(da), "l"(db), "n"(TRANS_B));
+}
+
+template <int TRANS_B>
+__device__ __forceinline__ void wgmma_f16_n16(u32 (&d)[4], u64 da, u64 db) {
+    asm volatile(
+        "{\n"
+        "wgmma.mma_async.sync.aligned.m64n16k16.f16.f16.f16 "
+        "{%0, %1, %2, %3}, %4, %5, 1, 1, 1, 0, %6;\n"
+        "}\n"
+        : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
+        : "l"(da), "l"(db), "n"(TRANS_B));
+}
+
+template <int TRANS_B>
+__device__ __forceinline__ void wgmma_f16_n24(u32 (&d)[6], u64 da, u64 db) {
+    asm volatile(
+        "{\n"
+        "wgmma.mma_async.sync.aligned.m64n24k16.f16.f16.f16 "
+        "{%0, %1, %2, %3, %4, %5}, %6, %7, 1, 1, 1, 0, %8;\n"
+        "}\n"
+        : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3]), "+r"(d[4]), "+r"(d[5])
+        : "l"(da), "l"(db), "n"(TRANS_B));
+}
+
+template <int TRANS_B>
+__device__ __forceinline__ void wgmma_f16_n32(u32 (&d)[8], u64 da, u64 db) {
+    asm volatile(
+        "{\n"
+        "wgmma.mma_async.sync.aligned.m64n32k16.f16.f16.f16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7}, %8, %9, 1, 1, 1, 0, %10;\n"
+        "}\n"
+        : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3]), "+r"(d[4]), "+r"(d[5]), "+r"(d[6]), "+r"(d[7])
+        : "l"(da), "l"(db), "n"(TRANS_B));
+}
+
+template <int TRANS_B>
+__device__ __forceinline__ void wgmma_f16_n48(u32 (&d)[12], u64 da, u64 db) {
+    asm volatile(
+        "{\n"
+        "wgmma.mma_async.sync.aligned.m64n48k16.f16.f16.f16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11}, %12, %13, 1, 1, 1, 0, %14;\n"
+        "}\n"
+        : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3]), "+r"(d[4]), "+r"(d[5]), "+r"(d[6]), "+r"(d[7]), "+r"(d[8]), "+r"(d[9]), "+r"(d[10]), "+r"(d[11])
         : "l"(da), "l"(db), "n"(TRANS_B));
 }
 
@@ -1039,7 +1135,7 @@ KAAS_ENTRY(const __grid_constant__ TensorMap128 tmA, const __grid_constant__ Ten
 
             // Epilogue: warp w of the warpgroup holds rows 16w..16w+15 of each m64 tile; lane
             // (g = lane/4, q = lane%4) holds rows g and g+8, columns 8j+2q, 8j+2q+1.
-#if KAAS_EPILOGUE
+#if KAAS_EPI_STAGED
             // Stage 16×64 pieces per warp in shared memory, then write whole 16-byte chunks:
             // 8 lanes cover 128 contiguous bytes of a row of C.
             u16* stg = reinterpret_cast<u16*>(smem_raw + (sE - smem_u32(smem_raw))) +
