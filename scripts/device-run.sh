@@ -351,7 +351,7 @@ def get(name):
     return m.group(2) if m else "?"
 kernel = (re.search(r"^\s*(\S+)\s*\(\d+, \d+, \d+\)x", t, re.M) or re.search(r"^  (\S+)", t, re.M))
 print(sys.argv[1].rsplit("/", 1)[-1][:-4], "|", (kernel.group(1)[:60] if kernel else "?"), "| dur", get("Duration"), "| SM Hz", get("SM Frequency"),
-      "| SM busy %", get("SM Busy"), "| mem %", get("Memory Throughput"), "| DRAM %", get("DRAM Throughput"), "| L2 hit %", get("L2 Hit Rate"),
+      "| SM busy %", get("SM Busy"), "| mem %", get("Memory Throughput"), "| DRAM %", get("DRAM Throughput"), "| L2 %", get("L2 Cache Throughput"), "| L2 hit %", get("L2 Hit Rate"),
       "| regs", get("Registers Per Thread"), "| grid", get("Grid Size"), "| IPC", get("Executed Ipc Active"))
 PY
     done
