@@ -1318,6 +1318,31 @@ fn narrow_hopper_tiles_pass_the_verifier() {
     runs.assert_all_passed();
 }
 
+/// The 256×160 tile (tn; two consumers of 128 rows, 160 accumulators each, C stored from
+/// registers) passes the verifier on shapes it does not divide, on both grids, a short
+/// persistent grid, and with the f16 accumulator.
+#[test]
+fn wide_160_hopper_tiles_pass_the_verifier() {
+    use kaas::tuner::hopper;
+    if !hopper_or_skip() {
+        return;
+    }
+    let codes = hopper::wide_160_codes();
+    let shapes = [(1000, 1000, 1000), (300, 520, 4104), (4096, 330, 64)];
+    let mut runs = VerifierRuns::new("WIDE160");
+    for (p, cfg, ptx) in hopper_cases(&codes, &shapes) {
+        for blocks in [3, 132] {
+            let mut manifest = cfg.manifest(&p, 132);
+            manifest.launches[0].grid[0] = if cfg.persistent { manifest.launches[0].grid[0].min(blocks) } else { manifest.launches[0].grid[0] };
+            runs.run(&format!("{p} {} grid {}", cfg.label(), manifest.launches[0].grid[0]), ptx.clone(), manifest);
+        }
+    }
+    let p = Problem::new(Arch::Sm90, Acc::F16, Layout::Tn, Shape::new(520, 1000, 520).expect("shape"));
+    runs.run(&format!("{p} {}", codes[0].label()), hopper::compile(&codes[0], Acc::F16, Layout::Tn).expect("compile"), codes[0].manifest(&p, 132));
+    println!("{} wide-160 runs", runs.runs);
+    runs.assert_all_passed();
+}
+
 /// The mma family (mma.sync + cp.async) through the sandboxed verifier (binary exact test,
 /// deviation bound, containment): every tile of the search, both layouts and both
 /// accumulators on shapes the tiles do not divide, rows that are not 16-byte aligned

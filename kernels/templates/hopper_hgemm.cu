@@ -21,6 +21,8 @@
 //   KAAS_BN         block tile cols of C: 64, 128, 192 or 256 (one wgmma m64nBNk16 per 64 rows;
 //                   192 compiles but was never run on a GPU); tn also 16, 24, 32 or 48 (the
 //                   narrow tiles of the skinny shapes: more blocks; C stored from registers)
+//                   and 160 (BM 256 with two consumers: 160 accumulators per thread;
+//                   correct, and slower than the other tiles on 12 of 13 large shapes)
 //   KAAS_BK         64 only (one 128-byte swizzle atom of fp16 along K)
 //   KAAS_STAGES     shared-memory ring depth, 2..16 (bounded by the smem formula below)
 //   KAAS_CONSUMERS  consumer warpgroups, 1 or 2 (each owns BM/CONSUMERS rows of the tile)
@@ -264,8 +266,8 @@ static_assert(BM % CONSUMERS == 0 && (WG_M == 64 || WG_M == 128),
 static_assert(CONSUMERS == 2, "ping-pong needs two consumer warpgroups");
 static_assert(KAAS_SPLITK == 0, "ping-pong runs without split-K");
 #endif
-static_assert(BN == 16 || BN == 24 || BN == 32 || BN == 48 || BN == 64 || BN == 128 || BN == 192 || BN == 256,
-              "KAAS_BN must be 16, 24, 32, 48, 64, 128, 192 or 256");
+static_assert(BN == 16 || BN == 24 || BN == 32 || BN == 48 || BN == 64 || BN == 128 || BN == 160 || BN == 192 || BN == 256,
+              "KAAS_BN must be 16, 24, 32, 48, 64, 128, 160, 192 or 256");
 static_assert(KAAS_LAYOUT_TN || BN % 64 == 0, "nn loads B in 64-column boxes: KAAS_BN must be a multiple of 64");
 static_assert(CL == 1 || BN % 64 == 0, "clusters multicast B of the wide tiles only");
 static_assert(BM <= 256, "a TMA box is at most 256 rows");
@@ -283,7 +285,7 @@ static_assert(KAAS_STREAMK == 0 || KAAS_SPLITK == 2, "stream-K reduces with the 
 static_assert(STAGES * (BM + BN) * BK * 2 >= BM * BN * 4, "the ring cannot hold the tile's fp32 partial");
 #endif
 static_assert(SMEM_BYTES <= 232448, "shared memory exceeds 227 KiB");
-static_assert(MI * ACC_REGS <= 128, "accumulators would not fit the consumer register budget");
+static_assert(MI * ACC_REGS <= (CONSUMERS == 2 ? 160 : 128), "accumulators would not fit the consumer register budget");
 #if KAAS_LAYOUT_TN
 static_assert((BN / CL) % 8 == 0, "multicast B slices must be whole 8-row swizzle atoms");
 #else
@@ -676,6 +678,30 @@ __device__ __forceinline__ void wgmma_f16_n48(u32 (&d)[12], u64 da, u64 db) {
         "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11}, %12, %13, 1, 1, 1, 0, %14;\n"
         "}\n"
         : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3]), "+r"(d[4]), "+r"(d[5]), "+r"(d[6]), "+r"(d[7]), "+r"(d[8]), "+r"(d[9]), "+r"(d[10]), "+r"(d[11])
+        : "l"(da), "l"(db), "n"(TRANS_B));
+}
+
+// 160 columns (tn only): two m64 rows per consumer make a 256x160 tile, 160 accumulators
+// per thread, the shape cuBLASLt runs at 8192³ on the H100 (320x128 in its own terms).
+template <int TRANS_B>
+__device__ __forceinline__ void wgmma_f32_n160(float (&d)[80], u64 da, u64 db) {
+    asm volatile(
+        "{\n"
+        "wgmma.mma_async.sync.aligned.m64n160k16.f32.f16.f16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79}, %80, %81, 1, 1, 1, 0, %82;\n"
+        "}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79])
+        : "l"(da), "l"(db), "n"(TRANS_B));
+}
+
+template <int TRANS_B>
+__device__ __forceinline__ void wgmma_f16_n160(u32 (&d)[40], u64 da, u64 db) {
+    asm volatile(
+        "{\n"
+        "wgmma.mma_async.sync.aligned.m64n160k16.f16.f16.f16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39}, %40, %41, 1, 1, 1, 0, %42;\n"
+        "}\n"
+        : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3]), "+r"(d[4]), "+r"(d[5]), "+r"(d[6]), "+r"(d[7]), "+r"(d[8]), "+r"(d[9]), "+r"(d[10]), "+r"(d[11]), "+r"(d[12]), "+r"(d[13]), "+r"(d[14]), "+r"(d[15]), "+r"(d[16]), "+r"(d[17]), "+r"(d[18]), "+r"(d[19]), "+r"(d[20]), "+r"(d[21]), "+r"(d[22]), "+r"(d[23]), "+r"(d[24]), "+r"(d[25]), "+r"(d[26]), "+r"(d[27]), "+r"(d[28]), "+r"(d[29]), "+r"(d[30]), "+r"(d[31]), "+r"(d[32]), "+r"(d[33]), "+r"(d[34]), "+r"(d[35]), "+r"(d[36]), "+r"(d[37]), "+r"(d[38]), "+r"(d[39])
         : "l"(da), "l"(db), "n"(TRANS_B));
 }
 

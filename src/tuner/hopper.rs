@@ -6,11 +6,13 @@
 //! and `_ska` for the atomic one) is a PTX of its own per tile and reduction: the split
 //! count is a launch parameter, so one PTX serves every split. Ping-pong consumers
 //! (`KAAS_PINGPONG`, entries ending `_pp`: each consumer warpgroup owns whole tiles and
-//! the two take turns at the main loop) are codes of their own too. So are three that the
-//! search leaves out: split-K in a cluster (`_skc`: the slices of a tile are the CTAs of one
-//! cluster, and they reduce through distributed shared memory) and clusters of two along M
-//! (`_m2`, which multicast B) and stream-K (`_sks`), all three correct on the GPU and
-//! measured slower. See [`cluster_tiles`], [`multicast_codes`] and [`stream_k_codes`].
+//! the two take turns at the main loop) are codes of their own too. The narrow tiles (64 ×
+//! 16 to 48, tn only) are searched where 64×64 tiles leave most SMs idle. Four codes the
+//! search leaves out, all correct on the GPU and measured slower: split-K in a cluster
+//! (`_skc`: the slices of a tile are the CTAs of one cluster, and they reduce through
+//! distributed shared memory), clusters of two along M (`_m2`, which multicast B),
+//! stream-K (`_sks`) and the 256×160 tile. See [`cluster_tiles`], [`multicast_codes`],
+//! [`stream_k_codes`] and [`wide_160_codes`].
 
 use serde::{Deserialize, Serialize};
 
@@ -98,11 +100,17 @@ impl HopperConfig {
         if !matches!(self.consumers, 1 | 2) || !self.bm.is_multiple_of(self.consumers) || !matches!(per, 64 | 128) {
             return Err(format!("BM {} with {} consumer warpgroup(s): each must own 64 or 128 rows", self.bm, self.consumers));
         }
-        if !matches!(self.bn, 16 | 24 | 32 | 48 | 64 | 128 | 256) {
-            return Err(format!("BN {} is not 16, 24, 32, 48, 64, 128 or 256", self.bn));
+        if !matches!(self.bn, 16 | 24 | 32 | 48 | 64 | 128 | 160 | 256) {
+            return Err(format!("BN {} is not 16, 24, 32, 48, 64, 128, 160 or 256", self.bn));
         }
-        if self.bn < 64 && (self.cluster_m > 1 || self.pingpong) {
+        if !self.bn.is_multiple_of(64) && (self.cluster_m > 1 || self.pingpong) {
             return Err(format!("BN {} runs neither in clusters nor ping-pong", self.bn));
+        }
+        // Accumulators per consumer thread: 128 at most, 160 with two consumers (their
+        // register budget is 240).
+        let budget = if self.consumers == 2 { 160 } else { 128 };
+        if !self.pingpong && per / 64 * self.bn / 2 > budget {
+            return Err(format!("a {}x{} tile needs {} accumulators per consumer thread; at most {budget}", self.bm, self.bn, per / 64 * self.bn / 2));
         }
         if self.pingpong {
             if self.consumers != 2 || self.split > 1 {
@@ -449,6 +457,17 @@ fn suits(c: &HopperConfig, p: &Problem, sm_count: u32) -> bool {
     c.supports(p.layout) && (c.bn >= 64 || HopperConfig::new(64, 64, 2, 1).tiles(p) < 2 * sm_count)
 }
 
+/// The 256×160 tile (tn; two consumers of 128 rows, 160 accumulators per thread, 4
+/// stages), on both grids: the tile area cuBLASLt runs at 8192³ on the H100
+/// (`nvjet_sm90_hsh_320x128_64x3_1x2`). It passes the verifier but is not in [`space`]:
+/// timed exhaustively on 13 tn shapes of 2^35 to 2^43 FLOP (session 10) it beat the best
+/// other code on one (4096×16384×8192, by 1.4%) and lost on the rest, by 5% at 8192³ and
+/// by half at 4096×4096×1024.
+pub fn wide_160_codes() -> Vec<HopperConfig> {
+    let c = HopperConfig::new(256, 160, 4, 2);
+    vec![c, HopperConfig { persistent: true, ..c }]
+}
+
 /// The stream-K codes (`_sks`), each with the deepest ring, on a grid of `sm_count`
 /// blocks. They pass the verifier on the H100 (`stream_k_hopper_kernels_pass_the_verifier`,
 /// 24 cases and the short grid) but are not in [`split_space`]: timed exhaustively beside
@@ -659,6 +678,25 @@ mod tests {
         ] {
             assert!(bad.validate().is_err(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn the_256x160_tile_is_tn_only_and_out_of_the_search() {
+        let p = |layout, m, n, k| Problem::new(Arch::Sm90, Acc::F32, layout, Shape::new(m, n, k).unwrap());
+        let codes = wide_160_codes();
+        assert_eq!(codes.len(), 2);
+        assert!(space_for(&p(Layout::Tn, 8192, 8192, 8192), 132).iter().all(|c| c.bn != 160), "it lost the timings");
+        let c = codes[0];
+        c.validate().unwrap();
+        assert!(c.supports(Layout::Tn) && !c.supports(Layout::Nn), "nn loads B in 64-column boxes");
+        assert_eq!(c.entry(Acc::F32, Layout::Tn), "kaas_wgmma_f32_tn_256x160x64_s4_c2_m1_g16");
+        // 4 stages of (256 + 160) × 64 halves and 1 KiB of alignment; C stored from registers.
+        assert_eq!(c.shared_mem_bytes(), 4 * 416 * 128 + 1024);
+        assert_eq!(c.tiles(&p(Layout::Tn, 8192, 8192, 8192)), 32 * 52);
+        // 160 accumulators per thread with two consumers; 256 columns would need 256.
+        assert!(HopperConfig { bn: 256, ..c }.validate().is_err());
+        assert!(HopperConfig::new(128, 256, 2, 1).validate().is_err(), "one consumer of 128 rows × 256 columns");
+        assert!(HopperConfig { stages: 5, ..c }.validate().is_err(), "5 stages exceed shared memory");
     }
 
     #[test]
@@ -904,7 +942,7 @@ mod tests {
             return;
         }
         let mut seen = std::collections::BTreeSet::new();
-        for c in space().into_iter().chain(split_tiles()).chain(cluster_tiles()).chain(multicast_codes()).chain(stream_k_codes(132)) {
+        for c in space().into_iter().chain(split_tiles()).chain(cluster_tiles()).chain(multicast_codes()).chain(stream_k_codes(132)).chain(wide_160_codes()) {
             if !seen.insert(c.code_key()) {
                 continue;
             }
