@@ -7,7 +7,7 @@
 //! count is a launch parameter, so one PTX serves every split. Ping-pong consumers
 //! (`KAAS_PINGPONG`, entries ending `_pp`: each consumer warpgroup owns whole tiles and
 //! the two take turns at the main loop) are codes of their own too. The narrow tiles (64 ×
-//! 16 to 48, tn only) are searched where 64×64 tiles leave most SMs idle. Four codes the
+//! 16 to 48, tn only) are searched where 64×64 tiles make fewer than two waves. Four codes the
 //! search leaves out, all correct on the GPU and measured slower: split-K in a cluster
 //! (`_skc`: the slices of a tile are the CTAs of one cluster, and they reduce through
 //! distributed shared memory), clusters of two along M (`_m2`, which multicast B),
@@ -171,7 +171,7 @@ impl HopperConfig {
     }
 
     /// Whether the template builds this code for a layout: nn loads B in 64-column boxes,
-    /// so the narrow tiles (BN < 64) are tn only.
+    /// so the tiles whose BN is not a multiple of 64 (the narrow ones, and 160) are tn only.
     pub fn supports(&self, layout: Layout) -> bool {
         layout == Layout::Tn || self.bn.is_multiple_of(64)
     }
