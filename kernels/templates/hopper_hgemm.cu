@@ -138,8 +138,8 @@
 //   sooner than free CTAs do, and one wave still costs 0.3-0.6 µs more.
 // * KAAS_STREAMK=1 (stream-K) is meant for the wave quantization of the mid shapes, where
 //   cuBLASLt rarely splits K. It passes the verifier on the H100 (24 cases), and it is
-//   SLOWER: timed exhaustively on the 381 tn shapes of 2^30-2^36 FLOP the catalog did not
-//   win, it was 4.4% or more behind the best other code on every one (2026-11-25), so the
+//   SLOWER: timed exhaustively on 351 tn shapes of 2^30-2^36 FLOP the catalog did not win,
+//   it was 4.4% or more behind the best other code on every one (2026-11-25), so the
 //   tuner does not search it.
 // * Ping-pong (KAAS_PINGPONG=1) against the cooperative tiles, tn, graph mode, × cuBLAS's
 //   default algorithm: 4096×12288×512 1.11× (0.97×), 4096×4096×1024 1.13× (1.01×),

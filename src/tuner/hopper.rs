@@ -472,8 +472,9 @@ pub fn wide_160_codes() -> Vec<HopperConfig> {
 /// blocks. They pass the verifier on the H100 (`stream_k_hopper_kernels_pass_the_verifier`,
 /// 24 cases and the short grid) but are not in [`split_space`]: timed exhaustively beside
 /// the whole space on the 381 tn shapes of 2^30-2^36 FLOP that the catalog did not win
-/// (session 10) they were the best on none, 4.4% or more behind the best other code on
-/// every one (e.g. 512×128×16384: 0.857 against 0.896 of cuBLASLt's heuristic).
+/// (session 10) they were the best on none: on the 351 whose tiles leave a partial wave,
+/// where they ran, 4.4% or more behind the best other code (e.g. 512×128×16384: 0.857
+/// against 0.896 of cuBLASLt's heuristic).
 pub fn stream_k_codes(sm_count: u32) -> Vec<HopperConfig> {
     let mut out = Vec::new();
     for (bm, bn, consumers) in [(64, 128, 1), (128, 128, 2), (128, 256, 2)] {
