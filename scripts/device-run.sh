@@ -18,8 +18,8 @@
 #   bash .dev/run/device-run.sh profile SHAPE LAYOUT ONLY …
 #                                          (device) for each triple (e.g. 8192x8192x8192 tn
 #                                          128x256x64_s4_c2_m1_g16): ncu --set full of one
-#                                          warm launch of the tuner's candidates whose entry
-#                                          contains ONLY, and of cuBLASLt's heuristic choice;
+#                                          warm launch of the tuner's candidate whose entry
+#                                          ends with ONLY, and of cuBLASLt's heuristic choice;
 #                                          reports and a line each under $OUT/profile
 #   bash .dev/run/device-run.sh whole KERNEL SIZE BUDGET_MS …
 #                                          (device) `kaas run --bench` of a Hopper kernel
@@ -332,8 +332,10 @@ profile() {  # triples of SHAPE LAYOUT ONLY: ncu of our kernel and of cuBLASLt's
     while (( $# >= 3 )); do
         local shape="$1" layout="$2" only="$3" tag="$1-$2"; shift 3
         # The tuner times cuBLASLt's heuristic choice first, then the --only candidates; a
-        # few launches in, each is warm. --clock-control none: the clocks as they run.
-        for who in ours:'^kaas_' cublas:'^(nvjet|sm90|cutlass)'; do
+        # few launches in, each is warm. Ours is the entry that ENDS with ONLY (so
+        # 64x64x64_s8_c1_m1_g16 is not its _ska sibling). --clock-control none: the
+        # clocks as they run.
+        for who in "ours:^kaas_.*${only}\$" cublas:'^(nvjet|sm90|cutlass)'; do
             "$ncu" --clock-control none --set full --kernel-name "regex:${who#*:}" --launch-skip 5 --launch-count 1 \
                 -f -o "$OUT/profile/$tag-${who%%:*}" "$K" tune --ptx-dir "$here/tune-ptx" --state "/tmp/profile-$tag.json" \
                 --problems "$shape" --layouts "$layout" --only "$only" --max-pulls 2 >"$OUT/profile/$tag-${who%%:*}.log" 2>&1 || true
