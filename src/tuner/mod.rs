@@ -169,7 +169,8 @@ pub struct TuneArgs {
     /// Compile every configuration into this directory and exit (no GPU needed).
     #[arg(long)]
     pub emit_ptx: Option<PathBuf>,
-    /// Also time every candidate three times on every n-th problem, for the search-efficiency study (0: never).
+    /// Also time every candidate three times on every n-th problem, for the search-efficiency study (0: never);
+    /// such a problem's winner is the fastest so timed where it beats the bandit's pick.
     #[arg(long, default_value_t = 0)]
     pub exhaustive_every: usize,
     /// Most pulls of the bandit per problem.
@@ -409,6 +410,7 @@ fn tune_one(gpu: &Gpu, modules: &Modules, p: &Problem, space: &[Candidate], prio
         }
     }
     let (best, reward) = ucb.best().ok_or_else(|| anyhow::anyhow!("no candidate ran for {p}"))?;
+    let (winner, reward) = pick_winner((space[best], reward), &ex);
     // What later shapes are seeded with: the bandit's means, and the exhaustive means
     // where there are any (they cover every arm).
     let mut arms: Vec<(Candidate, f64, usize)> = ucb.means().into_iter().map(|(i, m, n)| (space[i], m, n)).collect();
@@ -419,7 +421,7 @@ fn tune_one(gpu: &Gpu, modules: &Modules, p: &Problem, space: &[Candidate], prio
     }
     Ok(ProblemResult {
         problem: *p,
-        winner: space[best],
+        winner,
         reward,
         reference_us,
         winner_us: reference_us / reward,
@@ -430,6 +432,18 @@ fn tune_one(gpu: &Gpu, modules: &Modules, p: &Problem, space: &[Candidate], prio
         seconds: started.elapsed().as_secs_f64(),
         buffer_sets: TUNE_SETS,
     })
+}
+
+/// The problem's winner: the bandit's pick, unless the exhaustive samples (where the
+/// problem has them) time another candidate faster at the median of its three, in which
+/// case that one, with its median reward. The exhaustive pass times every candidate, so
+/// a pass run with `--exhaustive-every 1` submits the best it measured.
+fn pick_winner(bandit: (Candidate, f64), exhaustive: &[(Candidate, Vec<f64>)]) -> (Candidate, f64) {
+    let best = exhaustive.iter().filter_map(|(c, s)| crate::bench::stats::median(s).filter(|m| m.is_finite()).map(|m| (*c, m))).max_by(|a, b| a.1.total_cmp(&b.1));
+    match best {
+        Some((c, m)) if m > bandit.1 => (c, m),
+        _ => bandit,
+    }
 }
 
 pub fn run_cli(args: TuneArgs) -> anyhow::Result<()> {
@@ -758,6 +772,19 @@ mod tests {
         assert!(report.contains("its pick is 100.0% of the exhaustive best"), "{report}");
         assert!(report.contains("exhaustive 9.0"), "{report}");
         assert!(report.contains("as a live run capped at 48 pulls") && report.contains("within 98% on 1 of 1"), "{report}");
+    }
+
+    #[test]
+    fn the_winner_is_the_exhaustive_best_where_it_beats_the_bandits_pick() {
+        let space: Vec<Candidate> = hopper::space().into_iter().take(3).map(Candidate::Hopper).collect();
+        let bandit = (space[0], 1.02);
+        // The second candidate's median (1.05) beats the bandit's 1.02; its best sample does
+        // not decide, nor does a failed (0) timing.
+        let ex = vec![(space[0], vec![1.0, 1.01, 1.02]), (space[1], vec![1.05, 0.0, 1.06]), (space[2], vec![1.2, 0.9, 0.95])];
+        assert_eq!(pick_winner(bandit, &ex), (space[1], 1.05));
+        // Without exhaustive samples, or when none beats it, the bandit's pick stands.
+        assert_eq!(pick_winner(bandit, &[]), bandit);
+        assert_eq!(pick_winner((space[2], 1.1), &ex), (space[2], 1.1));
     }
 
     /// A run whose first problem measures only poor arms must still find, on the next
