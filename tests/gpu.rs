@@ -1101,6 +1101,19 @@ impl VerifierRuns {
         }
     }
 
+    /// A Hopper code on `p` with its grid capped at `blocks` (a short persistent grid).
+    fn run_capped(&mut self, p: &Problem, cfg: &kaas::tuner::hopper::HopperConfig, ptx: &str, blocks: u32) {
+        let mut manifest = cfg.manifest(p, 132);
+        manifest.launches[0].grid[0] = manifest.launches[0].grid[0].min(blocks);
+        self.run(&format!("{p} {} grid {}", cfg.label(), manifest.launches[0].grid[0]), ptx.to_string(), manifest);
+    }
+
+    /// A Hopper code with the f16 accumulator on one tn shape.
+    fn run_f16_tn(&mut self, cfg: &kaas::tuner::hopper::HopperConfig, (m, n, k): (u32, u32, u32)) {
+        let p = Problem::new(Arch::Sm90, Acc::F16, Layout::Tn, Shape::new(m, n, k).expect("shape"));
+        self.run(&format!("{p} {}", cfg.label()), kaas::tuner::hopper::compile(cfg, Acc::F16, Layout::Tn).expect("compile"), cfg.manifest(&p, 132));
+    }
+
     fn assert_all_passed(self) {
         assert!(self.failed.is_empty(), "{} of {} failed: {:#?}", self.failed.len(), self.runs, self.failed);
     }
@@ -1277,9 +1290,7 @@ fn pingpong_hopper_kernels_pass_the_verifier() {
     let mut runs = VerifierRuns::new("PINGPONG");
     for (p, cfg, ptx) in hopper_cases(&tiles, &shapes) {
         for blocks in [1, 3, 7, 132] {
-            let mut manifest = cfg.manifest(&p, 132);
-            manifest.launches[0].grid[0] = manifest.launches[0].grid[0].min(blocks);
-            runs.run(&format!("{p} {} grid {blocks}", cfg.label()), ptx.clone(), manifest);
+            runs.run_capped(&p, &cfg, &ptx, blocks);
         }
     }
     println!("{} ping-pong runs", runs.runs);
@@ -1303,8 +1314,7 @@ fn narrow_hopper_tiles_pass_the_verifier() {
         runs.run(&format!("{p} {}", cfg.label()), ptx, cfg.manifest(&p, 132));
     }
     for cfg in narrow.iter().filter(|c| c.stages == 4) {
-        let p = Problem::new(Arch::Sm90, Acc::F16, Layout::Tn, Shape::new(130, 1000, 520).expect("shape"));
-        runs.run(&format!("{p} {}", cfg.label()), hopper::compile(cfg, Acc::F16, Layout::Tn).expect("compile"), cfg.manifest(&p, 132));
+        runs.run_f16_tn(cfg, (130, 1000, 520));
     }
     let split: Vec<HopperConfig> = hopper::split_tiles().into_iter().filter(|c| c.bn < 64).collect();
     assert!(!split.is_empty());
@@ -1331,14 +1341,13 @@ fn wide_160_hopper_tiles_pass_the_verifier() {
     let shapes = [(1000, 1000, 1000), (300, 520, 4104), (4096, 330, 64)];
     let mut runs = VerifierRuns::new("WIDE160");
     for (p, cfg, ptx) in hopper_cases(&codes, &shapes) {
-        for blocks in [3, 132] {
-            let mut manifest = cfg.manifest(&p, 132);
-            manifest.launches[0].grid[0] = if cfg.persistent { manifest.launches[0].grid[0].min(blocks) } else { manifest.launches[0].grid[0] };
-            runs.run(&format!("{p} {} grid {}", cfg.label(), manifest.launches[0].grid[0]), ptx.clone(), manifest);
+        // A short grid means something on the persistent grid only.
+        let grids: &[u32] = if cfg.persistent { &[3, 132] } else { &[u32::MAX] };
+        for &blocks in grids {
+            runs.run_capped(&p, &cfg, &ptx, blocks);
         }
     }
-    let p = Problem::new(Arch::Sm90, Acc::F16, Layout::Tn, Shape::new(520, 1000, 520).expect("shape"));
-    runs.run(&format!("{p} {}", codes[0].label()), hopper::compile(&codes[0], Acc::F16, Layout::Tn).expect("compile"), codes[0].manifest(&p, 132));
+    runs.run_f16_tn(&codes[0], (520, 1000, 520));
     println!("{} wide-160 runs", runs.runs);
     runs.assert_all_passed();
 }
