@@ -1272,6 +1272,44 @@ fn multicast_hopper_kernels_pass_the_verifier() {
     runs.assert_all_passed();
 }
 
+/// The skinny shapes' clusters (2, 4 and 8 CTAs along N multicasting A, or along M
+/// multicasting B) pass the verifier: every such code of the search, both layouts where it
+/// builds, on shapes whose tiles leave a cluster partly past the edge (the CTAs there load
+/// and multicast their share, and store nothing); a 2×4 cluster that multicasts both
+/// operands; persistent grids of one cluster and of 132 blocks; and the f16 accumulator.
+#[test]
+fn skinny_cluster_hopper_kernels_pass_the_verifier() {
+    use kaas::tuner::hopper::{self, HopperConfig};
+    if !hopper_or_skip() {
+        return;
+    }
+    let codes = hopper::skinny_cluster_codes();
+    assert_eq!(codes.len(), 30);
+    let along_n = [(64, 1000, 520), (100, 200, 136), (64, 4096, 1024), (130, 520, 4104)];
+    // (N a multiple of 8: nn's B rows must be 16-byte aligned for its tensor map.)
+    let along_m = [(1000, 64, 520), (200, 104, 136), (4096, 64, 1024), (520, 136, 4104)];
+    let mut runs = VerifierRuns::new("SKINNY-CLUSTER");
+    let (n_codes, m_codes): (Vec<HopperConfig>, Vec<HopperConfig>) = codes.iter().partition(|c| c.cluster_n > 1);
+    for (codes, shapes) in [(&n_codes, &along_n), (&m_codes, &along_m)] {
+        for (p, cfg, ptx) in hopper_cases(codes, shapes) {
+            runs.run(&format!("{p} {}", cfg.label()), ptx, cfg.manifest(&p, 132));
+        }
+    }
+    // Both operands multicast: rank r at tile row r % 2, column r / 2.
+    let both = HopperConfig { cluster_m: 2, cluster_n: 4, ..HopperConfig::new(64, 64, 8, 1) };
+    for (p, cfg, ptx) in hopper_cases(&[both], &[(200, 1000, 520), (1000, 200, 4104)]) {
+        runs.run(&format!("{p} {}", cfg.label()), ptx.clone(), cfg.manifest(&p, 132));
+        for blocks in [8, 132] {
+            runs.run_capped(&p, &HopperConfig { persistent: true, ..cfg }, &ptx, blocks);
+        }
+    }
+    for cfg in codes.iter().filter(|c| c.stages == 4 && c.cluster_size() == 8) {
+        runs.run_f16_tn(cfg, (130, 1000, 520));
+    }
+    println!("{} skinny cluster runs", runs.runs);
+    runs.assert_all_passed();
+}
+
 /// Ping-pong Hopper kernels (each consumer warpgroup owns whole tiles, their main loops
 /// take turns) through the sandboxed verifier: every ping-pong tile of the search, both
 /// layouts, shapes the tiles do not divide, and grids of 1, 3, 7 and 132 blocks, so blocks

@@ -26,9 +26,15 @@
 //   KAAS_BK         64 only (one 128-byte swizzle atom of fp16 along K)
 //   KAAS_STAGES     shared-memory ring depth, 2..16 (bounded by the smem formula below)
 //   KAAS_CONSUMERS  consumer warpgroups, 1 or 2 (each owns BM/CONSUMERS rows of the tile)
-//   KAAS_CLUSTER_M  CTAs per cluster along M: 1 (no cluster) or 2 (the two CTAs compute
-//                   vertically adjacent tiles with the same B columns; each loads half of
-//                   the B tile and multicasts it to both)
+//   KAAS_CLUSTER_M  CTAs per cluster along M: 1 (no cluster), 2, 4 or 8 (the CTAs compute
+//                   vertically adjacent tiles with the same B columns; each loads its
+//                   1/CLUSTER_M of the B tile and multicasts it to all of them)
+//   KAAS_CLUSTER_N  CTAs per cluster along N: 1 (default), 2, 4 or 8 (horizontally adjacent
+//                   tiles with the same A rows; each loads its 1/CLUSTER_N of the A tile and
+//                   multicasts it). With both, the cluster is CLUSTER_M × CLUSTER_N CTAs (at
+//                   most 8), rank r at tile row r % CLUSTER_M, column r / CLUSTER_M. Skinny
+//                   shapes: every CTA of a cluster receives its whole A and B tiles, but
+//                   reads only its share of the shared operand from L2.
 //   KAAS_GROUP_M    tile-order group height in tiles of BM (grouped / "swizzled" raster for
 //                   L2 reuse), >= 1; default 16
 //   KAAS_ACC_F32    1 (f32) or 0 (f16);   KAAS_LAYOUT_TN  1 (tn) or 0 (nn)
@@ -69,7 +75,8 @@
 //                   Pays off where blocks get several tiles (the persistent grid).
 //   KAAS_ENTRY      optional; default name encodes every knob:
 //     kaas_wgmma_<f32|f16>_<tn|nn>_<BM>x<BN>x<BK>_s<STAGES>_c<CONSUMERS>_m<CLUSTER_M>_g<GROUP_M>
-//     e.g. kaas_wgmma_f32_tn_128x256x64_s4_c2_m1_g16; KAAS_SPLITK=1 adds _sk, 2 adds _ska,
+//     e.g. kaas_wgmma_f32_tn_128x256x64_s4_c2_m1_g16; KAAS_CLUSTER_N > 1 adds _n<CLUSTER_N>
+//     (before any other suffix); KAAS_SPLITK=1 adds _sk, 2 adds _ska,
 //     3 adds _skc, KAAS_STREAMK=1 _sks;
 //     KAAS_PINGPONG=1 adds _pp
 //
@@ -80,20 +87,20 @@
 //   (counters, then the partials or sums), zero when first used; the kernel leaves the
 //   counters (and the sums) zero again. KAAS_SPLITK=3 adds no parameter: S is the cluster
 //   size, and the grid must be exactly tiles × S (any other grid writes nothing).
-//   A tensor map: operand A, box [64, BM], swizzle "128B"          (global dims [K, M])
+//   A tensor map: operand A, box [64, BM/CLUSTER_N], swizzle "128B" (global dims [K, M])
 //   B tensor map, tn: operand B, box [64, BN/CLUSTER_M], swizzle "128B"  (dims [K, N])
 //   B tensor map, nn: operand B, box [64, 64/CLUSTER_M], swizzle "128B"  (dims [N, K])
 // block:   [128 * (KAAS_CONSUMERS + 1), 1, 1]   (warpgroup 0 = TMA producer)
-// cluster: [KAAS_CLUSTER_M, 1, 1]; KAAS_SPLITK=3: [S, 1, 1]
+// cluster: [KAAS_CLUSTER_M * KAAS_CLUSTER_N, 1, 1]; KAAS_SPLITK=3: [S, 1, 1]
 // shared_mem_bytes (dynamic) = STAGES * (BM + BN) * BK * 2 + 1024 + (EPILOGUE && BN % 64 == 0 ? CONSUMERS * 9216 : 0)
 //   (+ 2 * STAGES * 8 bytes of static shared memory for the mbarriers)
 //   e.g. EPILOGUE=1: 128x256x64 s4 c2: 216064; 128x128x64 s6 c2: 216064; 64x128x64 s8 c1: 206848;
 //        64x64x64 s8 c1: 141312.  EPILOGUE=0: 128x256x64 s4 c2: 197632.
-// grid:    [G, 1, 1] with tiles = roundup(ceil(M/BM), CLUSTER_M) * ceil(N/BN):
+// grid:    [G, 1, 1] with tiles = roundup(ceil(M/BM), CLUSTER_M) * roundup(ceil(N/BN), CLUSTER_N):
 //   one tile per CTA:  G = tiles   (split-K: G = tiles * S, one unit per CTA)
-//   persistent:        G = min(tiles, SMs rounded down to a multiple of CLUSTER_M)
-//                      (132 on H100 SXM; any G that is a multiple of CLUSTER_M is correct:
-//                      each cluster loops over tiles with stride G/CLUSTER_M)
+//   persistent:        G = min(tiles, SMs rounded down to a multiple of the cluster size CL)
+//                      (132 on H100 SXM; any G that is a multiple of CL is correct:
+//                      each cluster loops over tiles with stride G/CL)
 // The same PTX serves both grid choices; the tile order is grouped by KAAS_GROUP_M.
 //
 // Split-K: unit u = tile * S + slice (the slices of a tile are neighbours in the grid).
@@ -115,7 +122,9 @@
 //   199 µs, 8192³ 1606 against 1586). Timed in the whole search on 8 shapes from
 //   512x4096x4096 to 8192³ (2026-11-25) the best m2 code lost to the best m1 code on all 8
 //   (4096³ 224 against 190 µs), so the tuner does not search it. Its last cluster barrier
-//   is a release one, and that waits for the C stores (below).
+//   was a release one, which waits for the C stores: on skinny shapes clusters of 2 to 8
+//   then took about 1-2 µs more than one CTA (64x512x1024: 5.3 against 4.1 µs). Now the
+//   producer drains the ring instead (the producer tail, below).
 // * acc=f16 accumulates a whole K in fp16, like cuBLAS-TN: its deviation equals cuBLAS-TN's
 //   on the tested shapes but exceeded cuBLAS-NN's on nn 64x4096x4096 and nn 100x200x136.
 // * Without KAAS_SPLITK, skinny shapes with few output tiles (64×4096×4096, 4096×64×4096)
@@ -169,6 +178,9 @@ typedef unsigned long long u64;
 #ifndef KAAS_CLUSTER_M
 #define KAAS_CLUSTER_M 1
 #endif
+#ifndef KAAS_CLUSTER_N
+#define KAAS_CLUSTER_N 1
+#endif
 #ifndef KAAS_GROUP_M
 #define KAAS_GROUP_M 16
 #endif
@@ -205,9 +217,6 @@ typedef unsigned long long u64;
 #else
 #define KAAS_LAYOUT_TAG nn
 #endif
-#define KAAS_CAT_(a, b, c, d, e, f, g, h, i, j, k, l, m, n, o, p, q, r) \
-    a##b##c##d##e##f##g##h##i##j##k##l##m##n##o##p##q##r
-#define KAAS_CAT(...) KAAS_CAT_(__VA_ARGS__)
 #ifndef KAAS_ENTRY
 // The code's suffix: _pp (ping-pong), _ska / _sk / _skc / _sks (split-K, atomic / in order /
 // in a cluster / stream-K), or none.
@@ -222,22 +231,33 @@ typedef unsigned long long u64;
 #elif KAAS_SPLITK
 #define KAAS_CODE_TAG _sk
 #endif
-#ifdef KAAS_CODE_TAG
-#define KAAS_CATS_(a, b, c, d, e, f, g, h, i, j, k, l, m, n, o, p, q, r, s) \
-    a##b##c##d##e##f##g##h##i##j##k##l##m##n##o##p##q##r##s
+#ifndef KAAS_CODE_TAG
+#define KAAS_CODE_TAG
+#endif
+// _n2, _n4, _n8 (clusters along N) or none.
+#if KAAS_CLUSTER_N == 2
+#define KAAS_CN_TAG _n2
+#elif KAAS_CLUSTER_N == 4
+#define KAAS_CN_TAG _n4
+#elif KAAS_CLUSTER_N == 8
+#define KAAS_CN_TAG _n8
+#else
+#define KAAS_CN_TAG
+#endif
+#define KAAS_CATS_(a, b, c, d, e, f, g, h, i, j, k, l, m, n, o, p, q, r, s, t) \
+    a##b##c##d##e##f##g##h##i##j##k##l##m##n##o##p##q##r##s##t
 #define KAAS_CATS(...) KAAS_CATS_(__VA_ARGS__)
 #define KAAS_ENTRY                                                                                           \
     KAAS_CATS(kaas_wgmma_, KAAS_ACC_TAG, _, KAAS_LAYOUT_TAG, _, KAAS_BM, x, KAAS_BN, x, KAAS_BK, _s, KAAS_STAGES, \
-              _c, KAAS_CONSUMERS, _m, KAAS_CLUSTER_M, _g, KAAS_GROUP_M, KAAS_CODE_TAG)
-#else
-#define KAAS_ENTRY                                                                                          \
-    KAAS_CAT(kaas_wgmma_, KAAS_ACC_TAG, _, KAAS_LAYOUT_TAG, _, KAAS_BM, x, KAAS_BN, x, KAAS_BK, _s, KAAS_STAGES, \
-             _c, KAAS_CONSUMERS, _m, KAAS_CLUSTER_M, _g, KAAS_GROUP_M)
-#endif
+              _c, KAAS_CONSUMERS, _m, KAAS_CLUSTER_M, _g, KAAS_GROUP_M, KAAS_CN_TAG, KAAS_CODE_TAG)
 #endif
 
 constexpr int BM = KAAS_BM, BN = KAAS_BN, BK = KAAS_BK, STAGES = KAAS_STAGES;
-constexpr int CONSUMERS = KAAS_CONSUMERS, CL = KAAS_CLUSTER_M, GROUP_M = KAAS_GROUP_M;
+// The cluster: CLM tile rows (sharing B columns) by CLN tile columns (sharing A rows), CL
+// CTAs. (CLM and CLN are macros: the PTX of the codes without them stays as it was.)
+#define CLM KAAS_CLUSTER_M
+#define CLN KAAS_CLUSTER_N
+constexpr int CONSUMERS = KAAS_CONSUMERS, CL = CLM * CLN, GROUP_M = KAAS_GROUP_M;
 constexpr int THREADS = 128 * (CONSUMERS + 1);
 // Rows of a tile per consumer warpgroup: cooperative, the consumers split the tile's rows;
 // ping-pong, each consumer owns whole tiles (alternate tiles of the CTA).
@@ -269,10 +289,11 @@ static_assert(KAAS_SPLITK == 0, "ping-pong runs without split-K");
 static_assert(BN == 16 || BN == 24 || BN == 32 || BN == 48 || BN == 64 || BN == 128 || BN == 160 || BN == 192 || BN == 256,
               "KAAS_BN must be 16, 24, 32, 48, 64, 128, 160, 192 or 256");
 static_assert(KAAS_LAYOUT_TN || BN % 64 == 0, "nn loads B in 64-column boxes: KAAS_BN must be a multiple of 64");
-static_assert(CL == 1 || BN % 64 == 0, "clusters multicast B of the wide tiles only");
+static_assert((CLM == 1 || CLM == 2 || CLM == 4 || CLM == 8) && (CLN == 1 || CLN == 2 || CLN == 4 || CLN == 8) && CL <= 8,
+              "KAAS_CLUSTER_M and KAAS_CLUSTER_N must be 1, 2, 4 or 8, and their product at most 8");
+static_assert((BM / CLN) % 8 == 0, "multicast A slices must be whole 8-row swizzle atoms");
 static_assert(BM <= 256, "a TMA box is at most 256 rows");
 static_assert(STAGES >= 2 && STAGES <= 16, "KAAS_STAGES must be 2..16");
-static_assert(CL == 1 || CL == 2, "KAAS_CLUSTER_M must be 1 or 2");
 static_assert(GROUP_M >= 1, "KAAS_GROUP_M must be >= 1");
 #if KAAS_SPLITK
 static_assert(CL == 1, "split-K runs without clusters");
@@ -287,9 +308,9 @@ static_assert(STAGES * (BM + BN) * BK * 2 >= BM * BN * 4, "the ring cannot hold 
 static_assert(SMEM_BYTES <= 232448, "shared memory exceeds 227 KiB");
 static_assert(MI * ACC_REGS <= (CONSUMERS == 2 ? 160 : 128), "accumulators would not fit the consumer register budget");
 #if KAAS_LAYOUT_TN
-static_assert((BN / CL) % 8 == 0, "multicast B slices must be whole 8-row swizzle atoms");
+static_assert((BN / CLM) % 8 == 0, "multicast B slices must be whole 8-row swizzle atoms");
 #else
-static_assert((BK / CL) % 8 == 0, "multicast B slices must be whole 8-row swizzle atoms");
+static_assert((BK / CLM) % 8 == 0, "multicast B slices must be whole 8-row swizzle atoms");
 #endif
 
 // A CUtensorMap passed by value (128 bytes, 64-byte aligned), opaque to the kernel.
@@ -330,7 +351,7 @@ __device__ __forceinline__ void mbar_wait(u32 bar, u32 parity) {
 // Releases a ring slot: arrives on the slot's empty barrier in every CTA of the cluster
 // (each CTA's producer may multicast into this CTA's copy of the slot).
 __device__ __forceinline__ void mbar_release(u32 bar) {
-#if KAAS_CLUSTER_M > 1
+#if KAAS_CLUSTER_M * KAAS_CLUSTER_N > 1
 #pragma unroll
     for (u32 r = 0; r < (u32)CL; ++r) {
         asm volatile(
@@ -359,7 +380,7 @@ __device__ __forceinline__ void tma_load(u32 dst, const TensorMap128* map, int c
         : "memory");
 }
 
-#if KAAS_CLUSTER_M > 1
+#if KAAS_CLUSTER_M * KAAS_CLUSTER_N > 1
 // Lands the box at the same shared-memory offset in every CTA of `mask`, and signals each
 // CTA's barrier at offset `bar`.
 __device__ __forceinline__ void tma_load_mc(u32 dst, const TensorMap128* map, int c0, int c1, u32 bar, u16 mask) {
@@ -714,9 +735,10 @@ typedef u32 acc_t;
 #endif
 #define KAAS_WGMMA(n) KAAS_WGMMA_(n)
 
-// Cluster-tile t (in a grouped raster over cluster rows × tile columns) → (cluster row, column).
+// Cluster-tile t (in a grouped raster over cluster rows × cluster columns) → (cluster row,
+// cluster column).
 __device__ __forceinline__ void tile_coords(int t, int num_mc, int& mc, int& nb, int num_n) {
-    constexpr int GH = (GROUP_M / CL) >= 1 ? (GROUP_M / CL) : 1;  // group height in cluster rows
+    constexpr int GH = (GROUP_M / CLM) >= 1 ? (GROUP_M / CLM) : 1;  // group height in cluster rows
     const int per_group = GH * num_n;
     const int group = t / per_group;
     const int first = group * GH;
@@ -853,9 +875,13 @@ KAAS_ENTRY(const __grid_constant__ TensorMap128 tmA, const __grid_constant__ Ten
     const int tid = threadIdx.x % 128;
     const u32 rank = CL > 1 ? cluster_rank() : 0u;
     const int num_m = (M + BM - 1) / BM;
-    const int num_mc = (num_m + CL - 1) / CL;
+    const int num_mc = (num_m + CLM - 1) / CLM;
     const int num_n = (N + BN - 1) / BN;
-    const int tiles = num_mc * num_n;
+    const int num_nc = (num_n + CLN - 1) / CLN;
+    const int tiles = num_mc * num_nc;  // cluster tiles (CL CTA tiles each)
+    // This CTA's tile in its cluster's CLM × CLN block of tiles.
+    const int rm = (int)rank % CLM, rn = (int)rank / CLM;
+    (void)rn;
     const int ktiles = (K + BK - 1) / BK;
     const int cid = blockIdx.x / CL;
     const int ncl = gridDim.x / CL;
@@ -889,8 +915,9 @@ KAAS_ENTRY(const __grid_constant__ TensorMap128 tmA, const __grid_constant__ Ten
         }
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
-#if KAAS_CLUSTER_M > 1
-    cluster_sync();
+#if KAAS_CLUSTER_M * KAAS_CLUSTER_N > 1
+    // The barrier inits are released by the fence above: nothing else to order.
+    cluster_sync_relaxed();
 #else
     __syncthreads();
 #endif
@@ -905,6 +932,15 @@ KAAS_ENTRY(const __grid_constant__ TensorMap128 tmA, const __grid_constant__ Ten
             asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<u64>(&tmB)) : "memory");
             int s = 0;
             u32 ph = 0;
+            // Multicast masks: A goes to the CTAs of this tile row (rank rm + CLM*j), B to
+            // those of this tile column (ranks CLM*rn .. CLM*rn + CLM-1).
+            u16 mask_a = 0, mask_b = 0;
+#pragma unroll
+            for (int j = 0; j < CLN; ++j) mask_a |= (u16)(1u << (rm + CLM * j));
+#pragma unroll
+            for (int i = 0; i < CLM; ++i) mask_b |= (u16)(1u << (i + CLM * rn));
+            (void)mask_a;
+            (void)mask_b;
 #if KAAS_STREAMK
             for (long long it = sk_begin, next; it < sk_end; it = next) {
                 int t, kb, ke;
@@ -916,21 +952,27 @@ KAAS_ENTRY(const __grid_constant__ TensorMap128 tmA, const __grid_constant__ Ten
 #else
             for (int t = cid; t < tiles; t += ncl) {
 #endif
-                int mc, nb;
-                tile_coords(t, num_mc, mc, nb, num_n);
-                const int m0 = (mc * CL + (int)rank) * BM;
-                const int n0 = nb * BN;
+                int mc, nc;
+                tile_coords(t, num_mc, mc, nc, num_nc);
+                const int m0 = (mc * CLM + rm) * BM;
+                const int n0 = (nc * CLN + rn) * BN;
                 for (int kt = KAAS_KB; kt < KAAS_KE; ++kt) {
                     mbar_wait(empty0 + 8 * s, ph ^ 1u);
                     const u32 fb = full0 + 8 * s;
                     mbar_expect_tx(fb, STAGE_TX);
                     const int k0 = kt * BK;
+#if KAAS_CLUSTER_N > 1
+                    // A's rows are shared along the cluster's row: this CTA loads slice rn
+                    // into every CTA with its rm.
+                    tma_load_mc(sA + s * A_STAGE_BYTES + rn * (BM / CLN) * 128, &tmA, k0, m0 + rn * (BM / CLN), fb,
+                                mask_a);
+#else
                     tma_load(sA + s * A_STAGE_BYTES, &tmA, k0, m0, fb);
+#endif
                     const u32 b_dst = sB + s * B_STAGE_BYTES;
 #if KAAS_LAYOUT_TN
 #if KAAS_CLUSTER_M > 1
-                    tma_load_mc(b_dst + rank * (BN / CL) * 128, &tmB, k0, n0 + (int)rank * (BN / CL), fb,
-                                (u16)((1u << CL) - 1));
+                    tma_load_mc(b_dst + rm * (BN / CLM) * 128, &tmB, k0, n0 + rm * (BN / CLM), fb, mask_b);
 #else
                     tma_load(b_dst, &tmB, k0, n0, fb);
 #endif
@@ -938,8 +980,8 @@ KAAS_ENTRY(const __grid_constant__ TensorMap128 tmA, const __grid_constant__ Ten
 #pragma unroll
                     for (int c = 0; c < BN / 64; ++c) {
 #if KAAS_CLUSTER_M > 1
-                        tma_load_mc(b_dst + c * BK * 128 + rank * (BK / CL) * 128, &tmB, n0 + 64 * c,
-                                    k0 + (int)rank * (BK / CL), fb, (u16)((1u << CL) - 1));
+                        tma_load_mc(b_dst + c * BK * 128 + rm * (BK / CLM) * 128, &tmB, n0 + 64 * c,
+                                    k0 + rm * (BK / CLM), fb, mask_b);
 #else
                         tma_load(b_dst + c * BK * 128, &tmB, n0 + 64 * c, k0, fb);
 #endif
@@ -951,6 +993,18 @@ KAAS_ENTRY(const __grid_constant__ TensorMap128 tmA, const __grid_constant__ Ten
                     }
                 }
             }
+#if KAAS_CLUSTER_M * KAAS_CLUSTER_N > 1 && KAAS_SPLITK == 0
+            // Producer tail: wait until the consumers of every CTA of the cluster have
+            // released each slot's last use, so no peer arrives on this CTA's barriers after
+            // it exits. (A release cluster barrier here waited for every C store in flight.)
+            for (int i = 0; i < STAGES; ++i) {
+                mbar_wait(empty0 + 8 * s, ph ^ 1u);
+                if (++s == STAGES) {
+                    s = 0;
+                    ph ^= 1u;
+                }
+            }
+#endif
         }
 #if KAAS_SPLITK == 3
         cluster_sync_relaxed();  // the consumers' first cluster barrier: every partial is stored
@@ -995,10 +1049,10 @@ KAAS_ENTRY(const __grid_constant__ TensorMap128 tmA, const __grid_constant__ Ten
         for (int t = cid; t < tiles; t += ncl) {
 #endif
 #endif
-            int mc, nb;
-            tile_coords(t, num_mc, mc, nb, num_n);
-            const int m0 = (mc * CL + (int)rank) * BM;
-            const int n0 = nb * BN;
+            int mc, nc;
+            tile_coords(t, num_mc, mc, nc, num_nc);
+            const int m0 = (mc * CLM + rm) * BM;
+            const int n0 = (nc * CLN + rn) * BN;
 
             acc_t acc[MI][ACC_REGS];
 #pragma unroll
@@ -1230,10 +1284,9 @@ KAAS_ENTRY(const __grid_constant__ TensorMap128 tmA, const __grid_constant__ Ten
 #endif
         }
     }
-#if KAAS_CLUSTER_M > 1
-    // No CTA may leave while a peer can still multicast into it or arrive on its barriers.
-    cluster_sync();
-#endif
+    // In a multicast cluster no CTA may leave while a peer can still multicast into it or
+    // arrive on its barriers: its consumers waited for every multicast into it (each full
+    // barrier), and its producer's tail for every peer's last arrival on its empty barriers.
 #if KAAS_SPLITK == 3
     // Nor, with the cluster reduction, while a peer can still read its partial. The peers'
     // reads of it have completed (their sums are in C), so nothing needs ordering here.

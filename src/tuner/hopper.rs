@@ -7,11 +7,13 @@
 //! count is a launch parameter, so one PTX serves every split. Ping-pong consumers
 //! (`KAAS_PINGPONG`, entries ending `_pp`: each consumer warpgroup owns whole tiles and
 //! the two take turns at the main loop) are codes of their own too. The narrow tiles (64 ×
-//! 16 to 48, tn only) are searched where 64×64 tiles make fewer than two waves. Four codes the
-//! search leaves out, all correct on the GPU and measured slower: split-K in a cluster
-//! (`_skc`: the slices of a tile are the CTAs of one cluster, and they reduce through
-//! distributed shared memory), clusters of two along M (`_m2`, which multicast B),
-//! stream-K (`_sks`) and the 256×160 tile. See [`cluster_tiles`], [`multicast_codes`],
+//! 16 to 48, tn only) are searched where 64×64 tiles make fewer than two waves, and so are
+//! clusters of 2 to 8 CTAs along N (`_n4`, multicasting A) or M (`_m4`, multicasting B)
+//! of the small tiles ([`skinny_cluster_codes`]). Four codes the search leaves out, all
+//! correct on the GPU and measured slower: split-K in a cluster (`_skc`: the slices of a
+//! tile are the CTAs of one cluster, and they reduce through distributed shared memory),
+//! clusters of two along M of the large tiles (`_m2`, which multicast B), stream-K
+//! (`_sks`) and the 256×160 tile. See [`cluster_tiles`], [`multicast_codes`],
 //! [`stream_k_codes`] and [`wide_160_codes`].
 
 use serde::{Deserialize, Serialize};
@@ -61,11 +63,16 @@ pub struct HopperConfig {
     /// cluster size).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub cluster_reduce: bool,
-    /// CTAs per cluster along M (`KAAS_CLUSTER_M`, `_m2` in the entry): the two compute
-    /// vertically adjacent tiles with the same B columns, and each loads half of the B tile
-    /// and multicasts it to both (TMA multicast). 1: no cluster.
+    /// CTAs per cluster along M (`KAAS_CLUSTER_M`, `_m2` in the entry): they compute
+    /// vertically adjacent tiles with the same B columns, and each loads its share of the B
+    /// tile and multicasts it to all (TMA multicast). 1: no cluster; 2, 4 or 8.
     #[serde(default = "one", skip_serializing_if = "is_one")]
     pub cluster_m: u32,
+    /// CTAs per cluster along N (`KAAS_CLUSTER_N`, `_n4` in the entry): horizontally
+    /// adjacent tiles with the same A rows, each loading its share of the A tile and
+    /// multicasting it. 1, 2, 4 or 8; the cluster is `cluster_m × cluster_n` CTAs, at most 8.
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub cluster_n: u32,
     /// Stream-K (`KAAS_STREAMK`, entries ending `_sks`), with the atomic reduction: `split`
     /// is the grid, G blocks, and the tiles' K-iterations are cut into G equal ranges
     /// across tile boundaries; tiles shared by several blocks are summed as the atomic
@@ -90,7 +97,7 @@ const UNIT_TARGETS: [(u32, u32); 4] = [(1, 4), (1, 2), (1, 1), (2, 1)];
 impl HopperConfig {
     /// A cooperative, unsplit configuration, one tile per block, without clusters.
     pub const fn new(bm: u32, bn: u32, stages: u32, consumers: u32) -> Self {
-        HopperConfig { bm, bn, stages, consumers, persistent: false, split: 1, atomic: false, pingpong: false, cluster_reduce: false, cluster_m: 1, stream_k: false }
+        HopperConfig { bm, bn, stages, consumers, persistent: false, split: 1, atomic: false, pingpong: false, cluster_reduce: false, cluster_m: 1, cluster_n: 1, stream_k: false }
     }
 
     pub fn validate(&self) -> Result<(), String> {
@@ -103,8 +110,8 @@ impl HopperConfig {
         if !matches!(self.bn, 16 | 24 | 32 | 48 | 64 | 128 | 160 | 256) {
             return Err(format!("BN {} is not 16, 24, 32, 48, 64, 128, 160 or 256", self.bn));
         }
-        if !self.bn.is_multiple_of(64) && (self.cluster_m > 1 || self.pingpong) {
-            return Err(format!("BN {} runs neither in clusters nor ping-pong", self.bn));
+        if !self.bn.is_multiple_of(64) && self.pingpong {
+            return Err(format!("BN {} does not run ping-pong", self.bn));
         }
         // Accumulators per consumer thread: 128 at most, 160 with two consumers (their
         // register budget is 240).
@@ -133,13 +140,17 @@ impl HopperConfig {
         if self.split > 1 && self.persistent {
             return Err("split-K runs one block per unit, not on the persistent grid".into());
         }
-        if !matches!(self.cluster_m, 1 | 2) {
-            return Err(format!("cluster_m {} is not 1 or 2", self.cluster_m));
+        if !matches!(self.cluster_m, 1 | 2 | 4 | 8) || !matches!(self.cluster_n, 1 | 2 | 4 | 8) || self.cluster_size() > 8 {
+            return Err(format!("a cluster of {}x{} CTAs: each side 1, 2, 4 or 8, and 8 CTAs at most", self.cluster_m, self.cluster_n));
         }
-        // The template multicasts B in clusters only for cooperative, unsplit codes (and no
+        // The template multicasts in clusters only for cooperative, unsplit codes (and no
         // test has run ping-pong consumers in a cluster).
-        if self.cluster_m > 1 && (self.split > 1 || self.pingpong) {
-            return Err("clusters along M run neither split-K nor ping-pong".into());
+        if self.cluster_size() > 1 && (self.split > 1 || self.pingpong) {
+            return Err("clusters run neither split-K nor ping-pong".into());
+        }
+        // Each CTA loads its share of the shared operand: whole 8-row swizzle atoms.
+        if !(self.bm / self.cluster_n).is_multiple_of(8) || !(self.bn / self.cluster_m).is_multiple_of(8) {
+            return Err(format!("a {}x{} tile does not split into 8-row slices over a {}x{} cluster", self.bm, self.bn, self.cluster_m, self.cluster_n));
         }
         if self.cluster_reduce {
             if !(2..=16).contains(&self.split) || self.atomic {
@@ -157,6 +168,11 @@ impl HopperConfig {
             return Err(format!("{} B of shared memory exceed {SMEM_LIMIT}", self.shared_mem_bytes() + self.static_smem_bytes()));
         }
         Ok(())
+    }
+
+    /// CTAs per cluster (1: no cluster).
+    pub fn cluster_size(&self) -> u32 {
+        self.cluster_m * self.cluster_n
     }
 
     pub fn threads(&self) -> u32 {
@@ -180,10 +196,10 @@ impl HopperConfig {
         2 * self.stages * 8 + if self.split > 1 && !self.cluster_reduce { 16 } else { 0 }
     }
 
-    /// Output tiles of the problem; with clusters along M, the tile rows round up to whole
-    /// clusters (the template's `roundup(ceil(M/BM), CLUSTER_M) * ceil(N/BN)`).
+    /// Output tiles of the problem; in clusters, the tile rows and columns round up to whole
+    /// clusters (the template's `roundup(ceil(M/BM), CLUSTER_M) * roundup(ceil(N/BN), CLUSTER_N)`).
     pub fn tiles(&self, p: &Problem) -> u32 {
-        p.m.div_ceil(self.bm).next_multiple_of(self.cluster_m) * p.n.div_ceil(self.bn)
+        p.m.div_ceil(self.bm).next_multiple_of(self.cluster_m) * p.n.div_ceil(self.bn).next_multiple_of(self.cluster_n)
     }
 
     /// Split-K's workspace: one counter per tile (rounded up to 256 bytes), then every
@@ -225,7 +241,8 @@ impl HopperConfig {
     pub fn entry(&self, acc: Acc, layout: Layout) -> String {
         let sk = ["", "_sk", "_ska", "_skc", "_sks"][usize::from(self.split_mode())];
         let pp = if self.pingpong { "_pp" } else { "" };
-        format!("kaas_wgmma_{}_{}_{}x{}x{BK}_s{}_c{}_m{}_g{GROUP_M}{sk}{pp}", acc.as_str(), layout.as_str(), self.bm, self.bn, self.stages, self.consumers, self.cluster_m)
+        let cn = if self.cluster_n > 1 { format!("_n{}", self.cluster_n) } else { String::new() };
+        format!("kaas_wgmma_{}_{}_{}x{}x{BK}_s{}_c{}_m{}_g{GROUP_M}{cn}{sk}{pp}", acc.as_str(), layout.as_str(), self.bm, self.bn, self.stages, self.consumers, self.cluster_m)
     }
 
     pub fn defines(&self, acc: Acc, layout: Layout) -> Vec<(String, String)> {
@@ -246,13 +263,14 @@ impl HopperConfig {
         .chain((self.split > 1).then_some(("KAAS_SPLITK", if self.stream_k { 2 } else { u32::from(self.split_mode()) })))
         .chain((self.stream_k && self.split > 1).then_some(("KAAS_STREAMK", 1)))
         .chain(self.pingpong.then_some(("KAAS_PINGPONG", 1)))
+        .chain((self.cluster_n > 1).then_some(("KAAS_CLUSTER_N", self.cluster_n)))
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect()
     }
 
     /// The same code with the other grid (or another split count).
-    pub fn code_key(&self) -> (u32, u32, u32, u32, u8, bool, u32) {
-        (self.bm, self.bn, self.stages, self.consumers, self.split_mode(), self.pingpong, self.cluster_m)
+    pub fn code_key(&self) -> (u32, u32, u32, u32, u8, bool, u32, u32) {
+        (self.bm, self.bn, self.stages, self.consumers, self.split_mode(), self.pingpong, self.cluster_m, self.cluster_n)
     }
 
     /// Blocks: a persistent grid takes one per SM, rounded down to whole clusters.
@@ -261,18 +279,19 @@ impl HopperConfig {
         if self.stream_k {
             self.stream_blocks(p)
         } else if self.persistent {
-            tiles.min((sm_count / self.cluster_m).max(1) * self.cluster_m)
+            tiles.min((sm_count / self.cluster_size()).max(1) * self.cluster_size())
         } else {
             tiles * self.split
         }
     }
 
     pub fn manifest(&self, p: &Problem, sm_count: u32) -> Manifest {
-        // Each CTA of a cluster loads its share of the B tile and multicasts it: tn, BN/CL
-        // rows of K; nn, 64 columns of N by BK/CL rows of K.
+        // Each CTA of a cluster loads its share of the tiles it shares and multicasts it: of
+        // A, BM/CLUSTER_N rows; of B, tn BN/CLUSTER_M rows of K, nn 64 columns of N by
+        // BK/CLUSTER_M rows of K.
         let b_box = if p.layout == Layout::Tn { [BK, self.bn / self.cluster_m] } else { [64, BK / self.cluster_m] };
         let mut params = vec![
-            Param::TensorMap(TensorMapSpec { operand: Operand::A, box_dims: [BK, self.bm], swizzle: Swizzle::B128 }),
+            Param::TensorMap(TensorMapSpec { operand: Operand::A, box_dims: [BK, self.bm / self.cluster_n], swizzle: Swizzle::B128 }),
             Param::TensorMap(TensorMapSpec { operand: Operand::B, box_dims: b_box, swizzle: Swizzle::B128 }),
             Param::Ptr(Buffer::C),
             Param::I32(I32Value::Dim(Dim::M)),
@@ -292,7 +311,7 @@ impl HopperConfig {
                 entry: self.entry(p.acc, p.layout),
                 grid: [self.grid(p, sm_count), 1, 1],
                 block: [self.threads(), 1, 1],
-                cluster: [if self.cluster_reduce { self.split } else { self.cluster_m }, 1, 1],
+                cluster: [if self.cluster_reduce { self.split } else { self.cluster_size() }, 1, 1],
                 shared_mem_bytes: self.shared_mem_bytes(),
                 params,
             }],
@@ -315,7 +334,15 @@ impl HopperConfig {
             let (r, split, atomic) = split_suffix(rest);
             (r, split, atomic, false, false)
         };
-        let parts: Vec<&str> = rest.split('_').collect();
+        let mut parts: Vec<&str> = rest.split('_').collect();
+        // `_n4`: a cluster along N (absent: 1).
+        let cluster_n = match parts.last().and_then(|p| p.strip_prefix('n')) {
+            Some(n) => {
+                parts.pop();
+                n.parse().ok()?
+            }
+            None => 1,
+        };
         let [acc, layout, tile, stages, consumers, cluster_m, group] = parts[..] else { return None };
         let acc: Acc = acc.parse().ok()?;
         let layout: Layout = layout.parse().ok()?;
@@ -335,6 +362,7 @@ impl HopperConfig {
             pingpong,
             cluster_reduce,
             cluster_m: cluster_m.strip_prefix('m')?.parse().ok()?,
+            cluster_n,
             stream_k,
         };
         cfg.validate().ok()?;
@@ -369,7 +397,12 @@ impl HopperConfig {
             split_label(self.split, self.atomic)
         };
         let pp = if self.pingpong { " ping-pong" } else { "" };
-        let cl = if self.cluster_m > 1 { format!(" m{}", self.cluster_m) } else { String::new() };
+        let cl = match (self.cluster_m, self.cluster_n) {
+            (1, 1) => String::new(),
+            (m, 1) => format!(" m{m}"),
+            (1, n) => format!(" n{n}"),
+            (m, n) => format!(" m{m}n{n}"),
+        };
         format!("{}x{} s{} c{}{cl}{pp}{}{split}", self.bm, self.bn, self.stages, self.consumers, if self.persistent { " persistent" } else { "" })
     }
 }
@@ -451,10 +484,36 @@ pub fn space() -> Vec<HopperConfig> {
 /// for 256×256×8192, ncu, session 10).
 pub const NARROW_BN: [u32; 4] = [16, 24, 32, 48];
 
-/// Whether a candidate is worth its pulls on a problem: the layout takes it, and a narrow
-/// tile only where 64×64 tiles make fewer than two waves.
+/// Whether a candidate is worth its pulls on a problem: the layout takes it, a narrow
+/// tile or a skinny cluster only where 64×64 tiles make fewer than two waves, and a cluster
+/// only where its side has as many tiles as it has CTAs.
 fn suits(c: &HopperConfig, p: &Problem, sm_count: u32) -> bool {
-    c.supports(p.layout) && (c.bn >= 64 || HopperConfig::new(64, 64, 2, 1).tiles(p) < 2 * sm_count)
+    let skinny = HopperConfig::new(64, 64, 2, 1).tiles(p) < 2 * sm_count;
+    c.supports(p.layout)
+        && (skinny || (c.bn >= 64 && c.cluster_size() == 1))
+        && p.m.div_ceil(c.bm) >= c.cluster_m
+        && p.n.div_ceil(c.bn) >= c.cluster_n
+}
+
+/// Clusters for the skinny shapes, as cuBLASLt runs them there (clusters of 2 to 8 on every
+/// skinny shape profiled, session 10): 64-row tiles in clusters of 2, 4 and 8 along N that
+/// multicast A (the operand every tile column shares when M is small), and 64×64 and 128×64
+/// tiles in clusters along M that multicast B (N small); each with the deepest ring and a
+/// 4-stage one, one tile per CTA. Timed exhaustively on the 211 tn shapes with M or N of
+/// 128 or less (H100, session 11), a cluster was the best code on 10, by up to 5.5%
+/// (4096×64×8192, 64×32 in pairs along N); on the small ones a single CTA stays ahead (a
+/// cluster adds about 0.2 µs).
+pub fn skinny_cluster_codes() -> Vec<HopperConfig> {
+    let mut out = Vec::new();
+    for size in [2, 4, 8] {
+        for bn in [16, 32, 64] {
+            out.extend(rings(HopperConfig { cluster_n: size, ..HopperConfig::new(64, bn, 2, 1) }));
+        }
+        for (bm, consumers) in [(64, 1), (128, 2)] {
+            out.extend(rings(HopperConfig { cluster_m: size, ..HopperConfig::new(bm, 64, 2, consumers) }));
+        }
+    }
+    out
 }
 
 /// The 256×160 tile (tn; two consumers of 128 rows, 160 accumulators per thread, 4
@@ -488,7 +547,9 @@ pub fn stream_k_codes(sm_count: u32) -> Vec<HopperConfig> {
 /// multicasts it to both), on both grids. They pass the verifier but are not in [`space`]:
 /// timed exhaustively beside it on 8 shapes from 512×4096×4096 to 8192³ (tn, H100, session
 /// 9) they lost on every one, by 0.7% at 8192³ and by up to 19% at 1024×1024×4096, so they
-/// would only spend the bandit's pulls.
+/// would only spend the bandit's pulls. (Then a release cluster barrier ended every cluster
+/// kernel, about 1 µs; the producer now drains the ring instead. They have passed the
+/// verifier with it, and have not been re-timed.)
 pub fn multicast_codes() -> Vec<HopperConfig> {
     let mut out = Vec::new();
     for (bm, bn, consumers) in MULTICAST_TILES {
@@ -586,10 +647,11 @@ pub fn split_space(p: &Problem, sm_count: u32) -> Vec<HopperConfig> {
     out
 }
 
-/// Every candidate for a problem: [`space`] (the narrow tiles where they suit it), then
-/// [`split_space`].
+/// Every candidate for a problem: [`space`] and [`skinny_cluster_codes`] (the narrow tiles
+/// and the clusters where they suit it), then [`split_space`].
 pub fn space_for(p: &Problem, sm_count: u32) -> Vec<HopperConfig> {
     let mut out = space();
+    out.extend(skinny_cluster_codes());
     out.retain(|c| suits(c, p, sm_count));
     out.extend(split_space(p, sm_count));
     out
@@ -649,7 +711,7 @@ mod tests {
     #[test]
     fn narrow_tiles_are_offered_to_the_skinny_tn_shapes_only() {
         let p = |layout, m, n, k| Problem::new(Arch::Sm90, Acc::F32, layout, Shape::new(m, n, k).unwrap());
-        let narrow = |prob: &Problem| space_for(prob, 132).into_iter().filter(|c| c.bn < 64).collect::<Vec<_>>();
+        let narrow = |prob: &Problem| space_for(prob, 132).into_iter().filter(|c| c.bn < 64 && c.cluster_size() == 1).collect::<Vec<_>>();
         // 64×1024×512: 16 tiles of 64×64, so every width, each with 16 and 4 stages, and
         // the 64×32 split-K codes.
         let skinny = narrow(&p(Layout::Tn, 64, 1024, 512));
@@ -822,8 +884,62 @@ mod tests {
     }
 
     #[test]
+    fn skinny_clusters_split_the_shared_tile_and_suit_the_skinny_shapes_only() {
+        let p = |layout, m, n, k| Problem::new(Arch::Sm90, Acc::F32, layout, Shape::new(m, n, k).unwrap());
+        let codes = skinny_cluster_codes();
+        // Per size: 64×16 and 64×32 (16 and 4 stages), 64×64 along N and along M and 128×64
+        // along M (8 and 4 stages).
+        assert_eq!(codes.len(), 3 * 10, "{codes:?}");
+        let c = HopperConfig { cluster_n: 8, ..HopperConfig::new(64, 16, 16, 1) };
+        assert!(codes.contains(&c));
+        assert_eq!(c.entry(Acc::F32, Layout::Tn), "kaas_wgmma_f32_tn_64x16x64_s16_c1_m1_g16_n8");
+        assert!(c.defines(Acc::F32, Layout::Tn).contains(&("KAAS_CLUSTER_N".to_string(), "8".to_string())));
+        assert_eq!(c.label(), "64x16 s16 c1 n8");
+        // 64×1000: 63 tile columns round up to 64, 8 clusters of 8; each CTA loads 8 rows of A.
+        let prob = p(Layout::Tn, 64, 1000, 520);
+        assert_eq!(c.tiles(&prob), 64);
+        let man = c.manifest(&prob, 132);
+        man.validate().unwrap();
+        let l = &man.launches[0];
+        assert_eq!((l.grid, l.cluster), ([64, 1, 1], [8, 1, 1]));
+        let (Param::TensorMap(a), Param::TensorMap(b)) = (&l.params[0], &l.params[1]) else { panic!("tensor maps") };
+        assert_eq!((a.box_dims, b.box_dims), ([64, 8], [64, 16]));
+        assert_eq!(HopperConfig::of_launch(l, &prob), Some((c, Acc::F32, Layout::Tn)));
+        // Along M: 128×64 in clusters of 4 loads 16 rows of each B tile (nn: 16 K-rows).
+        let m4 = HopperConfig { cluster_m: 4, ..HopperConfig::new(128, 64, 8, 2) };
+        assert!(codes.contains(&m4));
+        for layout in Layout::ALL {
+            let prob = p(layout, 1000, 64, 4096);
+            let l = &m4.manifest(&prob, 132).launches[0];
+            let Param::TensorMap(b) = &l.params[1] else { panic!("B") };
+            assert_eq!((l.grid, l.cluster, b.box_dims), ([8, 1, 1], [4, 1, 1], if layout == Layout::Tn { [64, 16] } else { [64, 16] }));
+            assert_eq!(HopperConfig::of_launch(l, &prob), Some((m4, Acc::F32, layout)));
+        }
+        // Offered where 64×64 tiles make under two waves and the cluster's side has the tiles.
+        let offered = |prob: &Problem| space_for(prob, 132).into_iter().filter(|c| c.cluster_size() > 1).collect::<Vec<_>>();
+        let wide = offered(&p(Layout::Tn, 64, 4096, 1024));
+        assert!(wide.contains(&c) && wide.iter().all(|c| c.cluster_m == 1), "M = 64 has one tile row: {wide:?}");
+        let tall = offered(&p(Layout::Nn, 4096, 64, 1024));
+        assert!(tall.contains(&m4) && tall.iter().all(|c| c.cluster_n == 1 && c.bn == 64), "{tall:?}");
+        assert!(offered(&p(Layout::Tn, 2048, 2048, 512)).is_empty(), "not skinny");
+        assert!(offered(&p(Layout::Nn, 64, 4096, 1024)).iter().all(|c| c.bn == 64), "nn: 64-column B boxes");
+        for bad in [
+            HopperConfig { cluster_n: 3, ..c },
+            HopperConfig { cluster_m: 2, ..c },
+            HopperConfig { cluster_n: 16, ..c },
+            HopperConfig { cluster_m: 4, cluster_n: 1, ..HopperConfig::new(64, 16, 4, 1) },
+            HopperConfig { split: 4, atomic: true, ..c },
+        ] {
+            assert!(bad.validate().is_err(), "{bad:?}");
+        }
+        assert!(HopperConfig { cluster_m: 2, cluster_n: 4, ..HopperConfig::new(64, 16, 4, 1) }.validate().is_ok());
+        assert!(HopperConfig::from_entry("kaas_wgmma_f32_tn_64x16x64_s16_c1_m1_g16_n1").is_none());
+        assert!(HopperConfig::from_entry("kaas_wgmma_f32_tn_64x16x64_s16_c1_m1_g16_n3").is_none());
+    }
+
+    #[test]
     fn entry_names_round_trip() {
-        for c in space() {
+        for c in space().into_iter().chain(skinny_cluster_codes()) {
             for layout in Layout::ALL.into_iter().filter(|&l| c.supports(l)) {
                 let (back, acc, l) = HopperConfig::from_entry(&c.entry(Acc::F32, layout)).unwrap();
                 assert_eq!((back, acc, l), (HopperConfig { persistent: false, ..c }, Acc::F32, layout));
@@ -943,7 +1059,7 @@ mod tests {
             return;
         }
         let mut seen = std::collections::BTreeSet::new();
-        for c in space().into_iter().chain(split_tiles()).chain(cluster_tiles()).chain(multicast_codes()).chain(stream_k_codes(132)).chain(wide_160_codes()) {
+        for c in space().into_iter().chain(split_tiles()).chain(cluster_tiles()).chain(multicast_codes()).chain(stream_k_codes(132)).chain(wide_160_codes()).chain(skinny_cluster_codes()) {
             if !seen.insert(c.code_key()) {
                 continue;
             }

@@ -111,7 +111,7 @@ pub enum Family {
 fn codes(families: &[Family], acc: Acc, layout: Layout) -> Vec<Candidate> {
     let mut out = Vec::new();
     if families.contains(&Family::Hopper) {
-        out.extend(hopper::space().into_iter().chain(hopper::split_tiles()).map(Candidate::Hopper));
+        out.extend(hopper::space().into_iter().chain(hopper::skinny_cluster_codes()).chain(hopper::split_tiles()).map(Candidate::Hopper));
     }
     if families.contains(&Family::Mma) {
         out.extend(mma::space().into_iter().chain(mma::split_tiles()).map(Candidate::Mma));
