@@ -1310,6 +1310,32 @@ fn skinny_cluster_hopper_kernels_pass_the_verifier() {
     runs.assert_all_passed();
 }
 
+/// K split across the two consumer warpgroups (`_kw`: each takes the ring's slots of its
+/// parity, consumer 1 hands its fp32 partial to consumer 0) passes the verifier: every such
+/// code, both layouts where it builds, on shapes with an odd count of K-tiles and with one
+/// (consumer 1 then adds zeros), and persistent grids of 1, 3, 7 and 132 blocks, so a
+/// block's tiles start at either parity of the ring and consumer 1 must wait for consumer
+/// 0 to take each partial before it stores the next.
+#[test]
+fn ksplit_hopper_kernels_pass_the_verifier() {
+    use kaas::tuner::hopper;
+    if !hopper_or_skip() {
+        return;
+    }
+    let codes: Vec<_> = hopper::ksplit_codes().into_iter().filter(|c| !c.persistent).collect();
+    assert_eq!(codes.len(), 8);
+    let shapes = [(100, 200, 136), (64, 1000, 520), (300, 72, 4104), (1000, 1000, 64), (64, 512, 1024)];
+    let mut runs = VerifierRuns::new("KSPLIT");
+    for (p, cfg, ptx) in hopper_cases(&codes, &shapes) {
+        runs.run(&format!("{p} {}", cfg.label()), ptx.clone(), cfg.manifest(&p, 132));
+        for blocks in [1, 3, 7, 132] {
+            runs.run_capped(&p, &hopper::HopperConfig { persistent: true, ..cfg }, &ptx, blocks);
+        }
+    }
+    println!("{} k-split runs", runs.runs);
+    runs.assert_all_passed();
+}
+
 /// Ping-pong Hopper kernels (each consumer warpgroup owns whole tiles, their main loops
 /// take turns) through the sandboxed verifier: every ping-pong tile of the search, both
 /// layouts, shapes the tiles do not divide, and grids of 1, 3, 7 and 132 blocks, so blocks

@@ -73,12 +73,23 @@
 //                   tiles of the block; their main loops take strict turns (named barriers
 //                   2 and 3), so one consumer's epilogue runs under the other's wgmmas.
 //                   Pays off where blocks get several tiles (the persistent grid).
+//   KAAS_KSPLIT     0 (default) or 1: K split across the two consumer warpgroups (needs
+//                   KAAS_CONSUMERS=2, acc=f32, no split-K, no ping-pong, no cluster). Each
+//                   consumer owns the whole BM×BN tile (BM 64 or 128) and takes alternate
+//                   K-tiles of it (the ring's slots of its parity; STAGES even) into its
+//                   own accumulators, so two wgmma chains run where
+//                   one would (the small tiles' main loop is a chain of dependent wgmmas);
+//                   consumer 1 then hands its fp32 partial to consumer 0 through shared
+//                   memory (BM*BN*4 more bytes), which adds it and writes C. Named barriers
+//                   4 (partial stored) and 5 (partial taken, before the CTA's next tile).
+//                   cuBLASLt's skinny kernels run 384 threads on tiles of 64×8, which two
+//                   consumers could only share this way (ncu, session 10).
 //   KAAS_ENTRY      optional; default name encodes every knob:
 //     kaas_wgmma_<f32|f16>_<tn|nn>_<BM>x<BN>x<BK>_s<STAGES>_c<CONSUMERS>_m<CLUSTER_M>_g<GROUP_M>
 //     e.g. kaas_wgmma_f32_tn_128x256x64_s4_c2_m1_g16; KAAS_CLUSTER_N > 1 adds _n<CLUSTER_N>
 //     (before any other suffix); KAAS_SPLITK=1 adds _sk, 2 adds _ska,
 //     3 adds _skc, KAAS_STREAMK=1 _sks;
-//     KAAS_PINGPONG=1 adds _pp
+//     KAAS_PINGPONG=1 adds _pp, KAAS_KSPLIT=1 _kw
 //
 // ─── Launch (kaas.hgemm.v1) ─────────────────────────────────────────────────────────────
 // params: (tensor_map A, tensor_map B, ptr C, i32 M, i32 N, i32 K), in this order;
@@ -93,6 +104,7 @@
 // block:   [128 * (KAAS_CONSUMERS + 1), 1, 1]   (warpgroup 0 = TMA producer)
 // cluster: [KAAS_CLUSTER_M * KAAS_CLUSTER_N, 1, 1]; KAAS_SPLITK=3: [S, 1, 1]
 // shared_mem_bytes (dynamic) = STAGES * (BM + BN) * BK * 2 + 1024 + (EPILOGUE && BN % 64 == 0 ? CONSUMERS * 9216 : 0)
+//   + (KSPLIT ? BM * BN * 4 : 0)
 //   (+ 2 * STAGES * 8 bytes of static shared memory for the mbarriers)
 //   e.g. EPILOGUE=1: 128x256x64 s4 c2: 216064; 128x128x64 s6 c2: 216064; 64x128x64 s8 c1: 206848;
 //        64x64x64 s8 c1: 141312.  EPILOGUE=0: 128x256x64 s4 c2: 197632.
@@ -202,6 +214,9 @@ typedef unsigned long long u64;
 #ifndef KAAS_STREAMK
 #define KAAS_STREAMK 0
 #endif
+#ifndef KAAS_KSPLIT
+#define KAAS_KSPLIT 0
+#endif
 // The cluster release's arrive: 1 (default) at CTA scope, 0 `.release.cluster` (2× slower).
 #ifndef KAAS_MC_ARRIVE_CTA
 #define KAAS_MC_ARRIVE_CTA 1
@@ -222,6 +237,8 @@ typedef unsigned long long u64;
 // in a cluster / stream-K), or none.
 #if KAAS_PINGPONG
 #define KAAS_CODE_TAG _pp
+#elif KAAS_KSPLIT
+#define KAAS_CODE_TAG _kw
 #elif KAAS_SPLITK == 3
 #define KAAS_CODE_TAG _skc
 #elif KAAS_SPLITK == 2 && KAAS_STREAMK
@@ -261,7 +278,9 @@ constexpr int CONSUMERS = KAAS_CONSUMERS, CL = CLM * CLN, GROUP_M = KAAS_GROUP_M
 constexpr int THREADS = 128 * (CONSUMERS + 1);
 // Rows of a tile per consumer warpgroup: cooperative, the consumers split the tile's rows;
 // ping-pong, each consumer owns whole tiles (alternate tiles of the CTA).
-constexpr int WG_M = KAAS_PINGPONG ? BM : BM / CONSUMERS;
+// (KAAS_WHOLE_TILE: each consumer owns whole tiles, ping-pong or K split across consumers.)
+#define KAAS_WHOLE_TILE (KAAS_PINGPONG || KAAS_KSPLIT)
+constexpr int WG_M = KAAS_WHOLE_TILE ? BM : BM / CONSUMERS;
 constexpr int MI = WG_M / 64;         // m64 wgmmas per consumer per k16 step
 constexpr int A_STAGE_BYTES = BM * BK * 2;
 constexpr int B_STAGE_BYTES = BN * BK * 2;
@@ -271,7 +290,10 @@ constexpr int EPI_WARP_BYTES = 16 * EPI_LD * 2;           // 2304 bytes per cons
 // The staged epilogue writes 64-column pieces; narrower tiles store straight from registers.
 #define KAAS_EPI_STAGED (KAAS_EPILOGUE && KAAS_BN % 64 == 0)
 constexpr int EPI_BYTES = KAAS_EPI_STAGED ? CONSUMERS * 4 * EPI_WARP_BYTES : 0;
-constexpr int SMEM_BYTES = STAGES * (BM + BN) * BK * 2 + 1024 + EPI_BYTES;  // the launch's dynamic smem
+// K split across consumers: consumer 1's fp32 partial tile (a macro, so that the other codes'
+// PTX, which lists namespace-scope constants, stays as it was).
+#define KAAS_RED_BYTES (KAAS_KSPLIT ? BM * BN * 4 : 0)
+constexpr int SMEM_BYTES = STAGES * (BM + BN) * BK * 2 + 1024 + EPI_BYTES + KAAS_RED_BYTES;  // the launch's dynamic smem
 #if KAAS_ACC_F32
 constexpr int ACC_REGS = BN / 2;  // per thread per m64 tile
 #else
@@ -282,6 +304,12 @@ static_assert(BK == 64, "KAAS_BK must be 64 (one 128B swizzle atom of fp16)");
 static_assert(CONSUMERS == 1 || CONSUMERS == 2, "KAAS_CONSUMERS must be 1 or 2");
 static_assert(BM % CONSUMERS == 0 && (WG_M == 64 || WG_M == 128),
               "BM / CONSUMERS (cooperative) or BM (ping-pong) must be 64 or 128");
+#if KAAS_KSPLIT
+static_assert(CONSUMERS == 2 && !KAAS_PINGPONG && KAAS_SPLITK == 0 && CL == 1,
+              "K split across consumers needs two consumers, no ping-pong, no split-K, no cluster");
+static_assert(KAAS_ACC_F32, "K split across consumers adds fp32 partials: acc=f32 only");
+static_assert(STAGES % 2 == 0, "K split across consumers: each takes the slots of one parity");
+#endif
 #if KAAS_PINGPONG
 static_assert(CONSUMERS == 2, "ping-pong needs two consumer warpgroups");
 static_assert(KAAS_SPLITK == 0, "ping-pong runs without split-K");
@@ -770,15 +798,32 @@ __device__ __forceinline__ void turn_wait(int cw) { asm volatile("bar.sync %0, 2
 __device__ __forceinline__ void turn_pass(int cw) { asm volatile("bar.arrive %0, 256;" ::"r"(3 - cw) : "memory"); }
 #endif
 
+#if KAAS_KSPLIT
+// K split across the consumers: barrier 4, consumer 1 has stored its partial; barrier 5,
+// consumer 0 has added it (so consumer 1 may store the next tile's). 128 threads each side.
+__device__ __forceinline__ void red_stored_arrive() { asm volatile("bar.arrive 4, 256;" ::: "memory"); }
+__device__ __forceinline__ void red_stored_wait() { asm volatile("bar.sync 4, 256;" ::: "memory"); }
+__device__ __forceinline__ void red_taken_arrive() { asm volatile("bar.arrive 5, 256;" ::: "memory"); }
+__device__ __forceinline__ void red_taken_wait() { asm volatile("bar.sync 5, 256;" ::: "memory"); }
+#endif
+#if KAAS_SPLITK == 3 || KAAS_KSPLIT
+__device__ __forceinline__ void st_shared_v4(u32 addr, float a, float b, float c, float d) {
+    asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};" ::"r"(addr), "f"(a), "f"(b), "f"(c), "f"(d) : "memory");
+}
+#endif
+#if KAAS_KSPLIT
+__device__ __forceinline__ float4 ld_shared_v4(u32 addr) {
+    float4 v;
+    asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(addr) : "memory");
+    return v;
+}
+#endif
 #if KAAS_SPLITK
 // The consumer warpgroups only (the producer never joins): named barrier 1.
 __device__ __forceinline__ void consumers_sync() {
     asm volatile("bar.sync 1, %0;" ::"n"(128 * CONSUMERS) : "memory");
 }
 #if KAAS_SPLITK == 3
-__device__ __forceinline__ void st_shared_v4(u32 addr, float a, float b, float c, float d) {
-    asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};" ::"r"(addr), "f"(a), "f"(b), "f"(c), "f"(d) : "memory");
-}
 // Reads 16 bytes at shared address `addr` of cluster CTA `rank` (distributed shared memory).
 __device__ __forceinline__ float4 ld_peer_v4(u32 addr, u32 rank) {
     float4 v;
@@ -911,7 +956,7 @@ KAAS_ENTRY(const __grid_constant__ TensorMap128 tmA, const __grid_constant__ Ten
         for (int s = 0; s < STAGES; ++s) {
             mbar_init(full0 + 8 * s, 1);
             // one arrival per consumer warp (of the slot's consumer(s)) per CTA
-            mbar_init(empty0 + 8 * s, (KAAS_PINGPONG ? 1 : CONSUMERS) * 4 * CL);
+            mbar_init(empty0 + 8 * s, (KAAS_WHOLE_TILE ? 1 : CONSUMERS) * 4 * CL);
         }
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
@@ -1061,9 +1106,23 @@ KAAS_ENTRY(const __grid_constant__ TensorMap128 tmA, const __grid_constant__ Ten
                 for (int i = 0; i < ACC_REGS; ++i) acc[mi][i] = 0;
 
             int prev = 0;
+#if KAAS_KSPLIT
+            int mine = 0;  // K-tiles of this tile this consumer has issued
+#endif
             for (int kt = KAAS_KB; kt < KAAS_KE; ++kt) {
+#if KAAS_KSPLIT
+                // Consumer cw takes the ring's slots of parity cw (STAGES is even), so it
+                // waits on every phase of its own slots and never on one two phases ahead.
+                if ((s & 1) != cw) {
+                    if (++s == STAGES) {
+                        s = 0;
+                        ph ^= 1u;
+                    }
+                    continue;
+                }
+#endif
                 mbar_wait(full0 + 8 * s, ph);
-                const u32 a_base = sA + s * A_STAGE_BYTES + (KAAS_PINGPONG ? 0 : cw * WG_M * 128);
+                const u32 a_base = sA + s * A_STAGE_BYTES + (KAAS_WHOLE_TILE ? 0 : cw * WG_M * 128);
                 const u32 b_base = sB + s * B_STAGE_BYTES;
                 wgmma_fence();
 #pragma unroll
@@ -1080,7 +1139,11 @@ KAAS_ENTRY(const __grid_constant__ TensorMap128 tmA, const __grid_constant__ Ten
                     }
                 }
                 wgmma_commit();
+#if KAAS_KSPLIT
+                if (mine++ > 0) {  // this consumer's previous K-tile
+#else
                 if (kt > KAAS_KB) {
+#endif
                     wgmma_wait<1>();  // the previous k-tile's wgmmas are done: free its slot
                     if (lane == 0) mbar_release(empty0 + 8 * prev);
                 }
@@ -1094,7 +1157,38 @@ KAAS_ENTRY(const __grid_constant__ TensorMap128 tmA, const __grid_constant__ Ten
             if (t + ncl < tiles) turn_pass(cw);  // the CTA's next tile is the other consumer's
 #endif
             wgmma_wait<0>();  // unconditional, so ptxas sees every path drain the pipeline
+#if KAAS_KSPLIT
+            if (mine > 0 && lane == 0) mbar_release(empty0 + 8 * prev);
+            {
+                // Consumer 1's partial, four registers per 16-byte word: word w of thread tid
+                // at byte 16 * (128 * w + tid) of the region, conflict-free both ways.
+                constexpr int WORDS = MI * ACC_REGS / 4;
+                const u32 red = sE + EPI_BYTES + 16u * (u32)tid;
+                if (cw == 1) {
+                    if (t != cid) red_taken_wait();  // consumer 0 has added the last partial
+#pragma unroll
+                    for (int w = 0; w < WORDS; ++w) {
+                        const float* a = &acc[(4 * w) / ACC_REGS][(4 * w) % ACC_REGS];
+                        st_shared_v4(red + 2048u * (u32)w, a[0], a[1], a[2], a[3]);
+                    }
+                    red_stored_arrive();
+                    continue;  // consumer 0 writes C
+                }
+                red_stored_wait();
+#pragma unroll
+                for (int w = 0; w < WORDS; ++w) {
+                    float* a = &acc[(4 * w) / ACC_REGS][(4 * w) % ACC_REGS];
+                    const float4 v = ld_shared_v4(red + 2048u * (u32)w);
+                    a[0] += v.x;
+                    a[1] += v.y;
+                    a[2] += v.z;
+                    a[3] += v.w;
+                }
+                if (t + ncl < tiles) red_taken_arrive();  // consumer 1 stores the next one
+            }
+#else
             if (KAAS_HAS_K && lane == 0) mbar_release(empty0 + 8 * prev);
+#endif
 #if KAAS_SPLITK == 3
             {
                 // Partials in the accumulators' own order, four registers per 16-byte word:
@@ -1223,7 +1317,7 @@ KAAS_ENTRY(const __grid_constant__ TensorMap128 tmA, const __grid_constant__ Ten
             const int g = lane >> 2, q = lane & 3;
 #pragma unroll
             for (int mi = 0; mi < MI; ++mi) {
-                const int row_base = m0 + (KAAS_PINGPONG ? 0 : cw * WG_M) + mi * 64 + warp * 16;
+                const int row_base = m0 + (KAAS_WHOLE_TILE ? 0 : cw * WG_M) + mi * 64 + warp * 16;
 #pragma unroll
                 for (int cc = 0; cc < BN / 64; ++cc) {
                     __syncwarp();
@@ -1267,7 +1361,7 @@ KAAS_ENTRY(const __grid_constant__ TensorMap128 tmA, const __grid_constant__ Ten
             const int col0 = n0 + 2 * (lane & 3);
 #pragma unroll
             for (int mi = 0; mi < MI; ++mi) {
-                const int row = m0 + (KAAS_PINGPONG ? 0 : cw * WG_M) + mi * 64 + warp * 16 + (lane >> 2);
+                const int row = m0 + (KAAS_WHOLE_TILE ? 0 : cw * WG_M) + mi * 64 + warp * 16 + (lane >> 2);
 #pragma unroll
                 for (int j = 0; j < BN / 8; ++j) {
 #if KAAS_ACC_F32

@@ -80,6 +80,12 @@ pub struct HopperConfig {
     /// count.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub stream_k: bool,
+    /// K split across the two consumer warpgroups (`KAAS_KSPLIT`, entries ending `_kw`):
+    /// each owns the whole tile and takes alternate K-tiles (the ring's slots of its
+    /// parity), and consumer 1 hands its fp32 partial to consumer 0 through shared memory.
+    /// Two wgmma chains where one consumer would run one; acc=f32, even rings.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub ksplit: bool,
 }
 
 pub(crate) fn one() -> u32 {
@@ -97,13 +103,13 @@ const UNIT_TARGETS: [(u32, u32); 4] = [(1, 4), (1, 2), (1, 1), (2, 1)];
 impl HopperConfig {
     /// A cooperative, unsplit configuration, one tile per block, without clusters.
     pub const fn new(bm: u32, bn: u32, stages: u32, consumers: u32) -> Self {
-        HopperConfig { bm, bn, stages, consumers, persistent: false, split: 1, atomic: false, pingpong: false, cluster_reduce: false, cluster_m: 1, cluster_n: 1, stream_k: false }
+        HopperConfig { bm, bn, stages, consumers, persistent: false, split: 1, atomic: false, pingpong: false, cluster_reduce: false, cluster_m: 1, cluster_n: 1, stream_k: false, ksplit: false }
     }
 
     pub fn validate(&self) -> Result<(), String> {
         // Rows of a tile per consumer: cooperative consumers split the tile, ping-pong ones
         // each own a whole tile.
-        let per = if self.pingpong { self.bm } else { self.bm / self.consumers.max(1) };
+        let per = if self.whole_tile() { self.bm } else { self.bm / self.consumers.max(1) };
         if !matches!(self.consumers, 1 | 2) || !self.bm.is_multiple_of(self.consumers) || !matches!(per, 64 | 128) {
             return Err(format!("BM {} with {} consumer warpgroup(s): each must own 64 or 128 rows", self.bm, self.consumers));
         }
@@ -117,6 +123,9 @@ impl HopperConfig {
         // register budget is 240).
         let budget = if self.consumers == 2 { 160 } else { 128 };
         if !self.pingpong && per / 64 * self.bn / 2 > budget {
+            if self.ksplit {
+                return Err(format!("a {}x{} tile split across consumers needs {} accumulators per thread; at most {budget}", self.bm, self.bn, per / 64 * self.bn / 2));
+            }
             return Err(format!("a {}x{} tile needs {} accumulators per consumer thread; at most {budget}", self.bm, self.bn, per / 64 * self.bn / 2));
         }
         if self.pingpong {
@@ -161,6 +170,9 @@ impl HopperConfig {
                 return Err(format!("a {}-stage ring cannot hold the {}x{} fp32 partial", self.stages, self.bm, self.bn));
             }
         }
+        if self.ksplit && (self.consumers != 2 || self.pingpong || self.split > 1 || self.cluster_size() > 1 || !self.stages.is_multiple_of(2)) {
+            return Err(format!("K split across consumers needs two consumers, an even ring ({} stages), and no ping-pong, split-K or cluster", self.stages));
+        }
         if self.stream_k && (!self.atomic || self.split < 2 || self.cluster_reduce) {
             return Err(format!("stream-K needs the atomic reduction over a grid of 2 or more blocks; got split {}", self.split));
         }
@@ -168,6 +180,11 @@ impl HopperConfig {
             return Err(format!("{} B of shared memory exceed {SMEM_LIMIT}", self.shared_mem_bytes() + self.static_smem_bytes()));
         }
         Ok(())
+    }
+
+    /// Each consumer owns whole tiles: ping-pong, or K split across the consumers.
+    fn whole_tile(&self) -> bool {
+        self.pingpong || self.ksplit
     }
 
     /// CTAs per cluster (1: no cluster).
@@ -183,7 +200,9 @@ impl HopperConfig {
     /// 64-column pieces; the narrow ones store C from registers).
     pub fn shared_mem_bytes(&self) -> u32 {
         let staging = if self.bn.is_multiple_of(64) { self.consumers * 9216 } else { 0 };
-        self.stages * (self.bm + self.bn) * BK * 2 + 1024 + staging
+        // K split across consumers: consumer 1's fp32 partial tile.
+        let partial = if self.ksplit { self.bm * self.bn * 4 } else { 0 };
+        self.stages * (self.bm + self.bn) * BK * 2 + 1024 + staging + partial
     }
 
     /// Whether the template builds this code for a layout: nn loads B in 64-column boxes,
@@ -240,7 +259,7 @@ impl HopperConfig {
     /// The PTX entry; the persistent flag is a grid choice, not part of the code.
     pub fn entry(&self, acc: Acc, layout: Layout) -> String {
         let sk = ["", "_sk", "_ska", "_skc", "_sks"][usize::from(self.split_mode())];
-        let pp = if self.pingpong { "_pp" } else { "" };
+        let pp = if self.pingpong { "_pp" } else if self.ksplit { "_kw" } else { "" };
         let cn = if self.cluster_n > 1 { format!("_n{}", self.cluster_n) } else { String::new() };
         format!("kaas_wgmma_{}_{}_{}x{}x{BK}_s{}_c{}_m{}_g{GROUP_M}{cn}{sk}{pp}", acc.as_str(), layout.as_str(), self.bm, self.bn, self.stages, self.consumers, self.cluster_m)
     }
@@ -263,14 +282,15 @@ impl HopperConfig {
         .chain((self.split > 1).then_some(("KAAS_SPLITK", if self.stream_k { 2 } else { u32::from(self.split_mode()) })))
         .chain((self.stream_k && self.split > 1).then_some(("KAAS_STREAMK", 1)))
         .chain(self.pingpong.then_some(("KAAS_PINGPONG", 1)))
+        .chain(self.ksplit.then_some(("KAAS_KSPLIT", 1)))
         .chain((self.cluster_n > 1).then_some(("KAAS_CLUSTER_N", self.cluster_n)))
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect()
     }
 
     /// The same code with the other grid (or another split count).
-    pub fn code_key(&self) -> (u32, u32, u32, u32, u8, bool, u32, u32) {
-        (self.bm, self.bn, self.stages, self.consumers, self.split_mode(), self.pingpong, self.cluster_m, self.cluster_n)
+    pub fn code_key(&self) -> (u32, u32, u32, u32, u8, bool, u32, u32, bool) {
+        (self.bm, self.bn, self.stages, self.consumers, self.split_mode(), self.pingpong, self.cluster_m, self.cluster_n, self.ksplit)
     }
 
     /// Blocks: a persistent grid takes one per SM, rounded down to whole clusters.
@@ -325,6 +345,7 @@ impl HopperConfig {
     pub fn from_entry(entry: &str) -> Option<(HopperConfig, Acc, Layout)> {
         let rest = entry.strip_prefix("kaas_wgmma_")?;
         let (rest, pingpong) = rest.strip_suffix("_pp").map_or((rest, false), |r| (r, true));
+        let (rest, ksplit) = rest.strip_suffix("_kw").map_or((rest, false), |r| (r, true));
         // The Hopper-only reductions first, then the suffixes both families share.
         let (rest, split, atomic, cluster_reduce, stream_k) = if let Some(r) = rest.strip_suffix("_skc") {
             (r, 2, false, true, false)
@@ -364,6 +385,7 @@ impl HopperConfig {
             cluster_m: cluster_m.strip_prefix('m')?.parse().ok()?,
             cluster_n,
             stream_k,
+            ksplit,
         };
         cfg.validate().ok()?;
         (cfg.entry(acc, layout) == entry).then_some((cfg, acc, layout))
@@ -396,7 +418,7 @@ impl HopperConfig {
         } else {
             split_label(self.split, self.atomic)
         };
-        let pp = if self.pingpong { " ping-pong" } else { "" };
+        let pp = if self.pingpong { " ping-pong" } else if self.ksplit { " k-split" } else { "" };
         let cl = match (self.cluster_m, self.cluster_n) {
             (1, 1) => String::new(),
             (m, 1) => format!(" m{m}"),
@@ -568,6 +590,28 @@ pub fn multicast_codes() -> Vec<HopperConfig> {
 /// table that cuBLASLt's autotuning chose runs in clusters of two or more CTAs.
 const MULTICAST_TILES: [(u32, u32, u32); 5] = [(128, 256, 2), (256, 128, 2), (128, 128, 2), (64, 128, 1), (64, 256, 1)];
 
+/// K split across the two consumer warpgroups (`_kw`): 64-row tiles from 64 × 16 to 64 ×
+/// 128, each with the deepest even ring that fits and a 4-stage one, on both grids. For the
+/// small and skinny shapes, where one consumer's chain of dependent wgmmas sets the pace
+/// (session 11: every code we have takes 4.2-4.4 µs on 64×512×1024, cuBLASLt's 384-thread
+/// 64×8 kernel 3.4). Not yet run on a GPU: out of [`space`] until it passes the verifier
+/// and the timings say it pays.
+pub fn ksplit_codes() -> Vec<HopperConfig> {
+    let mut out = Vec::new();
+    for bn in [16, 32, 64, 128] {
+        let c = HopperConfig { ksplit: true, ..HopperConfig::new(64, bn, 2, 2) };
+        let top = if bn < 64 { 16 } else { 8 };
+        let Some(deepest) = (2..=top).rev().filter(|s| s % 2 == 0).map(|stages| HopperConfig { stages, ..c }).find(|c| c.validate().is_ok()) else { continue };
+        for ring in [deepest, HopperConfig { stages: 4, ..c }] {
+            if ring.validate().is_ok() && !out.contains(&ring) {
+                out.push(ring);
+                out.push(HopperConfig { persistent: true, ..ring });
+            }
+        }
+    }
+    out
+}
+
 /// Ping-pong tiles (each consumer's own): 128 accumulator registers or fewer per thread.
 const PINGPONG_TILES: [(u32, u32); 4] = [(64, 128), (64, 256), (128, 64), (128, 128)];
 
@@ -662,6 +706,9 @@ pub fn compile(cfg: &HopperConfig, acc: Acc, layout: Layout) -> Result<String, G
     cfg.validate().map_err(|m| GpuError::refused("Hopper HGEMM", m))?;
     if !cfg.supports(layout) {
         return Err(GpuError::refused("Hopper HGEMM", format!("BN {} is tn only (nn loads B in 64-column boxes)", cfg.bn)));
+    }
+    if cfg.ksplit && acc != Acc::F32 {
+        return Err(GpuError::refused("Hopper HGEMM", "K split across consumers adds fp32 partials: acc=f32 only"));
     }
     nvrtc::compile(TEMPLATE, TEMPLATE_NAME, TARGET, &cfg.defines(acc, layout))
 }
@@ -938,8 +985,49 @@ mod tests {
     }
 
     #[test]
+    fn k_split_codes_own_whole_tiles_with_even_rings_and_stay_out_of_the_search() {
+        let p = |m, n, k| Problem::new(Arch::Sm90, Acc::F32, Layout::Tn, Shape::new(m, n, k).unwrap());
+        let codes = ksplit_codes();
+        // 64×16 and 64×32: 16 and 4 stages; 64×64: 8 and 4; 64×128: 6 (8 and 7 exceed shared
+        // memory with the 32 KiB partial, 7 is odd) and 4; each on both grids.
+        let rings: Vec<(u32, u32)> = codes.iter().filter(|c| !c.persistent).map(|c| (c.bn, c.stages)).collect();
+        assert_eq!(rings, [(16, 16), (16, 4), (32, 16), (32, 4), (64, 8), (64, 4), (128, 6), (128, 4)], "{codes:?}");
+        assert!(space_for(&p(64, 512, 1024), 132).iter().all(|c| !c.ksplit), "not yet run on a GPU");
+        let c = HopperConfig { ksplit: true, ..HopperConfig::new(64, 64, 8, 2) };
+        c.validate().unwrap();
+        assert_eq!(c.entry(Acc::F32, Layout::Nn), "kaas_wgmma_f32_nn_64x64x64_s8_c2_m1_g16_kw");
+        assert_eq!(c.label(), "64x64 s8 c2 k-split");
+        assert!(c.defines(Acc::F32, Layout::Tn).contains(&("KAAS_KSPLIT".to_string(), "1".to_string())));
+        // The ring, the staging of two consumers, 1 KiB of alignment, and the 16 KiB partial.
+        assert_eq!(c.shared_mem_bytes(), 8 * 128 * 128 + 1024 + 2 * 9216 + 64 * 64 * 4);
+        let prob = p(64, 512, 1024);
+        let man = c.manifest(&prob, 132);
+        man.validate().unwrap();
+        assert_eq!((man.launches[0].grid, man.launches[0].block), ([8, 1, 1], [384, 1, 1]));
+        assert_eq!(HopperConfig::of_launch(&man.launches[0], &prob), Some((c, Acc::F32, Layout::Tn)));
+        assert_ne!(c.code_key(), HopperConfig { ksplit: false, ..c }.code_key());
+        for bad in [
+            HopperConfig { stages: 7, ..c },
+            HopperConfig { consumers: 1, ..c },
+            HopperConfig { bm: 128, consumers: 1, ..c },
+            HopperConfig { pingpong: true, persistent: true, ..c },
+            HopperConfig { split: 4, atomic: true, ..c },
+            HopperConfig { cluster_n: 2, ..c },
+            HopperConfig { bn: 256, stages: 4, ..c },
+        ] {
+            assert!(bad.validate().is_err(), "{bad:?}");
+        }
+        // 128 rows: both consumers hold all 128 × 64 accumulators.
+        assert!(HopperConfig { bm: 128, stages: 4, ..c }.validate().is_ok());
+        if nvrtc::available().is_ok() {
+            let e = compile(&c, Acc::F16, Layout::Tn).expect_err("f16");
+            assert!(e.to_string().contains("acc=f32 only"), "{e}");
+        }
+    }
+
+    #[test]
     fn entry_names_round_trip() {
-        for c in space().into_iter().chain(skinny_cluster_codes()) {
+        for c in space().into_iter().chain(skinny_cluster_codes()).chain(ksplit_codes()) {
             for layout in Layout::ALL.into_iter().filter(|&l| c.supports(l)) {
                 let (back, acc, l) = HopperConfig::from_entry(&c.entry(Acc::F32, layout)).unwrap();
                 assert_eq!((back, acc, l), (HopperConfig { persistent: false, ..c }, Acc::F32, layout));
@@ -1059,7 +1147,7 @@ mod tests {
             return;
         }
         let mut seen = std::collections::BTreeSet::new();
-        for c in space().into_iter().chain(split_tiles()).chain(cluster_tiles()).chain(multicast_codes()).chain(stream_k_codes(132)).chain(wide_160_codes()).chain(skinny_cluster_codes()) {
+        for c in space().into_iter().chain(split_tiles()).chain(cluster_tiles()).chain(multicast_codes()).chain(stream_k_codes(132)).chain(wide_160_codes()).chain(skinny_cluster_codes()).chain(ksplit_codes()) {
             if !seen.insert(c.code_key()) {
                 continue;
             }
