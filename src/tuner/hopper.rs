@@ -510,11 +510,16 @@ pub const NARROW_BN: [u32; 4] = [16, 24, 32, 48];
 /// tile or a skinny cluster only where 64×64 tiles make fewer than two waves, and a cluster
 /// only where its side has as many tiles as it has CTAs.
 fn suits(c: &HopperConfig, p: &Problem, sm_count: u32) -> bool {
-    let skinny = HopperConfig::new(64, 64, 2, 1).tiles(p) < 2 * sm_count;
+    let skinny = skinny(p, sm_count);
     c.supports(p.layout)
         && (skinny || (c.bn >= 64 && c.cluster_size() == 1))
         && p.m.div_ceil(c.bm) >= c.cluster_m
         && p.n.div_ceil(c.bn) >= c.cluster_n
+}
+
+/// A skinny shape: its 64×64 tiles make fewer than two waves of `sm_count`.
+pub fn skinny(p: &Problem, sm_count: u32) -> bool {
+    HopperConfig::new(64, 64, 2, 1).tiles(p) < 2 * sm_count
 }
 
 /// Clusters for the skinny shapes, as cuBLASLt runs them there (clusters of 2 to 8 on every

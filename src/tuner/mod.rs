@@ -107,6 +107,61 @@ pub enum Family {
     Mma,
 }
 
+/// Codes the search leaves out that `kaas tune --trial` adds to it, to time them beside the
+/// whole space (exhaustively with `--exhaustive-every 1`) before they earn a place there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Trial {
+    /// K split across the two consumer warpgroups (`_kw`), on the skinny shapes.
+    Ksplit,
+    /// Clusters of two along M of the large tiles (`_m2`), on every shape.
+    Multicast,
+    /// The 256×160 tile (tn), on every shape.
+    Wide160,
+}
+
+impl Trial {
+    fn codes(self) -> Vec<hopper::HopperConfig> {
+        match self {
+            Trial::Ksplit => hopper::ksplit_codes(),
+            Trial::Multicast => hopper::multicast_codes(),
+            Trial::Wide160 => hopper::wide_160_codes(),
+        }
+    }
+
+    /// The trial's candidates for one problem.
+    fn space_for(self, p: &Problem, sm_count: u32) -> Vec<Candidate> {
+        if self == Trial::Ksplit && (p.acc != Acc::F32 || !hopper::skinny(p, sm_count)) {
+            return Vec::new();
+        }
+        self.codes().into_iter().filter(|c| c.supports(p.layout)).map(Candidate::Hopper).collect()
+    }
+}
+
+/// [`codes`] and the trials' codes (Hopper: only with that family asked for).
+fn codes_with(families: &[Family], trials: &[Trial], acc: Acc, layout: Layout) -> Vec<Candidate> {
+    let mut out = codes(families, acc, layout);
+    if families.contains(&Family::Hopper) {
+        let extra = trials.iter().flat_map(|t| t.codes()).filter(|c| c.supports(layout) && (acc == Acc::F32 || !c.ksplit));
+        out.extend(extra.map(Candidate::Hopper));
+    }
+    out
+}
+
+/// [`space_for`] and the trials' candidates (Hopper: only with that family asked for).
+fn space_with(p: &Problem, families: &[Family], trials: &[Trial], sm_count: u32) -> Vec<Candidate> {
+    let mut out = space_for(p, families, sm_count);
+    if families.contains(&Family::Hopper) {
+        for t in trials {
+            for c in t.space_for(p, sm_count) {
+                if !out.contains(&c) {
+                    out.push(c);
+                }
+            }
+        }
+    }
+    out
+}
+
 /// Every code (one PTX each) of the families asked for, per accumulator and layout.
 fn codes(families: &[Family], acc: Acc, layout: Layout) -> Vec<Candidate> {
     let mut out = Vec::new();
@@ -159,6 +214,10 @@ pub struct TuneArgs {
     /// ping-pong codes), to try a new part of the space on problems already tuned.
     #[arg(long)]
     pub only: Option<String>,
+    /// Add codes the search leaves out, comma-separated (e.g. `ksplit`), to time them
+    /// beside it; `--emit-ptx` compiles them too.
+    #[arg(long, value_enum, value_delimiter = ',')]
+    pub trial: Vec<Trial>,
     /// Search state: results so far; problems already in it are skipped.
     #[arg(long, default_value = "tune-state.json")]
     pub state: PathBuf,
@@ -317,7 +376,7 @@ fn emit_ptx(args: &TuneArgs, dir: &Path) -> anyhow::Result<()> {
     let mut done = std::collections::BTreeSet::new();
     for l in &args.layouts {
         let layout: Layout = l.parse().map_err(|e| anyhow::anyhow!("{e}"))?;
-        for c in codes(&args.families, acc, layout) {
+        for c in codes_with(&args.families, &args.trial, acc, layout) {
             let entry = c.entry(acc, layout);
             if !done.insert(entry.clone()) {
                 continue;
@@ -469,7 +528,7 @@ pub fn run_cli(args: TuneArgs) -> anyhow::Result<()> {
         let layouts: std::collections::BTreeSet<Layout> = todo.iter().map(|p| p.layout).collect();
         let t = Instant::now();
         for layout in layouts {
-            for c in codes(&args.families, acc, layout) {
+            for c in codes_with(&args.families, &args.trial, acc, layout) {
                 let key = c.entry(acc, layout);
                 if modules.contains_key(&key) || !args.admits(&key) {
                     continue;
@@ -487,7 +546,7 @@ pub fn run_cli(args: TuneArgs) -> anyhow::Result<()> {
                 eprintln!("time limit reached; {} problem(s) left for the next run", todo.len() - n);
                 break;
             }
-            let mut space = space_for(p, &args.families, gpu.facts().sm_count);
+            let mut space = space_with(p, &args.families, &args.trial, gpu.facts().sm_count);
             space.retain(|c| args.admits(&c.entry(p.acc, p.layout)));
             if space.is_empty() {
                 eprintln!("[{}/{}] {p}: no candidate of {:?} for this problem", n + 1, todo.len(), args.families);
@@ -725,6 +784,35 @@ mod tests {
         }
     }
 
+    /// `--trial` adds codes the search leaves out, and loads a module for each: K split
+    /// across consumers on the skinny f32 shapes only, the 256×160 tile on tn only.
+    #[test]
+    fn trials_add_their_codes_to_the_space_and_the_modules() {
+        let hopper = [Family::Hopper];
+        let skinny = p(64, 512, 1024);
+        let plain = space_for(&skinny, &hopper, 132);
+        let with = space_with(&skinny, &hopper, &[Trial::Ksplit], 132);
+        let added: Vec<&Candidate> = with.iter().filter(|c| !plain.contains(c)).collect();
+        assert_eq!(added.len(), hopper::ksplit_codes().len(), "{added:?}");
+        assert!(added.iter().all(|c| matches!(c, Candidate::Hopper(h) if h.ksplit)));
+        assert_eq!(space_with(&p(4096, 4096, 4096), &hopper, &[Trial::Ksplit], 132).len(), space_for(&p(4096, 4096, 4096), &hopper, 132).len(), "not skinny");
+        assert!(space_with(&skinny, &[Family::Mma], &[Trial::Ksplit], 132).iter().all(|c| matches!(c, Candidate::Mma(_))), "Hopper codes need the Hopper family");
+        let f16 = Problem::new(Arch::Sm90, Acc::F16, Layout::Tn, Shape::new(64, 512, 1024).unwrap());
+        assert_eq!(space_with(&f16, &hopper, &[Trial::Ksplit], 132).len(), space_for(&f16, &hopper, 132).len(), "fp32 partials");
+        let nn = Problem::new(Arch::Sm90, Acc::F32, Layout::Nn, Shape::new(8192, 8192, 8192).unwrap());
+        assert!(space_with(&nn, &hopper, &[Trial::Wide160], 132).iter().all(|c| !matches!(c, Candidate::Hopper(h) if h.bn == 160)), "tn only");
+        for layout in Layout::ALL {
+            let entries: std::collections::HashSet<String> = codes_with(&hopper, &[Trial::Ksplit, Trial::Multicast, Trial::Wide160], Acc::F32, layout).iter().map(|c| c.entry(Acc::F32, layout)).collect();
+            for (m, n, k) in [(64, 512, 1024), (8192, 8192, 8192), (1000, 64, 4096)] {
+                let prob = Problem::new(Arch::Sm90, Acc::F32, layout, Shape::new(m, n, k).unwrap());
+                for c in space_with(&prob, &hopper, &[Trial::Ksplit, Trial::Multicast, Trial::Wide160], 132) {
+                    assert!(entries.contains(&c.entry(Acc::F32, layout)), "{prob}: {} has no code to load", c.label());
+                }
+            }
+        }
+        assert!(codes_with(&hopper, &[Trial::Ksplit], Acc::F16, Layout::Tn).iter().all(|c| !matches!(c, Candidate::Hopper(h) if h.ksplit)));
+    }
+
     #[test]
     fn candidates_of_both_families_round_trip_and_old_states_load() {
         for c in [Candidate::Hopper(hopper::space()[3]), Candidate::Mma(mma::space()[5]), Candidate::Mma(mma::split_space(&p(64, 64, 4096), 132)[0])] {
@@ -832,6 +920,7 @@ mod tests {
             ptx_dir: None,
             emit_ptx: None,
             only: None,
+            trial: vec![],
             exhaustive_every: 0,
             max_pulls: 10,
             limit: None,
