@@ -162,6 +162,15 @@ fn space_with(p: &Problem, families: &[Family], trials: &[Trial], sm_count: u32)
     out
 }
 
+/// The entries of the candidates `args` searches on `problems` that `loaded` lacks.
+fn missing_codes(problems: &[Problem], args: &TuneArgs, sm_count: u32, loaded: impl Fn(&str) -> bool) -> std::collections::BTreeSet<String> {
+    problems
+        .iter()
+        .flat_map(|p| space_with(p, &args.families, &args.trial, sm_count).into_iter().map(move |c| c.entry(p.acc, p.layout)))
+        .filter(|e| args.admits(e) && !loaded(e))
+        .collect()
+}
+
 /// Every code (one PTX each) of the families asked for, per accumulator and layout.
 fn codes(families: &[Family], acc: Acc, layout: Layout) -> Vec<Candidate> {
     let mut out = Vec::new();
@@ -539,6 +548,12 @@ pub fn run_cli(args: TuneArgs) -> anyhow::Result<()> {
             }
         }
         eprintln!("{} modules loaded in {:.1} s", modules.len(), t.elapsed().as_secs_f64());
+        // A candidate without a module would time as 0 on every problem: refuse to start
+        // (sessions 9 and 11 each spent a device call on such a run).
+        let missing = missing_codes(&todo, &args, gpu.facts().sm_count, |e| modules.contains_key(e));
+        if !missing.is_empty() {
+            anyhow::bail!("{} candidate code(s) of the search have no module to load (not in tuner::codes): {}", missing.len(), missing.iter().take(5).cloned().collect::<Vec<_>>().join(", "));
+        }
         let deadline = args.time_limit_secs.map(|s| Instant::now() + std::time::Duration::from_secs(s));
         let settings = UcbSettings { max_pulls: args.max_pulls, ..Default::default() };
         for (n, p) in todo.iter().enumerate() {
@@ -943,6 +958,19 @@ mod tests {
         assert!(mid.iter().all(|p| (30.0..40.0).contains(&p.shape().flops().log2())));
         let big = parse_problems(&TuneArgs { problems: "grid".into(), min_flops_log2: Some(40.0), ..args.clone() }).unwrap();
         assert_eq!(big.len(), 2 * 48);
+        // The tuner refuses to start while a candidate has no module: here the trial's codes
+        // are searched but only the plain codes are loaded.
+        let loaded = |args: &TuneArgs| -> std::collections::HashSet<String> {
+            Layout::ALL.into_iter().flat_map(|l| codes(&args.families, Acc::F32, l).into_iter().map(move |c| c.entry(Acc::F32, l))).collect()
+        };
+        let plain = loaded(&args);
+        assert!(missing_codes(&ps, &args, 132, |e| plain.contains(e)).is_empty());
+        let trial = TuneArgs { problems: "64x512x1024".into(), trial: vec![Trial::Ksplit], ..args.clone() };
+        let skinny = parse_problems(&trial).unwrap();
+        let missing = missing_codes(&skinny, &trial, 132, |e| plain.contains(e));
+        assert_eq!(missing.len(), 8 + 4, "every k-split code, tn and nn: {missing:?}");
+        assert!(missing.iter().all(|e| e.ends_with("_kw")));
+        assert!(missing_codes(&skinny, &TuneArgs { only: Some("_pp".into()), ..trial.clone() }, 132, |e| plain.contains(e)).is_empty(), "--only leaves them out");
         let err = parse_problems(&TuneArgs { min_flops_log2: Some(50.0), ..args }).unwrap_err().to_string();
         assert!(err.contains("FLOP range"), "{err}");
     }
