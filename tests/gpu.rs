@@ -1336,6 +1336,38 @@ fn ksplit_hopper_kernels_pass_the_verifier() {
     runs.assert_all_passed();
 }
 
+/// Accumulator chains (`_x2`, `_x4`: the k16 steps of a K-tile go round-robin to separate
+/// accumulators, summed after the main loop) pass the verifier: every such code, both
+/// layouts where it builds, on shapes with one K-tile, three, and a ragged K; and chains
+/// combined with the atomic split-K, a cluster along N and a persistent grid.
+#[test]
+fn chains_hopper_kernels_pass_the_verifier() {
+    use kaas::tuner::hopper::{self, HopperConfig};
+    if !hopper_or_skip() {
+        return;
+    }
+    let codes = hopper::chains_codes();
+    assert_eq!(codes.len(), 20);
+    let shapes = [(100, 200, 136), (64, 1000, 520), (300, 72, 4104), (1000, 1000, 64), (64, 512, 1024)];
+    let mut runs = VerifierRuns::new("CHAINS");
+    for (p, cfg, ptx) in hopper_cases(&codes, &shapes) {
+        runs.run(&format!("{p} {}", cfg.label()), ptx, cfg.manifest(&p, 132));
+    }
+    let combos = [
+        HopperConfig { chains: 2, split: 8, atomic: true, ..HopperConfig::new(64, 64, 8, 1) },
+        HopperConfig { chains: 2, cluster_n: 4, ..HopperConfig::new(64, 16, 16, 1) },
+        HopperConfig { chains: 4, persistent: true, ..HopperConfig::new(64, 32, 4, 1) },
+    ];
+    for (p, cfg, ptx) in hopper_cases(&combos, &[(256, 256, 8192), (64, 1000, 520), (1000, 1000, 520)]) {
+        runs.run(&format!("{p} {}", cfg.label()), ptx.clone(), cfg.manifest(&p, 132));
+        if cfg.persistent {
+            runs.run_capped(&p, &cfg, &ptx, 7);
+        }
+    }
+    println!("{} chain runs", runs.runs);
+    runs.assert_all_passed();
+}
+
 /// Ping-pong Hopper kernels (each consumer warpgroup owns whole tiles, their main loops
 /// take turns) through the sandboxed verifier: every ping-pong tile of the search, both
 /// layouts, shapes the tiles do not divide, and grids of 1, 3, 7 and 132 blocks, so blocks

@@ -84,10 +84,16 @@
 //                   4 (partial stored) and 5 (partial taken, before the CTA's next tile).
 //                   cuBLASLt's skinny kernels run 384 threads on tiles of 64×8, which two
 //                   consumers could only share this way (ncu, session 10).
+//   KAAS_CHAINS     1 (default), 2 or 4 (acc=f32): independent accumulator chains per
+//                   consumer. The k16 steps of a K-tile go round-robin to CHAINS sets of
+//                   accumulators, summed once after the main loop, so consecutive wgmmas do
+//                   not wait on each other's results. With narrow tiles a K-tile's four
+//                   dependent wgmmas take about 145 ns (64x512x1024: 4.17 µs against 3.01 at
+//                   K=512, session 11), far more than their work: the chain's latency.
 //   KAAS_ENTRY      optional; default name encodes every knob:
 //     kaas_wgmma_<f32|f16>_<tn|nn>_<BM>x<BN>x<BK>_s<STAGES>_c<CONSUMERS>_m<CLUSTER_M>_g<GROUP_M>
 //     e.g. kaas_wgmma_f32_tn_128x256x64_s4_c2_m1_g16; KAAS_CLUSTER_N > 1 adds _n<CLUSTER_N>
-//     (before any other suffix); KAAS_SPLITK=1 adds _sk, 2 adds _ska,
+//     and then KAAS_CHAINS > 1 _x<CHAINS> (before any other suffix); KAAS_SPLITK=1 adds _sk, 2 adds _ska,
 //     3 adds _skc, KAAS_STREAMK=1 _sks;
 //     KAAS_PINGPONG=1 adds _pp, KAAS_KSPLIT=1 _kw
 //
@@ -217,6 +223,9 @@ typedef unsigned long long u64;
 #ifndef KAAS_KSPLIT
 #define KAAS_KSPLIT 0
 #endif
+#ifndef KAAS_CHAINS
+#define KAAS_CHAINS 1
+#endif
 // The cluster release's arrive: 1 (default) at CTA scope, 0 `.release.cluster` (2× slower).
 #ifndef KAAS_MC_ARRIVE_CTA
 #define KAAS_MC_ARRIVE_CTA 1
@@ -261,12 +270,20 @@ typedef unsigned long long u64;
 #else
 #define KAAS_CN_TAG
 #endif
-#define KAAS_CATS_(a, b, c, d, e, f, g, h, i, j, k, l, m, n, o, p, q, r, s, t) \
-    a##b##c##d##e##f##g##h##i##j##k##l##m##n##o##p##q##r##s##t
+// _x2, _x4 (accumulator chains) or none.
+#if KAAS_CHAINS == 2
+#define KAAS_CH_TAG _x2
+#elif KAAS_CHAINS == 4
+#define KAAS_CH_TAG _x4
+#else
+#define KAAS_CH_TAG
+#endif
+#define KAAS_CATS_(a, b, c, d, e, f, g, h, i, j, k, l, m, n, o, p, q, r, s, t, u) \
+    a##b##c##d##e##f##g##h##i##j##k##l##m##n##o##p##q##r##s##t##u
 #define KAAS_CATS(...) KAAS_CATS_(__VA_ARGS__)
 #define KAAS_ENTRY                                                                                           \
     KAAS_CATS(kaas_wgmma_, KAAS_ACC_TAG, _, KAAS_LAYOUT_TAG, _, KAAS_BM, x, KAAS_BN, x, KAAS_BK, _s, KAAS_STAGES, \
-              _c, KAAS_CONSUMERS, _m, KAAS_CLUSTER_M, _g, KAAS_GROUP_M, KAAS_CN_TAG, KAAS_CODE_TAG)
+              _c, KAAS_CONSUMERS, _m, KAAS_CLUSTER_M, _g, KAAS_GROUP_M, KAAS_CN_TAG, KAAS_CH_TAG, KAAS_CODE_TAG)
 #endif
 
 constexpr int BM = KAAS_BM, BN = KAAS_BN, BK = KAAS_BK, STAGES = KAAS_STAGES;
@@ -304,6 +321,9 @@ static_assert(BK == 64, "KAAS_BK must be 64 (one 128B swizzle atom of fp16)");
 static_assert(CONSUMERS == 1 || CONSUMERS == 2, "KAAS_CONSUMERS must be 1 or 2");
 static_assert(BM % CONSUMERS == 0 && (WG_M == 64 || WG_M == 128),
               "BM / CONSUMERS (cooperative) or BM (ping-pong) must be 64 or 128");
+static_assert(KAAS_CHAINS == 1 || KAAS_CHAINS == 2 || KAAS_CHAINS == 4, "KAAS_CHAINS must be 1, 2 or 4");
+static_assert(KAAS_CHAINS == 1 || KAAS_ACC_F32, "accumulator chains are summed in fp32: acc=f32 only");
+static_assert(MI * ACC_REGS * KAAS_CHAINS <= (CONSUMERS == 2 ? 160 : 128), "the chains' accumulators would not fit the consumer register budget");
 #if KAAS_KSPLIT
 static_assert(CONSUMERS == 2 && !KAAS_PINGPONG && KAAS_SPLITK == 0 && CL == 1,
               "K split across consumers needs two consumers, no ping-pong, no split-K, no cluster");
@@ -1104,6 +1124,15 @@ KAAS_ENTRY(const __grid_constant__ TensorMap128 tmA, const __grid_constant__ Ten
             for (int mi = 0; mi < MI; ++mi)
 #pragma unroll
                 for (int i = 0; i < ACC_REGS; ++i) acc[mi][i] = 0;
+#if KAAS_CHAINS > 1
+            acc_t acc_x[KAAS_CHAINS - 1][MI][ACC_REGS];  // chains 1.. (chain 0 is acc)
+#pragma unroll
+            for (int c = 0; c < KAAS_CHAINS - 1; ++c)
+#pragma unroll
+                for (int mi = 0; mi < MI; ++mi)
+#pragma unroll
+                    for (int i = 0; i < ACC_REGS; ++i) acc_x[c][mi][i] = 0;
+#endif
 
             int prev = 0;
 #if KAAS_KSPLIT
@@ -1135,7 +1164,14 @@ KAAS_ENTRY(const __grid_constant__ TensorMap128 tmA, const __grid_constant__ Ten
 #pragma unroll
                     for (int mi = 0; mi < MI; ++mi) {
                         const u64 da = smem_desc(a_base + mi * 64 * 128 + kk * 32, 16, 1024);
+#if KAAS_CHAINS > 1
+                        if (kk % KAAS_CHAINS == 0)
+                            KAAS_WGMMA(KAAS_BN)<1 - KAAS_LAYOUT_TN>(acc[mi], da, db);
+                        else
+                            KAAS_WGMMA(KAAS_BN)<1 - KAAS_LAYOUT_TN>(acc_x[kk % KAAS_CHAINS - 1][mi], da, db);
+#else
                         KAAS_WGMMA(KAAS_BN)<1 - KAAS_LAYOUT_TN>(acc[mi], da, db);
+#endif
                     }
                 }
                 wgmma_commit();
@@ -1157,6 +1193,14 @@ KAAS_ENTRY(const __grid_constant__ TensorMap128 tmA, const __grid_constant__ Ten
             if (t + ncl < tiles) turn_pass(cw);  // the CTA's next tile is the other consumer's
 #endif
             wgmma_wait<0>();  // unconditional, so ptxas sees every path drain the pipeline
+#if KAAS_CHAINS > 1
+#pragma unroll
+            for (int c = 0; c < KAAS_CHAINS - 1; ++c)
+#pragma unroll
+                for (int mi = 0; mi < MI; ++mi)
+#pragma unroll
+                    for (int i = 0; i < ACC_REGS; ++i) acc[mi][i] += acc_x[c][mi][i];
+#endif
 #if KAAS_KSPLIT
             if (mine > 0 && lane == 0) mbar_release(empty0 + 8 * prev);
             {

@@ -14,7 +14,9 @@
 //! tile are the CTAs of one cluster, and they reduce through distributed shared memory),
 //! clusters of two along M of the large tiles (`_m2`, which multicast B), stream-K
 //! (`_sks`) and the 256×160 tile. See [`cluster_tiles`], [`multicast_codes`],
-//! [`stream_k_codes`] and [`wide_160_codes`].
+//! [`stream_k_codes`] and [`wide_160_codes`]. Two more, built and not yet run on a GPU, so
+//! out of the search too: K split across the two consumers ([`ksplit_codes`]) and
+//! independent accumulator chains ([`chains_codes`]); `kaas tune --trial` times them.
 
 use serde::{Deserialize, Serialize};
 
@@ -86,6 +88,11 @@ pub struct HopperConfig {
     /// Two wgmma chains where one consumer would run one; acc=f32, even rings.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub ksplit: bool,
+    /// Independent accumulator chains per consumer (`KAAS_CHAINS`, `_x2` / `_x4` in the
+    /// entry): the k16 steps of a K-tile go round-robin to this many accumulator sets, summed
+    /// after the main loop, so consecutive wgmmas do not wait on each other. 1, 2 or 4; acc=f32.
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub chains: u32,
 }
 
 pub(crate) fn one() -> u32 {
@@ -103,7 +110,7 @@ const UNIT_TARGETS: [(u32, u32); 4] = [(1, 4), (1, 2), (1, 1), (2, 1)];
 impl HopperConfig {
     /// A cooperative, unsplit configuration, one tile per block, without clusters.
     pub const fn new(bm: u32, bn: u32, stages: u32, consumers: u32) -> Self {
-        HopperConfig { bm, bn, stages, consumers, persistent: false, split: 1, atomic: false, pingpong: false, cluster_reduce: false, cluster_m: 1, cluster_n: 1, stream_k: false, ksplit: false }
+        HopperConfig { bm, bn, stages, consumers, persistent: false, split: 1, atomic: false, pingpong: false, cluster_reduce: false, cluster_m: 1, cluster_n: 1, stream_k: false, ksplit: false, chains: 1 }
     }
 
     pub fn validate(&self) -> Result<(), String> {
@@ -122,7 +129,13 @@ impl HopperConfig {
         // Accumulators per consumer thread: 128 at most, 160 with two consumers (their
         // register budget is 240).
         let budget = if self.consumers == 2 { 160 } else { 128 };
-        if !self.pingpong && per / 64 * self.bn / 2 > budget {
+        if !matches!(self.chains, 1 | 2 | 4) {
+            return Err(format!("{} accumulator chains; 1, 2 or 4", self.chains));
+        }
+        if !self.pingpong && per / 64 * self.bn / 2 * self.chains > budget {
+            if self.chains > 1 {
+                return Err(format!("{} chains of a {}x{} tile need {} accumulators per consumer thread; at most {budget}", self.chains, self.bm, self.bn, per / 64 * self.bn / 2 * self.chains));
+            }
             if self.ksplit {
                 return Err(format!("a {}x{} tile split across consumers needs {} accumulators per thread; at most {budget}", self.bm, self.bn, per / 64 * self.bn / 2));
             }
@@ -261,6 +274,7 @@ impl HopperConfig {
         let sk = ["", "_sk", "_ska", "_skc", "_sks"][usize::from(self.split_mode())];
         let pp = if self.pingpong { "_pp" } else if self.ksplit { "_kw" } else { "" };
         let cn = if self.cluster_n > 1 { format!("_n{}", self.cluster_n) } else { String::new() };
+        let cn = if self.chains > 1 { format!("{cn}_x{}", self.chains) } else { cn };
         format!("kaas_wgmma_{}_{}_{}x{}x{BK}_s{}_c{}_m{}_g{GROUP_M}{cn}{sk}{pp}", acc.as_str(), layout.as_str(), self.bm, self.bn, self.stages, self.consumers, self.cluster_m)
     }
 
@@ -284,13 +298,14 @@ impl HopperConfig {
         .chain(self.pingpong.then_some(("KAAS_PINGPONG", 1)))
         .chain(self.ksplit.then_some(("KAAS_KSPLIT", 1)))
         .chain((self.cluster_n > 1).then_some(("KAAS_CLUSTER_N", self.cluster_n)))
+        .chain((self.chains > 1).then_some(("KAAS_CHAINS", self.chains)))
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect()
     }
 
     /// The same code with the other grid (or another split count).
-    pub fn code_key(&self) -> (u32, u32, u32, u32, u8, bool, u32, u32, bool) {
-        (self.bm, self.bn, self.stages, self.consumers, self.split_mode(), self.pingpong, self.cluster_m, self.cluster_n, self.ksplit)
+    pub fn code_key(&self) -> (u32, u32, u32, u32, u8, bool, u32, u32, bool, u32) {
+        (self.bm, self.bn, self.stages, self.consumers, self.split_mode(), self.pingpong, self.cluster_m, self.cluster_n, self.ksplit, self.chains)
     }
 
     /// Blocks: a persistent grid takes one per SM, rounded down to whole clusters.
@@ -356,14 +371,19 @@ impl HopperConfig {
             (r, split, atomic, false, false)
         };
         let mut parts: Vec<&str> = rest.split('_').collect();
-        // `_n4`: a cluster along N (absent: 1).
-        let cluster_n = match parts.last().and_then(|p| p.strip_prefix('n')) {
-            Some(n) => {
-                parts.pop();
-                n.parse().ok()?
+        // `_x2`: accumulator chains, then `_n4`: a cluster along N (absent: 1 each).
+        let mut tagged = |tag: char| -> Option<u32> {
+            match parts.last().and_then(|p| p.strip_prefix(tag)) {
+                Some(v) => {
+                    let v = v.parse().ok();
+                    parts.pop();
+                    v
+                }
+                None => Some(1),
             }
-            None => 1,
         };
+        let chains = tagged('x')?;
+        let cluster_n = tagged('n')?;
         let [acc, layout, tile, stages, consumers, cluster_m, group] = parts[..] else { return None };
         let acc: Acc = acc.parse().ok()?;
         let layout: Layout = layout.parse().ok()?;
@@ -386,6 +406,7 @@ impl HopperConfig {
             cluster_n,
             stream_k,
             ksplit,
+            chains,
         };
         cfg.validate().ok()?;
         (cfg.entry(acc, layout) == entry).then_some((cfg, acc, layout))
@@ -419,6 +440,7 @@ impl HopperConfig {
             split_label(self.split, self.atomic)
         };
         let pp = if self.pingpong { " ping-pong" } else if self.ksplit { " k-split" } else { "" };
+        let pp = if self.chains > 1 { format!("{pp} x{}", self.chains) } else { pp.to_string() };
         let cl = match (self.cluster_m, self.cluster_n) {
             (1, 1) => String::new(),
             (m, 1) => format!(" m{m}"),
@@ -617,6 +639,20 @@ pub fn ksplit_codes() -> Vec<HopperConfig> {
     out
 }
 
+/// Accumulator chains (`_x2`, `_x4`) for the 64-row tiles of one consumer, 64 × 16 to 64 ×
+/// 64, with the deepest ring and a 4-stage one. For the small and skinny shapes, where a
+/// K-tile's four dependent wgmmas take about 145 ns on narrow tiles (session 11). Not yet
+/// run on a GPU: out of [`space`] (`kaas tune --trial chains` times them).
+pub fn chains_codes() -> Vec<HopperConfig> {
+    let mut out = Vec::new();
+    for bn in NARROW_BN.into_iter().chain([64]) {
+        for chains in [2, 4] {
+            out.extend(rings(HopperConfig { chains, ..HopperConfig::new(64, bn, 2, 1) }).into_iter().filter(|c| c.validate().is_ok()));
+        }
+    }
+    out
+}
+
 /// Ping-pong tiles (each consumer's own): 128 accumulator registers or fewer per thread.
 const PINGPONG_TILES: [(u32, u32); 4] = [(64, 128), (64, 256), (128, 64), (128, 128)];
 
@@ -714,6 +750,9 @@ pub fn compile(cfg: &HopperConfig, acc: Acc, layout: Layout) -> Result<String, G
     }
     if cfg.ksplit && acc != Acc::F32 {
         return Err(GpuError::refused("Hopper HGEMM", "K split across consumers adds fp32 partials: acc=f32 only"));
+    }
+    if cfg.chains > 1 && acc != Acc::F32 {
+        return Err(GpuError::refused("Hopper HGEMM", "accumulator chains are summed in fp32: acc=f32 only"));
     }
     nvrtc::compile(TEMPLATE, TEMPLATE_NAME, TARGET, &cfg.defines(acc, layout))
 }
@@ -1031,8 +1070,37 @@ mod tests {
     }
 
     #[test]
+    fn accumulator_chains_fit_the_register_budget_and_stay_out_of_the_search() {
+        let codes = chains_codes();
+        // 64 × 16, 24, 32, 48 (16 and 4 stages) and 64 × 64 (8 and 4), two and four chains.
+        assert_eq!(codes.len(), 5 * 2 * 2, "{codes:?}");
+        assert!(codes.iter().all(|c| c.validate().is_ok() && c.chains > 1));
+        let p = Problem::new(Arch::Sm90, Acc::F32, Layout::Tn, Shape::new(64, 512, 1024).unwrap());
+        assert!(space_for(&p, 132).iter().all(|c| c.chains == 1), "not yet run on a GPU");
+        let c = HopperConfig { chains: 4, ..HopperConfig::new(64, 16, 16, 1) };
+        assert_eq!(c.entry(Acc::F32, Layout::Tn), "kaas_wgmma_f32_tn_64x16x64_s16_c1_m1_g16_x4");
+        assert_eq!(c.label(), "64x16 s16 c1 x4");
+        assert!(c.defines(Acc::F32, Layout::Tn).contains(&("KAAS_CHAINS".to_string(), "4".to_string())));
+        assert_eq!(c.shared_mem_bytes(), HopperConfig { chains: 1, ..c }.shared_mem_bytes(), "registers only");
+        let both = HopperConfig { chains: 2, cluster_n: 4, split: 1, ..c };
+        assert_eq!(HopperConfig::from_entry(&both.entry(Acc::F32, Layout::Tn)), Some((both, Acc::F32, Layout::Tn)));
+        assert_eq!(both.entry(Acc::F32, Layout::Tn), "kaas_wgmma_f32_tn_64x16x64_s16_c1_m1_g16_n4_x2");
+        let split = HopperConfig { chains: 2, split: 2, atomic: true, ..HopperConfig::new(64, 64, 8, 1) };
+        assert_eq!(HopperConfig::from_entry(&split.entry(Acc::F32, Layout::Nn)), Some((split, Acc::F32, Layout::Nn)));
+        // 64×64 holds 32 accumulators per chain: four chains are 128, the one-consumer budget.
+        assert!(HopperConfig { chains: 4, ..HopperConfig::new(64, 64, 8, 1) }.validate().is_ok());
+        assert!(HopperConfig { chains: 4, ..HopperConfig::new(64, 128, 8, 1) }.validate().is_err());
+        assert!(HopperConfig { chains: 3, ..c }.validate().is_err());
+        assert!(HopperConfig::from_entry("kaas_wgmma_f32_tn_64x16x64_s16_c1_m1_g16_x1").is_none());
+        if nvrtc::available().is_ok() {
+            let e = compile(&c, Acc::F16, Layout::Tn).expect_err("f16");
+            assert!(e.to_string().contains("acc=f32 only"), "{e}");
+        }
+    }
+
+    #[test]
     fn entry_names_round_trip() {
-        for c in space().into_iter().chain(skinny_cluster_codes()).chain(ksplit_codes()) {
+        for c in space().into_iter().chain(skinny_cluster_codes()).chain(ksplit_codes()).chain(chains_codes()) {
             for layout in Layout::ALL.into_iter().filter(|&l| c.supports(l)) {
                 let (back, acc, l) = HopperConfig::from_entry(&c.entry(Acc::F32, layout)).unwrap();
                 assert_eq!((back, acc, l), (HopperConfig { persistent: false, ..c }, Acc::F32, layout));
@@ -1152,7 +1220,7 @@ mod tests {
             return;
         }
         let mut seen = std::collections::BTreeSet::new();
-        for c in space().into_iter().chain(split_tiles()).chain(cluster_tiles()).chain(multicast_codes()).chain(stream_k_codes(132)).chain(wide_160_codes()).chain(skinny_cluster_codes()).chain(ksplit_codes()) {
+        for c in space().into_iter().chain(split_tiles()).chain(cluster_tiles()).chain(multicast_codes()).chain(stream_k_codes(132)).chain(wide_160_codes()).chain(skinny_cluster_codes()).chain(ksplit_codes()).chain(chains_codes()) {
             if !seen.insert(c.code_key()) {
                 continue;
             }

@@ -113,6 +113,8 @@ pub enum Family {
 pub enum Trial {
     /// K split across the two consumer warpgroups (`_kw`), on the skinny shapes.
     Ksplit,
+    /// Two or four accumulator chains per consumer (`_x2`, `_x4`), on the skinny shapes.
+    Chains,
     /// Clusters of two along M of the large tiles (`_m2`), on every shape.
     Multicast,
     /// The 256×160 tile (tn), on every shape.
@@ -123,6 +125,7 @@ impl Trial {
     fn codes(self) -> Vec<hopper::HopperConfig> {
         match self {
             Trial::Ksplit => hopper::ksplit_codes(),
+            Trial::Chains => hopper::chains_codes(),
             Trial::Multicast => hopper::multicast_codes(),
             Trial::Wide160 => hopper::wide_160_codes(),
         }
@@ -130,7 +133,7 @@ impl Trial {
 
     /// The trial's candidates for one problem.
     fn space_for(self, p: &Problem, sm_count: u32) -> Vec<Candidate> {
-        if self == Trial::Ksplit && (p.acc != Acc::F32 || !hopper::skinny(p, sm_count)) {
+        if matches!(self, Trial::Ksplit | Trial::Chains) && (p.acc != Acc::F32 || !hopper::skinny(p, sm_count)) {
             return Vec::new();
         }
         self.codes().into_iter().filter(|c| c.supports(p.layout)).map(Candidate::Hopper).collect()
@@ -141,7 +144,7 @@ impl Trial {
 fn codes_with(families: &[Family], trials: &[Trial], acc: Acc, layout: Layout) -> Vec<Candidate> {
     let mut out = codes(families, acc, layout);
     if families.contains(&Family::Hopper) {
-        let extra = trials.iter().flat_map(|t| t.codes()).filter(|c| c.supports(layout) && (acc == Acc::F32 || !c.ksplit));
+        let extra = trials.iter().flat_map(|t| t.codes()).filter(|c| c.supports(layout) && (acc == Acc::F32 || !(c.ksplit || c.chains > 1)));
         out.extend(extra.map(Candidate::Hopper));
     }
     out
@@ -817,10 +820,11 @@ mod tests {
         let nn = Problem::new(Arch::Sm90, Acc::F32, Layout::Nn, Shape::new(8192, 8192, 8192).unwrap());
         assert!(space_with(&nn, &hopper, &[Trial::Wide160], 132).iter().all(|c| !matches!(c, Candidate::Hopper(h) if h.bn == 160)), "tn only");
         for layout in Layout::ALL {
-            let entries: std::collections::HashSet<String> = codes_with(&hopper, &[Trial::Ksplit, Trial::Multicast, Trial::Wide160], Acc::F32, layout).iter().map(|c| c.entry(Acc::F32, layout)).collect();
+            let all = [Trial::Ksplit, Trial::Chains, Trial::Multicast, Trial::Wide160];
+            let entries: std::collections::HashSet<String> = codes_with(&hopper, &all, Acc::F32, layout).iter().map(|c| c.entry(Acc::F32, layout)).collect();
             for (m, n, k) in [(64, 512, 1024), (8192, 8192, 8192), (1000, 64, 4096)] {
                 let prob = Problem::new(Arch::Sm90, Acc::F32, layout, Shape::new(m, n, k).unwrap());
-                for c in space_with(&prob, &hopper, &[Trial::Ksplit, Trial::Multicast, Trial::Wide160], 132) {
+                for c in space_with(&prob, &hopper, &all, 132) {
                     assert!(entries.contains(&c.entry(Acc::F32, layout)), "{prob}: {} has no code to load", c.label());
                 }
             }
