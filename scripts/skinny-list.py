@@ -1,0 +1,42 @@
+#!/usr/bin/env python3
+"""The skinny shapes of the 1,000-shape grid the catalog does not win, as a `--problems`
+list for `kaas tune` (comma-separated MxNxK, the narrowest first): K of at least 256,
+under 2^MAX_LOG2 FLOP, whose 64×64 tiles make fewer than two waves of SMS, whose served
+speedup over cuBLASLt-autotune-max (graph mode) is at most LEAD, and whose M or N is at
+most SIDE. Session 11's lists: `--side 16384` (322 tn shapes), `--side 128` (211).
+
+    python3 scripts/skinny-list.py kernels/h100/index.json.gz [--layout tn] [--side 128]
+        [--lead 1.02] [--max-log2 37] [--sms 132]
+"""
+import argparse, gzip, json, math
+
+ap = argparse.ArgumentParser()
+ap.add_argument("index")
+ap.add_argument("--layout", default="tn", choices=["tn", "nn"])
+ap.add_argument("--side", type=int, default=16384)
+ap.add_argument("--lead", type=float, default=1.02)
+ap.add_argument("--max-log2", type=float, default=37.0)
+ap.add_argument("--sms", type=int, default=132)
+a = ap.parse_args()
+
+idx = json.load(gzip.open(a.index))
+cur = {}
+for e in idx["entries"]:
+    p = e["problem"]
+    key = (p["layout"], p["m"], p["n"], p["k"])
+    if key not in cur or e["run"]["measured_at"] > cur[key]["run"]["measured_at"]:
+        cur[key] = e
+G = [64, 128, 256, 512, 1024, 2048, 4096, 8192, 12288, 16384]
+out = []
+for m in G:
+    for n in G:
+        for k in G:
+            if k < 256 or 2 * m * n * k >= 2 ** a.max_log2 or math.ceil(m / 64) * math.ceil(n / 64) >= 2 * a.sms:
+                continue
+            if min(m, n) > a.side:
+                continue
+            e = cur.get((a.layout, m, n, k))
+            if e and e["run"]["speedups"]["graph"]["cublaslt_autotune_max"] > a.lead:
+                continue
+            out.append((min(m, n), k, m, n))
+print(",".join(f"{m}x{n}x{k}" for _, k, m, n in sorted(out)))
