@@ -7,16 +7,13 @@ mode; entries, wins, the kernels alone, and by FLOP bucket; then the split-K ent
 
     python3 scripts/catalog-figures.py kernels/h100/index.json.gz
 """
-import json,gzip,collections,math,sys
-idx=json.load(gzip.open(sys.argv[1]))
-cur={}
-for e in idx['entries']:
-    p=e['problem']; k=(p['layout'],p['m'],p['n'],p['k'])
-    if k not in cur or e['run']['measured_at']>cur[k]['run']['measured_at']: cur[k]=e
+import collections,math,sys
+import catalog_index
+cur=catalog_index.served_entries(catalog_index.load(sys.argv[1]))
 def bucket(f):
     l=math.log2(f)
     return '< 2^30' if l<30 else '2^30–2^36' if l<36 else '2^36–2^40' if l<40 else '≥ 2^40'
-G=[64,128,256,512,1024,2048,4096,8192,12288,16384]
+G=catalog_index.GRID
 for mode, base in [('graph', b) for b in ('cublaslt_autotune_max','cublas_max','cublaslt_heuristic_max')] + [('offline', 'cublaslt_autotune_max')]:
   print(f'{mode} mode, vs {base}')
   for layout in ('tn','nn'):

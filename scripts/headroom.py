@@ -9,7 +9,9 @@ beside them, and the count by FLOP bucket and by the limit (memory or compute).
     python3 scripts/headroom.py kernels/h100/index.json.gz [--layout tn] [--top 40]
         [--peak-tflops 660] [--bw-tbs 3.0] [--floor-us 1.6] [--min-room 1.3]
 """
-import argparse, collections, gzip, json, math
+import argparse, collections, math
+
+import catalog_index
 
 ap = argparse.ArgumentParser()
 ap.add_argument("index")
@@ -21,12 +23,8 @@ ap.add_argument("--floor-us", type=float, default=1.6)
 ap.add_argument("--min-room", type=float, default=1.3)
 a = ap.parse_args()
 
-idx = json.load(gzip.open(a.index))
-served = {}
-for e in idx["entries"]:
-    p = e["problem"]; key = (p["layout"], p["m"], p["n"], p["k"])
-    if key not in served or e["run"]["measured_at"] > served[key]["run"]["measured_at"]:
-        served[key] = e
+idx = catalog_index.load(a.index)
+served = catalog_index.served_entries(idx)
 autotune = {}
 for b in idx["baselines"]:
     p = b["problem"]; key = (p["layout"], p["m"], p["n"], p["k"])

@@ -8,7 +8,9 @@ most SIDE. Session 11's lists: `--side 16384` (322 tn shapes), `--side 128` (211
     python3 scripts/skinny-list.py kernels/h100/index.json.gz [--layout tn] [--side 128]
         [--lead 1.02] [--max-log2 37] [--sms 132]
 """
-import argparse, gzip, json, math
+import argparse, math
+
+import catalog_index
 
 ap = argparse.ArgumentParser()
 ap.add_argument("index")
@@ -19,14 +21,8 @@ ap.add_argument("--max-log2", type=float, default=37.0)
 ap.add_argument("--sms", type=int, default=132)
 a = ap.parse_args()
 
-idx = json.load(gzip.open(a.index))
-cur = {}
-for e in idx["entries"]:
-    p = e["problem"]
-    key = (p["layout"], p["m"], p["n"], p["k"])
-    if key not in cur or e["run"]["measured_at"] > cur[key]["run"]["measured_at"]:
-        cur[key] = e
-G = [64, 128, 256, 512, 1024, 2048, 4096, 8192, 12288, 16384]
+cur = catalog_index.served_entries(catalog_index.load(a.index))
+G = catalog_index.GRID
 out = []
 for m in G:
     for n in G:
