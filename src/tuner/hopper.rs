@@ -653,6 +653,18 @@ pub fn chains_codes() -> Vec<HopperConfig> {
     out
 }
 
+/// The atomic split-K codes of one 64-row consumer with two accumulator chains, and their
+/// candidates for a problem: [`split_space`]'s with two chains (the skinny shapes with long
+/// K are split-K's). Not yet run on a GPU, like [`chains_codes`].
+pub fn chains_split_tiles() -> Vec<HopperConfig> {
+    split_tiles().into_iter().filter(|c| c.atomic && c.bm == 64 && c.consumers == 1).map(|c| HopperConfig { chains: 2, ..c }).filter(|c| c.validate().is_ok()).collect()
+}
+
+/// [`chains_split_tiles`]' candidates for a problem.
+pub fn chains_split_space(p: &Problem, sm_count: u32) -> Vec<HopperConfig> {
+    split_space(p, sm_count).into_iter().filter(|c| c.bm == 64 && c.consumers == 1).map(|c| HopperConfig { chains: 2, ..c }).filter(|c| c.validate().is_ok()).collect()
+}
+
 /// Ping-pong tiles (each consumer's own): 128 accumulator registers or fewer per thread.
 const PINGPONG_TILES: [(u32, u32); 4] = [(64, 128), (64, 256), (128, 64), (128, 128)];
 
@@ -1100,7 +1112,7 @@ mod tests {
 
     #[test]
     fn entry_names_round_trip() {
-        for c in space().into_iter().chain(skinny_cluster_codes()).chain(ksplit_codes()).chain(chains_codes()) {
+        for c in space().into_iter().chain(skinny_cluster_codes()).chain(ksplit_codes()).chain(chains_codes()).chain(chains_split_tiles()) {
             for layout in Layout::ALL.into_iter().filter(|&l| c.supports(l)) {
                 let (back, acc, l) = HopperConfig::from_entry(&c.entry(Acc::F32, layout)).unwrap();
                 assert_eq!((back, acc, l), (HopperConfig { persistent: false, ..c }, Acc::F32, layout));
@@ -1220,7 +1232,7 @@ mod tests {
             return;
         }
         let mut seen = std::collections::BTreeSet::new();
-        for c in space().into_iter().chain(split_tiles()).chain(cluster_tiles()).chain(multicast_codes()).chain(stream_k_codes(132)).chain(wide_160_codes()).chain(skinny_cluster_codes()).chain(ksplit_codes()).chain(chains_codes()) {
+        for c in space().into_iter().chain(split_tiles()).chain(cluster_tiles()).chain(multicast_codes()).chain(stream_k_codes(132)).chain(wide_160_codes()).chain(skinny_cluster_codes()).chain(ksplit_codes()).chain(chains_codes()).chain(chains_split_tiles()) {
             if !seen.insert(c.code_key()) {
                 continue;
             }

@@ -113,7 +113,8 @@ pub enum Family {
 pub enum Trial {
     /// K split across the two consumer warpgroups (`_kw`), on the skinny shapes.
     Ksplit,
-    /// Two or four accumulator chains per consumer (`_x2`, `_x4`), on the skinny shapes.
+    /// Two or four accumulator chains per consumer (`_x2`, `_x4`), on the skinny shapes,
+    /// unsplit and with the atomic split-K.
     Chains,
     /// Clusters of two along M of the large tiles (`_m2`), on every shape.
     Multicast,
@@ -125,7 +126,7 @@ impl Trial {
     fn codes(self) -> Vec<hopper::HopperConfig> {
         match self {
             Trial::Ksplit => hopper::ksplit_codes(),
-            Trial::Chains => hopper::chains_codes(),
+            Trial::Chains => hopper::chains_codes().into_iter().chain(hopper::chains_split_tiles()).collect(),
             Trial::Multicast => hopper::multicast_codes(),
             Trial::Wide160 => hopper::wide_160_codes(),
         }
@@ -136,7 +137,12 @@ impl Trial {
         if matches!(self, Trial::Ksplit | Trial::Chains) && (p.acc != Acc::F32 || !hopper::skinny(p, sm_count)) {
             return Vec::new();
         }
-        self.codes().into_iter().filter(|c| c.supports(p.layout)).map(Candidate::Hopper).collect()
+        let codes = if self == Trial::Chains {
+            hopper::chains_codes().into_iter().chain(hopper::chains_split_space(p, sm_count)).collect()
+        } else {
+            self.codes()
+        };
+        codes.into_iter().filter(|c| c.supports(p.layout)).map(Candidate::Hopper).collect()
     }
 }
 
@@ -830,6 +836,15 @@ mod tests {
             }
         }
         assert!(codes_with(&hopper, &[Trial::Ksplit], Acc::F16, Layout::Tn).iter().all(|c| !matches!(c, Candidate::Hopper(h) if h.ksplit)));
+        // Chains come unsplit and with the split counts split-K takes on the problem.
+        let long = p(64, 512, 8192);
+        let chained: Vec<HopperConfig> = space_with(&long, &hopper, &[Trial::Chains], 132).into_iter().filter_map(|c| match c {
+            Candidate::Hopper(h) if h.chains > 1 => Some(h),
+            _ => None,
+        }).collect();
+        assert!(chained.iter().any(|h| h.split > 1 && h.atomic) && chained.iter().any(|h| h.split == 1), "{chained:?}");
+        let split: Vec<HopperConfig> = hopper::split_space(&long, 132).into_iter().filter(|c| c.bm == 64 && c.consumers == 1).collect();
+        assert_eq!(chained.iter().filter(|h| h.split > 1).count(), split.len());
     }
 
     #[test]
