@@ -1101,6 +1101,11 @@ impl VerifierRuns {
         }
     }
 
+    /// A Hopper code on `p` with its own manifest.
+    fn run_code(&mut self, p: &Problem, cfg: &kaas::tuner::hopper::HopperConfig, ptx: &str) {
+        self.run(&format!("{p} {}", cfg.label()), ptx.to_string(), cfg.manifest(p, 132));
+    }
+
     /// A Hopper code on `p` with its grid capped at `blocks` (a short persistent grid).
     fn run_capped(&mut self, p: &Problem, cfg: &kaas::tuner::hopper::HopperConfig, ptx: &str, blocks: u32) {
         let mut manifest = cfg.manifest(p, 132);
@@ -1168,7 +1173,7 @@ fn split_k_hopper_kernels_pass_the_verifier() {
             let p = Problem::new(Arch::Sm90, Acc::F32, layout, Shape::new(m, n, k).expect("shape"));
             let cfg = HopperConfig { split, atomic, ..cfg };
             let ptx = hopper::compile(&cfg, p.acc, layout).expect("compile");
-            runs.run(&format!("{p} {}", cfg.label()), ptx, cfg.manifest(&p, 132));
+            runs.run_code(&p, &cfg, &ptx);
         }
     }
     runs.assert_all_passed();
@@ -1223,7 +1228,7 @@ fn split_codes_pass_the_verifier(tag: &'static str, codes: &[kaas::tuner::hopper
                 let (m, n, k) = shapes[(i + j + q) % shapes.len()];
                 let p = Problem::new(Arch::Sm90, Acc::F32, layout, Shape::new(m, n, k).expect("shape"));
                 let cfg = kaas::tuner::hopper::HopperConfig { split, ..*code };
-                runs.run(&format!("{p} {}", cfg.label()), ptx.clone(), cfg.manifest(&p, 132));
+                runs.run_code(&p, &cfg, &ptx);
             }
         }
     }
@@ -1292,13 +1297,13 @@ fn skinny_cluster_hopper_kernels_pass_the_verifier() {
     let (n_codes, m_codes): (Vec<HopperConfig>, Vec<HopperConfig>) = codes.iter().partition(|c| c.cluster_n > 1);
     for (codes, shapes) in [(&n_codes, &along_n), (&m_codes, &along_m)] {
         for (p, cfg, ptx) in hopper_cases(codes, shapes) {
-            runs.run(&format!("{p} {}", cfg.label()), ptx, cfg.manifest(&p, 132));
+            runs.run_code(&p, &cfg, &ptx);
         }
     }
     // Both operands multicast: rank r at tile row r % 2, column r / 2.
     let both = HopperConfig { cluster_m: 2, cluster_n: 4, ..HopperConfig::new(64, 64, 8, 1) };
     for (p, cfg, ptx) in hopper_cases(&[both], &[(200, 1000, 520), (1000, 200, 4104)]) {
-        runs.run(&format!("{p} {}", cfg.label()), ptx.clone(), cfg.manifest(&p, 132));
+        runs.run_code(&p, &cfg, &ptx);
         for blocks in [8, 132] {
             runs.run_capped(&p, &HopperConfig { persistent: true, ..cfg }, &ptx, blocks);
         }
@@ -1327,7 +1332,7 @@ fn ksplit_hopper_kernels_pass_the_verifier() {
     let shapes = [(100, 200, 136), (64, 1000, 520), (300, 72, 4104), (1000, 1000, 64), (64, 512, 1024)];
     let mut runs = VerifierRuns::new("KSPLIT");
     for (p, cfg, ptx) in hopper_cases(&codes, &shapes) {
-        runs.run(&format!("{p} {}", cfg.label()), ptx.clone(), cfg.manifest(&p, 132));
+        runs.run_code(&p, &cfg, &ptx);
         for blocks in [1, 3, 7, 132] {
             runs.run_capped(&p, &hopper::HopperConfig { persistent: true, ..cfg }, &ptx, blocks);
         }
@@ -1351,7 +1356,7 @@ fn chains_hopper_kernels_pass_the_verifier() {
     let shapes = [(100, 200, 136), (64, 1000, 520), (300, 72, 4104), (1000, 1000, 64), (64, 512, 1024)];
     let mut runs = VerifierRuns::new("CHAINS");
     for (p, cfg, ptx) in hopper_cases(&codes, &shapes) {
-        runs.run(&format!("{p} {}", cfg.label()), ptx, cfg.manifest(&p, 132));
+        runs.run_code(&p, &cfg, &ptx);
     }
     let combos = [
         HopperConfig { chains: 2, split: 8, atomic: true, ..HopperConfig::new(64, 64, 8, 1) },
@@ -1359,7 +1364,7 @@ fn chains_hopper_kernels_pass_the_verifier() {
         HopperConfig { chains: 4, persistent: true, ..HopperConfig::new(64, 32, 4, 1) },
     ];
     for (p, cfg, ptx) in hopper_cases(&combos, &[(256, 256, 8192), (64, 1000, 520), (1000, 1000, 520)]) {
-        runs.run(&format!("{p} {}", cfg.label()), ptx.clone(), cfg.manifest(&p, 132));
+        runs.run_code(&p, &cfg, &ptx);
         if cfg.persistent {
             runs.run_capped(&p, &cfg, &ptx, 7);
         }
@@ -1407,7 +1412,7 @@ fn narrow_hopper_tiles_pass_the_verifier() {
     let shapes = [(100, 200, 136), (64, 1000, 520), (300, 72, 4104), (1000, 1000, 64)];
     let mut runs = VerifierRuns::new("NARROW");
     for (p, cfg, ptx) in hopper_cases(&narrow, &shapes) {
-        runs.run(&format!("{p} {}", cfg.label()), ptx, cfg.manifest(&p, 132));
+        runs.run_code(&p, &cfg, &ptx);
     }
     for cfg in narrow.iter().filter(|c| c.stages == 4) {
         runs.run_f16_tn(cfg, (130, 1000, 520));
@@ -1417,7 +1422,7 @@ fn narrow_hopper_tiles_pass_the_verifier() {
     for (p, cfg, ptx) in hopper_cases(&split, &[(256, 256, 8192), (100, 200, 4104)]) {
         for s in [3, 8, 29] {
             let c = HopperConfig { split: s, ..cfg };
-            runs.run(&format!("{p} {}", c.label()), ptx.clone(), c.manifest(&p, 132));
+            runs.run_code(&p, &c, &ptx);
         }
     }
     println!("{} narrow runs", runs.runs);

@@ -946,7 +946,6 @@ KAAS_ENTRY(const __grid_constant__ TensorMap128 tmA, const __grid_constant__ Ten
     const int tiles = num_mc * num_nc;  // cluster tiles (CL CTA tiles each)
     // This CTA's tile in its cluster's CLM × CLN block of tiles.
     const int rm = (int)rank % CLM, rn = (int)rank / CLM;
-    (void)rn;
     const int ktiles = (K + BK - 1) / BK;
     const int cid = blockIdx.x / CL;
     const int ncl = gridDim.x / CL;
@@ -1058,7 +1057,7 @@ KAAS_ENTRY(const __grid_constant__ TensorMap128 tmA, const __grid_constant__ Ten
                     }
                 }
             }
-#if KAAS_CLUSTER_M * KAAS_CLUSTER_N > 1 && KAAS_SPLITK == 0
+#if KAAS_CLUSTER_M * KAAS_CLUSTER_N > 1
             // Producer tail: wait until the consumers of every CTA of the cluster have
             // released each slot's last use, so no peer arrives on this CTA's barriers after
             // it exits. (A release cluster barrier here waited for every C store in flight.)

@@ -626,14 +626,10 @@ const MULTICAST_TILES: [(u32, u32, u32); 5] = [(128, 256, 2), (256, 128, 2), (12
 pub fn ksplit_codes() -> Vec<HopperConfig> {
     let mut out = Vec::new();
     for bn in [16, 32, 64, 128] {
-        let c = HopperConfig { ksplit: true, ..HopperConfig::new(64, bn, 2, 2) };
-        let top = if bn < 64 { 16 } else { 8 };
-        let Some(deepest) = (2..=top).rev().filter(|s| s % 2 == 0).map(|stages| HopperConfig { stages, ..c }).find(|c| c.validate().is_ok()) else { continue };
-        for ring in [deepest, HopperConfig { stages: 4, ..c }] {
-            if ring.validate().is_ok() && !out.contains(&ring) {
-                out.push(ring);
-                out.push(HopperConfig { persistent: true, ..ring });
-            }
+        // validate() takes even rings only, so the deepest that fits is even.
+        for ring in rings(HopperConfig { ksplit: true, ..HopperConfig::new(64, bn, 2, 2) }) {
+            out.push(ring);
+            out.push(HopperConfig { persistent: true, ..ring });
         }
     }
     out
@@ -647,7 +643,7 @@ pub fn chains_codes() -> Vec<HopperConfig> {
     let mut out = Vec::new();
     for bn in NARROW_BN.into_iter().chain([64]) {
         for chains in [2, 4] {
-            out.extend(rings(HopperConfig { chains, ..HopperConfig::new(64, bn, 2, 1) }).into_iter().filter(|c| c.validate().is_ok()));
+            out.extend(rings(HopperConfig { chains, ..HopperConfig::new(64, bn, 2, 1) }));
         }
     }
     out
@@ -657,12 +653,18 @@ pub fn chains_codes() -> Vec<HopperConfig> {
 /// candidates for a problem: [`split_space`]'s with two chains (the skinny shapes with long
 /// K are split-K's). Not yet run on a GPU, like [`chains_codes`].
 pub fn chains_split_tiles() -> Vec<HopperConfig> {
-    split_tiles().into_iter().filter(|c| c.atomic && c.bm == 64 && c.consumers == 1).map(|c| HopperConfig { chains: 2, ..c }).filter(|c| c.validate().is_ok()).collect()
+    split_tiles().into_iter().filter(|c| c.atomic).filter_map(two_chains).collect()
 }
 
 /// [`chains_split_tiles`]' candidates for a problem.
 pub fn chains_split_space(p: &Problem, sm_count: u32) -> Vec<HopperConfig> {
-    split_space(p, sm_count).into_iter().filter(|c| c.bm == 64 && c.consumers == 1).map(|c| HopperConfig { chains: 2, ..c }).filter(|c| c.validate().is_ok()).collect()
+    split_space(p, sm_count).into_iter().filter_map(two_chains).collect()
+}
+
+/// A code of one 64-row consumer with two accumulator chains, where its registers allow.
+fn two_chains(c: HopperConfig) -> Option<HopperConfig> {
+    let c = HopperConfig { chains: 2, ..c };
+    (c.bm == 64 && c.consumers == 1 && c.validate().is_ok()).then_some(c)
 }
 
 /// Ping-pong tiles (each consumer's own): 128 accumulator registers or fewer per thread.
