@@ -14,9 +14,10 @@
 //! tile are the CTAs of one cluster, and they reduce through distributed shared memory),
 //! clusters of two along M of the large tiles (`_m2`, which multicast B), stream-K
 //! (`_sks`) and the 256×160 tile. See [`cluster_tiles`], [`multicast_codes`],
-//! [`stream_k_codes`] and [`wide_160_codes`]. Two more, built and not yet run on a GPU, so
-//! out of the search too: K split across the two consumers ([`ksplit_codes`]) and
-//! independent accumulator chains ([`chains_codes`]); `kaas tune --trial` times them.
+//! [`stream_k_codes`] and [`wide_160_codes`]. On the skinny shapes the search also offers two
+//! independent accumulator chains per consumer (`_x2`, [`skinny_chains_codes`]); four chains
+//! and K split across the two consumers (`_kw`, [`ksplit_codes`]) pass the verifier too but
+//! seldom win, so only `kaas tune --trial` times them.
 
 use serde::{Deserialize, Serialize};
 
@@ -529,12 +530,12 @@ pub fn space() -> Vec<HopperConfig> {
 pub const NARROW_BN: [u32; 4] = [16, 24, 32, 48];
 
 /// Whether a candidate is worth its pulls on a problem: the layout takes it, a narrow
-/// tile or a skinny cluster only where 64×64 tiles make fewer than two waves, and a cluster
-/// only where its side has as many tiles as it has CTAs.
+/// tile, a skinny cluster or accumulator chains only where 64×64 tiles make fewer than two
+/// waves, and a cluster only where its side has as many tiles as it has CTAs.
 fn suits(c: &HopperConfig, p: &Problem, sm_count: u32) -> bool {
     let skinny = skinny(p, sm_count);
     c.supports(p.layout)
-        && (skinny || (c.bn >= 64 && c.cluster_size() == 1))
+        && (skinny || (c.bn >= 64 && c.cluster_size() == 1 && c.chains == 1))
         && p.m.div_ceil(c.bm) >= c.cluster_m
         && p.n.div_ceil(c.bn) >= c.cluster_n
 }
@@ -619,10 +620,13 @@ const MULTICAST_TILES: [(u32, u32, u32); 5] = [(128, 256, 2), (256, 128, 2), (12
 
 /// K split across the two consumer warpgroups (`_kw`): 64-row tiles from 64 × 16 to 64 ×
 /// 128, each with the deepest even ring that fits and a 4-stage one, on both grids. For the
-/// small and skinny shapes, where one consumer's chain of dependent wgmmas sets the pace
-/// (session 11: every code we have takes 4.2-4.4 µs on 64×512×1024, cuBLASLt's 384-thread
-/// 64×8 kernel 3.4). Not yet run on a GPU: out of [`space`] until it passes the verifier
-/// and the timings say it pays.
+/// small and skinny shapes, where one consumer's chain of dependent wgmmas seemed to set the
+/// pace (session 11: every code we have takes 4.2-4.4 µs on 64×512×1024, cuBLASLt's
+/// 384-thread 64×8 kernel 3.4). They pass the verifier on the H100
+/// (`ksplit_hopper_kernels_pass_the_verifier`, 60 runs) but stay out of [`space`]: timed
+/// exhaustively beside it on 211 skinny tn shapes (session 12) they were the best on 20, by
+/// 2.2% at most, and 64×512×1024 still took 4.17 µs (two chains: 4.10). So the chain of
+/// wgmmas is not what holds the small shapes back.
 pub fn ksplit_codes() -> Vec<HopperConfig> {
     let mut out = Vec::new();
     for bn in [16, 32, 64, 128] {
@@ -636,9 +640,13 @@ pub fn ksplit_codes() -> Vec<HopperConfig> {
 }
 
 /// Accumulator chains (`_x2`, `_x4`) for the 64-row tiles of one consumer, 64 × 16 to 64 ×
-/// 64, with the deepest ring and a 4-stage one. For the small and skinny shapes, where a
-/// K-tile's four dependent wgmmas take about 145 ns on narrow tiles (session 11). Not yet
-/// run on a GPU: out of [`space`] (`kaas tune --trial chains` times them).
+/// 64, with the deepest ring and a 4-stage one: the k16 steps of a K-tile go round-robin
+/// to separate accumulators. They pass the verifier on the H100
+/// (`chains_hopper_kernels_pass_the_verifier`). Timed exhaustively beside the whole space
+/// on the 211 tn and 219 nn skinny shapes the catalog did not win (session 12), a code with
+/// two chains was the best on 85 tn and 88 nn shapes, by up to 5% (tn 12288×64×256: 3.39
+/// against 3.56 µs; nn 128×256×12288, split: 7.71 against 8.12), and four chains on 4 and 5. So [`skinny_chains_codes`] (two chains)
+/// are in the search on the skinny shapes; four stay with `kaas tune --trial chains`.
 pub fn chains_codes() -> Vec<HopperConfig> {
     let mut out = Vec::new();
     for bn in NARROW_BN.into_iter().chain([64]) {
@@ -651,9 +659,15 @@ pub fn chains_codes() -> Vec<HopperConfig> {
 
 /// The atomic split-K codes of one 64-row consumer with two accumulator chains, and their
 /// candidates for a problem: [`split_space`]'s with two chains (the skinny shapes with long
-/// K are split-K's). Not yet run on a GPU, like [`chains_codes`].
+/// K are split-K's). In the search since session 12, with [`skinny_chains_codes`].
 pub fn chains_split_tiles() -> Vec<HopperConfig> {
     split_tiles().into_iter().filter(|c| c.atomic).filter_map(two_chains).collect()
+}
+
+/// The unsplit codes with two accumulator chains ([`chains_codes`] less the four-chain
+/// ones), which the search offers the skinny shapes with acc=f32.
+pub fn skinny_chains_codes() -> Vec<HopperConfig> {
+    chains_codes().into_iter().filter(|c| c.chains == 2).collect()
 }
 
 /// [`chains_split_tiles`]' candidates for a problem.
@@ -747,12 +761,20 @@ pub fn split_space(p: &Problem, sm_count: u32) -> Vec<HopperConfig> {
 }
 
 /// Every candidate for a problem: [`space`] and [`skinny_cluster_codes`] (the narrow tiles
-/// and the clusters where they suit it), then [`split_space`].
+/// and the clusters where they suit it), then [`split_space`]; on the skinny shapes with
+/// acc=f32, two accumulator chains too, unsplit and split ([`skinny_chains_codes`],
+/// [`chains_split_space`]).
 pub fn space_for(p: &Problem, sm_count: u32) -> Vec<HopperConfig> {
     let mut out = space();
     out.extend(skinny_cluster_codes());
+    if p.acc == Acc::F32 {
+        out.extend(skinny_chains_codes());
+    }
     out.retain(|c| suits(c, p, sm_count));
     out.extend(split_space(p, sm_count));
+    if skinny(p, sm_count) {
+        out.extend(chains_split_space(p, sm_count));
+    }
     out
 }
 
@@ -816,7 +838,7 @@ mod tests {
     #[test]
     fn narrow_tiles_are_offered_to_the_skinny_tn_shapes_only() {
         let p = |layout, m, n, k| Problem::new(Arch::Sm90, Acc::F32, layout, Shape::new(m, n, k).unwrap());
-        let narrow = |prob: &Problem| space_for(prob, 132).into_iter().filter(|c| c.bn < 64 && c.cluster_size() == 1).collect::<Vec<_>>();
+        let narrow = |prob: &Problem| space_for(prob, 132).into_iter().filter(|c| c.bn < 64 && c.cluster_size() == 1 && c.chains == 1).collect::<Vec<_>>();
         // 64×1024×512: 16 tiles of 64×64, so every width, each with 16 and 4 stages, and
         // the 64×32 split-K codes.
         let skinny = narrow(&p(Layout::Tn, 64, 1024, 512));
@@ -1050,7 +1072,7 @@ mod tests {
         // memory with the 32 KiB partial, 7 is odd) and 4; each on both grids.
         let rings: Vec<(u32, u32)> = codes.iter().filter(|c| !c.persistent).map(|c| (c.bn, c.stages)).collect();
         assert_eq!(rings, [(16, 16), (16, 4), (32, 16), (32, 4), (64, 8), (64, 4), (128, 6), (128, 4)], "{codes:?}");
-        assert!(space_for(&p(64, 512, 1024), 132).iter().all(|c| !c.ksplit), "not yet run on a GPU");
+        assert!(space_for(&p(64, 512, 1024), 132).iter().all(|c| !c.ksplit), "seldom best: --trial ksplit only");
         let c = HopperConfig { ksplit: true, ..HopperConfig::new(64, 64, 8, 2) };
         c.validate().unwrap();
         assert_eq!(c.entry(Acc::F32, Layout::Nn), "kaas_wgmma_f32_nn_64x64x64_s8_c2_m1_g16_kw");
@@ -1084,13 +1106,26 @@ mod tests {
     }
 
     #[test]
-    fn accumulator_chains_fit_the_register_budget_and_stay_out_of_the_search() {
+    fn two_accumulator_chains_are_searched_on_the_skinny_f32_shapes_only() {
         let codes = chains_codes();
         // 64 × 16, 24, 32, 48 (16 and 4 stages) and 64 × 64 (8 and 4), two and four chains.
         assert_eq!(codes.len(), 5 * 2 * 2, "{codes:?}");
         assert!(codes.iter().all(|c| c.validate().is_ok() && c.chains > 1));
-        let p = Problem::new(Arch::Sm90, Acc::F32, Layout::Tn, Shape::new(64, 512, 1024).unwrap());
-        assert!(space_for(&p, 132).iter().all(|c| c.chains == 1), "not yet run on a GPU");
+        assert_eq!(skinny_chains_codes().len(), 10);
+        let p = |acc, layout, m, n, k| Problem::new(Arch::Sm90, acc, layout, Shape::new(m, n, k).unwrap());
+        // 64×512×1024 tn: every two-chain code (the narrow ones are tn's), none of four, and
+        // the split ones where split-K suits the shape.
+        let skinny = space_for(&p(Acc::F32, Layout::Tn, 64, 512, 1024), 132);
+        for c in skinny_chains_codes() {
+            assert!(skinny.contains(&c), "{}", c.label());
+        }
+        assert!(skinny.iter().all(|c| c.chains <= 2));
+        let long = space_for(&p(Acc::F32, Layout::Nn, 128, 256, 12288), 132);
+        assert!(long.iter().any(|c| c.chains == 2 && c.split > 1 && c.bn == 64), "split with two chains");
+        assert!(long.iter().filter(|c| c.chains == 2).all(|c| c.supports(Layout::Nn)));
+        // Not where 64×64 tiles fill two waves, and not with the f16 accumulator.
+        assert!(space_for(&p(Acc::F32, Layout::Tn, 4096, 4096, 4096), 132).iter().all(|c| c.chains == 1));
+        assert!(space_for(&p(Acc::F16, Layout::Tn, 64, 512, 1024), 132).iter().all(|c| c.chains == 1));
         let c = HopperConfig { chains: 4, ..HopperConfig::new(64, 16, 16, 1) };
         assert_eq!(c.entry(Acc::F32, Layout::Tn), "kaas_wgmma_f32_tn_64x16x64_s16_c1_m1_g16_x4");
         assert_eq!(c.label(), "64x16 s16 c1 x4");

@@ -113,8 +113,8 @@ pub enum Family {
 pub enum Trial {
     /// K split across the two consumer warpgroups (`_kw`), on the skinny shapes.
     Ksplit,
-    /// Two or four accumulator chains per consumer (`_x2`, `_x4`), on the skinny shapes,
-    /// unsplit and with the atomic split-K.
+    /// Four accumulator chains per consumer (`_x4`) on the skinny shapes, beside the two
+    /// (`_x2`, unsplit and with the atomic split-K) that the search offers them anyway.
     Chains,
     /// Clusters of two along M of the large tiles (`_m2`), on every shape.
     Multicast,
@@ -151,7 +151,11 @@ fn codes_with(families: &[Family], trials: &[Trial], acc: Acc, layout: Layout) -
     let mut out = codes(families, acc, layout);
     if families.contains(&Family::Hopper) {
         let extra = trials.iter().flat_map(|t| t.codes()).filter(|c| c.supports(layout) && (acc == Acc::F32 || !(c.ksplit || c.chains > 1)));
-        out.extend(extra.map(Candidate::Hopper));
+        for c in extra.map(Candidate::Hopper) {
+            if !out.contains(&c) {
+                out.push(c);
+            }
+        }
     }
     out
 }
@@ -185,6 +189,9 @@ fn codes(families: &[Family], acc: Acc, layout: Layout) -> Vec<Candidate> {
     let mut out = Vec::new();
     if families.contains(&Family::Hopper) {
         out.extend(hopper::space().into_iter().chain(hopper::skinny_cluster_codes()).chain(hopper::split_tiles()).map(Candidate::Hopper));
+        if acc == Acc::F32 {
+            out.extend(hopper::skinny_chains_codes().into_iter().chain(hopper::chains_split_tiles()).map(Candidate::Hopper));
+        }
     }
     if families.contains(&Family::Mma) {
         out.extend(mma::space().into_iter().chain(mma::split_tiles()).map(Candidate::Mma));
@@ -845,6 +852,15 @@ mod tests {
         assert!(chained.iter().any(|h| h.split > 1 && h.atomic) && chained.iter().any(|h| h.split == 1), "{chained:?}");
         let split: Vec<HopperConfig> = hopper::split_space(&long, 132).into_iter().filter(|c| c.bm == 64 && c.consumers == 1).collect();
         assert_eq!(chained.iter().filter(|h| h.split > 1).count(), split.len());
+        // Two chains are in the search already: the trial adds the four-chain codes only,
+        // and loads each code once.
+        let plain = space_for(&long, &hopper, 132);
+        assert!(plain.iter().any(|c| matches!(c, Candidate::Hopper(h) if h.chains == 2)));
+        let added: Vec<Candidate> = space_with(&long, &hopper, &[Trial::Chains], 132).into_iter().filter(|c| !plain.contains(c)).collect();
+        assert!(!added.is_empty() && added.iter().all(|c| matches!(c, Candidate::Hopper(h) if h.chains == 4)), "{added:?}");
+        let loaded = codes_with(&hopper, &[Trial::Chains], Acc::F32, Layout::Tn);
+        let unique: std::collections::HashSet<&Candidate> = loaded.iter().collect();
+        assert_eq!(unique.len(), loaded.len(), "a code loaded twice");
     }
 
     #[test]
