@@ -110,8 +110,31 @@ pub enum Swizzle {
     B128,
 }
 
+/// How far L2 widens a tensor map's reads that miss it (`CUtensorMapL2promotion`): a wider
+/// promotion fetches the neighbouring bytes from DRAM with the missed ones.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub enum L2Promotion {
+    #[serde(rename = "none")]
+    None,
+    #[serde(rename = "64B")]
+    B64,
+    /// The default, and what every manifest without the field gets.
+    #[default]
+    #[serde(rename = "128B")]
+    B128,
+    #[serde(rename = "256B")]
+    B256,
+}
+
+impl L2Promotion {
+    fn is_default(&self) -> bool {
+        *self == L2Promotion::default()
+    }
+}
+
 /// A tensor map over one operand. The global shape and strides follow from the problem
-/// and layout; `box` is the shared-memory tile, innermost (contiguous) dimension first.
+/// and layout; `box` is the shared-memory tile, innermost (contiguous) dimension first;
+/// `l2_promotion` is optional (`"128B"` when absent, and then left out when written).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TensorMapSpec {
@@ -119,6 +142,8 @@ pub struct TensorMapSpec {
     #[serde(rename = "box")]
     pub box_dims: [u32; 2],
     pub swizzle: Swizzle,
+    #[serde(default, skip_serializing_if = "L2Promotion::is_default")]
+    pub l2_promotion: L2Promotion,
 }
 
 /// The first fault found in a manifest, phrased for the kernel author.
@@ -309,7 +334,8 @@ mod tests {
         assert!(launch_fault(|l| l.params[0] = Param::TensorMap(TensorMapSpec {
             operand: Operand::A,
             box_dims: [128, 128],
-            swizzle: Swizzle::B128
+            swizzle: Swizzle::B128,
+            l2_promotion: L2Promotion::B256,
         }))
         .contains("swizzle"));
     }
@@ -319,5 +345,24 @@ mod tests {
         assert!(Manifest::from_json(&EXAMPLE.replace("\"workspace_bytes\"", "\"workspace\"")).is_err());
         assert!(Manifest::from_json(&EXAMPLE.replace("{\"ptr\": \"C\"}", "{\"ptr\": \"D\"}")).is_err());
         assert!(Manifest::from_json(&EXAMPLE.replace("{\"i32\": 7}", "{\"f32\": 7}")).is_err());
+    }
+
+    #[test]
+    fn l2_promotion_is_optional_and_written_only_when_not_the_default() {
+        let tensor_map = |m: &Manifest, i: usize| match m.launches[0].params[i] {
+            Param::TensorMap(t) => t,
+            ref other => panic!("param {i} is {other:?}"),
+        };
+        let plain = Manifest::from_json(EXAMPLE).unwrap();
+        assert_eq!(tensor_map(&plain, 0).l2_promotion, L2Promotion::B128);
+        assert!(!serde_json::to_string(&plain).unwrap().contains("l2_promotion"), "old manifests serialize as before");
+        let wide = EXAMPLE.replacen(r#""swizzle": "128B"}"#, r#""swizzle": "128B", "l2_promotion": "256B"}"#, 1);
+        let m = Manifest::from_json(&wide).unwrap();
+        assert_eq!((tensor_map(&m, 0).l2_promotion, tensor_map(&m, 1).l2_promotion), (L2Promotion::B256, L2Promotion::B128));
+        let back = serde_json::to_string(&m).unwrap();
+        assert_eq!(back.matches(r#""l2_promotion":"256B""#).count(), 1, "{back}");
+        assert_eq!(Manifest::from_json(&back).unwrap(), m);
+        let err = Manifest::from_json(&wide.replace("256B", "512B")).unwrap_err().to_string();
+        assert!(err.contains("512B"), "{err}");
     }
 }

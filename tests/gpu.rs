@@ -14,7 +14,7 @@ use rand::{Rng, SeedableRng};
 
 use kaas::gpu::{self, Contender, CublasGemm, Gpu, GpuError, LoadedPtx, LtGemm, Operands, PreparedManifest};
 use kaas::kernels::{self, SimpleConfig};
-use kaas::manifest::{Operand, Param, Swizzle, TensorMapSpec};
+use kaas::manifest::{L2Promotion, Operand, Param, Swizzle, TensorMapSpec};
 use kaas::problem::{Acc, Arch, Layout, Problem, Shape};
 
 fn gpu_or_skip() -> Option<Gpu> {
@@ -387,7 +387,7 @@ fn the_simple_kernel_runs_under_a_cluster_launch() {
 #[test]
 fn tensor_maps_encode_for_aligned_operands_and_refuse_misaligned_ones() {
     let Some(gpu) = gpu_or_skip() else { return };
-    let spec = |operand| TensorMapSpec { operand, box_dims: [64, 128], swizzle: Swizzle::B128 };
+    let spec = |operand| TensorMapSpec { operand, box_dims: [64, 128], swizzle: Swizzle::B128, l2_promotion: L2Promotion::B128 };
     let aligned = Operands::alloc(&gpu, &problem(Acc::F32, Layout::Tn, (256, 512, 128)), 0).expect("alloc");
     for operand in [Operand::A, Operand::B, Operand::C] {
         let words = gpu::encode_tensor_map(&aligned, &spec(operand)).expect("aligned operands encode");
@@ -429,6 +429,8 @@ fn tensor_maps_address_each_operand_as_the_layout_says() {
             (_, Layout::Tn) => (shape.1, shape.2, &case.b_nk),
         };
         let (box_c, box_r) = (64, 32);
+        // The L2 promotion changes how misses are fetched, never what is read.
+        let l2_promotion = [L2Promotion::None, L2Promotion::B256, L2Promotion::B64][i];
         let mut manifest = kernels::manifest_for(&p, &SimpleConfig::LARGE);
         manifest.launches[0] = kaas::manifest::Launch {
             entry: "kaas_tma_copy".into(),
@@ -437,7 +439,7 @@ fn tensor_maps_address_each_operand_as_the_layout_says() {
             cluster: [1, 1, 1],
             shared_mem_bytes: 0,
             params: vec![
-                Param::TensorMap(TensorMapSpec { operand, box_dims: [box_c, box_r], swizzle: Swizzle::None }),
+                Param::TensorMap(TensorMapSpec { operand, box_dims: [box_c, box_r], swizzle: Swizzle::None, l2_promotion }),
                 Param::Ptr(kaas::manifest::Buffer::C),
                 Param::I32(kaas::manifest::I32Value::Const(rows as i32)),
                 Param::I32(kaas::manifest::I32Value::Const(cols as i32)),
@@ -446,7 +448,7 @@ fn tensor_maps_address_each_operand_as_the_layout_says() {
         PreparedManifest::new(&gpu, &loaded, &manifest, &ops).expect("prepare").run(&gpu).expect("run");
         let got = ops.download_c(&gpu).expect("download");
         let bad = got.iter().zip(want.iter()).filter(|(g, w)| g.to_bits() != w.to_bits()).count();
-        println!("tensor map over {operand:?} ({layout}, {rows}x{cols}): {bad} of {} elements differ", got.len());
+        println!("tensor map over {operand:?} ({layout}, {rows}x{cols}, L2 promotion {l2_promotion:?}): {bad} of {} elements differ", got.len());
         assert_eq!(bad, 0, "tensor map over {operand:?} ({layout}) does not address the operand as stored");
     }
 }

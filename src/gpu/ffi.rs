@@ -659,7 +659,7 @@ impl Arg {
 pub struct TensorMap(pub cu::CUtensorMap);
 
 /// Describes a 2-D fp16 tensor map: `dims` innermost first, the byte stride between
-/// rows, the shared-memory box (innermost first) and the swizzle.
+/// rows, the shared-memory box (innermost first), the swizzle and the L2 promotion.
 #[derive(Debug, Clone, Copy)]
 pub struct TensorMapDesc {
     pub address: u64,
@@ -667,6 +667,7 @@ pub struct TensorMapDesc {
     pub row_stride_bytes: u64,
     pub box_dims: [u32; 2],
     pub swizzle: cu::CUtensorMapSwizzle,
+    pub l2_promotion: cu::CUtensorMapL2promotion,
 }
 
 pub fn encode_tensor_map(desc: &TensorMapDesc) -> Res<TensorMap> {
@@ -688,7 +689,7 @@ pub fn encode_tensor_map(desc: &TensorMapDesc) -> Res<TensorMap> {
             element_strides.as_ptr(),
             cu::CUtensorMapInterleave::CU_TENSOR_MAP_INTERLEAVE_NONE,
             desc.swizzle,
-            cu::CUtensorMapL2promotion::CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+            desc.l2_promotion,
             cu::CUtensorMapFloatOOBfill::CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
         )
     };

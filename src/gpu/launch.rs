@@ -4,12 +4,12 @@
 
 use std::marker::PhantomData;
 
-use cudarc::driver::sys::{CUfunction_attribute as FnAttr, CUtensorMapSwizzle};
+use cudarc::driver::sys::{CUfunction_attribute as FnAttr, CUtensorMapL2promotion, CUtensorMapSwizzle};
 
 use super::ffi::{self, Arg, KernelCall};
 use super::timing::Contender;
 use super::{Gpu, GpuError, LoadedPtx, Operands, at};
-use crate::manifest::{Buffer, Dim, I32Value, Launch, Manifest, Operand, Param, Swizzle, TensorMapSpec};
+use crate::manifest::{Buffer, Dim, I32Value, L2Promotion, Launch, Manifest, Operand, Param, Swizzle, TensorMapSpec};
 use crate::problem::{Layout, Problem};
 
 /// A manifest ready to run: every launch's function found, arguments encoded and checked
@@ -215,10 +215,16 @@ fn encode(ops: &Operands, spec: &TensorMapSpec) -> Result<ffi::TensorMap, GpuErr
         Swizzle::B64 => CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_64B,
         Swizzle::B128 => CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_128B,
     };
-    let desc = ffi::TensorMapDesc { address, dims, row_stride_bytes, box_dims: spec.box_dims, swizzle };
+    let l2_promotion = match spec.l2_promotion {
+        L2Promotion::None => CUtensorMapL2promotion::CU_TENSOR_MAP_L2_PROMOTION_NONE,
+        L2Promotion::B64 => CUtensorMapL2promotion::CU_TENSOR_MAP_L2_PROMOTION_L2_64B,
+        L2Promotion::B128 => CUtensorMapL2promotion::CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+        L2Promotion::B256 => CUtensorMapL2promotion::CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+    };
+    let desc = ffi::TensorMapDesc { address, dims, row_stride_bytes, box_dims: spec.box_dims, swizzle, l2_promotion };
     ffi::encode_tensor_map(&desc).map_err(at(format!(
-        "encode tensor map over {:?} (dims {dims:?}, row stride {row_stride_bytes} B, box {:?}, swizzle {:?})",
-        spec.operand, spec.box_dims, spec.swizzle
+        "encode tensor map over {:?} (dims {dims:?}, row stride {row_stride_bytes} B, box {:?}, swizzle {:?}, L2 promotion {:?})",
+        spec.operand, spec.box_dims, spec.swizzle, spec.l2_promotion
     )))
 }
 

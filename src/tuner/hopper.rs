@@ -22,7 +22,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::gpu::{GpuError, nvrtc};
-use crate::manifest::{ABI, Buffer, Dim, I32Value, Launch, Manifest, Operand, Param, Swizzle, TensorMapSpec};
+use crate::manifest::{ABI, Buffer, Dim, I32Value, L2Promotion, Launch, Manifest, Operand, Param, Swizzle, TensorMapSpec};
 use crate::problem::{Acc, Layout, Problem};
 
 pub const TEMPLATE: &str = include_str!("../../kernels/templates/hopper_hgemm.cu");
@@ -327,8 +327,8 @@ impl HopperConfig {
         // BK/CLUSTER_M rows of K.
         let b_box = if p.layout == Layout::Tn { [BK, self.bn / self.cluster_m] } else { [64, BK / self.cluster_m] };
         let mut params = vec![
-            Param::TensorMap(TensorMapSpec { operand: Operand::A, box_dims: [BK, self.bm / self.cluster_n], swizzle: Swizzle::B128 }),
-            Param::TensorMap(TensorMapSpec { operand: Operand::B, box_dims: b_box, swizzle: Swizzle::B128 }),
+            Param::TensorMap(TensorMapSpec { operand: Operand::A, box_dims: [BK, self.bm / self.cluster_n], swizzle: Swizzle::B128, l2_promotion: L2Promotion::B128 }),
+            Param::TensorMap(TensorMapSpec { operand: Operand::B, box_dims: b_box, swizzle: Swizzle::B128, l2_promotion: L2Promotion::B128 }),
             Param::Ptr(Buffer::C),
             Param::I32(I32Value::Dim(Dim::M)),
             Param::I32(I32Value::Dim(Dim::N)),
