@@ -94,6 +94,10 @@ pub struct HopperConfig {
     /// after the main loop, so consecutive wgmmas do not wait on each other. 1, 2 or 4; acc=f32.
     #[serde(default = "one", skip_serializing_if = "is_one")]
     pub chains: u32,
+    /// The tensor maps widen L2 misses to 256 bytes instead of 128 (`"l2_promotion":
+    /// "256B"` in the manifest): a launch choice like `persistent`, not part of the code.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub l2_256: bool,
 }
 
 pub(crate) fn one() -> u32 {
@@ -111,7 +115,7 @@ const UNIT_TARGETS: [(u32, u32); 4] = [(1, 4), (1, 2), (1, 1), (2, 1)];
 impl HopperConfig {
     /// A cooperative, unsplit configuration, one tile per block, without clusters.
     pub const fn new(bm: u32, bn: u32, stages: u32, consumers: u32) -> Self {
-        HopperConfig { bm, bn, stages, consumers, persistent: false, split: 1, atomic: false, pingpong: false, cluster_reduce: false, cluster_m: 1, cluster_n: 1, stream_k: false, ksplit: false, chains: 1 }
+        HopperConfig { bm, bn, stages, consumers, persistent: false, split: 1, atomic: false, pingpong: false, cluster_reduce: false, cluster_m: 1, cluster_n: 1, stream_k: false, ksplit: false, chains: 1, l2_256: false }
     }
 
     pub fn validate(&self) -> Result<(), String> {
@@ -326,9 +330,10 @@ impl HopperConfig {
         // A, BM/CLUSTER_N rows; of B, tn BN/CLUSTER_M rows of K, nn 64 columns of N by
         // BK/CLUSTER_M rows of K.
         let b_box = if p.layout == Layout::Tn { [BK, self.bn / self.cluster_m] } else { [64, BK / self.cluster_m] };
+        let l2_promotion = if self.l2_256 { L2Promotion::B256 } else { L2Promotion::B128 };
         let mut params = vec![
-            Param::TensorMap(TensorMapSpec { operand: Operand::A, box_dims: [BK, self.bm / self.cluster_n], swizzle: Swizzle::B128, l2_promotion: L2Promotion::B128 }),
-            Param::TensorMap(TensorMapSpec { operand: Operand::B, box_dims: b_box, swizzle: Swizzle::B128, l2_promotion: L2Promotion::B128 }),
+            Param::TensorMap(TensorMapSpec { operand: Operand::A, box_dims: [BK, self.bm / self.cluster_n], swizzle: Swizzle::B128, l2_promotion }),
+            Param::TensorMap(TensorMapSpec { operand: Operand::B, box_dims: b_box, swizzle: Swizzle::B128, l2_promotion }),
             Param::Ptr(Buffer::C),
             Param::I32(I32Value::Dim(Dim::M)),
             Param::I32(I32Value::Dim(Dim::N)),
@@ -408,6 +413,7 @@ impl HopperConfig {
             stream_k,
             ksplit,
             chains,
+            l2_256: false,
         };
         cfg.validate().ok()?;
         (cfg.entry(acc, layout) == entry).then_some((cfg, acc, layout))
@@ -426,6 +432,7 @@ impl HopperConfig {
         } else {
             cfg.persistent = launch.grid[0] < cfg.tiles(p);
         }
+        cfg.l2_256 = matches!(launch.params.first(), Some(Param::TensorMap(t)) if t.l2_promotion == L2Promotion::B256);
         cfg.validate().ok()?;
         Some((cfg, acc, layout))
     }
@@ -448,7 +455,8 @@ impl HopperConfig {
             (1, n) => format!(" n{n}"),
             (m, n) => format!(" m{m}n{n}"),
         };
-        format!("{}x{} s{} c{}{cl}{pp}{}{split}", self.bm, self.bn, self.stages, self.consumers, if self.persistent { " persistent" } else { "" })
+        let l2 = if self.l2_256 { " l2-256B" } else { "" };
+        format!("{}x{} s{} c{}{cl}{pp}{}{split}{l2}", self.bm, self.bn, self.stages, self.consumers, if self.persistent { " persistent" } else { "" })
     }
 }
 
@@ -1103,6 +1111,27 @@ mod tests {
             let e = compile(&c, Acc::F16, Layout::Tn).expect_err("f16");
             assert!(e.to_string().contains("acc=f32 only"), "{e}");
         }
+    }
+
+    #[test]
+    fn the_l2_256_twin_is_the_same_code_with_wider_l2_promotion() {
+        let p = Problem::new(Arch::Sm90, Acc::F32, Layout::Tn, Shape::new(2048, 8192, 128).unwrap());
+        for c in [HopperConfig::new(128, 128, 6, 2), HopperConfig { persistent: true, ..HopperConfig::new(128, 256, 4, 2) }, HopperConfig { split: 4, atomic: true, ..HopperConfig::new(64, 64, 8, 1) }] {
+            let twin = HopperConfig { l2_256: true, ..c };
+            assert_eq!((twin.entry(Acc::F32, Layout::Tn), twin.code_key()), (c.entry(Acc::F32, Layout::Tn), c.code_key()));
+            assert_ne!(twin.label(), c.label());
+            let (plain, wide) = (c.manifest(&p, 132), twin.manifest(&p, 132));
+            let promotions = |m: &Manifest| m.launches[0].params.iter().filter_map(|q| if let Param::TensorMap(t) = q { Some(t.l2_promotion) } else { None }).collect::<Vec<_>>();
+            assert_eq!(promotions(&plain), [L2Promotion::B128; 2]);
+            assert_eq!(promotions(&wide), [L2Promotion::B256; 2]);
+            wide.validate().unwrap();
+            assert_eq!(HopperConfig::of_launch(&wide.launches[0], &p), Some((twin, Acc::F32, Layout::Tn)));
+            assert_eq!(HopperConfig::of_launch(&plain.launches[0], &p), Some((c, Acc::F32, Layout::Tn)));
+        }
+        // States written before the field load as 128B.
+        let old: HopperConfig = serde_json::from_str(r#"{"bm":64,"bn":64,"stages":8,"consumers":1,"persistent":false}"#).unwrap();
+        assert!(!old.l2_256);
+        assert!(!serde_json::to_string(&old).unwrap().contains("l2_256"));
     }
 
     #[test]

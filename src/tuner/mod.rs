@@ -120,6 +120,9 @@ pub enum Trial {
     Multicast,
     /// The 256×160 tile (tn), on every shape.
     Wide160,
+    /// Every Hopper candidate of the problem again with tensor maps that widen L2 misses to
+    /// 256 bytes (`l2-256B`): the same code, another manifest.
+    L2,
 }
 
 impl Trial {
@@ -129,6 +132,8 @@ impl Trial {
             Trial::Chains => hopper::chains_codes().into_iter().chain(hopper::chains_split_tiles()).collect(),
             Trial::Multicast => hopper::multicast_codes(),
             Trial::Wide160 => hopper::wide_160_codes(),
+            // The same codes as the search's: nothing more to load.
+            Trial::L2 => Vec::new(),
         }
     }
 
@@ -137,10 +142,10 @@ impl Trial {
         if matches!(self, Trial::Ksplit | Trial::Chains) && (p.acc != Acc::F32 || !hopper::skinny(p, sm_count)) {
             return Vec::new();
         }
-        let codes = if self == Trial::Chains {
-            hopper::chains_codes().into_iter().chain(hopper::chains_split_space(p, sm_count)).collect()
-        } else {
-            self.codes()
+        let codes = match self {
+            Trial::Chains => hopper::chains_codes().into_iter().chain(hopper::chains_split_space(p, sm_count)).collect(),
+            Trial::L2 => hopper::space_for(p, sm_count).into_iter().map(|c| hopper::HopperConfig { l2_256: true, ..c }).collect(),
+            _ => self.codes(),
         };
         codes.into_iter().filter(|c| c.supports(p.layout)).map(Candidate::Hopper).collect()
     }
@@ -833,7 +838,7 @@ mod tests {
         let nn = Problem::new(Arch::Sm90, Acc::F32, Layout::Nn, Shape::new(8192, 8192, 8192).unwrap());
         assert!(space_with(&nn, &hopper, &[Trial::Wide160], 132).iter().all(|c| !matches!(c, Candidate::Hopper(h) if h.bn == 160)), "tn only");
         for layout in Layout::ALL {
-            let all = [Trial::Ksplit, Trial::Chains, Trial::Multicast, Trial::Wide160];
+            let all = [Trial::Ksplit, Trial::Chains, Trial::Multicast, Trial::Wide160, Trial::L2];
             let entries: std::collections::HashSet<String> = codes_with(&hopper, &all, Acc::F32, layout).iter().map(|c| c.entry(Acc::F32, layout)).collect();
             for (m, n, k) in [(64, 512, 1024), (8192, 8192, 8192), (1000, 64, 4096)] {
                 let prob = Problem::new(Arch::Sm90, Acc::F32, layout, Shape::new(m, n, k).unwrap());
@@ -861,6 +866,14 @@ mod tests {
         let loaded = codes_with(&hopper, &[Trial::Chains], Acc::F32, Layout::Tn);
         let unique: std::collections::HashSet<&Candidate> = loaded.iter().collect();
         assert_eq!(unique.len(), loaded.len(), "a code loaded twice");
+        // The L2 trial doubles the Hopper candidates with the same codes: one more manifest each.
+        let mid = p(1024, 1024, 128);
+        let plain = space_for(&mid, &hopper, 132);
+        let with = space_with(&mid, &hopper, &[Trial::L2], 132);
+        assert_eq!(with.len(), 2 * plain.len());
+        let plain_entries: std::collections::HashSet<String> = plain.iter().map(|c| c.entry(Acc::F32, Layout::Tn)).collect();
+        assert!(with.iter().all(|c| plain_entries.contains(&c.entry(Acc::F32, Layout::Tn))), "no new code");
+        assert_eq!(codes_with(&hopper, &[Trial::L2], Acc::F32, Layout::Tn).len(), codes(&hopper, Acc::F32, Layout::Tn).len());
     }
 
     #[test]
