@@ -120,8 +120,8 @@ pub enum Trial {
     Multicast,
     /// The 256×160 tile (tn), on every shape.
     Wide160,
-    /// Every Hopper candidate of the problem again with tensor maps that widen L2 misses to
-    /// 256 bytes (`l2-256B`): the same code, another manifest.
+    /// Every Hopper candidate of the problem again with the tensor maps' L2 promotion of 128
+    /// bytes instead of the search's 256: the same code, another manifest.
     L2,
 }
 
@@ -142,11 +142,13 @@ impl Trial {
         if matches!(self, Trial::Ksplit | Trial::Chains) && (p.acc != Acc::F32 || !hopper::skinny(p, sm_count)) {
             return Vec::new();
         }
-        let codes = match self {
+        let codes: Vec<hopper::HopperConfig> = match self {
             Trial::Chains => hopper::chains_codes().into_iter().chain(hopper::chains_split_space(p, sm_count)).collect(),
-            Trial::L2 => hopper::space_for(p, sm_count).into_iter().map(|c| hopper::HopperConfig { l2_256: true, ..c }).collect(),
+            Trial::L2 => return hopper::space_for(p, sm_count).into_iter().map(|c| Candidate::Hopper(hopper::HopperConfig { l2_256: false, ..c })).collect(),
             _ => self.codes(),
         };
+        // With the search's L2 promotion, so that they time beside it on equal terms.
+        let codes = codes.into_iter().map(|c| hopper::HopperConfig { l2_256: true, ..c });
         codes.into_iter().filter(|c| c.supports(p.layout)).map(Candidate::Hopper).collect()
     }
 }
@@ -866,7 +868,8 @@ mod tests {
         let loaded = codes_with(&hopper, &[Trial::Chains], Acc::F32, Layout::Tn);
         let unique: std::collections::HashSet<&Candidate> = loaded.iter().collect();
         assert_eq!(unique.len(), loaded.len(), "a code loaded twice");
-        // The L2 trial doubles the Hopper candidates with the same codes: one more manifest each.
+        // The L2 trial doubles the Hopper candidates with the same codes: one more manifest
+        // each, 128B beside the search's 256B.
         let mid = p(1024, 1024, 128);
         let plain = space_for(&mid, &hopper, 132);
         let with = space_with(&mid, &hopper, &[Trial::L2], 132);
