@@ -29,6 +29,8 @@ MAX_GRID_X = 2**31 - 1
 MAX_GRID_YZ = 65_535
 
 SWIZZLES = {"none": None, "32B": 32, "64B": 64, "128B": 128}
+# A tensor map's optional `l2_promotion` and the CUtensorMapL2promotion suffix it names.
+L2_PROMOTIONS = {"none": "NONE", "64B": "L2_64B", "128B": "L2_128B", "256B": "L2_256B"}
 TENSOR_MAP_BYTES = 128
 
 
@@ -169,11 +171,13 @@ class I32:
 
 @dataclass(frozen=True)
 class TensorMap:
-    """`{"tensor_map": {"operand", "box", "swizzle"}}`: a 128-byte CUtensorMap by value."""
+    """`{"tensor_map": {"operand", "box", "swizzle"[, "l2_promotion"]}}`: a 128-byte
+    CUtensorMap by value; `l2_promotion` is "128B" when absent."""
 
     operand: str
     box: tuple[int, int]
     swizzle: str
+    l2_promotion: str = "128B"
 
 
 Param = Union[Ptr, I32, TensorMap]
@@ -195,7 +199,7 @@ def parse_param(d, what: str = "param") -> Param:
             return I32(v)
         raise ManifestError(f"{what}: i32 `{v!r}` is neither M, N, K nor a 32-bit integer")
     if kind == "tensor_map":
-        t = _fields(v, f"{what}: tensor_map", ("operand", "box", "swizzle"))
+        t = _fields(v, f"{what}: tensor_map", ("operand", "box", "swizzle"), ("l2_promotion",))
         if t["operand"] not in ("A", "B", "C"):
             raise ManifestError(f"{what}: tensor map operand `{t['operand']}` is not one of A, B, C")
         box = t["box"]
@@ -204,7 +208,10 @@ def parse_param(d, what: str = "param") -> Param:
         box = tuple(_uint(x, f"{what}: tensor map box") for x in box)
         if t["swizzle"] not in SWIZZLES:
             raise ManifestError(f"{what}: swizzle `{t['swizzle']}` is not one of {', '.join(SWIZZLES)}")
-        return TensorMap(t["operand"], box, t["swizzle"])  # type: ignore[arg-type]
+        promotion = t.get("l2_promotion", "128B")
+        if promotion not in L2_PROMOTIONS:
+            raise ManifestError(f"{what}: l2_promotion `{promotion}` is not one of {', '.join(L2_PROMOTIONS)}")
+        return TensorMap(t["operand"], box, t["swizzle"], promotion)  # type: ignore[arg-type]
     raise ManifestError(f"{what}: unknown param kind `{kind}` (expected ptr, i32 or tensor_map)")
 
 
@@ -213,7 +220,10 @@ def param_to_dict(p: Param) -> dict:
         return {"ptr": p.buffer}
     if isinstance(p, I32):
         return {"i32": p.value}
-    return {"tensor_map": {"operand": p.operand, "box": list(p.box), "swizzle": p.swizzle}}
+    t = {"operand": p.operand, "box": list(p.box), "swizzle": p.swizzle}
+    if p.l2_promotion != "128B":
+        t["l2_promotion"] = p.l2_promotion
+    return {"tensor_map": t}
 
 
 # --------------------------------------------------------------------------------------
@@ -389,7 +399,10 @@ def tensor_map_request(problem: Problem, spec: TensorMap, address: int) -> Tenso
         )
     if address % 16:
         raise LaunchError(f"tensor map over {spec.operand}: address {address:#x} is not 16-byte aligned")
-    return TensorMapRequest(address=address, dims=dims, row_stride_bytes=stride, box=spec.box, swizzle=spec.swizzle)
+    return TensorMapRequest(
+        address=address, dims=dims, row_stride_bytes=stride, box=spec.box, swizzle=spec.swizzle,
+        l2_promotion=L2_PROMOTIONS[spec.l2_promotion],
+    )
 
 
 class Arg:

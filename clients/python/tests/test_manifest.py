@@ -177,6 +177,18 @@ class TensorMaps(unittest.TestCase):
         self.assertEqual((r.dims, r.row_stride_bytes, r.box), ((1024, 2048), 2048, (64, 256)))
         self.assertEqual((r.rank, r.data_type, r.element_strides), (2, "FLOAT16", (1, 1)))
         self.assertEqual((r.interleave, r.swizzle, r.l2_promotion, r.oob_fill), ("NONE", "128B", "L2_128B", "NONE"))
+        wide = tensor_map_request(p, TensorMap("B", (64, 256), "128B", "256B"), 0x7F0000000000)
+        self.assertEqual(wide.l2_promotion, "L2_256B")
+
+    def test_l2_promotion_is_optional_and_written_only_when_not_the_default(self):
+        m = with_(lambda d: d["launches"][0]["params"][0]["tensor_map"].update(l2_promotion="256B"))
+        self.assertEqual([p.l2_promotion for p in m.launches[0].params[:2]], ["256B", "128B"])
+        d = m.to_dict()
+        self.assertEqual(d["launches"][0]["params"][0]["tensor_map"]["l2_promotion"], "256B")
+        self.assertNotIn("l2_promotion", d["launches"][0]["params"][1]["tensor_map"])
+        self.assertEqual(Manifest.from_dict(json.loads(json.dumps(d))), m)
+        with self.assertRaisesRegex(ManifestError, "l2_promotion `512B`"):
+            with_(lambda d: d["launches"][0]["params"][0]["tensor_map"].update(l2_promotion="512B"))
 
     def test_rows_that_are_not_16_byte_multiples_or_unaligned_addresses_are_refused(self):
         p = Problem("sm_90", "f32", "nn", 64, 64, 4)  # A rows are 8 bytes apart
