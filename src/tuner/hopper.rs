@@ -96,7 +96,7 @@ pub struct HopperConfig {
     pub chains: u32,
     /// The tensor maps widen L2 misses to 256 bytes instead of 128 (`"l2_promotion":
     /// "256B"` in the manifest): a launch choice like `persistent`, not part of the code.
-    /// [`space_for`]'s candidates take it; catalog entries tuned before session 12 do not.
+    /// [`space_for`]'s candidates take it where [`wide_l2_suits`] the problem.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub l2_256: bool,
 }
@@ -772,10 +772,7 @@ pub fn split_space(p: &Problem, sm_count: u32) -> Vec<HopperConfig> {
 /// Every candidate for a problem: [`space`] and [`skinny_cluster_codes`] (the narrow tiles
 /// and the clusters where they suit it), then [`split_space`]; on the skinny shapes with
 /// acc=f32, two accumulator chains too, unsplit and split ([`skinny_chains_codes`],
-/// [`chains_split_space`]). Each with tensor maps that widen L2 misses to 256 bytes
-/// ([`HopperConfig::l2_256`]): timed side by side with 128 on 97 tn shapes of 2^28 to 2^40
-/// FLOP, every candidate of each (145 on average) three times, 256 was 0.7% faster on
-/// average, and ahead in every K bucket (H100, session 12).
+/// [`chains_split_space`]). Each with the L2 promotion [`wide_l2_suits`] the problem.
 pub fn space_for(p: &Problem, sm_count: u32) -> Vec<HopperConfig> {
     let mut out = space();
     out.extend(skinny_cluster_codes());
@@ -787,7 +784,20 @@ pub fn space_for(p: &Problem, sm_count: u32) -> Vec<HopperConfig> {
     if skinny(p, sm_count) {
         out.extend(chains_split_space(p, sm_count));
     }
-    out.into_iter().map(|c| HopperConfig { l2_256: true, ..c }).collect()
+    let l2_256 = wide_l2_suits(p);
+    out.into_iter().map(|c| HopperConfig { l2_256, ..c }).collect()
+}
+
+/// Whether the search's candidates for a problem take tensor maps that widen L2 misses to
+/// 256 bytes ([`HopperConfig::l2_256`]): tn with K ≥ 512. Timed side by side with 128 bytes
+/// (H100, session 12: 97 shapes of 2^28 to 2^40 FLOP per layout, every candidate of each
+/// three times), 256 was faster on tn by 0.5-2.0% on average in every K bucket from 512
+/// up, and slower by 0.4-0.8% at K = 64 and 256; on nn it was mixed (+1.4% at K = 64,
+/// -0.4 to -1.2% at K = 512-2048, within 0.4% elsewhere). A tn K-tile's box is 128 bytes
+/// of each row of A and B, so a 256-byte promotion brings the next K-tile's bytes with it;
+/// an nn B box's neighbour in the row belongs to the next tile column.
+pub fn wide_l2_suits(p: &Problem) -> bool {
+    p.layout == Layout::Tn && p.k >= 512
 }
 
 /// Compiles one configuration for an accumulator and layout with NVRTC.
@@ -1059,7 +1069,7 @@ mod tests {
         let wide = offered(&p(Layout::Tn, 64, 4096, 1024));
         assert!(wide.contains(&HopperConfig { l2_256: true, ..c }) && wide.iter().all(|c| c.cluster_m == 1), "M = 64 has one tile row: {wide:?}");
         let tall = offered(&p(Layout::Nn, 4096, 64, 1024));
-        assert!(tall.contains(&HopperConfig { l2_256: true, ..m4 }) && tall.iter().all(|c| c.cluster_n == 1 && c.bn == 64), "{tall:?}");
+        assert!(tall.contains(&m4) && tall.iter().all(|c| c.cluster_n == 1 && c.bn == 64), "{tall:?}");
         assert!(offered(&p(Layout::Tn, 2048, 2048, 512)).is_empty(), "not skinny");
         assert!(offered(&p(Layout::Nn, 64, 4096, 1024)).iter().all(|c| c.bn == 64), "nn: 64-column B boxes");
         for bad in [
@@ -1132,6 +1142,10 @@ mod tests {
             assert_eq!(HopperConfig::of_launch(&wide.launches[0], &p), Some((twin, Acc::F32, Layout::Tn)));
             assert_eq!(HopperConfig::of_launch(&plain.launches[0], &p), Some((c, Acc::F32, Layout::Tn)));
         }
+        // The search takes 256 bytes on tn with K of 512 and more only.
+        let wide = |layout, k| space_for(&Problem::new(Arch::Sm90, Acc::F32, layout, Shape::new(2048, 2048, k).unwrap()), 132);
+        assert!(wide(Layout::Tn, 512).iter().all(|c| c.l2_256) && wide(Layout::Tn, 16384).iter().all(|c| c.l2_256));
+        assert!(wide(Layout::Tn, 256).iter().all(|c| !c.l2_256) && wide(Layout::Nn, 4096).iter().all(|c| !c.l2_256));
         // States written before the field load as 128B.
         let old: HopperConfig = serde_json::from_str(r#"{"bm":64,"bn":64,"stages":8,"consumers":1,"persistent":false}"#).unwrap();
         assert!(!old.l2_256);
@@ -1150,7 +1164,7 @@ mod tests {
         // the split ones where split-K suits the shape.
         let skinny = space_for(&p(Acc::F32, Layout::Tn, 64, 512, 1024), 132);
         for c in skinny_chains_codes() {
-            assert!(skinny.contains(&HopperConfig { l2_256: true, ..c }), "{}", c.label());
+            assert!(skinny.contains(&HopperConfig { l2_256: true, ..c }), "{}: tn, K ≥ 512", c.label());
         }
         assert!(skinny.iter().all(|c| c.chains <= 2));
         let long = space_for(&p(Acc::F32, Layout::Nn, 128, 256, 12288), 132);

@@ -120,8 +120,8 @@ pub enum Trial {
     Multicast,
     /// The 256×160 tile (tn), on every shape.
     Wide160,
-    /// Every Hopper candidate of the problem again with the tensor maps' L2 promotion of 128
-    /// bytes instead of the search's 256: the same code, another manifest.
+    /// Every Hopper candidate of the problem again with the other L2 promotion (128 bytes
+    /// where the search takes 256, and the reverse): the same code, another manifest.
     L2,
 }
 
@@ -144,11 +144,12 @@ impl Trial {
         }
         let codes: Vec<hopper::HopperConfig> = match self {
             Trial::Chains => hopper::chains_codes().into_iter().chain(hopper::chains_split_space(p, sm_count)).collect(),
-            Trial::L2 => return hopper::space_for(p, sm_count).into_iter().map(|c| Candidate::Hopper(hopper::HopperConfig { l2_256: false, ..c })).collect(),
+            Trial::L2 => return hopper::space_for(p, sm_count).into_iter().map(|c| Candidate::Hopper(hopper::HopperConfig { l2_256: !c.l2_256, ..c })).collect(),
             _ => self.codes(),
         };
         // With the search's L2 promotion, so that they time beside it on equal terms.
-        let codes = codes.into_iter().map(|c| hopper::HopperConfig { l2_256: true, ..c });
+        let l2_256 = hopper::wide_l2_suits(p);
+        let codes = codes.into_iter().map(|c| hopper::HopperConfig { l2_256, ..c });
         codes.into_iter().filter(|c| c.supports(p.layout)).map(Candidate::Hopper).collect()
     }
 }
@@ -869,7 +870,7 @@ mod tests {
         let unique: std::collections::HashSet<&Candidate> = loaded.iter().collect();
         assert_eq!(unique.len(), loaded.len(), "a code loaded twice");
         // The L2 trial doubles the Hopper candidates with the same codes: one more manifest
-        // each, 128B beside the search's 256B.
+        // each, with the other L2 promotion.
         let mid = p(1024, 1024, 128);
         let plain = space_for(&mid, &hopper, 132);
         let with = space_with(&mid, &hopper, &[Trial::L2], 132);
