@@ -789,15 +789,18 @@ pub fn space_for(p: &Problem, sm_count: u32) -> Vec<HopperConfig> {
 }
 
 /// Whether the search's candidates for a problem take tensor maps that widen L2 misses to
-/// 256 bytes ([`HopperConfig::l2_256`]): tn with K ≥ 512. Timed side by side with 128 bytes
-/// (H100, session 12: 97 shapes of 2^28 to 2^40 FLOP per layout, every candidate of each
-/// three times), 256 was faster on tn by 0.5-2.0% on average in every K bucket from 512
-/// up, and slower by 0.4-0.8% at K = 64 and 256; on nn it was mixed (+1.4% at K = 64,
-/// -0.4 to -1.2% at K = 512-2048, within 0.4% elsewhere). A tn K-tile's box is 128 bytes
-/// of each row of A and B, so a 256-byte promotion brings the next K-tile's bytes with it;
-/// an nn B box's neighbour in the row belongs to the next tile column.
+/// 256 bytes ([`HopperConfig::l2_256`]): tn with K ≥ 512, below 2^41 FLOP. Timed side by
+/// side with 128 bytes (H100, session 12: 97 shapes of 2^28 to 2^40 FLOP per layout, every
+/// candidate of each three times), 256 was faster on tn by 0.5-2.0% on average in every K
+/// bucket from 512 up, and slower by 0.4-0.8% at K = 64 and 256; on nn it was mixed (+1.4%
+/// at K = 64, -0.4 to -1.2% at K = 512-2048, within 0.4% elsewhere). On six tn shapes of
+/// 2^40 FLOP and more it gained where the tile order streams (the best code +5.6% on
+/// 4096×16384×8192, +3.2% on 8192×16384×4096, +1.6% at 8192³) and lost at 12288³ and
+/// 16384³ (-0.4% and -1.4%; per candidate -2.1% and -4.2%). A tn K-tile's box is 128
+/// bytes of each row of A and B, so a 256-byte promotion brings the next K-tile's bytes
+/// with it; an nn B box's neighbour in the row belongs to the next tile column.
 pub fn wide_l2_suits(p: &Problem) -> bool {
-    p.layout == Layout::Tn && p.k >= 512
+    p.layout == Layout::Tn && p.k >= 512 && p.shape().flops() < 2f64.powi(41)
 }
 
 /// Compiles one configuration for an accumulator and layout with NVRTC.
@@ -1146,6 +1149,9 @@ mod tests {
         let wide = |layout, k| space_for(&Problem::new(Arch::Sm90, Acc::F32, layout, Shape::new(2048, 2048, k).unwrap()), 132);
         assert!(wide(Layout::Tn, 512).iter().all(|c| c.l2_256) && wide(Layout::Tn, 16384).iter().all(|c| c.l2_256));
         assert!(wide(Layout::Tn, 256).iter().all(|c| !c.l2_256) && wide(Layout::Nn, 4096).iter().all(|c| !c.l2_256));
+        let big = Problem::new(Arch::Sm90, Acc::F32, Layout::Tn, Shape::new(12288, 12288, 12288).unwrap());
+        assert!(space_for(&big, 132).iter().all(|c| !c.l2_256), "2^41.7 FLOP");
+        assert!(wide_l2_suits(&Problem::new(Arch::Sm90, Acc::F32, Layout::Tn, Shape::new(8192, 8192, 8192).unwrap())), "2^40 FLOP");
         // States written before the field load as 128B.
         let old: HopperConfig = serde_json::from_str(r#"{"bm":64,"bn":64,"stages":8,"consumers":1,"persistent":false}"#).unwrap();
         assert!(!old.l2_256);
