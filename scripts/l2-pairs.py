@@ -12,10 +12,11 @@ to the same baselines.
 """
 import argparse
 import copy
-import gzip
 import json
 import os
 import shutil
+
+import catalog_index
 
 
 def main():
@@ -27,7 +28,7 @@ def main():
     ap.add_argument("--promotion", default="256B")
     args = ap.parse_args()
 
-    idx = json.load(gzip.open(args.index))
+    idx = catalog_index.load(args.index)
     ptx_dir = os.path.join(os.path.dirname(args.index), "ptx")
 
     def has_tensor_maps(e):

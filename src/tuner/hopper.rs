@@ -421,8 +421,9 @@ impl HopperConfig {
     }
 
     /// The configuration a launch of this family runs: the entry's code, the split count
-    /// from its parameters and, for an unsplit entry, `persistent` when the grid is smaller
-    /// than the problem's tiles.
+    /// from its parameters, for an unsplit entry `persistent` when the grid is smaller than
+    /// the problem's tiles, and `l2_256` from its first tensor map (the A operand's; the
+    /// tuner gives both the same promotion).
     pub fn of_launch(launch: &Launch, p: &Problem) -> Option<(HopperConfig, Acc, Layout)> {
         let (mut cfg, acc, layout) = Self::from_entry(&launch.entry)?;
         if cfg.cluster_reduce {
