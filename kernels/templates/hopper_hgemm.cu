@@ -78,18 +78,22 @@
 //                   consumer owns the whole BM×BN tile (BM 64 or 128) and takes alternate
 //                   K-tiles of it (the ring's slots of its parity; STAGES even) into its
 //                   own accumulators, so two wgmma chains run where
-//                   one would (the small tiles' main loop is a chain of dependent wgmmas);
+//                   one would;
 //                   consumer 1 then hands its fp32 partial to consumer 0 through shared
 //                   memory (BM*BN*4 more bytes), which adds it and writes C. Named barriers
 //                   4 (partial stored) and 5 (partial taken, before the CTA's next tile).
 //                   cuBLASLt's skinny kernels run 384 threads on tiles of 64×8, which two
-//                   consumers could only share this way (ncu, session 10).
+//                   consumers could only share this way (ncu, session 10). Correct, and
+//                   seldom faster (best on 20 of 211 skinny tn shapes, by 2.2% at most,
+//                   session 12): not searched.
 //   KAAS_CHAINS     1 (default), 2 or 4 (acc=f32): independent accumulator chains per
 //                   consumer. The k16 steps of a K-tile go round-robin to CHAINS sets of
 //                   accumulators, summed once after the main loop, so consecutive wgmmas do
-//                   not wait on each other's results. With narrow tiles a K-tile's four
-//                   dependent wgmmas take about 145 ns (64x512x1024: 4.17 µs against 3.01 at
-//                   K=512, session 11), far more than their work: the chain's latency.
+//                   not wait on each other's results. Two chains were the best code on 81
+//                   of 211 skinny tn shapes (by up to 5.2%, session 12) and are searched
+//                   there; but a narrow tile's K-tile still costs about 145 ns (64x512x1024:
+//                   4.10 µs with two chains, 4.12 without), so that cost is not the
+//                   wgmmas' chain.
 //   KAAS_ENTRY      optional; default name encodes every knob:
 //     kaas_wgmma_<f32|f16>_<tn|nn>_<BM>x<BN>x<BK>_s<STAGES>_c<CONSUMERS>_m<CLUSTER_M>_g<GROUP_M>
 //     e.g. kaas_wgmma_f32_tn_128x256x64_s4_c2_m1_g16; KAAS_CLUSTER_N > 1 adds _n<CLUSTER_N>
@@ -230,6 +234,16 @@ typedef unsigned long long u64;
 #ifndef KAAS_MC_ARRIVE_CTA
 #define KAAS_MC_ARRIVE_CTA 1
 #endif
+// Diagnostics only (scripts/hopper-probe; the tuner never sets it, and its results are
+// wrong by design): which path a K-tile's time sits on. 0 (default) the kernel;
+// 1 loads only (consumers wait for each slot and release it, no wgmma); 2 math only (the
+// producer completes each full barrier with a plain arrive, no TMA: wgmmas read whatever
+// the ring holds); 3 neither (the barriers' round trips alone); 4 no C stores.
+#ifndef KAAS_PROBE
+#define KAAS_PROBE 0
+#endif
+#define KAAS_PROBE_MATH (KAAS_PROBE != 1 && KAAS_PROBE != 3)
+#define KAAS_PROBE_LOADS (KAAS_PROBE != 2 && KAAS_PROBE != 3)
 
 #if KAAS_ACC_F32
 #define KAAS_ACC_TAG f32
@@ -348,6 +362,9 @@ static_assert(CL == 1, "split-K runs without clusters");
 static_assert(KAAS_ACC_F32, "split-K partials are fp32: acc=f32 only");
 static_assert(KAAS_SPLITK >= 1 && KAAS_SPLITK <= 3, "KAAS_SPLITK must be 0, 1, 2 or 3");
 #endif
+static_assert(KAAS_PROBE >= 0 && KAAS_PROBE <= 4, "KAAS_PROBE must be 0..4");
+static_assert(KAAS_PROBE == 0 || (KAAS_SPLITK == 0 && CL == 1 && !KAAS_PINGPONG && !KAAS_KSPLIT),
+              "KAAS_PROBE variants are plain one-CTA codes");
 static_assert(KAAS_STREAMK == 0 || KAAS_SPLITK == 2, "stream-K reduces with the atomic split-K (KAAS_SPLITK=2)");
 #if KAAS_SPLITK == 3
 // The cluster reduction stores each CTA's fp32 partial tile in its drained ring.
@@ -1023,6 +1040,11 @@ KAAS_ENTRY(const __grid_constant__ TensorMap128 tmA, const __grid_constant__ Ten
                 for (int kt = KAAS_KB; kt < KAAS_KE; ++kt) {
                     mbar_wait(empty0 + 8 * s, ph ^ 1u);
                     const u32 fb = full0 + 8 * s;
+#if !KAAS_PROBE_LOADS
+                    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(fb) : "memory");
+                    (void)m0;
+                    (void)n0;
+#else
                     mbar_expect_tx(fb, STAGE_TX);
                     const int k0 = kt * BK;
 #if KAAS_CLUSTER_N > 1
@@ -1051,6 +1073,7 @@ KAAS_ENTRY(const __grid_constant__ TensorMap128 tmA, const __grid_constant__ Ten
 #endif
                     }
 #endif
+#endif  // KAAS_PROBE_LOADS
                     if (++s == STAGES) {
                         s = 0;
                         ph ^= 1u;
@@ -1153,6 +1176,7 @@ KAAS_ENTRY(const __grid_constant__ TensorMap128 tmA, const __grid_constant__ Ten
                 const u32 a_base = sA + s * A_STAGE_BYTES + (KAAS_WHOLE_TILE ? 0 : cw * WG_M * 128);
                 const u32 b_base = sB + s * B_STAGE_BYTES;
                 wgmma_fence();
+#if KAAS_PROBE_MATH
 #pragma unroll
                 for (int kk = 0; kk < BK / 16; ++kk) {
 #if KAAS_LAYOUT_TN
@@ -1173,6 +1197,10 @@ KAAS_ENTRY(const __grid_constant__ TensorMap128 tmA, const __grid_constant__ Ten
 #endif
                     }
                 }
+#else
+                (void)a_base;
+                (void)b_base;
+#endif  // KAAS_PROBE_MATH
                 wgmma_commit();
 #if KAAS_KSPLIT
                 if (mine++ > 0) {  // this consumer's previous K-tile
@@ -1350,6 +1378,9 @@ KAAS_ENTRY(const __grid_constant__ TensorMap128 tmA, const __grid_constant__ Ten
             }
 #endif
 
+#if KAAS_PROBE == 4
+            continue;  // diagnostics: no C stores
+#endif
             // Epilogue: warp w of the warpgroup holds rows 16w..16w+15 of each m64 tile; lane
             // (g = lane/4, q = lane%4) holds rows g and g+8, columns 8j+2q, 8j+2q+1.
 #if KAAS_EPI_STAGED
