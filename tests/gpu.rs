@@ -1488,3 +1488,27 @@ fn mma_family_kernels_pass_the_verifier() {
     }
     runs.assert_all_passed();
 }
+
+/// The mma family's deep-ring codes (`kaas tune --trial mma-deep`, 6 and 8 stages) through
+/// the sandboxed verifier: every code, both layouts, on a shape no tile divides with K long
+/// enough to wrap the ring twice; the accumulators alternate; one K that is not a multiple
+/// of 8 (the element-by-element path). They stay out of the search until timed, but a
+/// trial's winners are submitted like any other, so they must pass first.
+#[test]
+fn mma_deep_ring_kernels_pass_the_verifier() {
+    use kaas::tuner::mma;
+    let Some(gpu) = gpu_and_nvrtc_or_skip() else { return };
+    let arch = if gpu.facts().compute_capability >= (9, 0) { Arch::Sm90 } else { Arch::Sm80 };
+    drop(gpu);
+    let mut runs = VerifierRuns::new("MMA deep");
+    for (i, cfg) in mma::deep_codes().into_iter().enumerate() {
+        let acc = if i % 2 == 0 { Acc::F32 } else { Acc::F16 };
+        let k = if i == 3 { 1203 } else { 16 * 64 + 40 };
+        for layout in Layout::ALL {
+            let p = Problem::new(arch, acc, layout, Shape::new(300 + 17 * i as u32, 264 - 8 * i as u32, k).expect("shape"));
+            let ptx = mma::compile(&cfg, arch, acc, layout).expect("compile");
+            runs.run(&format!("{p} {}", cfg.label()), ptx, cfg.manifest(&p));
+        }
+    }
+    runs.assert_all_passed();
+}

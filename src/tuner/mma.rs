@@ -210,6 +210,42 @@ pub fn space() -> Vec<MmaConfig> {
     out
 }
 
+/// Deeper rings for the skinny, long-K shapes of up to one or two waves, where the Hopper
+/// codes trail cuBLASLt most (BENCHMARKS: 0.91× its heuristic on min(M, N) ≤ 512, K ≥ 1024,
+/// session 8). CUDA-L2's published H100 kernels for such shapes (4096×128×1024,
+/// 2048×256×1024, 4096×64×2048, 128×4096×1024, …) are this family's shape: mma.sync fed by
+/// 5- to 7-stage cp.async rings, tiles from 32×64 to 128×32 making about one wave, no
+/// split-K. `kaas tune --trial mma-deep` times them beside the search; they are not in it.
+const DEEP_TILES: [(u32, u32, u32, u32); 8] =
+    [(32, 32, 2, 2), (32, 64, 2, 2), (64, 32, 2, 2), (64, 64, 2, 2), (64, 128, 2, 2), (128, 64, 2, 2), (128, 32, 2, 2), (32, 128, 2, 2)];
+const DEEP_STAGES: [u32; 2] = [6, 8];
+/// The deep codes reach further up than the family's search ([`ELIGIBLE_MACS`]): 2^33 FLOP.
+pub const DEEP_MACS: u64 = 1 << 32;
+
+/// The deep-ring codes (unsplit), every one within the shared-memory limit.
+pub fn deep_codes() -> Vec<MmaConfig> {
+    let mut out = Vec::new();
+    for (bm, bn, warps_m, warps_n) in DEEP_TILES {
+        for stages in DEEP_STAGES {
+            let c = MmaConfig { bm, bn, bk: 64, warps_m, warps_n, stages, split: 1, atomic: false };
+            if c.validate().is_ok() {
+                out.push(c);
+            }
+        }
+    }
+    out
+}
+
+/// The deep codes that suit a problem: up to [`DEEP_MACS`], a K of at least four ring
+/// slots' worth of K-tiles (a shorter K never fills the ring), and at most two waves of
+/// tiles (the shapes CUDA-L2 runs in about one).
+pub fn deep_space_for(p: &Problem, sm_count: u32) -> Vec<MmaConfig> {
+    if u64::from(p.m) * u64::from(p.n) * u64::from(p.k) > DEEP_MACS {
+        return Vec::new();
+    }
+    deep_codes().into_iter().filter(|c| p.k.div_ceil(c.bk) >= 4 && c.tiles(p) <= 2 * sm_count).collect()
+}
+
 /// The split-K codes: the small tiles with the 64-deep ring, either reduction.
 pub fn split_tiles() -> Vec<MmaConfig> {
     let mut out = Vec::new();
@@ -330,6 +366,32 @@ mod tests {
     }
 
     #[test]
+    fn the_deep_codes_fit_and_suit_one_or_two_waves() {
+        let deep = deep_codes();
+        assert_eq!(deep.len(), 16, "8 tiles × 2 rings, all within the shared-memory limit");
+        assert!(deep.iter().all(|c| c.split == 1 && c.stages >= 6 && c.shared_mem_bytes() <= SMEM_LIMIT));
+        assert!(deep.iter().all(|c| !space().contains(c)), "not the search's codes");
+        // 128x64 s8: 8 × (128 + 64) × 64 × 2 bytes.
+        assert_eq!(deep.iter().map(|c| c.shared_mem_bytes()).max(), Some(196_608));
+        let sm = 132;
+        // 8192×256×2048 (2^33 FLOP) is past the search's reach and within the trial's.
+        let mid = p(Layout::Tn, 8192, 256, 2048);
+        assert!(!eligible(&mid));
+        let tiles: Vec<(u32, u32)> = deep_space_for(&mid, sm).iter().map(|c| (c.bm, c.bn)).collect();
+        assert!(tiles.contains(&(128, 64)) && tiles.contains(&(64, 128)), "{tiles:?}");
+        assert!(!tiles.contains(&(32, 32)), "2048 tiles are more than two waves");
+        assert!(deep_space_for(&mid, sm).iter().all(|c| c.tiles(&mid) <= 2 * sm));
+        assert!(deep_space_for(&p(Layout::Tn, 4096, 4096, 1024), sm).is_empty(), "2^35 FLOP");
+        assert!(deep_space_for(&p(Layout::Tn, 64, 64, 128), sm).is_empty(), "two K-tiles never fill the ring");
+        assert_eq!(deep_space_for(&p(Layout::Nn, 4096, 128, 1024), sm).len(), deep.iter().filter(|c| c.tiles(&p(Layout::Nn, 4096, 128, 1024)) <= 264).count());
+        for c in deep {
+            let prob = p(Layout::Nn, 4096, 128, 1024);
+            c.manifest(&prob).validate().unwrap();
+            assert_eq!(MmaConfig::from_entry(&c.entry(Acc::F32, Layout::Tn)), Some((c, Acc::F32, Layout::Tn)));
+        }
+    }
+
+    #[test]
     fn entry_names_round_trip() {
         for c in space().into_iter().chain(split_tiles()) {
             for layout in Layout::ALL {
@@ -404,7 +466,7 @@ mod tests {
             eprintln!("SKIP: no NVRTC ({why})");
             return;
         }
-        for c in space().into_iter().chain(split_tiles()) {
+        for c in space().into_iter().chain(split_tiles()).chain(deep_codes()) {
             for (arch, acc, layout) in [(Arch::Sm90, Acc::F32, Layout::Tn), (Arch::Sm90, Acc::F32, Layout::Nn), (Arch::Sm80, Acc::F32, Layout::Tn)] {
                 let ptx = compile(&c, arch, acc, layout).unwrap_or_else(|e| panic!("{}: {e}", c.label()));
                 assert!(ptx.contains(&format!(".entry {}", c.entry(acc, layout))), "{}", c.label());

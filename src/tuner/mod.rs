@@ -123,18 +123,31 @@ pub enum Trial {
     /// Every Hopper candidate of the problem again with the other L2 promotion (128 bytes
     /// where the search takes 256, and the reverse): the same code, another manifest.
     L2,
+    /// The mma family's tiles with 6- and 8-stage rings, on shapes of up to 2^33 FLOP whose
+    /// tiles make at most two waves (CUDA-L2's choice for the skinny, long-K mid shapes).
+    MmaDeep,
 }
 
 impl Trial {
-    fn codes(self) -> Vec<hopper::HopperConfig> {
+    /// The family whose codes the trial adds (it adds them only with that family asked for).
+    fn family(self) -> Family {
         match self {
+            Trial::MmaDeep => Family::Mma,
+            _ => Family::Hopper,
+        }
+    }
+
+    fn codes(self) -> Vec<Candidate> {
+        let hopper = match self {
             Trial::Ksplit => hopper::ksplit_codes(),
             Trial::Chains => hopper::chains_codes().into_iter().chain(hopper::chains_split_tiles()).collect(),
             Trial::Multicast => hopper::multicast_codes(),
             Trial::Wide160 => hopper::wide_160_codes(),
             // The same codes as the search's: nothing more to load.
             Trial::L2 => Vec::new(),
-        }
+            Trial::MmaDeep => return mma::deep_codes().into_iter().map(Candidate::Mma).collect(),
+        };
+        hopper.into_iter().map(Candidate::Hopper).collect()
     }
 
     /// The trial's candidates for one problem.
@@ -145,7 +158,10 @@ impl Trial {
         let codes: Vec<hopper::HopperConfig> = match self {
             Trial::Chains => hopper::chains_codes().into_iter().chain(hopper::chains_split_space(p, sm_count)).collect(),
             Trial::L2 => return hopper::space_for(p, sm_count).into_iter().map(|c| Candidate::Hopper(hopper::HopperConfig { l2_256: !c.l2_256, ..c })).collect(),
-            _ => self.codes(),
+            Trial::MmaDeep => return mma::deep_space_for(p, sm_count).into_iter().map(Candidate::Mma).collect(),
+            Trial::Ksplit => hopper::ksplit_codes(),
+            Trial::Multicast => hopper::multicast_codes(),
+            Trial::Wide160 => hopper::wide_160_codes(),
         };
         // With the search's L2 promotion, so that they time beside it on equal terms.
         let l2_256 = hopper::wide_l2_suits(p);
@@ -154,29 +170,29 @@ impl Trial {
     }
 }
 
-/// [`codes`] and the trials' codes (Hopper: only with that family asked for).
+/// [`codes`] and the trials' codes (each trial's only with its family asked for).
 fn codes_with(families: &[Family], trials: &[Trial], acc: Acc, layout: Layout) -> Vec<Candidate> {
     let mut out = codes(families, acc, layout);
-    if families.contains(&Family::Hopper) {
-        let extra = trials.iter().flat_map(|t| t.codes()).filter(|c| c.supports(layout) && (acc == Acc::F32 || !(c.ksplit || c.chains > 1)));
-        for c in extra.map(Candidate::Hopper) {
-            if !out.contains(&c) {
-                out.push(c);
-            }
+    let f32_only = |c: &Candidate| match c {
+        Candidate::Hopper(h) => h.ksplit || h.chains > 1 || h.split > 1,
+        Candidate::Mma(m) => m.split > 1,
+    };
+    let extra = trials.iter().filter(|t| families.contains(&t.family())).flat_map(|t| t.codes());
+    for c in extra.filter(|c| c.supports(layout) && (acc == Acc::F32 || !f32_only(c))) {
+        if !out.contains(&c) {
+            out.push(c);
         }
     }
     out
 }
 
-/// [`space_for`] and the trials' candidates (Hopper: only with that family asked for).
+/// [`space_for`] and the trials' candidates (each trial's only with its family asked for).
 fn space_with(p: &Problem, families: &[Family], trials: &[Trial], sm_count: u32) -> Vec<Candidate> {
     let mut out = space_for(p, families, sm_count);
-    if families.contains(&Family::Hopper) {
-        for t in trials {
-            for c in t.space_for(p, sm_count) {
-                if !out.contains(&c) {
-                    out.push(c);
-                }
+    for t in trials.iter().filter(|t| families.contains(&t.family())) {
+        for c in t.space_for(p, sm_count) {
+            if !out.contains(&c) {
+                out.push(c);
             }
         }
     }
@@ -878,6 +894,22 @@ mod tests {
         let plain_entries: std::collections::HashSet<String> = plain.iter().map(|c| c.entry(Acc::F32, Layout::Tn)).collect();
         assert!(with.iter().all(|c| plain_entries.contains(&c.entry(Acc::F32, Layout::Tn))), "no new code");
         assert_eq!(codes_with(&hopper, &[Trial::L2], Acc::F32, Layout::Tn).len(), codes(&hopper, Acc::F32, Layout::Tn).len());
+        // The mma trial adds the deep-ring codes with the mma family, and loads each once;
+        // 8192×256×2048 is past the family's search, within the trial's reach.
+        let both = [Family::Hopper, Family::Mma];
+        let skinny_mid = p(8192, 256, 2048);
+        let plain = space_for(&skinny_mid, &both, 132);
+        assert!(plain.iter().all(|c| matches!(c, Candidate::Hopper(_))), "the search has no mma code there");
+        let with = space_with(&skinny_mid, &both, &[Trial::MmaDeep], 132);
+        let added: Vec<&Candidate> = with.iter().filter(|c| !plain.contains(c)).collect();
+        assert!(!added.is_empty() && added.iter().all(|c| matches!(c, Candidate::Mma(m) if m.stages >= 6)), "{added:?}");
+        assert_eq!(space_with(&skinny_mid, &hopper, &[Trial::MmaDeep], 132), space_for(&skinny_mid, &hopper, 132), "mma codes need the mma family");
+        let loaded = codes_with(&both, &[Trial::MmaDeep], Acc::F32, Layout::Nn);
+        assert_eq!(loaded.len(), codes(&both, Acc::F32, Layout::Nn).len() + mma::deep_codes().len());
+        let entries: std::collections::HashSet<String> = loaded.iter().map(|c| c.entry(Acc::F32, Layout::Nn)).collect();
+        for c in space_with(&Problem::new(Arch::Sm90, Acc::F32, Layout::Nn, Shape::new(2048, 256, 1024).unwrap()), &both, &[Trial::MmaDeep], 132) {
+            assert!(entries.contains(&c.entry(Acc::F32, Layout::Nn)), "{} has no code to load", c.label());
+        }
     }
 
     #[test]
