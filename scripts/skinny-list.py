@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
 """The skinny shapes of the 1,000-shape grid the catalog does not win, as a `--problems`
-list for `kaas tune` (comma-separated MxNxK, the narrowest first): K of at least 256,
-under 2^MAX_LOG2 FLOP, whose 64×64 tiles make fewer than two waves of SMS, whose served
-speedup over cuBLASLt-autotune-max (graph mode) is at most LEAD, and whose M or N is at
-most SIDE. Session 11's lists: `--side 16384` (322 tn shapes), `--side 128` (211).
+list for `kaas tune` (comma-separated MxNxK, the narrowest first): K of at least MIN_K,
+of 2^MIN_LOG2 to 2^MAX_LOG2 FLOP, whose 64×64 tiles make fewer than WAVES waves of SMS,
+whose served speedup over cuBLASLt-autotune-max (graph mode) is at most LEAD, and whose M
+or N is at most SIDE. Session 11's lists: `--side 16384` (322 tn shapes), `--side 128`
+(211). The skinny, long-K mid shapes (session 13): `--side 512 --min-k 1024 --min-log2 30
+--max-log2 36 --waves 64`.
 
     python3 scripts/skinny-list.py kernels/h100/index.json.gz [--layout tn] [--side 128]
-        [--lead 1.02] [--max-log2 37] [--sms 132]
+        [--lead 1.02] [--min-log2 0] [--max-log2 37] [--min-k 256] [--waves 2] [--sms 132]
 """
 import argparse, math
 
@@ -17,7 +19,10 @@ ap.add_argument("index")
 ap.add_argument("--layout", default="tn", choices=["tn", "nn"])
 ap.add_argument("--side", type=int, default=16384)
 ap.add_argument("--lead", type=float, default=1.02)
+ap.add_argument("--min-log2", type=float, default=0.0)
 ap.add_argument("--max-log2", type=float, default=37.0)
+ap.add_argument("--min-k", type=int, default=256)
+ap.add_argument("--waves", type=float, default=2.0)
 ap.add_argument("--sms", type=int, default=132)
 a = ap.parse_args()
 
@@ -27,7 +32,9 @@ out = []
 for m in G:
     for n in G:
         for k in G:
-            if k < 256 or 2 * m * n * k >= 2 ** a.max_log2 or math.ceil(m / 64) * math.ceil(n / 64) >= 2 * a.sms:
+            if k < a.min_k or not 2 ** a.min_log2 <= 2 * m * n * k < 2 ** a.max_log2:
+                continue
+            if math.ceil(m / 64) * math.ceil(n / 64) >= a.waves * a.sms:
                 continue
             if min(m, n) > a.side:
                 continue
