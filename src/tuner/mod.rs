@@ -116,7 +116,8 @@ pub enum Trial {
     /// Four accumulator chains per consumer (`_x4`) on the skinny shapes, beside the two
     /// (`_x2`, unsplit and with the atomic split-K) that the search offers them anyway.
     Chains,
-    /// Clusters of two along M of the large tiles (`_m2`), on every shape.
+    /// Clusters of two along M of the large tiles (`_m2`), and the skinny shapes' clusters,
+    /// on every shape.
     Multicast,
     /// The 256×160 tile (tn), on every shape.
     Wide160,
@@ -160,7 +161,10 @@ impl Trial {
             Trial::L2 => return hopper::space_for(p, sm_count).into_iter().map(|c| Candidate::Hopper(hopper::HopperConfig { l2_256: !c.l2_256, ..c })).collect(),
             Trial::MmaDeep => return mma::deep_space_for(p, sm_count).into_iter().map(Candidate::Mma).collect(),
             Trial::Ksplit => hopper::ksplit_codes(),
-            Trial::Multicast => hopper::multicast_codes(),
+            // And the skinny shapes' clusters (loaded with the search's codes anyway) on
+            // every shape: cuBLASLt's autotuned pick runs in clusters of two on the skinny
+            // long-K mid shapes, where the search offers none (BENCHMARKS, session 13).
+            Trial::Multicast => hopper::multicast_codes().into_iter().chain(hopper::skinny_cluster_codes()).collect(),
             Trial::Wide160 => hopper::wide_160_codes(),
         };
         // With the search's L2 promotion, so that they time beside it on equal terms.
@@ -894,6 +898,15 @@ mod tests {
         let plain_entries: std::collections::HashSet<String> = plain.iter().map(|c| c.entry(Acc::F32, Layout::Tn)).collect();
         assert!(with.iter().all(|c| plain_entries.contains(&c.entry(Acc::F32, Layout::Tn))), "no new code");
         assert_eq!(codes_with(&hopper, &[Trial::L2], Acc::F32, Layout::Tn).len(), codes(&hopper, Acc::F32, Layout::Tn).len());
+        // The multicast trial offers the skinny shapes' clusters on a mid shape too (their
+        // modules are the search's own).
+        let mid_skinny = p(4096, 512, 1024);
+        assert!(!hopper::skinny(&mid_skinny, 132));
+        let with = space_with(&mid_skinny, &hopper, &[Trial::Multicast], 132);
+        for c in hopper::skinny_cluster_codes().into_iter().chain(hopper::multicast_codes()) {
+            assert!(with.contains(&Candidate::Hopper(HopperConfig { l2_256: hopper::wide_l2_suits(&mid_skinny), ..c })), "{}", c.label());
+        }
+        assert_eq!(codes_with(&hopper, &[Trial::Multicast], Acc::F32, Layout::Tn).len(), codes(&hopper, Acc::F32, Layout::Tn).len() + hopper::multicast_codes().len());
         // The mma trial adds the deep-ring codes with the mma family, and loads each once;
         // 8192×256×2048 is past the family's search, within the trial's reach.
         let both = [Family::Hopper, Family::Mma];
