@@ -65,7 +65,7 @@ done
 # 3. table
 {
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader 2>/dev/null | head -1
-  grep -h "^INFO" "$out/run.log" | sort -u | awk '{print $2, $(NF-1)}'
+  grep -h "^INFO" "$out/run.log" | sort -u | awk '{for (i = 3; i <= NF; i++) if ($i ~ /^max_active_clusters=/) print $2, $i}'
   echo "--- correctness"
   awk '/^RESULT/ {printf "%-44s %s %s %-16s %s %s %s %s %s %s %s %s %s\n", $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14}' "$out/run.log"
   echo "--- timing (median us, TFLOP/s, speedup = cublas_us / us)"
