@@ -604,7 +604,8 @@ pub fn stream_k_codes(sm_count: u32) -> Vec<HopperConfig> {
 }
 
 /// Codes that run in clusters of two along M (`_m2`: each CTA loads half of the B tile and
-/// multicasts it to both), on both grids. They pass the verifier but are not in [`space`]:
+/// multicasts it to both) and, for the large tiles, along N (`_n2`: half of the A tile; not
+/// yet run on a GPU), on both grids. The `_m2` codes pass the verifier but are not in [`space`]:
 /// timed exhaustively beside it on 8 shapes from 512×4096×4096 to 8192³ (tn, H100, session
 /// 9) they lost on every one, by 0.7% at 8192³ and by up to 19% at 1024×1024×4096, so they
 /// would only spend the bandit's pulls. (Then a release cluster barrier ended every cluster
@@ -612,8 +613,10 @@ pub fn stream_k_codes(sm_count: u32) -> Vec<HopperConfig> {
 /// verifier with it, and have not been re-timed.)
 pub fn multicast_codes() -> Vec<HopperConfig> {
     let mut out = Vec::new();
-    for (bm, bn, consumers) in MULTICAST_TILES {
-        if let Some(deepest) = rings(HopperConfig { cluster_m: 2, ..HopperConfig::new(bm, bn, 2, consumers) }).into_iter().next() {
+    let along_m = MULTICAST_TILES.iter().map(|&(bm, bn, consumers)| HopperConfig { cluster_m: 2, ..HopperConfig::new(bm, bn, 2, consumers) });
+    let along_n = MULTICAST_N_TILES.iter().map(|&(bm, bn, consumers)| HopperConfig { cluster_n: 2, ..HopperConfig::new(bm, bn, 2, consumers) });
+    for c in along_m.chain(along_n) {
+        if let Some(deepest) = rings(c).into_iter().next() {
             for persistent in [false, true] {
                 out.push(HopperConfig { persistent, ..deepest });
             }
@@ -627,6 +630,10 @@ pub fn multicast_codes() -> Vec<HopperConfig> {
 /// ones, and the 64-row ones the mid shapes pick. Every algorithm in the H100 baseline
 /// table that cuBLASLt's autotuning chose runs in clusters of two or more CTAs.
 const MULTICAST_TILES: [(u32, u32, u32); 5] = [(128, 256, 2), (256, 128, 2), (128, 128, 2), (64, 128, 1), (64, 256, 1)];
+/// The large tiles in clusters of two along N (`_n2`, multicasting A): cuBLASLt's autotuned
+/// pick on 62 of the 226 tn shapes of 2^36 FLOP and more is a cluster of two along our N,
+/// 21 of them a 256×128 tile in our terms (BENCHMARKS, session 13).
+const MULTICAST_N_TILES: [(u32, u32, u32); 3] = [(128, 256, 2), (256, 128, 2), (128, 128, 2)];
 
 /// K split across the two consumer warpgroups (`_kw`): 64-row tiles from 64 × 16 to 64 ×
 /// 128, each with the deepest even ring that fits and a 4-stage one, on both grids. For the
@@ -917,8 +924,12 @@ mod tests {
 
     #[test]
     fn clusters_along_m_split_the_b_box_and_round_the_grid_to_whole_clusters() {
-        let m2: Vec<HopperConfig> = multicast_codes();
-        assert_eq!(m2.len(), 10, "five tiles, both grids: {m2:?}");
+        let all: Vec<HopperConfig> = multicast_codes();
+        assert_eq!(all.len(), 16, "five tiles along M and three along N, both grids: {all:?}");
+        let (m2, n2): (Vec<HopperConfig>, Vec<HopperConfig>) = all.into_iter().partition(|c| c.cluster_m == 2);
+        assert!(n2.iter().all(|c| c.cluster_n == 2 && c.cluster_m == 1 && c.consumers == 2 && c.validate().is_ok()), "{n2:?}");
+        assert!(n2.contains(&HopperConfig { cluster_n: 2, persistent: true, ..HopperConfig::new(256, 128, 4, 2) }), "{n2:?}");
+        assert_eq!(HopperConfig { cluster_n: 2, ..HopperConfig::new(256, 128, 4, 2) }.entry(Acc::F32, Layout::Nn), "kaas_wgmma_f32_nn_256x128x64_s4_c2_m1_g16_n2");
         assert!(space().iter().all(|c| c.cluster_m == 1), "the m2 codes lost every timing: not searched");
         let c = HopperConfig { cluster_m: 2, ..HopperConfig::new(128, 256, 4, 2) };
         assert!(m2.contains(&c) && m2.contains(&HopperConfig { persistent: true, ..c }));

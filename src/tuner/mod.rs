@@ -116,8 +116,8 @@ pub enum Trial {
     /// Four accumulator chains per consumer (`_x4`) on the skinny shapes, beside the two
     /// (`_x2`, unsplit and with the atomic split-K) that the search offers them anyway.
     Chains,
-    /// Clusters of two along M of the large tiles (`_m2`), and the skinny shapes' clusters,
-    /// on every shape.
+    /// Clusters of two of the large tiles (`_m2` along M, `_n2` along N), and the skinny
+    /// shapes' clusters, on every shape.
     Multicast,
     /// The 256×160 tile (tn), on every shape.
     Wide160,
