@@ -73,7 +73,7 @@ for line in sys.stdin:
     except ValueError: continue
     if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] == "gpu": print(m["executable"])' | tail -n 1)"
     [[ -x "$gpu_tests" ]] && cp "$gpu_tests" .dev/run/gpu-tests && cp "$here/gpu-check.sh" .dev/run/gpu-check.sh
-    .dev/run/kaas tune --emit-ptx .dev/run/tune-ptx --layouts tn,nn --trial ksplit,chains,multicast,wide160,mma-deep >/dev/null
+    .dev/run/kaas tune --emit-ptx .dev/run/tune-ptx --layouts tn,nn --trial ksplit,chains,multicast,wide160,mma-deep,tma-store >/dev/null
     python3 - <<'PY'
 import json, copy
 idx = json.load(open("kernels/index.json"))

@@ -1279,6 +1279,55 @@ fn multicast_hopper_kernels_pass_the_verifier() {
     runs.assert_all_passed();
 }
 
+/// The TMA-store epilogue (`_ts`: stmatrix into swizzled staging, bulk tensor stores that
+/// clip at C's edges) passes the verifier: cooperative tiles of one and two consumers,
+/// ping-pong, clusters along M and N, both layouts, on shapes the tiles do not divide; one
+/// tile per CTA, persistent grids of 1, 3 and 132 blocks (each warp's two staging buffers
+/// reused across tiles), and the f16 accumulator.
+#[test]
+fn tma_store_hopper_kernels_pass_the_verifier() {
+    use kaas::tuner::hopper::{self, HopperConfig};
+    if !hopper_or_skip() {
+        return;
+    }
+    let base = [
+        HopperConfig::new(128, 256, 4, 2),
+        HopperConfig::new(256, 128, 4, 2),
+        HopperConfig::new(128, 128, 6, 2),
+        HopperConfig::new(64, 128, 8, 1),
+        HopperConfig::new(64, 64, 8, 1),
+        HopperConfig { pingpong: true, ..HopperConfig::new(64, 256, 5, 2) },
+        HopperConfig { pingpong: true, ..HopperConfig::new(128, 128, 6, 2) },
+        HopperConfig { cluster_m: 2, ..HopperConfig::new(128, 128, 6, 2) },
+        HopperConfig { cluster_n: 2, ..HopperConfig::new(128, 256, 4, 2) },
+    ];
+    let codes: Vec<HopperConfig> = base.iter().map(|c| hopper::tma_store_twin(c).expect("a twin")).collect();
+    // N a multiple of 8: C's rows must be 16-byte aligned for its tensor map.
+    let shapes = [(1000, 1000, 1000), (200, 520, 136), (640, 384, 4104), (65, 72, 64)];
+    let mut runs = VerifierRuns::new("TMA-STORE");
+    for (p, code, ptx) in hopper_cases(&codes, &shapes) {
+        for blocks in [None, Some(1), Some(3), Some(132)] {
+            let cfg = HopperConfig { persistent: blocks.is_some(), ..code };
+            let mut manifest = cfg.manifest(&p, 132);
+            if let Some(b) = blocks {
+                let cl = cfg.cluster_size();
+                manifest.launches[0].grid[0] = manifest.launches[0].grid[0].min((b / cl).max(1) * cl);
+            }
+            let grid = manifest.launches[0].grid[0];
+            runs.run(&format!("{p} {} grid {grid}", cfg.label()), ptx.clone(), manifest);
+        }
+    }
+    for code in [codes[2], codes[5]] {
+        for layout in Layout::ALL {
+            let p = Problem::new(Arch::Sm90, Acc::F16, layout, Shape::new(1000, 1000, 1000).expect("shape"));
+            let ptx = hopper::compile(&code, Acc::F16, layout).expect("compile");
+            let cfg = HopperConfig { persistent: true, ..code };
+            runs.run(&format!("{p} {}", cfg.label()), ptx, cfg.manifest(&p, 132));
+        }
+    }
+    runs.assert_all_passed();
+}
+
 /// The skinny shapes' clusters (2, 4 and 8 CTAs along N multicasting A, or along M
 /// multicasting B) pass the verifier: every such code of the search, both layouts where it
 /// builds, on shapes whose tiles leave a cluster partly past the edge (the CTAs there load

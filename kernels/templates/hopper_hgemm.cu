@@ -42,6 +42,14 @@
 //                   and writes C with coalesced 16-byte stores; 0: 4-byte stores straight
 //                   from the accumulators (no staging memory). Not in the entry name: a
 //                   catalog that ships both must set KAAS_ENTRY itself.
+//                   2 (entries ending `_ts`; BN a multiple of 64, no split-K): a TMA tensor
+//                   store. Each warp writes a 16×64 piece of its C rows with stmatrix into
+//                   128B-swizzled shared memory (two such 2 KiB buffers per warp), and one lane
+//                   stores it with cp.async.bulk.tensor, which clips at C's edges; the warp
+//                   goes on without waiting for the global writes, and waits only before it
+//                   reuses a buffer until the store two pieces back has read it. C is then a
+//                   third tensor map (operand C, box [64, 16], swizzle 128B) in place of the
+//                   pointer: params (tensor_map A, tensor_map B, tensor_map C, i32 M, N, K).
 //   KAAS_SPLITK     0 (default), 1, 2 or 3: split-K. 1 and 2 take two more params, the
 //                   workspace and the split count S (runtime); 3 none (see below); each (tile, split) unit accumulates K-tiles
 //                   [s*kt/S, (s+1)*kt/S); the last unit of a tile to arrive (an atomic
@@ -292,12 +300,18 @@ typedef unsigned long long u64;
 #else
 #define KAAS_CH_TAG
 #endif
-#define KAAS_CATS_(a, b, c, d, e, f, g, h, i, j, k, l, m, n, o, p, q, r, s, t, u) \
-    a##b##c##d##e##f##g##h##i##j##k##l##m##n##o##p##q##r##s##t##u
+// _ts (the TMA-store epilogue) or none.
+#if KAAS_EPILOGUE == 2
+#define KAAS_TS_TAG _ts
+#else
+#define KAAS_TS_TAG
+#endif
+#define KAAS_CATS_(a, b, c, d, e, f, g, h, i, j, k, l, m, n, o, p, q, r, s, t, u, v) \
+    a##b##c##d##e##f##g##h##i##j##k##l##m##n##o##p##q##r##s##t##u##v
 #define KAAS_CATS(...) KAAS_CATS_(__VA_ARGS__)
 #define KAAS_ENTRY                                                                                           \
     KAAS_CATS(kaas_wgmma_, KAAS_ACC_TAG, _, KAAS_LAYOUT_TAG, _, KAAS_BM, x, KAAS_BN, x, KAAS_BK, _s, KAAS_STAGES, \
-              _c, KAAS_CONSUMERS, _m, KAAS_CLUSTER_M, _g, KAAS_GROUP_M, KAAS_CN_TAG, KAAS_CH_TAG, KAAS_CODE_TAG)
+              _c, KAAS_CONSUMERS, _m, KAAS_CLUSTER_M, _g, KAAS_GROUP_M, KAAS_CN_TAG, KAAS_CH_TAG, KAAS_CODE_TAG, KAAS_TS_TAG)
 #endif
 
 constexpr int BM = KAAS_BM, BN = KAAS_BN, BK = KAAS_BK, STAGES = KAAS_STAGES;
@@ -319,8 +333,11 @@ constexpr u32 STAGE_TX = A_STAGE_BYTES + B_STAGE_BYTES;  // bytes TMA lands per 
 constexpr int EPI_LD = 72;                                // halves per staged row: 64 + 8 pad (conflict-free)
 constexpr int EPI_WARP_BYTES = 16 * EPI_LD * 2;           // 2304 bytes per consumer warp
 // The staged epilogue writes 64-column pieces; narrower tiles store straight from registers.
-#define KAAS_EPI_STAGED (KAAS_EPILOGUE && KAAS_BN % 64 == 0)
-constexpr int EPI_BYTES = KAAS_EPI_STAGED ? CONSUMERS * 4 * EPI_WARP_BYTES : 0;
+#define KAAS_EPI_STAGED (KAAS_EPILOGUE == 1 && KAAS_BN % 64 == 0)
+// The TMA-store epilogue: KAAS_EPI_NB swizzled 16×64 buffers (2 KiB) per consumer warp.
+#define KAAS_EPI_TMA (KAAS_EPILOGUE == 2)
+#define KAAS_EPI_NB 2
+constexpr int EPI_BYTES = KAAS_EPI_STAGED ? CONSUMERS * 4 * EPI_WARP_BYTES : KAAS_EPI_TMA ? CONSUMERS * 4 * KAAS_EPI_NB * 2048 : 0;
 // K split across consumers: consumer 1's fp32 partial tile (a macro, so that the other codes'
 // PTX, which lists namespace-scope constants, stays as it was).
 #define KAAS_RED_BYTES (KAAS_KSPLIT ? BM * BN * 4 : 0)
@@ -363,6 +380,9 @@ static_assert(KAAS_ACC_F32, "split-K partials are fp32: acc=f32 only");
 static_assert(KAAS_SPLITK >= 1 && KAAS_SPLITK <= 3, "KAAS_SPLITK must be 0, 1, 2 or 3");
 #endif
 static_assert(KAAS_PROBE >= 0 && KAAS_PROBE <= 4, "KAAS_PROBE must be 0..4");
+static_assert(KAAS_EPILOGUE >= 0 && KAAS_EPILOGUE <= 2, "KAAS_EPILOGUE must be 0, 1 or 2");
+static_assert(!KAAS_EPI_TMA || (KAAS_BN % 64 == 0 && KAAS_SPLITK == 0),
+              "the TMA-store epilogue stores 64-column pieces of unsplit tiles");
 static_assert(KAAS_PROBE == 0 || (KAAS_SPLITK == 0 && CL == 1 && !KAAS_PINGPONG && !KAAS_KSPLIT),
               "KAAS_PROBE variants are plain one-CTA codes");
 static_assert(KAAS_STREAMK == 0 || KAAS_SPLITK == 2, "stream-K reduces with the atomic split-K (KAAS_SPLITK=2)");
@@ -444,6 +464,29 @@ __device__ __forceinline__ void tma_load(u32 dst, const TensorMap128* map, int c
         "l"(reinterpret_cast<u64>(map)), "r"(c0), "r"(c1), "r"(bar)
         : "memory");
 }
+
+#if KAAS_EPI_TMA
+// The TMA-store epilogue: stmatrix into swizzled staging, then a bulk tensor store.
+__device__ __forceinline__ void stmatrix_x4(u32 addr, u32 a, u32 b, u32 c, u32 d) {
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(addr), "r"(a), "r"(b), "r"(c),
+                 "r"(d)
+                 : "memory");
+}
+// Orders this thread's generic-proxy writes of shared memory before the async proxy's reads.
+__device__ __forceinline__ void fence_proxy_async_shared() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
+__device__ __forceinline__ void tma_store(const TensorMap128* map, u32 src, int c0, int c1) {
+    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];" ::"l"(
+                     reinterpret_cast<u64>(map)),
+                 "r"(c0), "r"(c1), "r"(src)
+                 : "memory");
+}
+__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
+// Waits until at most N of this thread's bulk groups still read their shared memory.
+template <int N>
+__device__ __forceinline__ void bulk_wait_read() {
+    asm volatile("cp.async.bulk.wait_group.read %0;" ::"n"(N) : "memory");
+}
+#endif
 
 #if KAAS_CLUSTER_M * KAAS_CLUSTER_N > 1
 // Lands the box at the same shared-memory offset in every CTA of `mask`, and signals each
@@ -932,6 +975,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 #if KAAS_SPLITK == 1 || KAAS_SPLITK == 2
 KAAS_ENTRY(const __grid_constant__ TensorMap128 tmA, const __grid_constant__ TensorMap128 tmB,
            u16* __restrict__ C, int M, int N, int K, unsigned char* __restrict__ ws, int S) {
+#elif KAAS_EPI_TMA
+KAAS_ENTRY(const __grid_constant__ TensorMap128 tmA, const __grid_constant__ TensorMap128 tmB,
+           const __grid_constant__ TensorMap128 tmC, int M, int N, int K) {
 #else
 KAAS_ENTRY(const __grid_constant__ TensorMap128 tmA, const __grid_constant__ TensorMap128 tmB,
            u16* __restrict__ C, int M, int N, int K) {
@@ -1104,10 +1150,15 @@ KAAS_ENTRY(const __grid_constant__ TensorMap128 tmA, const __grid_constant__ Ten
         const int cw = wg - 1;
         const int warp = tid / 32;
         const int lane = tid % 32;
+#if KAAS_EPI_TMA
+        if (tid == 0) asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<u64>(&tmC)) : "memory");
+        u32 epi_n = 0;  // pieces this thread's warp has stored: their buffer is epi_n % KAAS_EPI_NB
+#else
         const bool pairs = ((N & 1) == 0) && ((reinterpret_cast<u64>(C) & 3) == 0);
         const bool vec16 = ((N & 7) == 0) && ((reinterpret_cast<u64>(C) & 15) == 0);
         (void)pairs;
         (void)vec16;
+#endif
 #if KAAS_PINGPONG
         // Ping-pong: consumer cw takes the CTA's tiles cw, cw+2, …; the producer fills the
         // ring in tile order, so the CTA's i-th tile starts at ring position i*ktiles. The
@@ -1383,7 +1434,51 @@ KAAS_ENTRY(const __grid_constant__ TensorMap128 tmA, const __grid_constant__ Ten
 #endif
             // Epilogue: warp w of the warpgroup holds rows 16w..16w+15 of each m64 tile; lane
             // (g = lane/4, q = lane%4) holds rows g and g+8, columns 8j+2q, 8j+2q+1.
-#if KAAS_EPI_STAGED
+#if KAAS_EPI_TMA
+            {
+                // Piece (mi, cc) of this warp: rows row_base.. +15, columns n0 + 64cc.. +63. In
+                // the 128B-swizzled buffer, row r's 16-byte chunk c sits at chunk c ^ (r % 8).
+                // stmatrix x4 takes column blocks j and j+1 (8 columns each) at rows 0-7 and
+                // 8-15: lanes 0-7 address block j's rows 0-7, 8-15 its rows 8-15, 16-31 block j+1's.
+                const u32 stg0 = sE + (u32)(cw * 4 + warp) * (KAAS_EPI_NB * 2048u);
+                const int r16 = (lane & 7) + 8 * ((lane >> 3) & 1);
+                const int second = lane >> 4;
+#pragma unroll
+                for (int mi = 0; mi < MI; ++mi) {
+                    const int row_base = m0 + (KAAS_WHOLE_TILE ? 0 : cw * WG_M) + mi * 64 + warp * 16;
+#pragma unroll
+                    for (int cc = 0; cc < BN / 64; ++cc) {
+                        const u32 buf = stg0 + (epi_n % KAAS_EPI_NB) * 2048u;
+                        ++epi_n;
+                        // The store that last used this buffer (KAAS_EPI_NB pieces back) has
+                        // read it out; the others in between may still be reading theirs.
+                        if (lane == 0) bulk_wait_read<KAAS_EPI_NB - 1>();
+                        __syncwarp();
+#pragma unroll
+                        for (int jj = 0; jj < 8; jj += 2) {
+                            const int j = cc * 8 + jj;
+#if KAAS_ACC_F32
+                            const u32 a0 = pack_f16x2(acc[mi][4 * j], acc[mi][4 * j + 1]);
+                            const u32 a1 = pack_f16x2(acc[mi][4 * j + 2], acc[mi][4 * j + 3]);
+                            const u32 b0 = pack_f16x2(acc[mi][4 * j + 4], acc[mi][4 * j + 5]);
+                            const u32 b1 = pack_f16x2(acc[mi][4 * j + 6], acc[mi][4 * j + 7]);
+#else
+                            const u32 a0 = acc[mi][2 * j], a1 = acc[mi][2 * j + 1];
+                            const u32 b0 = acc[mi][2 * j + 2], b1 = acc[mi][2 * j + 3];
+#endif
+                            const int chunk = jj + second;
+                            stmatrix_x4(buf + (u32)r16 * 128u + ((u32)(chunk ^ (r16 & 7)) << 4), a0, a1, b0, b1);
+                        }
+                        fence_proxy_async_shared();
+                        __syncwarp();
+                        if (lane == 0) {
+                            tma_store(&tmC, buf, n0 + cc * 64, row_base);
+                            bulk_commit();
+                        }
+                    }
+                }
+            }
+#elif KAAS_EPI_STAGED
             // Stage 16×64 pieces per warp in shared memory, then write whole 16-byte chunks:
             // 8 lanes cover 128 contiguous bytes of a row of C.
             u16* stg = reinterpret_cast<u16*>(smem_raw + (sE - smem_u32(smem_raw))) +
@@ -1451,6 +1546,10 @@ KAAS_ENTRY(const __grid_constant__ TensorMap128 tmA, const __grid_constant__ Ten
             }
 #endif
         }
+#if KAAS_EPI_TMA
+        // The CTA's shared memory must outlive the reads of every store it issued.
+        if (lane == 0) bulk_wait_read<0>();
+#endif
     }
     // In a multicast cluster no CTA may leave while a peer can still multicast into it or
     // arrive on its barriers: its consumers waited for every multicast into it (each full

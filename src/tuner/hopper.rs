@@ -99,6 +99,12 @@ pub struct HopperConfig {
     /// [`space_for`]'s candidates take it where [`wide_l2_suits`] the problem.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub l2_256: bool,
+    /// The TMA-store epilogue (`KAAS_EPILOGUE=2`, entries ending `_ts`): each consumer warp
+    /// writes 16×64 pieces of C with stmatrix into swizzled shared memory and stores them with
+    /// a bulk tensor store, without waiting for the global writes; C is a third tensor map.
+    /// Unsplit tiles whose BN is a multiple of 64.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub tma_store: bool,
 }
 
 pub(crate) fn one() -> u32 {
@@ -116,7 +122,7 @@ const UNIT_TARGETS: [(u32, u32); 4] = [(1, 4), (1, 2), (1, 1), (2, 1)];
 impl HopperConfig {
     /// A cooperative, unsplit configuration, one tile per block, without clusters.
     pub const fn new(bm: u32, bn: u32, stages: u32, consumers: u32) -> Self {
-        HopperConfig { bm, bn, stages, consumers, persistent: false, split: 1, atomic: false, pingpong: false, cluster_reduce: false, cluster_m: 1, cluster_n: 1, stream_k: false, ksplit: false, chains: 1, l2_256: false }
+        HopperConfig { bm, bn, stages, consumers, persistent: false, split: 1, atomic: false, pingpong: false, cluster_reduce: false, cluster_m: 1, cluster_n: 1, stream_k: false, ksplit: false, chains: 1, l2_256: false, tma_store: false }
     }
 
     pub fn validate(&self) -> Result<(), String> {
@@ -192,6 +198,9 @@ impl HopperConfig {
         if self.ksplit && (self.consumers != 2 || self.pingpong || self.split > 1 || self.cluster_size() > 1 || !self.stages.is_multiple_of(2)) {
             return Err(format!("K split across consumers needs two consumers, an even ring ({} stages), and no ping-pong, split-K or cluster", self.stages));
         }
+        if self.tma_store && (self.split > 1 || !self.bn.is_multiple_of(64)) {
+            return Err(format!("the TMA-store epilogue stores 64-column pieces of unsplit tiles; got BN {} split {}", self.bn, self.split));
+        }
         if self.stream_k && (!self.atomic || self.split < 2 || self.cluster_reduce) {
             return Err(format!("stream-K needs the atomic reduction over a grid of 2 or more blocks; got split {}", self.split));
         }
@@ -216,9 +225,16 @@ impl HopperConfig {
     }
 
     /// The ring, 1 KiB for 1024-byte alignment, and the staged epilogue (tiles of whole
-    /// 64-column pieces; the narrow ones store C from registers).
+    /// 64-column pieces; the narrow ones store C from registers): 2,304 bytes per consumer
+    /// warp, or with the TMA store two swizzled 2 KiB buffers.
     pub fn shared_mem_bytes(&self) -> u32 {
-        let staging = if self.bn.is_multiple_of(64) { self.consumers * 9216 } else { 0 };
+        let staging = if self.tma_store {
+            self.consumers * 4 * 2 * 2048
+        } else if self.bn.is_multiple_of(64) {
+            self.consumers * 9216
+        } else {
+            0
+        };
         // K split across consumers: consumer 1's fp32 partial tile.
         let partial = if self.ksplit { self.bm * self.bn * 4 } else { 0 };
         self.stages * (self.bm + self.bn) * BK * 2 + 1024 + staging + partial
@@ -281,7 +297,8 @@ impl HopperConfig {
         let pp = if self.pingpong { "_pp" } else if self.ksplit { "_kw" } else { "" };
         let cn = if self.cluster_n > 1 { format!("_n{}", self.cluster_n) } else { String::new() };
         let cn = if self.chains > 1 { format!("{cn}_x{}", self.chains) } else { cn };
-        format!("kaas_wgmma_{}_{}_{}x{}x{BK}_s{}_c{}_m{}_g{GROUP_M}{cn}{sk}{pp}", acc.as_str(), layout.as_str(), self.bm, self.bn, self.stages, self.consumers, self.cluster_m)
+        let ts = if self.tma_store { "_ts" } else { "" };
+        format!("kaas_wgmma_{}_{}_{}x{}x{BK}_s{}_c{}_m{}_g{GROUP_M}{cn}{sk}{pp}{ts}", acc.as_str(), layout.as_str(), self.bm, self.bn, self.stages, self.consumers, self.cluster_m)
     }
 
     pub fn defines(&self, acc: Acc, layout: Layout) -> Vec<(String, String)> {
@@ -295,7 +312,7 @@ impl HopperConfig {
             ("KAAS_GROUP_M", GROUP_M),
             ("KAAS_ACC_F32", u32::from(acc == Acc::F32)),
             ("KAAS_LAYOUT_TN", u32::from(layout == Layout::Tn)),
-            ("KAAS_EPILOGUE", 1),
+            ("KAAS_EPILOGUE", if self.tma_store { 2 } else { 1 }),
         ]
         .into_iter()
         // Stream-K is the atomic split-K's code with KAAS_STREAMK.
@@ -310,8 +327,8 @@ impl HopperConfig {
     }
 
     /// The same code with the other grid (or another split count).
-    pub fn code_key(&self) -> (u32, u32, u32, u32, u8, bool, u32, u32, bool, u32) {
-        (self.bm, self.bn, self.stages, self.consumers, self.split_mode(), self.pingpong, self.cluster_m, self.cluster_n, self.ksplit, self.chains)
+    pub fn code_key(&self) -> (u32, u32, u32, u32, u8, bool, u32, u32, bool, u32, bool) {
+        (self.bm, self.bn, self.stages, self.consumers, self.split_mode(), self.pingpong, self.cluster_m, self.cluster_n, self.ksplit, self.chains, self.tma_store)
     }
 
     /// Blocks: a persistent grid takes one per SM, rounded down to whole clusters.
@@ -335,7 +352,12 @@ impl HopperConfig {
         let mut params = vec![
             Param::TensorMap(TensorMapSpec { operand: Operand::A, box_dims: [BK, self.bm / self.cluster_n], swizzle: Swizzle::B128, l2_promotion }),
             Param::TensorMap(TensorMapSpec { operand: Operand::B, box_dims: b_box, swizzle: Swizzle::B128, l2_promotion }),
-            Param::Ptr(Buffer::C),
+            if self.tma_store {
+                // 16 rows of 64 columns: one consumer warp's piece.
+                Param::TensorMap(TensorMapSpec { operand: Operand::C, box_dims: [64, 16], swizzle: Swizzle::B128, l2_promotion: L2Promotion::B128 })
+            } else {
+                Param::Ptr(Buffer::C)
+            },
             Param::I32(I32Value::Dim(Dim::M)),
             Param::I32(I32Value::Dim(Dim::N)),
             Param::I32(I32Value::Dim(Dim::K)),
@@ -366,6 +388,7 @@ impl HopperConfig {
     /// [`HopperConfig::of_launch`]).
     pub fn from_entry(entry: &str) -> Option<(HopperConfig, Acc, Layout)> {
         let rest = entry.strip_prefix("kaas_wgmma_")?;
+        let (rest, tma_store) = rest.strip_suffix("_ts").map_or((rest, false), |r| (r, true));
         let (rest, pingpong) = rest.strip_suffix("_pp").map_or((rest, false), |r| (r, true));
         let (rest, ksplit) = rest.strip_suffix("_kw").map_or((rest, false), |r| (r, true));
         // The Hopper-only reductions first, then the suffixes both families share.
@@ -415,6 +438,7 @@ impl HopperConfig {
             ksplit,
             chains,
             l2_256: false,
+            tma_store,
         };
         cfg.validate().ok()?;
         (cfg.entry(acc, layout) == entry).then_some((cfg, acc, layout))
@@ -458,6 +482,7 @@ impl HopperConfig {
             (m, n) => format!(" m{m}n{n}"),
         };
         let l2 = if self.l2_256 { " l2-256B" } else { "" };
+        let l2 = if self.tma_store { format!(" tma-store{l2}") } else { l2.to_string() };
         format!("{}x{} s{} c{}{cl}{pp}{}{split}{l2}", self.bm, self.bn, self.stages, self.consumers, if self.persistent { " persistent" } else { "" })
     }
 }
@@ -571,6 +596,31 @@ pub fn skinny_cluster_codes() -> Vec<HopperConfig> {
         }
         for (bm, consumers) in [(64, 1), (128, 2)] {
             out.extend(rings(HopperConfig { cluster_m: size, ..HopperConfig::new(bm, 64, 2, consumers) }));
+        }
+    }
+    out
+}
+
+/// The TMA-store twin of a code (`_ts`): the same tile and grid with the TMA-store epilogue,
+/// its ring cut where the second staging buffer leaves less room (e.g. 64×256 ping-pong: 5
+/// stages become 4). None for split-K codes and tiles whose BN is not a multiple of 64.
+pub fn tma_store_twin(c: &HopperConfig) -> Option<HopperConfig> {
+    if c.split > 1 || !c.bn.is_multiple_of(64) {
+        return None;
+    }
+    (2..=c.stages).rev().map(|stages| HopperConfig { stages, tma_store: true, ..*c }).find(|t| t.validate().is_ok())
+}
+
+/// The TMA-store twins of every unsplit code the search or `--trial multicast` may offer
+/// (`kaas tune --trial tma-store`), once each. cuBLASLt's and CUTLASS's Hopper kernels store
+/// C with a TMA store; ours, cooperative, hold both consumers in the epilogue while the
+/// tensor cores idle. Not yet run on a GPU: not in [`space`].
+pub fn tma_store_codes() -> Vec<HopperConfig> {
+    let mut out: Vec<HopperConfig> = Vec::new();
+    let all = space().into_iter().chain(skinny_cluster_codes()).chain(skinny_chains_codes()).chain(multicast_codes());
+    for t in all.filter_map(|c| tma_store_twin(&HopperConfig { persistent: false, l2_256: false, ..c })) {
+        if !out.contains(&t) {
+            out.push(t);
         }
     }
     out
@@ -1334,7 +1384,7 @@ mod tests {
             return;
         }
         let mut seen = std::collections::BTreeSet::new();
-        for c in space().into_iter().chain(split_tiles()).chain(cluster_tiles()).chain(multicast_codes()).chain(stream_k_codes(132)).chain(wide_160_codes()).chain(skinny_cluster_codes()).chain(ksplit_codes()).chain(chains_codes()).chain(chains_split_tiles()) {
+        for c in space().into_iter().chain(split_tiles()).chain(cluster_tiles()).chain(multicast_codes()).chain(stream_k_codes(132)).chain(wide_160_codes()).chain(skinny_cluster_codes()).chain(ksplit_codes()).chain(chains_codes()).chain(chains_split_tiles()).chain(tma_store_codes()) {
             if !seen.insert(c.code_key()) {
                 continue;
             }
@@ -1347,6 +1397,59 @@ mod tests {
                 let ptx = compile(&c, acc, layout).unwrap_or_else(|e| panic!("{}: {e}", c.label()));
                 assert!(ptx.contains(&format!(".entry {}", c.entry(acc, layout))), "{}", c.label());
                 assert!(ptx.contains("wgmma.mma_async") && ptx.contains(".target sm_90a"), "{}", c.label());
+                // The TMA-store epilogue's instructions are there, and only there.
+                let stores = ptx.contains("stmatrix.sync.aligned.m8n8.x4") && ptx.contains("cp.async.bulk.tensor.2d.global.shared::cta");
+                assert_eq!(stores, c.tma_store, "{}", c.label());
+            }
+        }
+    }
+
+    #[test]
+    fn tma_store_twins_take_c_as_a_tensor_map_and_keep_the_tile_and_grid() {
+        let p = |layout, m, n, k| Problem::new(Arch::Sm90, Acc::F32, layout, Shape::new(m, n, k).unwrap());
+        let c = HopperConfig { persistent: true, l2_256: true, ..HopperConfig::new(128, 256, 4, 2) };
+        let t = tma_store_twin(&c).unwrap();
+        assert_eq!(t, HopperConfig { tma_store: true, ..c }, "4 stages still fit");
+        assert_eq!(t.entry(Acc::F32, Layout::Tn), "kaas_wgmma_f32_tn_128x256x64_s4_c2_m1_g16_ts");
+        assert!(t.defines(Acc::F32, Layout::Tn).contains(&("KAAS_EPILOGUE".to_string(), "2".to_string())));
+        assert_eq!(t.label(), "128x256 s4 c2 persistent tma-store l2-256B");
+        // Two 2 KiB buffers per consumer warp instead of the padded 2,304-byte one.
+        assert_eq!(t.shared_mem_bytes(), 4 * 384 * 128 + 1024 + 2 * 4 * 2 * 2048);
+        assert_eq!(t.shared_mem_bytes() - c.shared_mem_bytes(), 2 * (16_384 - 9_216));
+        // The ping-pong 64x256 ring of 5 stages no longer fits: 4.
+        let pp = HopperConfig { pingpong: true, ..HopperConfig::new(64, 256, 5, 2) };
+        assert!(pp.validate().is_ok() && HopperConfig { tma_store: true, ..pp }.validate().is_err());
+        assert_eq!(tma_store_twin(&pp).map(|t| t.stages), Some(4));
+        // No twin for split-K codes or narrow tiles; validate says why.
+        assert!(tma_store_twin(&HopperConfig { split: 4, atomic: true, ..HopperConfig::new(64, 64, 8, 1) }).is_none());
+        assert!(tma_store_twin(&HopperConfig::new(64, 32, 16, 1)).is_none());
+        assert!(HopperConfig { tma_store: true, ..HopperConfig::new(64, 32, 4, 1) }.validate().unwrap_err().contains("64-column"));
+        for layout in Layout::ALL {
+            for (m, n, k) in [(8192, 8192, 8192), (1000, 1000, 1000), (64, 64, 64)] {
+                let prob = p(layout, m, n, k);
+                let man = t.manifest(&prob, 132);
+                man.validate().unwrap();
+                let l = &man.launches[0];
+                assert_eq!(l.grid, c.manifest(&prob, 132).launches[0].grid, "same grid");
+                let Param::TensorMap(tc) = &l.params[2] else { panic!("C is not a tensor map: {:?}", l.params[2]) };
+                assert_eq!((tc.operand, tc.box_dims, tc.swizzle), (Operand::C, [64, 16], Swizzle::B128));
+                assert_eq!(l.params.len(), 6, "A, B, C maps and M, N, K");
+                assert_eq!(HopperConfig::of_launch(l, &prob), Some((HopperConfig { persistent: l.grid[0] < t.tiles(&prob), ..t }, Acc::F32, layout)));
+            }
+        }
+        // The codes: every unsplit 64-column tile of the search, once, each a valid twin.
+        let codes = tma_store_codes();
+        assert!(codes.iter().all(|c| c.tma_store && c.validate().is_ok() && !c.persistent && !c.l2_256));
+        let keys: std::collections::HashSet<_> = codes.iter().map(|c| c.code_key()).collect();
+        assert_eq!(keys.len(), codes.len(), "a code twice");
+        for c in space().into_iter().filter(|c| c.split == 1 && c.bn.is_multiple_of(64)) {
+            let twin = tma_store_twin(&HopperConfig { persistent: false, ..c }).unwrap();
+            assert!(codes.contains(&twin), "{}", c.label());
+        }
+        for t in &codes {
+            for layout in Layout::ALL {
+                let e = t.entry(Acc::F16, layout);
+                assert_eq!(HopperConfig::from_entry(&e), Some((*t, Acc::F16, layout)), "{e}");
             }
         }
     }

@@ -127,6 +127,9 @@ pub enum Trial {
     /// The mma family's tiles with 6- and 8-stage rings, on shapes of up to 2^33 FLOP whose
     /// tiles make at most two waves (CUDA-L2's choice for the skinny, long-K mid shapes).
     MmaDeep,
+    /// The TMA-store twin (`_ts`) of every unsplit Hopper candidate of the problem whose BN is
+    /// a multiple of 64: the same tile and grid, C stored by bulk tensor stores.
+    TmaStore,
 }
 
 impl Trial {
@@ -147,6 +150,7 @@ impl Trial {
             // The same codes as the search's: nothing more to load.
             Trial::L2 => Vec::new(),
             Trial::MmaDeep => return mma::deep_codes().into_iter().map(Candidate::Mma).collect(),
+            Trial::TmaStore => hopper::tma_store_codes(),
         };
         hopper.into_iter().map(Candidate::Hopper).collect()
     }
@@ -160,6 +164,8 @@ impl Trial {
             Trial::Chains => hopper::chains_codes().into_iter().chain(hopper::chains_split_space(p, sm_count)).collect(),
             Trial::L2 => return hopper::space_for(p, sm_count).into_iter().map(|c| Candidate::Hopper(hopper::HopperConfig { l2_256: !c.l2_256, ..c })).collect(),
             Trial::MmaDeep => return mma::deep_space_for(p, sm_count).into_iter().map(Candidate::Mma).collect(),
+            // Twins of the search's own candidates, grid and L2 promotion kept.
+            Trial::TmaStore => return hopper::space_for(p, sm_count).iter().filter_map(hopper::tma_store_twin).map(Candidate::Hopper).collect(),
             Trial::Ksplit => hopper::ksplit_codes(),
             // And the skinny shapes' clusters (loaded with the search's codes anyway) on
             // every shape: cuBLASLt's autotuned pick runs in clusters of two on the skinny
@@ -861,7 +867,7 @@ mod tests {
         let nn = Problem::new(Arch::Sm90, Acc::F32, Layout::Nn, Shape::new(8192, 8192, 8192).unwrap());
         assert!(space_with(&nn, &hopper, &[Trial::Wide160], 132).iter().all(|c| !matches!(c, Candidate::Hopper(h) if h.bn == 160)), "tn only");
         for layout in Layout::ALL {
-            let all = [Trial::Ksplit, Trial::Chains, Trial::Multicast, Trial::Wide160, Trial::L2];
+            let all = [Trial::Ksplit, Trial::Chains, Trial::Multicast, Trial::Wide160, Trial::L2, Trial::TmaStore];
             let entries: std::collections::HashSet<String> = codes_with(&hopper, &all, Acc::F32, layout).iter().map(|c| c.entry(Acc::F32, layout)).collect();
             for (m, n, k) in [(64, 512, 1024), (8192, 8192, 8192), (1000, 64, 4096)] {
                 let prob = Problem::new(Arch::Sm90, Acc::F32, layout, Shape::new(m, n, k).unwrap());
@@ -907,6 +913,18 @@ mod tests {
             assert!(with.contains(&Candidate::Hopper(HopperConfig { l2_256: hopper::wide_l2_suits(&mid_skinny), ..c })), "{}", c.label());
         }
         assert_eq!(codes_with(&hopper, &[Trial::Multicast], Acc::F32, Layout::Tn).len(), codes(&hopper, Acc::F32, Layout::Tn).len() + hopper::multicast_codes().len());
+        // The TMA-store trial twins the search's unsplit 64-column candidates, grid kept.
+        let big = p(8192, 8192, 8192);
+        let plain = space_for(&big, &hopper, 132);
+        let twins: Vec<Candidate> = space_with(&big, &hopper, &[Trial::TmaStore], 132).into_iter().filter(|c| !plain.contains(c)).collect();
+        // (Rings cut to fit the second staging buffer may make two candidates one twin.)
+        let mut expected: Vec<HopperConfig> = plain.iter().filter_map(|c| match c { Candidate::Hopper(h) => hopper::tma_store_twin(h), _ => None }).collect();
+        expected.dedup();
+        expected.sort();
+        expected.dedup();
+        assert!(expected.len() > 30, "{}", expected.len());
+        assert_eq!(twins.len(), expected.len());
+        assert!(twins.iter().all(|c| matches!(c, Candidate::Hopper(h) if h.tma_store)));
         // The mma trial adds the deep-ring codes with the mma family, and loads each once;
         // 8192×256×2048 is past the family's search, within the trial's reach.
         let both = [Family::Hopper, Family::Mma];
