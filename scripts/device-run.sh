@@ -74,6 +74,8 @@ for line in sys.stdin:
     if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] == "gpu": print(m["executable"])' | tail -n 1)"
     [[ -x "$gpu_tests" ]] && cp "$gpu_tests" .dev/run/gpu-tests && cp "$here/gpu-check.sh" .dev/run/gpu-check.sh
     .dev/run/kaas tune --emit-ptx .dev/run/tune-ptx --layouts tn,nn --trial ksplit,chains,multicast,wide160,mma-deep,tma-store >/dev/null
+    # Compressed (about 15 MB of PTX): the working tree and what it carries travel in 64 MiB.
+    tar czf .dev/run/tune-ptx.tar.gz -C .dev/run tune-ptx && rm -rf .dev/run/tune-ptx
     python3 - <<'PY'
 import json, copy
 idx = json.load(open("kernels/index.json"))
@@ -114,6 +116,13 @@ PY
 setup_device() {
     export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
     K="$here/kaas"; OUT="${OUT:-/tmp/out}"; mkdir -p "$OUT"
+    # The tuner's PTX travels compressed; unpacked once per machine.
+    PTX_DIR="$here/tune-ptx"
+    if [[ ! -d "$PTX_DIR" && -f "$here/tune-ptx.tar.gz" ]]; then
+        PTX_DIR=/tmp/kaas-tune-ptx
+        [[ -d "$PTX_DIR/tune-ptx" ]] || { mkdir -p "$PTX_DIR" && tar xzf "$here/tune-ptx.tar.gz" -C "$PTX_DIR"; }
+        PTX_DIR="$PTX_DIR/tune-ptx"
+    fi
     export KAAS_URL=http://127.0.0.1:8080
 }
 
@@ -152,7 +161,7 @@ e2e() {
 tune() {
     setup_device
     local name="${KAAS_TUNE_STATE:-tune-state}"  # the state (and log) under $OUT: $name.json
-    "$K" tune --ptx-dir "$here/tune-ptx" --state "$OUT/$name.json" "$@" 2>&1 | tee "$OUT/$name.log" | grep -v '^\[' || true
+    "$K" tune --ptx-dir "$PTX_DIR" --state "$OUT/$name.json" "$@" 2>&1 | tee "$OUT/$name.log" | grep -v '^\[' || true
     "$K" tune --state "$OUT/$name.json" --report
     # The full state is too large to come back whole: gunzip it here to resume or submit.
     gzip -f "$OUT/$name.json"
@@ -252,7 +261,7 @@ PY
     start_server /tmp/kaas-verify.db "$bench"
     export KAAS_TOKEN="$("$K" token create --name kaas-tuner --role admin 2>/dev/null)"
     # --limit 0: tune nothing more, only submit what the state holds.
-    "$K" tune --ptx-dir "$here/tune-ptx" --state "$state" --limit 0 --submit "$KAAS_URL" "$@" 2>&1 | tail -8
+    "$K" tune --ptx-dir "$PTX_DIR" --state "$state" --limit 0 --submit "$KAAS_URL" "$@" 2>&1 | tail -8
     drain_and_export "$seconds"
 }
 
@@ -337,7 +346,7 @@ profile() {  # triples of SHAPE LAYOUT ONLY: ncu of our kernel and of cuBLASLt's
         # clocks as they run.
         for who in "ours:^kaas_.*${only}\$" cublas:'^(nvjet|sm90|cutlass)'; do
             "$ncu" --clock-control none --set full --kernel-name "regex:${who#*:}" --launch-skip 5 --launch-count 1 \
-                -f -o "$OUT/profile/$tag-${who%%:*}" "$K" tune --ptx-dir "$here/tune-ptx" --state "/tmp/profile-$tag.json" \
+                -f -o "$OUT/profile/$tag-${who%%:*}" "$K" tune --ptx-dir "$PTX_DIR" --state "/tmp/profile-$tag.json" \
                 --problems "$shape" --layouts "$layout" --only "$only" --max-pulls 2 >"$OUT/profile/$tag-${who%%:*}.log" 2>&1 || true
             rm -f "/tmp/profile-$tag.json"
             "$ncu" --import "$OUT/profile/$tag-${who%%:*}.ncu-rep" --page details --print-units base >"$OUT/profile/$tag-${who%%:*}.txt" 2>&1 || true
