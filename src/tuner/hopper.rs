@@ -177,10 +177,11 @@ impl HopperConfig {
         if !matches!(self.cluster_m, 1 | 2 | 4 | 8) || !matches!(self.cluster_n, 1 | 2 | 4 | 8) || self.cluster_size() > 8 {
             return Err(format!("a cluster of {}x{} CTAs: each side 1, 2, 4 or 8, and 8 CTAs at most", self.cluster_m, self.cluster_n));
         }
-        // The template multicasts in clusters only for cooperative, unsplit codes (and no
-        // test has run ping-pong consumers in a cluster).
-        if self.cluster_size() > 1 && (self.split > 1 || self.pingpong) {
-            return Err("clusters run neither split-K nor ping-pong".into());
+        // The template multicasts in clusters only for unsplit codes. (Ping-pong consumers in
+        // a cluster passed hopper-probe's checks in session 6, and the multicast GPU test
+        // runs them.)
+        if self.cluster_size() > 1 && self.split > 1 {
+            return Err("clusters do not run split-K".into());
         }
         // Each CTA loads its share of the shared operand: whole 8-row swizzle atoms.
         if !(self.bm / self.cluster_n).is_multiple_of(8) || !(self.bn / self.cluster_m).is_multiple_of(8) {
@@ -665,7 +666,9 @@ pub fn multicast_codes() -> Vec<HopperConfig> {
     let mut out = Vec::new();
     let along_m = MULTICAST_TILES.iter().map(|&(bm, bn, consumers)| HopperConfig { cluster_m: 2, ..HopperConfig::new(bm, bn, 2, consumers) });
     let along_n = MULTICAST_N_TILES.iter().map(|&(bm, bn, consumers)| HopperConfig { cluster_n: 2, ..HopperConfig::new(bm, bn, 2, consumers) });
-    for c in along_m.chain(along_n) {
+    // The ping-pong tiles the mid and large shapes pick most, in pairs along M.
+    let pingpong = [(64, 256), (128, 128)].map(|(bm, bn)| HopperConfig { cluster_m: 2, pingpong: true, ..HopperConfig::new(bm, bn, 2, 2) });
+    for c in along_m.chain(along_n).chain(pingpong) {
         if let Some(deepest) = rings(c).into_iter().next() {
             for persistent in [false, true] {
                 out.push(HopperConfig { persistent, ..deepest });
@@ -975,7 +978,10 @@ mod tests {
     #[test]
     fn clusters_along_m_split_the_b_box_and_round_the_grid_to_whole_clusters() {
         let all: Vec<HopperConfig> = multicast_codes();
-        assert_eq!(all.len(), 16, "five tiles along M and three along N, both grids: {all:?}");
+        assert_eq!(all.len(), 20, "five tiles along M, three along N and two ping-pong, both grids: {all:?}");
+        let (pp, all): (Vec<HopperConfig>, Vec<HopperConfig>) = all.into_iter().partition(|c| c.pingpong);
+        assert!(pp.iter().all(|c| c.cluster_m == 2 && c.validate().is_ok()) && pp.len() == 4, "{pp:?}");
+        assert_eq!(pp[0].entry(Acc::F32, Layout::Tn), "kaas_wgmma_f32_tn_64x256x64_s5_c2_m2_g16_pp");
         let (m2, n2): (Vec<HopperConfig>, Vec<HopperConfig>) = all.into_iter().partition(|c| c.cluster_m == 2);
         assert!(n2.iter().all(|c| c.cluster_n == 2 && c.cluster_m == 1 && c.consumers == 2 && c.validate().is_ok()), "{n2:?}");
         assert!(n2.contains(&HopperConfig { cluster_n: 2, persistent: true, ..HopperConfig::new(256, 128, 4, 2) }), "{n2:?}");
@@ -1010,13 +1016,12 @@ mod tests {
         // One-CTA manifests are what they were: the shipped catalog's manifests still match.
         let m1 = HopperConfig::new(128, 128, 6, 2);
         assert_eq!(m1.manifest(&p(Layout::Nn, 256, 256, 256), 132).launches[0].cluster, [1, 1, 1]);
-        for bad in [
-            HopperConfig { cluster_m: 3, ..c },
-            HopperConfig { split: 4, atomic: true, ..c },
-            HopperConfig { pingpong: true, persistent: true, ..HopperConfig { cluster_m: 2, ..HopperConfig::new(128, 128, 6, 2) } },
-        ] {
+        for bad in [HopperConfig { cluster_m: 3, ..c }, HopperConfig { split: 4, atomic: true, ..c }] {
             assert!(bad.validate().is_err(), "{bad:?}");
         }
+        // Ping-pong consumers run in a cluster (both CTAs take the same tiles in the same
+        // order, so the same consumer releases a slot in each).
+        assert!(HopperConfig { pingpong: true, persistent: true, cluster_m: 2, ..HopperConfig::new(128, 128, 6, 2) }.validate().is_ok());
     }
 
     #[test]
