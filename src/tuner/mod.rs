@@ -571,6 +571,7 @@ pub fn run_cli(args: TuneArgs) -> anyhow::Result<()> {
     let mut state = TuneState::load(&args.state)?;
     if args.report {
         print!("{}", efficiency_report(&state, args.max_pulls));
+        print!("{}", kinds_report(&state, REPORT_SM_COUNT));
         return Ok(());
     }
     let problems = parse_problems(&args)?;
@@ -696,6 +697,83 @@ pub fn efficiency_report(state: &TuneState, max_pulls: usize) -> String {
             100.0 * worst,
             capped.len()
         );
+    }
+    s
+}
+
+/// The SM count the report takes the search's own space at (the H100 SXM's; a state does not
+/// record it, and only split counts and the skinny filters depend on it).
+const REPORT_SM_COUNT: u32 = 132;
+
+/// What kind of code a candidate is, for the report: the family's features that a trial
+/// adds or the search varies, joined by `+` (e.g. `ping-pong+cluster+TMA store`).
+pub fn kind(c: &Candidate) -> String {
+    let mut tags: Vec<&str> = Vec::new();
+    match c {
+        Candidate::Mma(m) => {
+            tags.push(if m.stages >= 6 { "mma deep ring" } else { "mma" });
+            if m.split > 1 {
+                tags.push("split-K");
+            }
+        }
+        Candidate::Hopper(h) => {
+            tags.push(if h.pingpong {
+                "ping-pong"
+            } else if h.ksplit {
+                "K split"
+            } else if h.split > 1 {
+                "split-K"
+            } else if h.bn < 64 {
+                "narrow"
+            } else {
+                "cooperative"
+            });
+            if h.cluster_size() > 1 {
+                tags.push("cluster");
+            }
+            if h.chains > 1 {
+                tags.push("chains");
+            }
+            if h.tma_store {
+                tags.push("TMA store");
+            }
+        }
+    }
+    tags.join("+")
+}
+
+/// Which kind of code was the exhaustive best, per problem with exhaustive samples, and by
+/// how much it beat the best candidate of the search's own space ([`space_for`], both
+/// families): a `--trial`'s verdict. Timings are the tuner's mean rewards (× cuBLASLt's
+/// heuristic choice, graph mode, side by side).
+pub fn kinds_report(state: &TuneState, sm_count: u32) -> String {
+    use std::fmt::Write as _;
+    let families = [Family::Hopper, Family::Mma];
+    let mut by: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+    let (mut gains, mut outside) = (Vec::new(), 0usize);
+    for r in state.results.values().filter(|r| !r.exhaustive.is_empty()) {
+        let Exhaustive { space, truth, best, .. } = Exhaustive::of(r);
+        let Some(top) = truth.iter().position(|&t| t == best) else { continue };
+        let searched: std::collections::HashSet<Candidate> = space_for(&r.problem, &families, sm_count).into_iter().collect();
+        let best_searched = space.iter().zip(&truth).filter(|(c, _)| searched.contains(c)).map(|(_, &t)| t).fold(0.0, f64::max);
+        let gain = if best_searched > 0.0 { best / best_searched } else { f64::NAN };
+        if !searched.contains(&space[top]) {
+            outside += 1;
+        }
+        gains.push(gain);
+        by.entry(kind(&space[top])).or_default().push(gain);
+    }
+    let mut s = String::new();
+    if gains.is_empty() {
+        return s;
+    }
+    let g = |v: &[f64]| crate::bench::stats::geomean(&v.iter().copied().filter(|x| x.is_finite()).collect::<Vec<_>>()).unwrap_or(f64::NAN);
+    let _ = writeln!(s, "exhaustive bests by kind of code, over {} problem(s) ({outside} best outside the search's own space; × its best: geomean {:.4}):", gains.len(), g(&gains));
+    let mut rows: Vec<(&String, &Vec<f64>)> = by.iter().collect();
+    rows.sort_by(|a, b| b.1.len().cmp(&a.1.len()).then(a.0.cmp(b.0)));
+    for (k, v) in rows {
+        let top = v.iter().copied().filter(|x| x.is_finite()).fold(f64::NAN, f64::max);
+        let _ = writeln!(s, "  {k:<36} best on {:>4}; × the search's best there: geomean {:.4}, at most {:.4}", v.len(), g(v), top);
     }
     s
 }
@@ -990,6 +1068,43 @@ mod tests {
         assert!(report.contains("its pick is 100.0% of the exhaustive best"), "{report}");
         assert!(report.contains("exhaustive 9.0"), "{report}");
         assert!(report.contains("as a live run capped at 48 pulls") && report.contains("within 98% on 1 of 1"), "{report}");
+    }
+
+    #[test]
+    fn the_kinds_report_names_each_best_and_its_gain_over_the_search() {
+        let prob = p(8192, 8192, 8192);
+        let searched: Vec<HopperConfig> = hopper::space_for(&prob, 132);
+        let coop = searched.iter().copied().find(|c| !c.pingpong && c.bn == 256).expect("a cooperative 128x256");
+        let pp = searched.iter().copied().find(|c| c.pingpong).expect("a ping-pong code");
+        let twin = hopper::tma_store_twin(&coop).unwrap();
+        let m2pp = HopperConfig { cluster_m: 2, pingpong: true, persistent: true, ..HopperConfig::new(64, 256, 5, 2) };
+        assert_eq!(kind(&Candidate::Hopper(twin)), "cooperative+TMA store");
+        assert_eq!(kind(&Candidate::Hopper(m2pp)), "ping-pong+cluster");
+        assert_eq!(kind(&Candidate::Mma(mma::deep_codes()[0])), "mma deep ring");
+        let result = |problem: Problem, samples: Vec<(HopperConfig, f64)>| ProblemResult {
+            problem,
+            winner: Candidate::Hopper(samples[0].0),
+            reward: 1.0,
+            reference_us: 1.0,
+            winner_us: 1.0,
+            pulls: 0,
+            arms: vec![],
+            priors: vec![],
+            exhaustive: samples.into_iter().map(|(c, r)| (Candidate::Hopper(c), vec![r; 3])).collect(),
+            seconds: 0.0,
+            buffer_sets: TUNE_SETS,
+        };
+        let mut state = TuneState::default();
+        // 8192³: the TMA-store twin beats the search's best (1.00) by 5%.
+        state.results.insert(prob.path(), result(prob, vec![(coop, 1.0), (pp, 0.98), (twin, 1.05)]));
+        // 4096³: a search code stays best.
+        let q = p(4096, 4096, 4096);
+        state.results.insert(q.path(), result(q, vec![(pp, 1.02), (HopperConfig { tma_store: true, ..pp }, 0.99)]));
+        let report = kinds_report(&state, 132);
+        assert!(report.contains("over 2 problem(s) (1 best outside the search's own space"), "{report}");
+        assert!(report.contains("cooperative+TMA store") && report.contains("best on    1; × the search's best there: geomean 1.0500"), "{report}");
+        assert!(report.contains("ping-pong ") && report.contains("geomean 1.0000, at most 1.0000"), "{report}");
+        assert!(kinds_report(&TuneState::default(), 132).is_empty());
     }
 
     #[test]
