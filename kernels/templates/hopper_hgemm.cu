@@ -23,7 +23,9 @@
 //                   narrow tiles of the skinny shapes: more blocks; C stored from registers)
 //                   and 160 (BM 256 with two consumers: 160 accumulators per thread;
 //                   correct, and slower than the other tiles on 12 of 13 large shapes)
-//   KAAS_BK         64 only (one 128-byte swizzle atom of fp16 along K)
+//   KAAS_BK         64 (one 128-byte swizzle atom of fp16 along K); 128 (two atoms per ring
+//                   slot: A and tn-B take two TMA boxes each, nn-B boxes are [64, 128]; half the
+//                   slots and barrier round trips per K) runs in hopper-probe only, so far
 //   KAAS_STAGES     shared-memory ring depth, 2..16 (bounded by the smem formula below)
 //   KAAS_CONSUMERS  consumer warpgroups, 1 or 2 (each owns BM/CONSUMERS rows of the tile)
 //   KAAS_CLUSTER_M  CTAs per cluster along M: 1 (no cluster), 2, 4 or 8 (the CTAs compute
@@ -348,7 +350,7 @@ constexpr int ACC_REGS = BN / 2;  // per thread per m64 tile
 constexpr int ACC_REGS = BN / 4;
 #endif
 
-static_assert(BK == 64, "KAAS_BK must be 64 (one 128B swizzle atom of fp16)");
+static_assert(BK == 64 || BK == 128, "KAAS_BK must be 64 or 128 (one or two 128B swizzle atoms of fp16)");
 static_assert(CONSUMERS == 1 || CONSUMERS == 2, "KAAS_CONSUMERS must be 1 or 2");
 static_assert(BM % CONSUMERS == 0 && (WG_M == 64 || WG_M == 128),
               "BM / CONSUMERS (cooperative) or BM (ping-pong) must be 64 or 128");
@@ -1093,6 +1095,7 @@ KAAS_ENTRY(const __grid_constant__ TensorMap128 tmA, const __grid_constant__ Ten
 #else
                     mbar_expect_tx(fb, STAGE_TX);
                     const int k0 = kt * BK;
+#if KAAS_BK == 64
 #if KAAS_CLUSTER_N > 1
                     // A's rows are shared along the cluster's row: this CTA loads slice rn
                     // into every CTA with its rm.
@@ -1101,13 +1104,35 @@ KAAS_ENTRY(const __grid_constant__ TensorMap128 tmA, const __grid_constant__ Ten
 #else
                     tma_load(sA + s * A_STAGE_BYTES, &tmA, k0, m0, fb);
 #endif
+#else
+                    // Two swizzle atoms along K: atom `at` of the slot holds K [k0 + 64at, +64).
+#pragma unroll
+                    for (int at = 0; at < BK / 64; ++at) {
+#if KAAS_CLUSTER_N > 1
+                        tma_load_mc(sA + s * A_STAGE_BYTES + at * BM * 128 + rn * (BM / CLN) * 128, &tmA, k0 + 64 * at,
+                                    m0 + rn * (BM / CLN), fb, mask_a);
+#else
+                        tma_load(sA + s * A_STAGE_BYTES + at * BM * 128, &tmA, k0 + 64 * at, m0, fb);
+#endif
+                    }
+#endif
                     const u32 b_dst = sB + s * B_STAGE_BYTES;
-#if KAAS_LAYOUT_TN
+#if KAAS_LAYOUT_TN && KAAS_BK == 64
 #if KAAS_CLUSTER_M > 1
                     tma_load_mc(b_dst + rm * (BN / CLM) * 128, &tmB, k0, n0 + rm * (BN / CLM), fb, mask_b);
 #else
                     tma_load(b_dst, &tmB, k0, n0, fb);
 #endif
+#elif KAAS_LAYOUT_TN
+#pragma unroll
+                    for (int at = 0; at < BK / 64; ++at) {
+#if KAAS_CLUSTER_M > 1
+                        tma_load_mc(b_dst + at * BN * 128 + rm * (BN / CLM) * 128, &tmB, k0 + 64 * at, n0 + rm * (BN / CLM),
+                                    fb, mask_b);
+#else
+                        tma_load(b_dst + at * BN * 128, &tmB, k0 + 64 * at, n0, fb);
+#endif
+                    }
 #else
 #pragma unroll
                     for (int c = 0; c < BN / 64; ++c) {
@@ -1230,14 +1255,20 @@ KAAS_ENTRY(const __grid_constant__ TensorMap128 tmA, const __grid_constant__ Ten
 #if KAAS_PROBE_MATH
 #pragma unroll
                 for (int kk = 0; kk < BK / 16; ++kk) {
-#if KAAS_LAYOUT_TN
+#if KAAS_LAYOUT_TN && KAAS_BK == 64
                     const u64 db = smem_desc(b_base + kk * 32, 16, 1024);
+#elif KAAS_LAYOUT_TN
+                    const u64 db = smem_desc(b_base + (kk / 4) * BN * 128 + (kk % 4) * 32, 16, 1024);
 #else
                     const u64 db = smem_desc(b_base + kk * 2048, BK * 128, 1024);
 #endif
 #pragma unroll
                     for (int mi = 0; mi < MI; ++mi) {
+#if KAAS_BK == 64
                         const u64 da = smem_desc(a_base + mi * 64 * 128 + kk * 32, 16, 1024);
+#else
+                        const u64 da = smem_desc(a_base + (kk / 4) * BM * 128 + mi * 64 * 128 + (kk % 4) * 32, 16, 1024);
+#endif
 #if KAAS_CHAINS > 1
                         if (kk % KAAS_CHAINS == 0)
                             KAAS_WGMMA(KAAS_BN)<1 - KAAS_LAYOUT_TN>(acc[mi], da, db);

@@ -169,7 +169,7 @@ static Launch make_launch(const __half* A, const __half* B, __half* C, Problem p
     Launch l;
     l.ta = encode(A, p.K, p.M, 64, BM);
     if (TN) l.tb = encode(B, p.K, p.N, 64, BN / CL);
-    else l.tb = encode(B, p.N, p.K, 64, 64 / CL);
+    else l.tb = encode(B, p.N, p.K, 64, BK / CL);  // nn: 64 columns by the K-tile's rows
     const long num_m = (p.M + BM - 1) / BM, num_n = (p.N + BN - 1) / BN;
     const long tiles = ((num_m + CL - 1) / CL) * CL * num_n;
     long g = tiles;
