@@ -612,13 +612,13 @@ pub fn tma_store_twin(c: &HopperConfig) -> Option<HopperConfig> {
     (2..=c.stages).rev().map(|stages| HopperConfig { stages, tma_store: true, ..*c }).find(|t| t.validate().is_ok())
 }
 
-/// The TMA-store twins of every unsplit code the search or `--trial multicast` may offer
-/// (`kaas tune --trial tma-store`), once each. cuBLASLt's and CUTLASS's Hopper kernels store
+/// The TMA-store twins of every unsplit code the search or a trial may offer (`kaas tune
+/// --trial tma-store`), once each. cuBLASLt's and CUTLASS's Hopper kernels store
 /// C with a TMA store; ours, cooperative, hold both consumers in the epilogue while the
 /// tensor cores idle. Not yet run on a GPU: not in [`space`].
 pub fn tma_store_codes() -> Vec<HopperConfig> {
     let mut out: Vec<HopperConfig> = Vec::new();
-    let all = space().into_iter().chain(skinny_cluster_codes()).chain(skinny_chains_codes()).chain(multicast_codes());
+    let all = space().into_iter().chain(skinny_cluster_codes()).chain(skinny_chains_codes()).chain(multicast_codes()).chain(ksplit_codes()).chain(chains_codes());
     for t in all.filter_map(|c| tma_store_twin(&HopperConfig { persistent: false, l2_256: false, ..c })) {
         if !out.contains(&t) {
             out.push(t);

@@ -197,13 +197,27 @@ fn codes_with(families: &[Family], trials: &[Trial], acc: Acc, layout: Layout) -
 }
 
 /// [`space_for`] and the trials' candidates (each trial's only with its family asked for).
+/// The TMA-store trial twins the other trials' Hopper candidates too, so that, e.g.,
+/// `--trial multicast,tma-store` times clusters with the TMA store.
 fn space_with(p: &Problem, families: &[Family], trials: &[Trial], sm_count: u32) -> Vec<Candidate> {
     let mut out = space_for(p, families, sm_count);
-    for t in trials.iter().filter(|t| families.contains(&t.family())) {
+    let mut add = |out: &mut Vec<Candidate>, c: Candidate| {
+        if !out.contains(&c) {
+            out.push(c);
+        }
+    };
+    for t in trials.iter().filter(|t| families.contains(&t.family()) && **t != Trial::TmaStore) {
         for c in t.space_for(p, sm_count) {
-            if !out.contains(&c) {
-                out.push(c);
-            }
+            add(&mut out, c);
+        }
+    }
+    if families.contains(&Family::Hopper) && trials.contains(&Trial::TmaStore) {
+        let twins: Vec<Candidate> = out.iter().filter_map(|c| match c {
+            Candidate::Hopper(h) if !h.tma_store => hopper::tma_store_twin(h).map(Candidate::Hopper),
+            _ => None,
+        }).collect();
+        for c in twins {
+            add(&mut out, c);
         }
     }
     out
@@ -1003,6 +1017,11 @@ mod tests {
         assert!(expected.len() > 30, "{}", expected.len());
         assert_eq!(twins.len(), expected.len());
         assert!(twins.iter().all(|c| matches!(c, Candidate::Hopper(h) if h.tma_store)));
+        // With another trial, its candidates get twins too: clusters with the TMA store.
+        let both_trials = space_with(&big, &hopper, &[Trial::Multicast, Trial::TmaStore], 132);
+        let m2 = hopper::multicast_codes().into_iter().find(|c| c.cluster_m == 2 && !c.pingpong && c.persistent).unwrap();
+        let m2 = HopperConfig { l2_256: hopper::wide_l2_suits(&big), ..m2 };
+        assert!(both_trials.contains(&Candidate::Hopper(hopper::tma_store_twin(&m2).unwrap())), "{}", m2.label());
         // The mma trial adds the deep-ring codes with the mma family, and loads each once;
         // 8192×256×2048 is past the family's search, within the trial's reach.
         let both = [Family::Hopper, Family::Mma];
