@@ -9,6 +9,7 @@ or N is at most SIDE. Session 11's lists: `--side 16384` (322 tn shapes), `--sid
 
     python3 scripts/skinny-list.py kernels/h100/index.json.gz [--layout tn] [--side 128]
         [--lead 1.02] [--min-log2 0] [--max-log2 37] [--min-k 256] [--waves 2] [--sms 132]
+        [--every 1]   (every Nth of the list, for a sample)
 """
 import argparse, math
 
@@ -24,6 +25,7 @@ ap.add_argument("--max-log2", type=float, default=37.0)
 ap.add_argument("--min-k", type=int, default=256)
 ap.add_argument("--waves", type=float, default=2.0)
 ap.add_argument("--sms", type=int, default=132)
+ap.add_argument("--every", type=int, default=1)
 a = ap.parse_args()
 
 cur = catalog_index.served_entries(catalog_index.load(a.index))
@@ -42,4 +44,4 @@ for m in G:
             if e and e["run"]["speedups"]["graph"]["cublaslt_autotune_max"] > a.lead:
                 continue
             out.append((min(m, n), k, m, n))
-print(",".join(f"{m}x{n}x{k}" for _, k, m, n in sorted(out)))
+print(",".join(f"{m}x{n}x{k}" for _, k, m, n in sorted(out)[:: max(1, a.every)]))
