@@ -75,4 +75,6 @@ done
   awk '/^TIMING/ {split($7,a,"=");split($8,b,"=");split($9,c,"=");split($10,d,"=");split($11,e,"=");
        printf "%-44s %s %s %-16s %-10s %9s %9s %7s %7s %6s\n", $2, $3, $4, $5, $6, a[2], b[2], c[2], d[2], e[2]}' "$out/run.log"
   grep -h "EXIT\|MISSING\|BUILD FAILED" "$out/run.log" || true
+  echo "--- cost of K (least squares over the K values timed per entry and M×N)"
+  python3 "$here/slopes.py" "$out/run.log" || true
 } | tee "$out/summary.txt"
