@@ -22,7 +22,6 @@ in kind, not to the percent: this is a map of where each is ahead, not a race re
 import argparse
 import collections
 import csv
-import math
 import os
 
 import catalog_index
@@ -31,16 +30,12 @@ BASE = "cublaslt_autotune_max"
 L2_BASE = "cuBLASLt-auto-tuning-max"
 
 
+BUCKETS = catalog_index.BUCKETS
+gm = catalog_index.geomean
+
+
 def bucket(m, n, k):
-    l = math.log2(2 * m * n * k)
-    return "< 2^30" if l < 30 else "2^30–2^36" if l < 36 else "2^36–2^40" if l < 40 else "≥ 2^40"
-
-
-BUCKETS = ["< 2^30", "2^30–2^36", "2^36–2^40", "≥ 2^40"]
-
-
-def gm(v):
-    return math.exp(sum(map(math.log, v)) / len(v)) if v else float("nan")
+    return catalog_index.bucket(2 * m * n * k)
 
 
 def load_anchor(path):
@@ -53,17 +48,11 @@ def load_anchor(path):
 
 
 def ours(served, layout, mode, m, n, k):
-    """(kernel ratio or None, served ratio) of our catalog for one shape."""
+    """Our catalog's served ratio for one shape: its entry's (the faster layout's, for
+    `best`), or 1.0 where it has none or the entry is slower."""
     layouts = ("tn", "nn") if layout == "best" else (layout,)
-    best_kernel, best_served = None, 1.0
-    for ly in layouts:
-        e = served.get((ly, m, n, k))
-        if e is None:
-            continue
-        x = e["run"]["speedups"][mode][BASE]
-        best_kernel = x if best_kernel is None else max(best_kernel, x)
-        best_served = max(best_served, x)
-    return best_kernel, best_served
+    entries = (served.get((ly, m, n, k)) for ly in layouts)
+    return max([1.0] + [e["run"]["speedups"][mode][BASE] for e in entries if e is not None])
 
 
 def main():
@@ -85,8 +74,8 @@ def main():
     cols["CUDA-L2 offline, kernels"] = lambda s: l2["offline"][s]
     cols["CUDA-L2 offline, served"] = lambda s: max(1.0, l2["offline"][s])
     cols["CUDA-L2 server, kernels"] = lambda s: l2["server"][s]
-    cols["kaas offline, served"] = lambda s: ours(served, args.layout, "offline", *s)[1]
-    cols["kaas graph, served"] = lambda s: ours(served, args.layout, "graph", *s)[1]
+    cols["kaas offline, served"] = lambda s: ours(served, args.layout, "offline", *s)
+    cols["kaas graph, served"] = lambda s: ours(served, args.layout, "graph", *s)
 
     by = {name: collections.defaultdict(list) for name in cols}
     for s in shapes:
@@ -106,7 +95,7 @@ def main():
     # Shape by shape in the same mode: where our served offline ratio beats CUDA-L2's kernel.
     ahead = collections.Counter()
     for s in shapes:
-        o = ours(served, args.layout, "offline", *s)[1]
+        o = ours(served, args.layout, "offline", *s)
         if o >= l2["offline"][s]:
             ahead[bucket(*s)] += 1
             ahead["all"] += 1

@@ -15,18 +15,16 @@ import gzip
 import json
 
 # cublasLtMatmulTile_t and cublasLtClusterShape_t (cublasLt.h); ids past these print as numbers.
-TILES = ["undefined", "8x8", "8x16", "16x8", "8x32", "16x16", "32x8", "8x64", "16x32", "32x16", "64x8", "32x32",
+TILES = dict(enumerate(["undefined", "8x8", "8x16", "16x8", "8x32", "16x16", "32x8", "8x64", "16x32", "32x16", "64x8", "32x32",
          "32x64", "64x32", "32x128", "64x64", "128x32", "64x128", "128x64", "64x256", "128x128", "256x64", "64x512",
          "128x256", "256x128", "512x64", "64x96", "96x64", "96x128", "128x160", "160x128", "192x128", "128x192",
-         "128x96", "32x256", "256x32"]
+         "128x96", "32x256", "256x32"]))
 CLUSTERS = {0: "auto", 2: "1x1", 3: "2x1", 4: "4x1", 5: "1x2", 6: "2x2", 7: "4x2", 8: "1x4", 9: "2x4", 10: "4x4",
             11: "8x1", 12: "1x8", 13: "8x2", 14: "2x8", 15: "16x1", 16: "1x16"}
 
 
 def name(table, i):
-    if isinstance(table, dict):
-        return table.get(i, f"id {i}")
-    return table[i] if 0 <= i < len(table) else f"id {i}"
+    return table.get(i, f"id {i}")
 
 
 def main():

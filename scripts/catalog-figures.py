@@ -7,12 +7,10 @@ mode; entries, wins, the kernels alone, and by FLOP bucket; then the split-K ent
 
     python3 scripts/catalog-figures.py kernels/h100/index.json.gz
 """
-import collections,math,sys
+import collections,sys
 import catalog_index
 cur=catalog_index.served_entries(catalog_index.load(sys.argv[1]))
-def bucket(f):
-    l=math.log2(f)
-    return '< 2^30' if l<30 else '2^30–2^36' if l<36 else '2^36–2^40' if l<40 else '≥ 2^40'
+bucket=catalog_index.bucket
 G=catalog_index.GRID
 for mode, base in [('graph', b) for b in ('cublaslt_autotune_max','cublas_max','cublaslt_heuristic_max')] + [('offline', 'cublaslt_autotune_max')]:
   print(f'{mode} mode, vs {base}')
@@ -27,7 +25,7 @@ for mode, base in [('graph', b) for b in ('cublaslt_autotune_max','cublas_max','
               x=e['run']['speedups'][mode][base]; kern.append(x)
               if x>1: wins+=1; s=x
           served.append(s); byb[bucket(2*m*n*k)].append(s)
-    gm=lambda v: math.exp(sum(map(math.log,v))/len(v)) if v else float('nan')
+    gm=catalog_index.geomean
     print(f"  {layout}: served geomean over 1000 = {gm(served):.4f}; entries {len(kern)} (kernels alone {gm(kern):.3f}), wins {wins}, best {max(kern):.3f}; by bucket " + ", ".join(f"{b}: {gm(v):.3f}" for b,v in sorted(byb.items())))
 
 sk=[e for e in cur.values() if '_sk' in e['manifest']['launches'][0]['entry']]

@@ -1,8 +1,20 @@
-"""Shared by the catalog scripts: the 1,000-shape grid's sizes, and a bundle index's served
-entry per problem (the latest measured, as the service serves it)."""
-import gzip, json
+"""Shared by the catalog scripts: the 1,000-shape grid's sizes, its FLOP buckets, a geometric
+mean, and a bundle index's served entry per problem (the latest measured, as the service
+serves it)."""
+import gzip, json, math
 
 GRID = [64, 128, 256, 512, 1024, 2048, 4096, 8192, 12288, 16384]
+BUCKETS = ["< 2^30", "2^30–2^36", "2^36–2^40", "≥ 2^40"]
+
+
+def bucket(flop):
+    """The size bucket (as CUDA-L2 reports them) of a problem of `flop` = 2·M·N·K."""
+    l = math.log2(flop)
+    return BUCKETS[0] if l < 30 else BUCKETS[1] if l < 36 else BUCKETS[2] if l < 40 else BUCKETS[3]
+
+
+def geomean(v):
+    return math.exp(sum(map(math.log, v)) / len(v)) if v else float("nan")
 
 
 def load(path):

@@ -116,14 +116,16 @@ PY
 setup_device() {
     export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
     K="$here/kaas"; OUT="${OUT:-/tmp/out}"; mkdir -p "$OUT"
-    # The tuner's PTX travels compressed; unpacked once per machine.
+    export KAAS_URL=http://127.0.0.1:8080
+}
+
+ptx_dir() {  # sets PTX_DIR: the tuner's PTX, which travels compressed, unpacked once per machine
     PTX_DIR="$here/tune-ptx"
     if [[ ! -d "$PTX_DIR" && -f "$here/tune-ptx.tar.gz" ]]; then
         PTX_DIR=/tmp/kaas-tune-ptx
         [[ -d "$PTX_DIR/tune-ptx" ]] || { mkdir -p "$PTX_DIR" && tar xzf "$here/tune-ptx.tar.gz" -C "$PTX_DIR"; }
         PTX_DIR="$PTX_DIR/tune-ptx"
     fi
-    export KAAS_URL=http://127.0.0.1:8080
 }
 
 start_server() {  # $1 database file, $2 bench budget ms
@@ -161,6 +163,7 @@ e2e() {
 tune() {
     setup_device
     local name="${KAAS_TUNE_STATE:-tune-state}"  # the state (and log) under $OUT: $name.json
+    ptx_dir
     "$K" tune --ptx-dir "$PTX_DIR" --state "$OUT/$name.json" "$@" 2>&1 | tee "$OUT/$name.log" | grep -v '^\[' || true
     "$K" tune --state "$OUT/$name.json" --report
     # The full state is too large to come back whole: gunzip it here to resume or submit.
@@ -261,6 +264,7 @@ PY
     start_server /tmp/kaas-verify.db "$bench"
     export KAAS_TOKEN="$("$K" token create --name kaas-tuner --role admin 2>/dev/null)"
     # --limit 0: tune nothing more, only submit what the state holds.
+    ptx_dir
     "$K" tune --ptx-dir "$PTX_DIR" --state "$state" --limit 0 --submit "$KAAS_URL" "$@" 2>&1 | tail -8
     drain_and_export "$seconds"
 }
@@ -336,7 +340,7 @@ PY
 }
 
 profile() {  # triples of SHAPE LAYOUT ONLY: ncu of our kernel and of cuBLASLt's, one launch each
-    setup_device; mkdir -p "$OUT/profile"
+    setup_device; ptx_dir; mkdir -p "$OUT/profile"
     local ncu; ncu="$(command -v ncu || echo /usr/local/cuda/bin/ncu)"
     while (( $# >= 3 )); do
         local shape="$1" layout="$2" only="$3" tag="$1-$2"; shift 3

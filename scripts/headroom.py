@@ -31,9 +31,7 @@ for b in idx["baselines"]:
     if b["mode"] == "graph" and b["library"] == "cublaslt_autotune":
         autotune[key] = min(autotune.get(key, math.inf), b["median_us"])
 
-def bucket(flop):
-    l = math.log2(flop)
-    return "< 2^30" if l < 30 else "2^30–2^36" if l < 36 else "2^36–2^40" if l < 40 else "≥ 2^40"
+bucket = catalog_index.bucket
 
 rows = []
 for (layout, m, n, k), base in autotune.items():

@@ -1106,6 +1106,8 @@ KAAS_ENTRY(const __grid_constant__ TensorMap128 tmA, const __grid_constant__ Ten
 #endif
 #else
                     // Two swizzle atoms along K: atom `at` of the slot holds K [k0 + 64at, +64).
+                    // (A loop of one atom would serve BK 64 too, but renumbers the registers
+                    // of every shipped PTX, whose sha256 names it: BK 64 keeps its own lines.)
 #pragma unroll
                     for (int at = 0; at < BK / 64; ++at) {
 #if KAAS_CLUSTER_N > 1
