@@ -1328,6 +1328,55 @@ fn tma_store_hopper_kernels_pass_the_verifier() {
     runs.assert_all_passed();
 }
 
+/// K-128 ring slots (`KAAS_BK=128`: two swizzle atoms per slot, two TMA boxes of A and of
+/// tn's B, nn's B boxes 128 rows deep) pass the verifier: the narrow and 64-column tiles of
+/// one and two consumers, accumulator chains, the atomic split-K with uneven slices, a
+/// cluster along N, the TMA store; both layouts where they build, on shapes whose K is no
+/// multiple of 128 (the second atom of the last slot is past K: zeros) and that the tiles
+/// do not divide; one tile per CTA and persistent grids of 3 blocks. fp32 accumulators, the
+/// only ones the tuner offers K 128 with.
+#[test]
+fn bk128_hopper_kernels_pass_the_verifier() {
+    use kaas::tuner::hopper::{self, HopperConfig};
+    if !hopper_or_skip() {
+        return;
+    }
+    let base = [
+        HopperConfig::new(64, 16, 4, 1),
+        HopperConfig::new(64, 32, 16, 1),
+        HopperConfig::new(64, 64, 8, 1),
+        HopperConfig::new(128, 64, 8, 2),
+        HopperConfig { chains: 2, ..HopperConfig::new(64, 64, 8, 1) },
+        HopperConfig { cluster_n: 2, ..HopperConfig::new(64, 64, 8, 1) },
+        HopperConfig { tma_store: true, ..HopperConfig::new(64, 64, 8, 1) },
+    ];
+    let codes: Vec<HopperConfig> = base.iter().map(|c| hopper::bk128_twin(c).expect("a twin")).collect();
+    let shapes = [(1000, 1000, 1000), (200, 520, 136), (64, 512, 4104), (130, 264, 200)];
+    let mut runs = VerifierRuns::new("K128");
+    for (p, code, ptx) in hopper_cases(&codes, &shapes) {
+        for blocks in [None, Some(3)] {
+            let cfg = HopperConfig { persistent: blocks.is_some(), ..code };
+            let mut manifest = cfg.manifest(&p, 132);
+            if let Some(b) = blocks {
+                let cl = cfg.cluster_size();
+                manifest.launches[0].grid[0] = manifest.launches[0].grid[0].min((b / cl).max(1) * cl);
+            }
+            let grid = manifest.launches[0].grid[0];
+            runs.run(&format!("{p} {} grid {grid}", cfg.label()), ptx.clone(), manifest);
+        }
+    }
+    // The atomic split-K: 5 and 16 slices of 33 K-tiles of 128 (the last one partial).
+    for split in [5, 16] {
+        let code = hopper::bk128_twin(&HopperConfig { split, atomic: true, ..HopperConfig::new(64, 32, 16, 1) }).expect("a twin");
+        for layout in Layout::ALL.into_iter().filter(|&l| code.supports(l)) {
+            let p = Problem::new(Arch::Sm90, Acc::F32, layout, Shape::new(100, 264, 4200).expect("shape"));
+            let ptx = hopper::compile(&code, p.acc, layout).expect("compile");
+            runs.run(&format!("{p} {}", code.label()), ptx, code.manifest(&p, 132));
+        }
+    }
+    runs.assert_all_passed();
+}
+
 /// The skinny shapes' clusters (2, 4 and 8 CTAs along N multicasting A, or along M
 /// multicasting B) pass the verifier: every such code of the search, both layouts where it
 /// builds, on shapes whose tiles leave a cluster partly past the edge (the CTAs there load

@@ -25,7 +25,8 @@
 //                   correct, and slower than the other tiles on 12 of 13 large shapes)
 //   KAAS_BK         64 (one 128-byte swizzle atom of fp16 along K); 128 (two atoms per ring
 //                   slot: A and tn-B take two TMA boxes each, nn-B boxes are [64, 128]; half the
-//                   slots and barrier round trips per K) runs in hopper-probe only, so far
+//                   slots and barrier round trips per K): `kaas tune --trial bk128` offers it
+//                   with the tiles of BN <= 64 and fp32 accumulators (entries NxNx128)
 //   KAAS_STAGES     shared-memory ring depth, 2..16 (bounded by the smem formula below)
 //   KAAS_CONSUMERS  consumer warpgroups, 1 or 2 (each owns BM/CONSUMERS rows of the tile)
 //   KAAS_CLUSTER_M  CTAs per cluster along M: 1 (no cluster), 2, 4 or 8 (the CTAs compute

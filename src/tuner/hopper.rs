@@ -105,6 +105,22 @@ pub struct HopperConfig {
     /// Unsplit tiles whose BN is a multiple of 64.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub tma_store: bool,
+    /// K per ring slot (`KAAS_BK`, the tile's third figure in the entry): 64, one 128-byte
+    /// swizzle atom of fp16; or 128, two atoms per slot, so half the slots, barrier round
+    /// trips and wgmma commit groups per K for the same bytes. The small tiles' loop pays
+    /// a fixed cost per slot (BENCHMARKS, session 14): 128 cut 64×16's cost per 64 of K from
+    /// 145 to 119 ns on the H100, and made 128×128 slower. Not with the cluster reduction,
+    /// stream-K or K split across consumers (never run together).
+    #[serde(default = "bk64", skip_serializing_if = "is_bk64")]
+    pub bk: u32,
+}
+
+fn bk64() -> u32 {
+    BK
+}
+
+fn is_bk64(v: &u32) -> bool {
+    *v == BK
 }
 
 pub(crate) fn one() -> u32 {
@@ -122,7 +138,7 @@ const UNIT_TARGETS: [(u32, u32); 4] = [(1, 4), (1, 2), (1, 1), (2, 1)];
 impl HopperConfig {
     /// A cooperative, unsplit configuration, one tile per block, without clusters.
     pub const fn new(bm: u32, bn: u32, stages: u32, consumers: u32) -> Self {
-        HopperConfig { bm, bn, stages, consumers, persistent: false, split: 1, atomic: false, pingpong: false, cluster_reduce: false, cluster_m: 1, cluster_n: 1, stream_k: false, ksplit: false, chains: 1, l2_256: false, tma_store: false }
+        HopperConfig { bm, bn, stages, consumers, persistent: false, split: 1, atomic: false, pingpong: false, cluster_reduce: false, cluster_m: 1, cluster_n: 1, stream_k: false, ksplit: false, chains: 1, l2_256: false, tma_store: false, bk: BK }
     }
 
     pub fn validate(&self) -> Result<(), String> {
@@ -192,7 +208,7 @@ impl HopperConfig {
                 return Err(format!("a cluster reduction takes 2 to 16 slices, not atomic; got split {}", self.split));
             }
             // Each CTA keeps its fp32 partial tile in its drained ring.
-            if self.stages * (self.bm + self.bn) * BK * 2 < self.bm * self.bn * 4 {
+            if self.stages * (self.bm + self.bn) * self.bk * 2 < self.bm * self.bn * 4 {
                 return Err(format!("a {}-stage ring cannot hold the {}x{} fp32 partial", self.stages, self.bm, self.bn));
             }
         }
@@ -201,6 +217,9 @@ impl HopperConfig {
         }
         if self.tma_store && (self.split > 1 || !self.bn.is_multiple_of(64)) {
             return Err(format!("the TMA-store epilogue stores 64-column pieces of unsplit tiles; got BN {} split {}", self.bn, self.split));
+        }
+        if !matches!(self.bk, 64 | 128) || (self.bk != BK && (self.cluster_reduce || self.stream_k || self.ksplit)) {
+            return Err(format!("K per ring slot {} is not 64, or 128 without the cluster reduction, stream-K or K split across consumers", self.bk));
         }
         if self.stream_k && (!self.atomic || self.split < 2 || self.cluster_reduce) {
             return Err(format!("stream-K needs the atomic reduction over a grid of 2 or more blocks; got split {}", self.split));
@@ -238,7 +257,7 @@ impl HopperConfig {
         };
         // K split across consumers: consumer 1's fp32 partial tile.
         let partial = if self.ksplit { self.bm * self.bn * 4 } else { 0 };
-        self.stages * (self.bm + self.bn) * BK * 2 + 1024 + staging + partial
+        self.stages * (self.bm + self.bn) * self.bk * 2 + 1024 + staging + partial
     }
 
     /// Whether the template builds this code for a layout: nn loads B in 64-column boxes,
@@ -276,7 +295,7 @@ impl HopperConfig {
     /// K-tiles), so that every block's range holds at least one (the template counts a
     /// shared tile's blocks as the owners of its first and last iterations and all between).
     fn stream_blocks(&self, p: &Problem) -> u32 {
-        let work = u64::from(self.tiles(p)) * u64::from(p.k.div_ceil(BK));
+        let work = u64::from(self.tiles(p)) * u64::from(p.k.div_ceil(self.bk));
         u32::try_from(work.min(u64::from(self.split))).unwrap_or(self.split).max(1)
     }
 
@@ -299,14 +318,14 @@ impl HopperConfig {
         let cn = if self.cluster_n > 1 { format!("_n{}", self.cluster_n) } else { String::new() };
         let cn = if self.chains > 1 { format!("{cn}_x{}", self.chains) } else { cn };
         let ts = if self.tma_store { "_ts" } else { "" };
-        format!("kaas_wgmma_{}_{}_{}x{}x{BK}_s{}_c{}_m{}_g{GROUP_M}{cn}{sk}{pp}{ts}", acc.as_str(), layout.as_str(), self.bm, self.bn, self.stages, self.consumers, self.cluster_m)
+        format!("kaas_wgmma_{}_{}_{}x{}x{}_s{}_c{}_m{}_g{GROUP_M}{cn}{sk}{pp}{ts}", acc.as_str(), layout.as_str(), self.bm, self.bn, self.bk, self.stages, self.consumers, self.cluster_m)
     }
 
     pub fn defines(&self, acc: Acc, layout: Layout) -> Vec<(String, String)> {
         [
             ("KAAS_BM", self.bm),
             ("KAAS_BN", self.bn),
-            ("KAAS_BK", BK),
+            ("KAAS_BK", self.bk),
             ("KAAS_STAGES", self.stages),
             ("KAAS_CONSUMERS", self.consumers),
             ("KAAS_CLUSTER_M", self.cluster_m),
@@ -328,8 +347,8 @@ impl HopperConfig {
     }
 
     /// The same code with the other grid (or another split count).
-    pub fn code_key(&self) -> (u32, u32, u32, u32, u8, bool, u32, u32, bool, u32, bool) {
-        (self.bm, self.bn, self.stages, self.consumers, self.split_mode(), self.pingpong, self.cluster_m, self.cluster_n, self.ksplit, self.chains, self.tma_store)
+    pub fn code_key(&self) -> (u32, u32, u32, u32, u8, bool, u32, u32, bool, u32, bool, u32) {
+        (self.bm, self.bn, self.stages, self.consumers, self.split_mode(), self.pingpong, self.cluster_m, self.cluster_n, self.ksplit, self.chains, self.tma_store, self.bk)
     }
 
     /// Blocks: a persistent grid takes one per SM, rounded down to whole clusters.
@@ -347,11 +366,12 @@ impl HopperConfig {
     pub fn manifest(&self, p: &Problem, sm_count: u32) -> Manifest {
         // Each CTA of a cluster loads its share of the tiles it shares and multicasts it: of
         // A, BM/CLUSTER_N rows; of B, tn BN/CLUSTER_M rows of K, nn 64 columns of N by
-        // BK/CLUSTER_M rows of K.
-        let b_box = if p.layout == Layout::Tn { [BK, self.bn / self.cluster_m] } else { [64, BK / self.cluster_m] };
+        // BK/CLUSTER_M rows of K. A and tn's B boxes are one swizzle atom (64) along K: a
+        // slot of K 128 takes two of each.
+        let b_box = if p.layout == Layout::Tn { [64, self.bn / self.cluster_m] } else { [64, self.bk / self.cluster_m] };
         let l2_promotion = if self.l2_256 { L2Promotion::B256 } else { L2Promotion::B128 };
         let mut params = vec![
-            Param::TensorMap(TensorMapSpec { operand: Operand::A, box_dims: [BK, self.bm / self.cluster_n], swizzle: Swizzle::B128, l2_promotion }),
+            Param::TensorMap(TensorMapSpec { operand: Operand::A, box_dims: [64, self.bm / self.cluster_n], swizzle: Swizzle::B128, l2_promotion }),
             Param::TensorMap(TensorMapSpec { operand: Operand::B, box_dims: b_box, swizzle: Swizzle::B128, l2_promotion }),
             if self.tma_store {
                 // 16 rows of 64 columns: one consumer warp's piece.
@@ -420,7 +440,7 @@ impl HopperConfig {
         let layout: Layout = layout.parse().ok()?;
         let dims: Vec<u32> = tile.split('x').map(|d| d.parse().ok()).collect::<Option<_>>()?;
         let [bm, bn, bk] = dims[..] else { return None };
-        if bk != BK || group != format!("g{GROUP_M}") {
+        if group != format!("g{GROUP_M}") {
             return None;
         }
         let cfg = HopperConfig {
@@ -440,6 +460,7 @@ impl HopperConfig {
             chains,
             l2_256: false,
             tma_store,
+            bk,
         };
         cfg.validate().ok()?;
         (cfg.entry(acc, layout) == entry).then_some((cfg, acc, layout))
@@ -484,7 +505,8 @@ impl HopperConfig {
         };
         let l2 = if self.l2_256 { " l2-256B" } else { "" };
         let l2 = if self.tma_store { format!(" tma-store{l2}") } else { l2.to_string() };
-        format!("{}x{} s{} c{}{cl}{pp}{}{split}{l2}", self.bm, self.bn, self.stages, self.consumers, if self.persistent { " persistent" } else { "" })
+        let bk = if self.bk != BK { format!(" k{}", self.bk) } else { String::new() };
+        format!("{}x{}{bk} s{} c{}{cl}{pp}{}{split}{l2}", self.bm, self.bn, self.stages, self.consumers, if self.persistent { " persistent" } else { "" })
     }
 }
 
@@ -610,6 +632,30 @@ pub fn tma_store_twin(c: &HopperConfig) -> Option<HopperConfig> {
         return None;
     }
     (2..=c.stages).rev().map(|stages| HopperConfig { stages, tma_store: true, ..*c }).find(|t| t.validate().is_ok())
+}
+
+/// The K-128 twin of a small-tile code (BN at most 64, where the loop's fixed cost per ring
+/// slot shows: BENCHMARKS, session 14): the same tile, grid and split with two swizzle atoms
+/// per slot and half the ring (at least 3 slots), the same bytes in flight. None for the
+/// codes K 128 does not run with, and for the large tiles (128×128: slower in the probe).
+pub fn bk128_twin(c: &HopperConfig) -> Option<HopperConfig> {
+    if c.bk != BK || c.bn > 64 {
+        return None;
+    }
+    (3..=c.stages.div_ceil(2).max(3)).rev().map(|stages| HopperConfig { stages, bk: 128, ..*c }).find(|t| t.validate().is_ok())
+}
+
+/// The K-128 twins of every code the search or a trial may offer (`kaas tune --trial
+/// bk128`), split-K's included, once each.
+pub fn bk128_codes() -> Vec<HopperConfig> {
+    let mut out: Vec<HopperConfig> = Vec::new();
+    let all = space().into_iter().chain(skinny_cluster_codes()).chain(skinny_chains_codes()).chain(multicast_codes()).chain(chains_codes()).chain(split_tiles()).chain(chains_split_tiles()).chain(tma_store_codes());
+    for t in all.filter_map(|c| bk128_twin(&HopperConfig { persistent: false, l2_256: false, ..c })) {
+        if !out.iter().any(|o| o.code_key() == t.code_key()) {
+            out.push(t);
+        }
+    }
+    out
 }
 
 /// The TMA-store twins of every unsplit code the search or a trial may offer (`kaas tune
@@ -808,7 +854,6 @@ pub fn cluster_tiles() -> Vec<HopperConfig> {
 /// shapes on an H100 it was slower than the atomic one on all but one (up to 1.6×); it
 /// stays in the template for whoever needs bit-identical runs.
 pub fn split_space(p: &Problem, sm_count: u32) -> Vec<HopperConfig> {
-    let ktiles = p.k.div_ceil(BK);
     let mut out = Vec::new();
     if p.acc != Acc::F32 {
         return out;
@@ -818,6 +863,7 @@ pub fn split_space(p: &Problem, sm_count: u32) -> Vec<HopperConfig> {
         if tiles >= sm_count {
             continue;
         }
+        let ktiles = p.k.div_ceil(t.bk);
         let mut splits: Vec<u32> = UNIT_TARGETS.iter().map(|(num, den)| sm_count * num / den / tiles).chain([ktiles / 2]).collect();
         splits.sort_unstable();
         splits.dedup();
@@ -1304,7 +1350,14 @@ mod tests {
                 assert_eq!(&crate::catalog::bundle::sha256_hex(text.as_bytes()), sha, "{}: PTX does not match its sha256", dir.display());
             }
             for e in &index.entries {
-                let Some((cfg, acc, layout)) = HopperConfig::of_launch(&e.manifest.launches[0], &e.problem) else { continue };
+                let launch = &e.manifest.launches[0];
+                if !launch.entry.starts_with("kaas_wgmma_") {
+                    continue;
+                }
+                // Every shipped Hopper entry must name a configuration the tuner still
+                // knows: none is skipped unchecked.
+                let (cfg, acc, layout) = HopperConfig::of_launch(launch, &e.problem)
+                    .unwrap_or_else(|| panic!("{}: {} names no Hopper configuration", e.problem, launch.entry));
                 checked += 1;
                 if nvrtc::available().is_err() {
                     continue;
@@ -1389,7 +1442,7 @@ mod tests {
             return;
         }
         let mut seen = std::collections::BTreeSet::new();
-        for c in space().into_iter().chain(split_tiles()).chain(cluster_tiles()).chain(multicast_codes()).chain(stream_k_codes(132)).chain(wide_160_codes()).chain(skinny_cluster_codes()).chain(ksplit_codes()).chain(chains_codes()).chain(chains_split_tiles()).chain(tma_store_codes()) {
+        for c in space().into_iter().chain(split_tiles()).chain(cluster_tiles()).chain(multicast_codes()).chain(stream_k_codes(132)).chain(wide_160_codes()).chain(skinny_cluster_codes()).chain(ksplit_codes()).chain(chains_codes()).chain(chains_split_tiles()).chain(tma_store_codes()).chain(bk128_codes()) {
             if !seen.insert(c.code_key()) {
                 continue;
             }
@@ -1405,8 +1458,47 @@ mod tests {
                 // The TMA-store epilogue's instructions are there, and only there.
                 let stores = ptx.contains("stmatrix.sync.aligned.m8n8.x4") && ptx.contains("cp.async.bulk.tensor.2d.global.shared::cta");
                 assert_eq!(stores, c.tma_store, "{}", c.label());
+                // K 128: the slot's second swizzle atom is loaded at K + 64.
+                assert_eq!(ptx.contains(&format!(".entry kaas_wgmma_{}_{}_{}x{}x128_", acc.as_str(), layout.as_str(), c.bm, c.bn)), c.bk == 128, "{}", c.label());
             }
         }
+    }
+
+    #[test]
+    fn bk128_twins_halve_the_ring_and_keep_tile_grid_and_split() {
+        let p = |layout, m, n, k| Problem::new(Arch::Sm90, Acc::F32, layout, Shape::new(m, n, k).unwrap());
+        let c = HopperConfig::new(64, 64, 8, 1);
+        let t = bk128_twin(&c).unwrap();
+        assert_eq!(t, HopperConfig { stages: 4, bk: 128, ..c });
+        assert_eq!(t.entry(Acc::F32, Layout::Nn), "kaas_wgmma_f32_nn_64x64x128_s4_c1_m1_g16");
+        assert!(t.defines(Acc::F32, Layout::Nn).contains(&("KAAS_BK".to_string(), "128".to_string())));
+        assert_eq!(t.label(), "64x64 k128 s4 c1");
+        assert_eq!(t.shared_mem_bytes(), c.shared_mem_bytes(), "the same bytes in flight");
+        // At least three slots; narrow tiles; split-K keeps its count; no large tiles.
+        assert_eq!(bk128_twin(&HopperConfig::new(64, 16, 4, 1)).map(|t| t.stages), Some(3));
+        let split = HopperConfig { split: 8, atomic: true, ..HopperConfig::new(64, 32, 16, 1) };
+        assert_eq!(bk128_twin(&split), Some(HopperConfig { stages: 8, bk: 128, ..split }));
+        assert!(bk128_twin(&HopperConfig::new(128, 128, 6, 2)).is_none());
+        assert!(bk128_twin(&t).is_none(), "already 128");
+        assert!(HopperConfig { ksplit: true, bk: 128, ..HopperConfig::new(128, 64, 4, 2) }.validate().unwrap_err().contains("K per ring slot"));
+        assert!(HopperConfig { bk: 96, ..c }.validate().is_err());
+        // The manifest: boxes of one swizzle atom along K (nn's B: 128 rows of K), and the
+        // entry and launch give the configuration back.
+        for layout in Layout::ALL {
+            let prob = p(layout, 1000, 1000, 1000);
+            let man = t.manifest(&prob, 132);
+            man.validate().unwrap();
+            let l = &man.launches[0];
+            assert_eq!(l.grid, c.manifest(&prob, 132).launches[0].grid);
+            let (Param::TensorMap(a), Param::TensorMap(b)) = (&l.params[0], &l.params[1]) else { panic!("{:?}", l.params) };
+            assert_eq!(a.box_dims, [64, 64]);
+            assert_eq!(b.box_dims, if layout == Layout::Tn { [64, 64] } else { [64, 128] });
+            assert_eq!(HopperConfig::of_launch(l, &prob), Some((t, Acc::F32, layout)));
+        }
+        // Every code once, each a valid twin, split-K's among them.
+        let codes = bk128_codes();
+        assert!(codes.iter().all(|c| c.bk == 128 && c.validate().is_ok() && c.bn <= 64));
+        assert!(codes.iter().any(|c| c.split > 1) && codes.iter().any(|c| c.tma_store) && codes.iter().any(|c| c.cluster_size() > 1));
     }
 
     #[test]

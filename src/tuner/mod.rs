@@ -130,6 +130,9 @@ pub enum Trial {
     /// The TMA-store twin (`_ts`) of every unsplit Hopper candidate of the problem whose BN is
     /// a multiple of 64: the same tile and grid, C stored by bulk tensor stores.
     TmaStore,
+    /// The K-128 twin (two swizzle atoms per ring slot, half the slots) of every Hopper
+    /// candidate of the problem whose BN is at most 64, split-K's included.
+    Bk128,
 }
 
 impl Trial {
@@ -151,6 +154,7 @@ impl Trial {
             Trial::L2 => Vec::new(),
             Trial::MmaDeep => return mma::deep_codes().into_iter().map(Candidate::Mma).collect(),
             Trial::TmaStore => hopper::tma_store_codes(),
+            Trial::Bk128 => hopper::bk128_codes(),
         };
         hopper.into_iter().map(Candidate::Hopper).collect()
     }
@@ -165,7 +169,7 @@ impl Trial {
             Trial::L2 => return hopper::space_for(p, sm_count).into_iter().map(|c| Candidate::Hopper(hopper::HopperConfig { l2_256: !c.l2_256, ..c })).collect(),
             Trial::MmaDeep => return mma::deep_space_for(p, sm_count).into_iter().map(Candidate::Mma).collect(),
             // Its twins are of the whole space, the other trials' included: [`space_with`].
-            Trial::TmaStore => return Vec::new(),
+            Trial::TmaStore | Trial::Bk128 => return Vec::new(),
             Trial::Ksplit => hopper::ksplit_codes(),
             // And the skinny shapes' clusters (loaded with the search's codes anyway) on
             // every shape: cuBLASLt's autotuned pick runs in clusters of two on the skinny
@@ -201,7 +205,7 @@ fn codes_with(families: &[Family], trials: &[Trial], acc: Acc, layout: Layout) -
 /// `--trial multicast,tma-store` times clusters with the TMA store.
 fn space_with(p: &Problem, families: &[Family], trials: &[Trial], sm_count: u32) -> Vec<Candidate> {
     let mut out = space_for(p, families, sm_count);
-    let mut add = |out: &mut Vec<Candidate>, c: Candidate| {
+    let add = |out: &mut Vec<Candidate>, c: Candidate| {
         if !out.contains(&c) {
             out.push(c);
         }
@@ -214,6 +218,18 @@ fn space_with(p: &Problem, families: &[Family], trials: &[Trial], sm_count: u32)
     if families.contains(&Family::Hopper) && trials.contains(&Trial::TmaStore) {
         let twins: Vec<Candidate> = out.iter().filter_map(|c| match c {
             Candidate::Hopper(h) if !h.tma_store => hopper::tma_store_twin(h).map(Candidate::Hopper),
+            _ => None,
+        }).collect();
+        for c in twins {
+            add(&mut out, c);
+        }
+    }
+    // fp32 accumulators only: with fp16 ones a K-128 probe code's deviation exceeded
+    // cuBLAS's (100×200×136 nn: 0.0138 against 0.0118; BENCHMARKS, session 14).
+    if families.contains(&Family::Hopper) && trials.contains(&Trial::Bk128) && p.acc == Acc::F32 {
+        // A split keeps its count where each slice still gets two K-tiles of 128.
+        let twins: Vec<Candidate> = out.iter().filter_map(|c| match c {
+            Candidate::Hopper(h) => hopper::bk128_twin(h).filter(|t| t.split <= 1 || t.stream_k || p.k.div_ceil(t.bk) >= 2 * t.split).map(Candidate::Hopper),
             _ => None,
         }).collect();
         for c in twins {
@@ -751,6 +767,9 @@ pub fn kind(c: &Candidate) -> String {
             if h.tma_store {
                 tags.push("TMA store");
             }
+            if h.bk == 128 {
+                tags.push("K 128");
+            }
         }
     }
     tags.join("+")
@@ -959,7 +978,7 @@ mod tests {
         let nn = Problem::new(Arch::Sm90, Acc::F32, Layout::Nn, Shape::new(8192, 8192, 8192).unwrap());
         assert!(space_with(&nn, &hopper, &[Trial::Wide160], 132).iter().all(|c| !matches!(c, Candidate::Hopper(h) if h.bn == 160)), "tn only");
         for layout in Layout::ALL {
-            let all = [Trial::Ksplit, Trial::Chains, Trial::Multicast, Trial::Wide160, Trial::L2, Trial::TmaStore];
+            let all = [Trial::Ksplit, Trial::Chains, Trial::Multicast, Trial::Wide160, Trial::L2, Trial::TmaStore, Trial::Bk128];
             let entries: std::collections::HashSet<String> = codes_with(&hopper, &all, Acc::F32, layout).iter().map(|c| c.entry(Acc::F32, layout)).collect();
             for (m, n, k) in [(64, 512, 1024), (8192, 8192, 8192), (1000, 64, 4096)] {
                 let prob = Problem::new(Arch::Sm90, Acc::F32, layout, Shape::new(m, n, k).unwrap());
@@ -1021,6 +1040,17 @@ mod tests {
         let m2 = hopper::multicast_codes().into_iter().find(|c| c.cluster_m == 2 && !c.pingpong && c.persistent).unwrap();
         let m2 = HopperConfig { l2_256: hopper::wide_l2_suits(&big), ..m2 };
         assert!(both_trials.contains(&Candidate::Hopper(hopper::tma_store_twin(&m2).unwrap())), "{}", m2.label());
+        // The K-128 trial twins the small tiles, split-K's with two 128-deep K-tiles a slice.
+        let long = p(64, 512, 8192);
+        let plain = space_for(&long, &hopper, 132);
+        let twins: Vec<HopperConfig> = space_with(&long, &hopper, &[Trial::Bk128], 132).into_iter().filter(|c| !plain.contains(c)).filter_map(|c| match c {
+            Candidate::Hopper(h) => Some(h),
+            _ => None,
+        }).collect();
+        assert!(twins.iter().all(|h| h.bk == 128 && h.bn <= 64 && (h.split <= 1 || 64 >= 2 * h.split)), "{twins:?}");
+        assert!(twins.iter().any(|h| h.split > 1) && twins.iter().any(|h| h.split <= 1), "{twins:?}");
+        let f16 = Problem::new(Arch::Sm90, Acc::F16, Layout::Tn, Shape::new(64, 512, 8192).unwrap());
+        assert_eq!(space_with(&f16, &hopper, &[Trial::Bk128], 132), space_for(&f16, &hopper, 132), "fp32 only");
         // The mma trial adds the deep-ring codes with the mma family, and loads each once;
         // 8192×256×2048 is past the family's search, within the trial's reach.
         let both = [Family::Hopper, Family::Mma];
@@ -1097,6 +1127,7 @@ mod tests {
         let twin = hopper::tma_store_twin(&coop).unwrap();
         let m2pp = HopperConfig { cluster_m: 2, pingpong: true, persistent: true, ..HopperConfig::new(64, 256, 5, 2) };
         assert_eq!(kind(&Candidate::Hopper(twin)), "cooperative+TMA store");
+        assert_eq!(kind(&Candidate::Hopper(hopper::bk128_twin(&HopperConfig { split: 4, atomic: true, ..HopperConfig::new(64, 32, 16, 1) }).unwrap())), "split-K+K 128");
         assert_eq!(kind(&Candidate::Hopper(m2pp)), "ping-pong+cluster");
         assert_eq!(kind(&Candidate::Mma(mma::deep_codes()[0])), "mma deep ring");
         let result = |problem: Problem, samples: Vec<(HopperConfig, f64)>| ProblemResult {
