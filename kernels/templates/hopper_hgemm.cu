@@ -249,12 +249,15 @@ typedef unsigned long long u64;
 // wrong by design): which path a K-tile's time sits on. 0 (default) the kernel;
 // 1 loads only (consumers wait for each slot and release it, no wgmma); 2 math only (the
 // producer completes each full barrier with a plain arrive, no TMA: wgmmas read whatever
-// the ring holds); 3 neither (the barriers' round trips alone); 4 no C stores.
+// the ring holds); 3 neither (the barriers' round trips, with the wgmma fence, commit and
+// wait of each slot); 4 no C stores; 5 neither, and no wgmma fence, commit or wait (the
+// mbarrier round trips alone: 3 minus 5 is what the wgmma synchronisation costs a slot).
 #ifndef KAAS_PROBE
 #define KAAS_PROBE 0
 #endif
-#define KAAS_PROBE_MATH (KAAS_PROBE != 1 && KAAS_PROBE != 3)
-#define KAAS_PROBE_LOADS (KAAS_PROBE != 2 && KAAS_PROBE != 3)
+#define KAAS_PROBE_MATH (KAAS_PROBE != 1 && KAAS_PROBE != 3 && KAAS_PROBE != 5)
+#define KAAS_PROBE_LOADS (KAAS_PROBE != 2 && KAAS_PROBE != 3 && KAAS_PROBE != 5)
+#define KAAS_PROBE_SYNC (KAAS_PROBE != 5)
 
 #if KAAS_ACC_F32
 #define KAAS_ACC_TAG f32
@@ -382,7 +385,7 @@ static_assert(CL == 1, "split-K runs without clusters");
 static_assert(KAAS_ACC_F32, "split-K partials are fp32: acc=f32 only");
 static_assert(KAAS_SPLITK >= 1 && KAAS_SPLITK <= 3, "KAAS_SPLITK must be 0, 1, 2 or 3");
 #endif
-static_assert(KAAS_PROBE >= 0 && KAAS_PROBE <= 4, "KAAS_PROBE must be 0..4");
+static_assert(KAAS_PROBE >= 0 && KAAS_PROBE <= 5, "KAAS_PROBE must be 0..5");
 static_assert(KAAS_EPILOGUE >= 0 && KAAS_EPILOGUE <= 2, "KAAS_EPILOGUE must be 0, 1 or 2");
 static_assert(!KAAS_EPI_TMA || (KAAS_BN % 64 == 0 && KAAS_SPLITK == 0),
               "the TMA-store epilogue stores 64-column pieces of unsplit tiles");
@@ -1254,7 +1257,9 @@ KAAS_ENTRY(const __grid_constant__ TensorMap128 tmA, const __grid_constant__ Ten
                 mbar_wait(full0 + 8 * s, ph);
                 const u32 a_base = sA + s * A_STAGE_BYTES + (KAAS_WHOLE_TILE ? 0 : cw * WG_M * 128);
                 const u32 b_base = sB + s * B_STAGE_BYTES;
+#if KAAS_PROBE_SYNC
                 wgmma_fence();
+#endif
 #if KAAS_PROBE_MATH
 #pragma unroll
                 for (int kk = 0; kk < BK / 16; ++kk) {
@@ -1286,13 +1291,17 @@ KAAS_ENTRY(const __grid_constant__ TensorMap128 tmA, const __grid_constant__ Ten
                 (void)a_base;
                 (void)b_base;
 #endif  // KAAS_PROBE_MATH
+#if KAAS_PROBE_SYNC
                 wgmma_commit();
+#endif
 #if KAAS_KSPLIT
                 if (mine++ > 0) {  // this consumer's previous K-tile
 #else
                 if (kt > KAAS_KB) {
 #endif
+#if KAAS_PROBE_SYNC
                     wgmma_wait<1>();  // the previous k-tile's wgmmas are done: free its slot
+#endif
                     if (lane == 0) mbar_release(empty0 + 8 * prev);
                 }
                 prev = s;

@@ -9,8 +9,9 @@
 #           e.g. 128x256_s4_c2_m1_g16
 #           (_e0: KAAS_EPILOGUE=0, direct 4-byte stores; _pp: KAAS_PINGPONG=1; _rc: the cluster
 #           release arrives with .release.cluster, KAAS_MC_ARRIVE_CTA=0; _x2, _x4: KAAS_CHAINS;
-#           _p1.._p4: KAAS_PROBE, a diagnostic variant whose results are wrong by design, so
-#           bench mode only: 1 loads only, 2 math only, 3 neither, 4 no C stores; _k128:
+#           _p1.._p5: KAAS_PROBE, a diagnostic variant whose results are wrong by design, so
+#           bench mode only: 1 loads only, 2 math only, 3 neither, 4 no C stores, 5 neither
+#           and no wgmma fence/commit/wait; _k128:
 #           KAAS_BK=128, two swizzle atoms per ring slot); the entry is named
 #           kaas_wgmma_<acc>_<layout>_<CONFIG>
 #   LAYOUT  tn | nn      ACC  f32 | f16      MODE  check | bench | both
@@ -29,7 +30,7 @@ plan_file=${1:-$here/plans/default.txt}
 grep -v '^\s*#' "$plan_file" | awk 'NF>=5 {print $1, $2, $3}' | sort -u > "$out/builds.txt"
 build_one() {
   local cfg=$1 layout=$2 acc=$3
-  if [[ ! $cfg =~ ^([0-9]+)x([0-9]+)_s([0-9]+)_c([0-9]+)_m([0-9]+)_g([0-9]+)(_e0)?(_pp)?(_rc)?(_x[24])?(_p[0-4])?(_k128)?$ ]]; then
+  if [[ ! $cfg =~ ^([0-9]+)x([0-9]+)_s([0-9]+)_c([0-9]+)_m([0-9]+)_g([0-9]+)(_e0)?(_pp)?(_rc)?(_x[24])?(_p[0-5])?(_k128)?$ ]]; then
     echo "bad config $cfg" > "$build/build-$cfg-$layout-$acc.log"; return 1
   fi
   local tn=$([ "$layout" = tn ] && echo 1 || echo 0) f32=$([ "$acc" = f32 ] && echo 1 || echo 0)

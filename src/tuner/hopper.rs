@@ -891,8 +891,51 @@ pub fn space_for(p: &Problem, sm_count: u32) -> Vec<HopperConfig> {
     if skinny(p, sm_count) {
         out.extend(chains_split_space(p, sm_count));
     }
+    if takes_tma_store(p) {
+        let twins: Vec<HopperConfig> = out.iter().filter_map(tma_store_twin).collect();
+        extend_new(&mut out, twins);
+    }
+    if takes_bk128(p) {
+        let twins: Vec<HopperConfig> = out.iter().filter_map(|c| bk128_twin_for(c, p)).collect();
+        extend_new(&mut out, twins);
+    }
     let l2_256 = wide_l2_suits(p);
     out.into_iter().map(|c| HopperConfig { l2_256, ..c }).collect()
+}
+
+fn extend_new(out: &mut Vec<HopperConfig>, more: Vec<HopperConfig>) {
+    for c in more {
+        if !out.contains(&c) {
+            out.push(c);
+        }
+    }
+}
+
+/// Whether the search gives a problem's unsplit 64-column candidates their TMA-store twins
+/// ([`tma_store_twin`]): tn with fp32 accumulators. On an H100 (session 14, 98 tn shapes of
+/// 2^28 to 2^40 FLOP timed exhaustively) a TMA-store code was the best on 63, and beside the
+/// search's space it gained 1.6% (geomean over all 98, at most 11%). nn and the f16
+/// accumulator are not timed yet: `--trial tma-store` adds them there.
+pub fn takes_tma_store(p: &Problem) -> bool {
+    p.layout == Layout::Tn && p.acc == Acc::F32
+}
+
+/// Whether the search gives a problem's small tiles their K-128 twins ([`bk128_twin`]): tn
+/// with fp32 accumulators and K ≥ 1024. On an H100 (session 14, 100 skinny tn shapes of
+/// K ≥ 1024 timed exhaustively) a K-128 code was the best on 36, and beside the search's
+/// space it gained 1.2% (geomean over all 100, at most 11.6%). Elsewhere: `--trial bk128`.
+pub fn takes_bk128(p: &Problem) -> bool {
+    p.layout == Layout::Tn && p.acc == Acc::F32 && p.k >= 1024
+}
+
+/// [`bk128_twin`] where the problem suits it: fp32 accumulators (with fp16 ones a K-128 code
+/// deviated more than cuBLAS: BENCHMARKS, session 14), and a split keeps its count only
+/// where each slice still gets two K-tiles of 128.
+pub fn bk128_twin_for(c: &HopperConfig, p: &Problem) -> Option<HopperConfig> {
+    if p.acc != Acc::F32 {
+        return None;
+    }
+    bk128_twin(c).filter(|t| t.split <= 1 || t.stream_k || p.k.div_ceil(t.bk) >= 2 * t.split)
 }
 
 /// Whether the search's candidates for a problem take tensor maps that widen L2 misses to
@@ -1461,6 +1504,27 @@ mod tests {
                 // K 128: the slot's second swizzle atom is loaded at K + 64.
                 assert_eq!(ptx.contains(&format!(".entry kaas_wgmma_{}_{}_{}x{}x128_", acc.as_str(), layout.as_str(), c.bm, c.bn)), c.bk == 128, "{}", c.label());
             }
+        }
+    }
+
+    /// hopper-probe's diagnostic variants (`KAAS_PROBE`, never in the tuner) still build:
+    /// 3 keeps the wgmma fence, commit and wait of each slot, 5 drops them too, and neither
+    /// issues a wgmma.
+    #[test]
+    fn the_probe_variants_compile_where_nvrtc_is_present() {
+        if let Err(why) = nvrtc::available() {
+            eprintln!("SKIP: no NVRTC ({why})");
+            return;
+        }
+        let c = HopperConfig::new(64, 16, 4, 1);
+        for probe in 1..=5 {
+            let mut defines = c.defines(Acc::F32, Layout::Tn);
+            defines.push(("KAAS_PROBE".to_string(), probe.to_string()));
+            let ptx = nvrtc::compile(TEMPLATE, TEMPLATE_NAME, TARGET, &defines).unwrap_or_else(|e| panic!("probe {probe}: {e}"));
+            assert!(ptx.contains(&format!(".entry {}", c.entry(Acc::F32, Layout::Tn))), "probe {probe}");
+            assert_eq!(ptx.contains("wgmma.mma_async"), matches!(probe, 2 | 4), "probe {probe}: wgmma only where the math stays");
+            assert_eq!(ptx.contains("wgmma.commit_group"), probe != 5, "probe {probe}");
+            assert_eq!(ptx.contains("cp.async.bulk.tensor.2d.shared::cluster.global"), matches!(probe, 1 | 4), "probe {probe}: TMA loads only where the loads stay");
         }
     }
 

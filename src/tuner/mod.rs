@@ -128,10 +128,14 @@ pub enum Trial {
     /// tiles make at most two waves (CUDA-L2's choice for the skinny, long-K mid shapes).
     MmaDeep,
     /// The TMA-store twin (`_ts`) of every unsplit Hopper candidate of the problem whose BN is
-    /// a multiple of 64: the same tile and grid, C stored by bulk tensor stores.
+    /// a multiple of 64: the same tile and grid, C stored by bulk tensor stores. The search
+    /// takes them on tn with fp32 accumulators; the trial adds them on nn and fp16, and to
+    /// the other trials' candidates.
     TmaStore,
     /// The K-128 twin (two swizzle atoms per ring slot, half the slots) of every Hopper
-    /// candidate of the problem whose BN is at most 64, split-K's included.
+    /// candidate of the problem whose BN is at most 64, split-K's included; fp32 only. The
+    /// search takes them on tn with K ≥ 1024; the trial adds them on nn and shorter K, and
+    /// to the other trials' candidates.
     Bk128,
 }
 
@@ -224,12 +228,9 @@ fn space_with(p: &Problem, families: &[Family], trials: &[Trial], sm_count: u32)
             add(&mut out, c);
         }
     }
-    // fp32 accumulators only: with fp16 ones a K-128 probe code's deviation exceeded
-    // cuBLAS's (100×200×136 nn: 0.0138 against 0.0118; BENCHMARKS, session 14).
-    if families.contains(&Family::Hopper) && trials.contains(&Trial::Bk128) && p.acc == Acc::F32 {
-        // A split keeps its count where each slice still gets two K-tiles of 128.
+    if families.contains(&Family::Hopper) && trials.contains(&Trial::Bk128) {
         let twins: Vec<Candidate> = out.iter().filter_map(|c| match c {
-            Candidate::Hopper(h) => hopper::bk128_twin(h).filter(|t| t.split <= 1 || t.stream_k || p.k.div_ceil(t.bk) >= 2 * t.split).map(Candidate::Hopper),
+            Candidate::Hopper(h) => hopper::bk128_twin_for(h, p).map(Candidate::Hopper),
             _ => None,
         }).collect();
         for c in twins {
@@ -255,6 +256,13 @@ fn codes(families: &[Family], acc: Acc, layout: Layout) -> Vec<Candidate> {
         out.extend(hopper::space().into_iter().chain(hopper::skinny_cluster_codes()).chain(hopper::split_tiles()).map(Candidate::Hopper));
         if acc == Acc::F32 {
             out.extend(hopper::skinny_chains_codes().into_iter().chain(hopper::chains_split_tiles()).map(Candidate::Hopper));
+        }
+        // The twins the search takes on tn with fp32 accumulators (hopper::takes_tma_store,
+        // hopper::takes_bk128).
+        if acc == Acc::F32 && layout == Layout::Tn {
+            let known: std::collections::HashSet<_> = out.iter().filter_map(|c| match c { Candidate::Hopper(h) => Some(h.code_key()), _ => None }).collect();
+            let twins = hopper::tma_store_codes().into_iter().chain(hopper::bk128_codes()).filter(|h| !known.contains(&h.code_key()));
+            out.extend(twins.map(Candidate::Hopper));
         }
     }
     if families.contains(&Family::Mma) {
@@ -991,7 +999,8 @@ mod tests {
         // Chains come unsplit and with the split counts split-K takes on the problem.
         let long = p(64, 512, 8192);
         let chained: Vec<HopperConfig> = space_with(&long, &hopper, &[Trial::Chains], 132).into_iter().filter_map(|c| match c {
-            Candidate::Hopper(h) if h.chains > 1 => Some(h),
+            // (K 64: the search's K-128 twins of them are the K-128 trial's subject.)
+            Candidate::Hopper(h) if h.chains > 1 && h.bk == 64 => Some(h),
             _ => None,
         }).collect();
         assert!(chained.iter().any(|h| h.split > 1 && h.atomic) && chained.iter().any(|h| h.split == 1), "{chained:?}");
@@ -1024,8 +1033,11 @@ mod tests {
             assert!(with.contains(&Candidate::Hopper(HopperConfig { l2_256: hopper::wide_l2_suits(&mid_skinny), ..c })), "{}", c.label());
         }
         assert_eq!(codes_with(&hopper, &[Trial::Multicast], Acc::F32, Layout::Tn).len(), codes(&hopper, Acc::F32, Layout::Tn).len() + hopper::multicast_codes().len());
-        // The TMA-store trial twins the search's unsplit 64-column candidates, grid kept.
-        let big = p(8192, 8192, 8192);
+        // The TMA-store trial twins the search's unsplit 64-column candidates, grid kept, where
+        // the search does not already (nn; on tn with fp32 accumulators it does).
+        let big = Problem::new(Arch::Sm90, Acc::F32, Layout::Nn, Shape::new(8192, 8192, 8192).unwrap());
+        assert!(space_for(&p(8192, 8192, 8192), &hopper, 132).iter().any(|c| matches!(c, Candidate::Hopper(h) if h.tma_store)));
+        assert!(!space_for(&big, &hopper, 132).iter().any(|c| matches!(c, Candidate::Hopper(h) if h.tma_store)));
         let plain = space_for(&big, &hopper, 132);
         let twins: Vec<Candidate> = space_with(&big, &hopper, &[Trial::TmaStore], 132).into_iter().filter(|c| !plain.contains(c)).collect();
         // (Rings cut to fit the second staging buffer may make two candidates one twin.)
@@ -1040,14 +1052,16 @@ mod tests {
         let m2 = hopper::multicast_codes().into_iter().find(|c| c.cluster_m == 2 && !c.pingpong && c.persistent).unwrap();
         let m2 = HopperConfig { l2_256: hopper::wide_l2_suits(&big), ..m2 };
         assert!(both_trials.contains(&Candidate::Hopper(hopper::tma_store_twin(&m2).unwrap())), "{}", m2.label());
-        // The K-128 trial twins the small tiles, split-K's with two 128-deep K-tiles a slice.
-        let long = p(64, 512, 8192);
+        // The K-128 trial twins the small tiles, split-K's with two 128-deep K-tiles a slice,
+        // where the search does not already (below K 1024; at 1024 and up on tn it does).
+        assert!(space_for(&p(64, 512, 8192), &hopper, 132).iter().any(|c| matches!(c, Candidate::Hopper(h) if h.bk == 128 && h.split > 1)));
+        let long = p(64, 512, 960);
         let plain = space_for(&long, &hopper, 132);
         let twins: Vec<HopperConfig> = space_with(&long, &hopper, &[Trial::Bk128], 132).into_iter().filter(|c| !plain.contains(c)).filter_map(|c| match c {
             Candidate::Hopper(h) => Some(h),
             _ => None,
         }).collect();
-        assert!(twins.iter().all(|h| h.bk == 128 && h.bn <= 64 && (h.split <= 1 || 64 >= 2 * h.split)), "{twins:?}");
+        assert!(twins.iter().all(|h| h.bk == 128 && h.bn <= 64 && (h.split <= 1 || 8 >= 2 * h.split)), "{twins:?}");
         assert!(twins.iter().any(|h| h.split > 1) && twins.iter().any(|h| h.split <= 1), "{twins:?}");
         let f16 = Problem::new(Arch::Sm90, Acc::F16, Layout::Tn, Shape::new(64, 512, 8192).unwrap());
         assert_eq!(space_with(&f16, &hopper, &[Trial::Bk128], 132), space_for(&f16, &hopper, 132), "fp32 only");
@@ -1120,7 +1134,9 @@ mod tests {
 
     #[test]
     fn the_kinds_report_names_each_best_and_its_gain_over_the_search() {
-        let prob = p(8192, 8192, 8192);
+        // nn, where the TMA-store twins are a trial's, not the search's.
+        let nn = |m, n, k| Problem::new(Arch::Sm90, Acc::F32, Layout::Nn, Shape::new(m, n, k).unwrap());
+        let prob = nn(8192, 8192, 8192);
         let searched: Vec<HopperConfig> = hopper::space_for(&prob, 132);
         let coop = searched.iter().copied().find(|c| !c.pingpong && c.bn == 256).expect("a cooperative 128x256");
         let pp = searched.iter().copied().find(|c| c.pingpong).expect("a ping-pong code");
@@ -1147,7 +1163,7 @@ mod tests {
         // 8192³: the TMA-store twin beats the search's best (1.00) by 5%.
         state.results.insert(prob.path(), result(prob, vec![(coop, 1.0), (pp, 0.98), (twin, 1.05)]));
         // 4096³: a search code stays best.
-        let q = p(4096, 4096, 4096);
+        let q = nn(4096, 4096, 4096);
         state.results.insert(q.path(), result(q, vec![(pp, 1.02), (HopperConfig { tma_store: true, ..pp }, 0.99)]));
         let report = kinds_report(&state, 132);
         assert!(report.contains("over 2 problem(s) (1 best outside the search's own space"), "{report}");
