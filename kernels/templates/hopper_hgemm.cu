@@ -26,7 +26,9 @@
 //   KAAS_BK         64 (one 128-byte swizzle atom of fp16 along K); 128 (two atoms per ring
 //                   slot: A and tn-B take two TMA boxes each, nn-B boxes are [64, 128]; half the
 //                   slots and barrier round trips per K): `kaas tune --trial bk128` offers it
-//                   with the tiles of BN <= 64 and fp32 accumulators (entries NxNx128)
+//                   with the tiles of BN <= 64 and fp32 accumulators (entries NxNx128); 256
+//                   (four atoms; hopper-probe only, so far: exact on 7 shapes, and 15% less
+//                   per K than 128 on 64x16 tiles)
 //   KAAS_STAGES     shared-memory ring depth, 2..16 (bounded by the smem formula below)
 //   KAAS_CONSUMERS  consumer warpgroups, 1 or 2 (each owns BM/CONSUMERS rows of the tile)
 //   KAAS_CLUSTER_M  CTAs per cluster along M: 1 (no cluster), 2, 4 or 8 (the CTAs compute
@@ -354,7 +356,7 @@ constexpr int ACC_REGS = BN / 2;  // per thread per m64 tile
 constexpr int ACC_REGS = BN / 4;
 #endif
 
-static_assert(BK == 64 || BK == 128, "KAAS_BK must be 64 or 128 (one or two 128B swizzle atoms of fp16)");
+static_assert(BK == 64 || BK == 128 || BK == 256, "KAAS_BK must be 64, 128 or 256 (one, two or four 128B swizzle atoms of fp16)");
 static_assert(CONSUMERS == 1 || CONSUMERS == 2, "KAAS_CONSUMERS must be 1 or 2");
 static_assert(BM % CONSUMERS == 0 && (WG_M == 64 || WG_M == 128),
               "BM / CONSUMERS (cooperative) or BM (ping-pong) must be 64 or 128");

@@ -12,7 +12,7 @@
 #           _p1.._p5: KAAS_PROBE, a diagnostic variant whose results are wrong by design, so
 #           bench mode only: 1 loads only, 2 math only, 3 neither, 4 no C stores, 5 neither
 #           and no wgmma fence/commit/wait; _k128:
-#           KAAS_BK=128, two swizzle atoms per ring slot); the entry is named
+#           KAAS_BK=128, two swizzle atoms per ring slot; _k256: four); the entry is named
 #           kaas_wgmma_<acc>_<layout>_<CONFIG>
 #   LAYOUT  tn | nn      ACC  f32 | f16      MODE  check | bench | both
 #   GRID    tiles | persistent | a CTA count      SHAPE  MxNxK
@@ -30,7 +30,7 @@ plan_file=${1:-$here/plans/default.txt}
 grep -v '^\s*#' "$plan_file" | awk 'NF>=5 {print $1, $2, $3}' | sort -u > "$out/builds.txt"
 build_one() {
   local cfg=$1 layout=$2 acc=$3
-  if [[ ! $cfg =~ ^([0-9]+)x([0-9]+)_s([0-9]+)_c([0-9]+)_m([0-9]+)_g([0-9]+)(_e0)?(_pp)?(_rc)?(_x[24])?(_p[0-5])?(_k128)?$ ]]; then
+  if [[ ! $cfg =~ ^([0-9]+)x([0-9]+)_s([0-9]+)_c([0-9]+)_m([0-9]+)_g([0-9]+)(_e0)?(_pp)?(_rc)?(_x[24])?(_p[0-5])?(_k128|_k256)?$ ]]; then
     echo "bad config $cfg" > "$build/build-$cfg-$layout-$acc.log"; return 1
   fi
   local tn=$([ "$layout" = tn ] && echo 1 || echo 0) f32=$([ "$acc" = f32 ] && echo 1 || echo 0)
@@ -41,7 +41,7 @@ build_one() {
   [ -n "${BASH_REMATCH[10]}" ] && flags="$flags -DKAAS_CHAINS=${BASH_REMATCH[10]#_x}"
   [ -n "${BASH_REMATCH[11]}" ] && flags="$flags -DKAAS_PROBE=${BASH_REMATCH[11]#_p}"
   local bk=64
-  [ -n "${BASH_REMATCH[12]}" ] && bk=128
+  [ -n "${BASH_REMATCH[12]}" ] && bk=${BASH_REMATCH[12]#_k}
   # One entry name per plan config, so every row of the table names what ran.
   "$NVCC" -std=c++17 -O3 -gencode arch=compute_90a,code=sm_90a -Xptxas -v \
     -DKAAS_BM=${BASH_REMATCH[1]} -DKAAS_BN=${BASH_REMATCH[2]} -DKAAS_BK=$bk -DKAAS_STAGES=${BASH_REMATCH[3]} \
