@@ -1115,6 +1115,21 @@ impl VerifierRuns {
         self.run(&format!("{p} {} grid {}", cfg.label(), manifest.launches[0].grid[0]), ptx.to_string(), manifest);
     }
 
+    /// A Hopper code on `p` once per grid: `None` one tile per CTA, `Some(b)` a persistent
+    /// grid of at most `b` blocks, rounded down to whole clusters (at least one).
+    fn run_grids(&mut self, p: &Problem, code: &kaas::tuner::hopper::HopperConfig, ptx: &str, grids: &[Option<u32>]) {
+        for &blocks in grids {
+            let cfg = kaas::tuner::hopper::HopperConfig { persistent: blocks.is_some(), ..*code };
+            match blocks {
+                None => self.run_code(p, &cfg, ptx),
+                Some(b) => {
+                    let cl = cfg.cluster_size();
+                    self.run_capped(p, &cfg, ptx, (b / cl).max(1) * cl);
+                }
+            }
+        }
+    }
+
     /// A Hopper code with the f16 accumulator on one tn shape.
     fn run_f16_tn(&mut self, cfg: &kaas::tuner::hopper::HopperConfig, (m, n, k): (u32, u32, u32)) {
         let p = Problem::new(Arch::Sm90, Acc::F16, Layout::Tn, Shape::new(m, n, k).expect("shape"));
@@ -1265,16 +1280,9 @@ fn multicast_hopper_kernels_pass_the_verifier() {
     assert!(!codes.is_empty());
     let shapes = [(1000, 1000, 1000), (200, 520, 136), (640, 384, 4104)];
     let mut runs = VerifierRuns::new("MULTICAST");
+    // (Clusters of two: every cap is whole clusters already.)
     for (p, code, ptx) in hopper_cases(&codes, &shapes) {
-        for blocks in [None, Some(2), Some(6), Some(132)] {
-            let cfg = hopper::HopperConfig { persistent: blocks.is_some(), ..code };
-            let mut manifest = cfg.manifest(&p, 132);
-            if let Some(b) = blocks {
-                manifest.launches[0].grid[0] = manifest.launches[0].grid[0].min(b);
-            }
-            let grid = manifest.launches[0].grid[0];
-            runs.run(&format!("{p} {} grid {grid}", cfg.label()), ptx.clone(), manifest);
-        }
+        runs.run_grids(&p, &code, &ptx, &[None, Some(2), Some(6), Some(132)]);
     }
     runs.assert_all_passed();
 }
@@ -1306,23 +1314,13 @@ fn tma_store_hopper_kernels_pass_the_verifier() {
     let shapes = [(1000, 1000, 1000), (200, 520, 136), (640, 384, 4104), (65, 72, 64)];
     let mut runs = VerifierRuns::new("TMA-STORE");
     for (p, code, ptx) in hopper_cases(&codes, &shapes) {
-        for blocks in [None, Some(1), Some(3), Some(132)] {
-            let cfg = HopperConfig { persistent: blocks.is_some(), ..code };
-            let mut manifest = cfg.manifest(&p, 132);
-            if let Some(b) = blocks {
-                let cl = cfg.cluster_size();
-                manifest.launches[0].grid[0] = manifest.launches[0].grid[0].min((b / cl).max(1) * cl);
-            }
-            let grid = manifest.launches[0].grid[0];
-            runs.run(&format!("{p} {} grid {grid}", cfg.label()), ptx.clone(), manifest);
-        }
+        runs.run_grids(&p, &code, &ptx, &[None, Some(1), Some(3), Some(132)]);
     }
     for code in [codes[2], codes[5]] {
         for layout in Layout::ALL {
             let p = Problem::new(Arch::Sm90, Acc::F16, layout, Shape::new(1000, 1000, 1000).expect("shape"));
             let ptx = hopper::compile(&code, Acc::F16, layout).expect("compile");
-            let cfg = HopperConfig { persistent: true, ..code };
-            runs.run(&format!("{p} {}", cfg.label()), ptx, cfg.manifest(&p, 132));
+            runs.run_code(&p, &HopperConfig { persistent: true, ..code }, &ptx);
         }
     }
     runs.assert_all_passed();
@@ -1354,24 +1352,14 @@ fn bk128_hopper_kernels_pass_the_verifier() {
     let shapes = [(1000, 1000, 1000), (200, 520, 136), (64, 512, 4104), (130, 264, 200)];
     let mut runs = VerifierRuns::new("K128");
     for (p, code, ptx) in hopper_cases(&codes, &shapes) {
-        for blocks in [None, Some(3)] {
-            let cfg = HopperConfig { persistent: blocks.is_some(), ..code };
-            let mut manifest = cfg.manifest(&p, 132);
-            if let Some(b) = blocks {
-                let cl = cfg.cluster_size();
-                manifest.launches[0].grid[0] = manifest.launches[0].grid[0].min((b / cl).max(1) * cl);
-            }
-            let grid = manifest.launches[0].grid[0];
-            runs.run(&format!("{p} {} grid {grid}", cfg.label()), ptx.clone(), manifest);
-        }
+        runs.run_grids(&p, &code, &ptx, &[None, Some(3)]);
     }
     // The atomic split-K: 5 and 16 slices of 33 K-tiles of 128 (the last one partial).
     for split in [5, 16] {
         let code = hopper::bk128_twin(&HopperConfig { split, atomic: true, ..HopperConfig::new(64, 32, 16, 1) }).expect("a twin");
         for layout in Layout::ALL.into_iter().filter(|&l| code.supports(l)) {
             let p = Problem::new(Arch::Sm90, Acc::F32, layout, Shape::new(100, 264, 4200).expect("shape"));
-            let ptx = hopper::compile(&code, p.acc, layout).expect("compile");
-            runs.run(&format!("{p} {}", code.label()), ptx, code.manifest(&p, 132));
+            runs.run_code(&p, &code, &hopper::compile(&code, p.acc, layout).expect("compile"));
         }
     }
     runs.assert_all_passed();
