@@ -219,22 +219,19 @@ fn space_with(p: &Problem, families: &[Family], trials: &[Trial], sm_count: u32)
             add(&mut out, c);
         }
     }
-    if families.contains(&Family::Hopper) && trials.contains(&Trial::TmaStore) {
-        let twins: Vec<Candidate> = out.iter().filter_map(|c| match c {
-            Candidate::Hopper(h) if !h.tma_store => hopper::tma_store_twin(h).map(Candidate::Hopper),
-            _ => None,
-        }).collect();
-        for c in twins {
-            add(&mut out, c);
-        }
-    }
-    if families.contains(&Family::Hopper) && trials.contains(&Trial::Bk128) {
-        let twins: Vec<Candidate> = out.iter().filter_map(|c| match c {
-            Candidate::Hopper(h) => hopper::bk128_twin_for(h, p).map(Candidate::Hopper),
-            _ => None,
-        }).collect();
-        for c in twins {
-            add(&mut out, c);
+    // Twins of every Hopper candidate so far, the TMA store's first (so that K 128 twins
+    // them too).
+    let twin_trials: [(Trial, fn(&hopper::HopperConfig, &Problem) -> Option<hopper::HopperConfig>); 2] =
+        [(Trial::TmaStore, |h, _| hopper::tma_store_twin(h).filter(|_| !h.tma_store)), (Trial::Bk128, hopper::bk128_twin_for)];
+    for (trial, twin) in twin_trials {
+        if families.contains(&Family::Hopper) && trials.contains(&trial) {
+            let twins: Vec<Candidate> = out.iter().filter_map(|c| match c {
+                Candidate::Hopper(h) => twin(h, p).map(Candidate::Hopper),
+                _ => None,
+            }).collect();
+            for c in twins {
+                add(&mut out, c);
+            }
         }
     }
     out
