@@ -1335,6 +1335,17 @@ fn tma_store_hopper_kernels_pass_the_verifier() {
 /// only ones the tuner offers K 128 with.
 #[test]
 fn bk128_hopper_kernels_pass_the_verifier() {
+    wide_slot_kernels_pass_the_verifier(128);
+}
+
+/// The same for K 256 per slot (four swizzle atoms; nn's B boxes 256 rows deep), where its
+/// three slots fit: the 64-row tiles. K of 4104 leaves the last slot 8 deep.
+#[test]
+fn bk256_hopper_kernels_pass_the_verifier() {
+    wide_slot_kernels_pass_the_verifier(256);
+}
+
+fn wide_slot_kernels_pass_the_verifier(bk: u32) {
     use kaas::tuner::hopper::{self, HopperConfig};
     if !hopper_or_skip() {
         return;
@@ -1348,15 +1359,17 @@ fn bk128_hopper_kernels_pass_the_verifier() {
         HopperConfig { cluster_n: 2, ..HopperConfig::new(64, 64, 8, 1) },
         HopperConfig { tma_store: true, ..HopperConfig::new(64, 64, 8, 1) },
     ];
-    let codes: Vec<HopperConfig> = base.iter().map(|c| hopper::bk128_twin(c).expect("a twin")).collect();
+    let codes: Vec<HopperConfig> = base.iter().filter_map(|c| hopper::bk_twin(c, bk)).collect();
+    assert!(codes.len() >= 6, "K {bk}: {codes:?}");
     let shapes = [(1000, 1000, 1000), (200, 520, 136), (64, 512, 4104), (130, 264, 200)];
-    let mut runs = VerifierRuns::new("K128");
+    let mut runs = VerifierRuns::new(if bk == 128 { "K128" } else { "K256" });
     for (p, code, ptx) in hopper_cases(&codes, &shapes) {
         runs.run_grids(&p, &code, &ptx, &[None, Some(3)]);
     }
-    // The atomic split-K: 5 and 16 slices of 33 K-tiles of 128 (the last one partial).
+    // The atomic split-K: 5 and 16 slices of 4200 (33 K-tiles of 128, 17 of 256; the last
+    // one partial).
     for split in [5, 16] {
-        let code = hopper::bk128_twin(&HopperConfig { split, atomic: true, ..HopperConfig::new(64, 32, 16, 1) }).expect("a twin");
+        let code = hopper::bk_twin(&HopperConfig { split, atomic: true, ..HopperConfig::new(64, 32, 16, 1) }, bk).expect("a twin");
         for layout in Layout::ALL.into_iter().filter(|&l| code.supports(l)) {
             let p = Problem::new(Arch::Sm90, Acc::F32, layout, Shape::new(100, 264, 4200).expect("shape"));
             runs.run_code(&p, &code, &hopper::compile(&code, p.acc, layout).expect("compile"));

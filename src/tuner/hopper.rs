@@ -218,8 +218,8 @@ impl HopperConfig {
         if self.tma_store && (self.split > 1 || !self.bn.is_multiple_of(64)) {
             return Err(format!("the TMA-store epilogue stores 64-column pieces of unsplit tiles; got BN {} split {}", self.bn, self.split));
         }
-        if !matches!(self.bk, 64 | 128) || (self.bk != BK && (self.cluster_reduce || self.stream_k || self.ksplit)) {
-            return Err(format!("K per ring slot {} is not 64, or 128 without the cluster reduction, stream-K or K split across consumers", self.bk));
+        if !(self.bk == BK || WIDE_BKS.contains(&self.bk)) || (self.bk != BK && (self.cluster_reduce || self.stream_k || self.ksplit)) {
+            return Err(format!("K per ring slot {} is not 64, or 128 or 256 without the cluster reduction, stream-K or K split across consumers", self.bk));
         }
         if self.stream_k && (!self.atomic || self.split < 2 || self.cluster_reduce) {
             return Err(format!("stream-K needs the atomic reduction over a grid of 2 or more blocks; got split {}", self.split));
@@ -634,23 +634,27 @@ pub fn tma_store_twin(c: &HopperConfig) -> Option<HopperConfig> {
     (2..=c.stages).rev().map(|stages| HopperConfig { stages, tma_store: true, ..*c }).find(|t| t.validate().is_ok())
 }
 
-/// The K-128 twin of a small-tile code (BN at most 64, where the loop's fixed cost per ring
-/// slot shows: BENCHMARKS, session 14): the same tile, grid and split with two swizzle atoms
-/// per slot and half the ring (at least 3 slots), the same bytes in flight. None for the
-/// codes K 128 does not run with, and for the large tiles (128×128: slower in the probe).
-pub fn bk128_twin(c: &HopperConfig) -> Option<HopperConfig> {
-    if c.bk != BK || c.bn > 64 {
+/// K per ring slot beside 64 that the small tiles may take: two or four swizzle atoms.
+pub const WIDE_BKS: [u32; 2] = [128, 256];
+
+/// The K-`bk` twin of a small-tile code (BN at most 64, where the loop's fixed cost per ring
+/// slot shows: BENCHMARKS, session 14), for `bk` in [`WIDE_BKS`]: the same tile, grid and
+/// split with `bk / 64` swizzle atoms per slot and that many times fewer slots (at least 3),
+/// the same bytes in flight where they fit. None for the codes a wide slot does not run
+/// with, and for the large tiles (128×128: slower in the probe with K 128).
+pub fn bk_twin(c: &HopperConfig, bk: u32) -> Option<HopperConfig> {
+    if c.bk != BK || c.bn > 64 || !WIDE_BKS.contains(&bk) {
         return None;
     }
-    (3..=c.stages.div_ceil(2).max(3)).rev().map(|stages| HopperConfig { stages, bk: 128, ..*c }).find(|t| t.validate().is_ok())
+    (3..=(c.stages * BK).div_ceil(bk).max(3)).rev().map(|stages| HopperConfig { stages, bk, ..*c }).find(|t| t.validate().is_ok())
 }
 
-/// The K-128 twins of every code the search or a trial may offer (`kaas tune --trial
-/// bk128`), split-K's included, once each.
-pub fn bk128_codes() -> Vec<HopperConfig> {
+/// The K-`bk` twins of every code the search or a trial may offer (`kaas tune --trial
+/// bk128` or `bk256`), split-K's included, once each.
+pub fn bk_codes(bk: u32) -> Vec<HopperConfig> {
     let mut out: Vec<HopperConfig> = Vec::new();
     let all = space().into_iter().chain(skinny_cluster_codes()).chain(skinny_chains_codes()).chain(multicast_codes()).chain(chains_codes()).chain(split_tiles()).chain(chains_split_tiles()).chain(tma_store_codes());
-    for t in all.filter_map(|c| bk128_twin(&HopperConfig { persistent: false, l2_256: false, ..c })) {
+    for t in all.filter_map(|c| bk_twin(&HopperConfig { persistent: false, l2_256: false, ..c }, bk)) {
         if !out.iter().any(|o| o.code_key() == t.code_key()) {
             out.push(t);
         }
@@ -896,7 +900,7 @@ pub fn space_for(p: &Problem, sm_count: u32) -> Vec<HopperConfig> {
         extend_new(&mut out, twins);
     }
     if takes_bk128(p) {
-        let twins: Vec<HopperConfig> = out.iter().filter_map(|c| bk128_twin_for(c, p)).collect();
+        let twins: Vec<HopperConfig> = out.iter().filter_map(|c| bk_twin_for(c, p, 128)).collect();
         extend_new(&mut out, twins);
     }
     let l2_256 = wide_l2_suits(p);
@@ -920,7 +924,7 @@ pub fn takes_tma_store(p: &Problem) -> bool {
     p.layout == Layout::Tn && p.acc == Acc::F32
 }
 
-/// Whether the search gives a problem's small tiles their K-128 twins ([`bk128_twin`]): tn
+/// Whether the search gives a problem's small tiles their K-128 twins ([`bk_twin`]): tn
 /// with fp32 accumulators and K ≥ 1024. On an H100 (session 14, 100 skinny tn shapes of
 /// K ≥ 1024 timed exhaustively) a K-128 code was the best on 36, and beside the search's
 /// space it gained 1.2% (geomean over all 100, at most 11.6%). Elsewhere: `--trial bk128`.
@@ -928,14 +932,14 @@ pub fn takes_bk128(p: &Problem) -> bool {
     p.layout == Layout::Tn && p.acc == Acc::F32 && p.k >= 1024
 }
 
-/// [`bk128_twin`] where the problem suits it: fp32 accumulators (with fp16 ones a K-128 code
+/// [`bk_twin`] where the problem suits it: fp32 accumulators (with fp16 ones a K-128 code
 /// deviated more than cuBLAS: BENCHMARKS, session 14), and a split keeps its count only
-/// where each slice still gets two K-tiles of 128.
-pub fn bk128_twin_for(c: &HopperConfig, p: &Problem) -> Option<HopperConfig> {
+/// where each slice still gets two K-tiles of `bk`.
+pub fn bk_twin_for(c: &HopperConfig, p: &Problem, bk: u32) -> Option<HopperConfig> {
     if p.acc != Acc::F32 {
         return None;
     }
-    bk128_twin(c).filter(|t| t.split <= 1 || t.stream_k || p.k.div_ceil(t.bk) >= 2 * t.split)
+    bk_twin(c, bk).filter(|t| t.split <= 1 || t.stream_k || p.k.div_ceil(t.bk) >= 2 * t.split)
 }
 
 /// Whether the search's candidates for a problem take tensor maps that widen L2 misses to
@@ -1485,7 +1489,7 @@ mod tests {
             return;
         }
         let mut seen = std::collections::BTreeSet::new();
-        for c in space().into_iter().chain(split_tiles()).chain(cluster_tiles()).chain(multicast_codes()).chain(stream_k_codes(132)).chain(wide_160_codes()).chain(skinny_cluster_codes()).chain(ksplit_codes()).chain(chains_codes()).chain(chains_split_tiles()).chain(tma_store_codes()).chain(bk128_codes()) {
+        for c in space().into_iter().chain(split_tiles()).chain(cluster_tiles()).chain(multicast_codes()).chain(stream_k_codes(132)).chain(wide_160_codes()).chain(skinny_cluster_codes()).chain(ksplit_codes()).chain(chains_codes()).chain(chains_split_tiles()).chain(tma_store_codes()).chain(bk_codes(128)).chain(bk_codes(256)) {
             if !seen.insert(c.code_key()) {
                 continue;
             }
@@ -1501,8 +1505,10 @@ mod tests {
                 // The TMA-store epilogue's instructions are there, and only there.
                 let stores = ptx.contains("stmatrix.sync.aligned.m8n8.x4") && ptx.contains("cp.async.bulk.tensor.2d.global.shared::cta");
                 assert_eq!(stores, c.tma_store, "{}", c.label());
-                // K 128: the slot's second swizzle atom is loaded at K + 64.
-                assert_eq!(ptx.contains(&format!(".entry kaas_wgmma_{}_{}_{}x{}x128_", acc.as_str(), layout.as_str(), c.bm, c.bn)), c.bk == 128, "{}", c.label());
+                // The entry names K per slot.
+                for bk in WIDE_BKS {
+                    assert_eq!(ptx.contains(&format!(".entry kaas_wgmma_{}_{}_{}x{}x{bk}_", acc.as_str(), layout.as_str(), c.bm, c.bn)), c.bk == bk, "{}", c.label());
+                }
             }
         }
     }
@@ -1532,18 +1538,18 @@ mod tests {
     fn bk128_twins_halve_the_ring_and_keep_tile_grid_and_split() {
         let p = |layout, m, n, k| Problem::new(Arch::Sm90, Acc::F32, layout, Shape::new(m, n, k).unwrap());
         let c = HopperConfig::new(64, 64, 8, 1);
-        let t = bk128_twin(&c).unwrap();
+        let t = bk_twin(&c, 128).unwrap();
         assert_eq!(t, HopperConfig { stages: 4, bk: 128, ..c });
         assert_eq!(t.entry(Acc::F32, Layout::Nn), "kaas_wgmma_f32_nn_64x64x128_s4_c1_m1_g16");
         assert!(t.defines(Acc::F32, Layout::Nn).contains(&("KAAS_BK".to_string(), "128".to_string())));
         assert_eq!(t.label(), "64x64 k128 s4 c1");
         assert_eq!(t.shared_mem_bytes(), c.shared_mem_bytes(), "the same bytes in flight");
         // At least three slots; narrow tiles; split-K keeps its count; no large tiles.
-        assert_eq!(bk128_twin(&HopperConfig::new(64, 16, 4, 1)).map(|t| t.stages), Some(3));
+        assert_eq!(bk_twin(&HopperConfig::new(64, 16, 4, 1), 128).map(|t| t.stages), Some(3));
         let split = HopperConfig { split: 8, atomic: true, ..HopperConfig::new(64, 32, 16, 1) };
-        assert_eq!(bk128_twin(&split), Some(HopperConfig { stages: 8, bk: 128, ..split }));
-        assert!(bk128_twin(&HopperConfig::new(128, 128, 6, 2)).is_none());
-        assert!(bk128_twin(&t).is_none(), "already 128");
+        assert_eq!(bk_twin(&split, 128), Some(HopperConfig { stages: 8, bk: 128, ..split }));
+        assert!(bk_twin(&HopperConfig::new(128, 128, 6, 2), 128).is_none());
+        assert!(bk_twin(&t, 128).is_none() && bk_twin(&t, 256).is_none(), "already 128");
         assert!(HopperConfig { ksplit: true, bk: 128, ..HopperConfig::new(128, 64, 4, 2) }.validate().unwrap_err().contains("K per ring slot"));
         assert!(HopperConfig { bk: 96, ..c }.validate().is_err());
         // The manifest: boxes of one swizzle atom along K (nn's B: 128 rows of K), and the
@@ -1560,9 +1566,42 @@ mod tests {
             assert_eq!(HopperConfig::of_launch(l, &prob), Some((t, Acc::F32, layout)));
         }
         // Every code once, each a valid twin, split-K's among them.
-        let codes = bk128_codes();
+        let codes = bk_codes(128);
         assert!(codes.iter().all(|c| c.bk == 128 && c.validate().is_ok() && c.bn <= 64));
         assert!(codes.iter().any(|c| c.split > 1) && codes.iter().any(|c| c.tma_store) && codes.iter().any(|c| c.cluster_size() > 1));
+    }
+
+    #[test]
+    fn bk256_twins_quarter_the_ring_where_three_slots_fit() {
+        let p = |layout| Problem::new(Arch::Sm90, Acc::F32, layout, Shape::new(1000, 1000, 1000).unwrap());
+        let narrow = HopperConfig::new(64, 16, 16, 1);
+        let t = bk_twin(&narrow, 256).unwrap();
+        assert_eq!(t, HopperConfig { stages: 4, bk: 256, ..narrow });
+        assert_eq!(t.shared_mem_bytes(), narrow.shared_mem_bytes(), "the same bytes in flight");
+        assert_eq!(t.entry(Acc::F32, Layout::Tn), "kaas_wgmma_f32_tn_64x16x256_s4_c1_m1_g16");
+        assert_eq!(t.label(), "64x16 k256 s4 c1");
+        // 64x64: three slots of 64 KiB still fit; 128x64 cannot hold three.
+        assert_eq!(bk_twin(&HopperConfig::new(64, 64, 8, 1), 256).map(|t| t.stages), Some(3));
+        assert!(bk_twin(&HopperConfig::new(128, 64, 8, 2), 256).is_none());
+        assert!(bk_twin(&narrow, 192).is_none() && HopperConfig { bk: 512, ..narrow }.validate().is_err());
+        // A split keeps its count only where each slice gets two K-tiles of 256.
+        let split = HopperConfig { split: 4, atomic: true, ..HopperConfig::new(64, 32, 16, 1) };
+        let f32 = |k| Problem::new(Arch::Sm90, Acc::F32, Layout::Tn, Shape::new(64, 512, k).unwrap());
+        assert!(bk_twin_for(&split, &f32(2048), 256).is_some() && bk_twin_for(&split, &f32(1792), 256).is_none());
+        assert!(bk_twin_for(&narrow, &Problem { acc: Acc::F16, ..f32(4096) }, 256).is_none(), "fp32 only");
+        // nn's B boxes are 256 rows of K; the launch gives the configuration back.
+        for layout in Layout::ALL.into_iter().filter(|&l| t.supports(l)) {
+            let prob = p(layout);
+            let man = t.manifest(&prob, 132);
+            man.validate().unwrap();
+            assert_eq!(HopperConfig::of_launch(&man.launches[0], &prob), Some((t, Acc::F32, layout)));
+        }
+        let wide = bk_twin(&HopperConfig::new(64, 64, 8, 1), 256).unwrap();
+        let Param::TensorMap(b) = &wide.manifest(&p(Layout::Nn), 132).launches[0].params[1] else { panic!() };
+        assert_eq!(b.box_dims, [64, 256]);
+        let codes = bk_codes(256);
+        assert!(codes.iter().all(|c| c.bk == 256 && c.validate().is_ok() && c.bm == 64), "{codes:?}");
+        assert!(codes.iter().any(|c| c.split > 1) && codes.iter().any(|c| c.cluster_size() > 1));
     }
 
     #[test]

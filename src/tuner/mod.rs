@@ -137,6 +137,10 @@ pub enum Trial {
     /// search takes them on tn with K ≥ 1024; the trial adds them on nn and shorter K, and
     /// to the other trials' candidates.
     Bk128,
+    /// The K-256 twin (four swizzle atoms per slot, a quarter of the slots, at least 3) of
+    /// every Hopper candidate whose BN is at most 64 and whose three slots fit (BM 64);
+    /// fp32 only. hopper-probe timed it 15% below K 128 per 64 of K on 64×16 (session 14).
+    Bk256,
 }
 
 impl Trial {
@@ -158,7 +162,8 @@ impl Trial {
             Trial::L2 => Vec::new(),
             Trial::MmaDeep => return mma::deep_codes().into_iter().map(Candidate::Mma).collect(),
             Trial::TmaStore => hopper::tma_store_codes(),
-            Trial::Bk128 => hopper::bk128_codes(),
+            Trial::Bk128 => hopper::bk_codes(128),
+            Trial::Bk256 => hopper::bk_codes(256),
         };
         hopper.into_iter().map(Candidate::Hopper).collect()
     }
@@ -173,7 +178,7 @@ impl Trial {
             Trial::L2 => return hopper::space_for(p, sm_count).into_iter().map(|c| Candidate::Hopper(hopper::HopperConfig { l2_256: !c.l2_256, ..c })).collect(),
             Trial::MmaDeep => return mma::deep_space_for(p, sm_count).into_iter().map(Candidate::Mma).collect(),
             // Its twins are of the whole space, the other trials' included: [`space_with`].
-            Trial::TmaStore | Trial::Bk128 => return Vec::new(),
+            Trial::TmaStore | Trial::Bk128 | Trial::Bk256 => return Vec::new(),
             Trial::Ksplit => hopper::ksplit_codes(),
             // And the skinny shapes' clusters (loaded with the search's codes anyway) on
             // every shape: cuBLASLt's autotuned pick runs in clusters of two on the skinny
@@ -221,8 +226,11 @@ fn space_with(p: &Problem, families: &[Family], trials: &[Trial], sm_count: u32)
     }
     // Twins of every Hopper candidate so far, the TMA store's first (so that K 128 twins
     // them too).
-    let twin_trials: [(Trial, fn(&hopper::HopperConfig, &Problem) -> Option<hopper::HopperConfig>); 2] =
-        [(Trial::TmaStore, |h, _| hopper::tma_store_twin(h).filter(|_| !h.tma_store)), (Trial::Bk128, hopper::bk128_twin_for)];
+    let twin_trials: [(Trial, fn(&hopper::HopperConfig, &Problem) -> Option<hopper::HopperConfig>); 3] = [
+        (Trial::TmaStore, |h, _| hopper::tma_store_twin(h).filter(|_| !h.tma_store)),
+        (Trial::Bk128, |h, p| hopper::bk_twin_for(h, p, 128)),
+        (Trial::Bk256, |h, p| hopper::bk_twin_for(h, p, 256)),
+    ];
     for (trial, twin) in twin_trials {
         if families.contains(&Family::Hopper) && trials.contains(&trial) {
             let twins: Vec<Candidate> = out.iter().filter_map(|c| match c {
@@ -258,7 +266,7 @@ fn codes(families: &[Family], acc: Acc, layout: Layout) -> Vec<Candidate> {
         // hopper::takes_bk128).
         if acc == Acc::F32 && layout == Layout::Tn {
             let known: std::collections::HashSet<_> = out.iter().filter_map(|c| match c { Candidate::Hopper(h) => Some(h.code_key()), _ => None }).collect();
-            let twins = hopper::tma_store_codes().into_iter().chain(hopper::bk128_codes()).filter(|h| !known.contains(&h.code_key()));
+            let twins = hopper::tma_store_codes().into_iter().chain(hopper::bk_codes(128)).filter(|h| !known.contains(&h.code_key()));
             out.extend(twins.map(Candidate::Hopper));
         }
     }
@@ -772,8 +780,10 @@ pub fn kind(c: &Candidate) -> String {
             if h.tma_store {
                 tags.push("TMA store");
             }
-            if h.bk == 128 {
-                tags.push("K 128");
+            match h.bk {
+                128 => tags.push("K 128"),
+                256 => tags.push("K 256"),
+                _ => {}
             }
         }
     }
@@ -983,7 +993,7 @@ mod tests {
         let nn = Problem::new(Arch::Sm90, Acc::F32, Layout::Nn, Shape::new(8192, 8192, 8192).unwrap());
         assert!(space_with(&nn, &hopper, &[Trial::Wide160], 132).iter().all(|c| !matches!(c, Candidate::Hopper(h) if h.bn == 160)), "tn only");
         for layout in Layout::ALL {
-            let all = [Trial::Ksplit, Trial::Chains, Trial::Multicast, Trial::Wide160, Trial::L2, Trial::TmaStore, Trial::Bk128];
+            let all = [Trial::Ksplit, Trial::Chains, Trial::Multicast, Trial::Wide160, Trial::L2, Trial::TmaStore, Trial::Bk128, Trial::Bk256];
             let entries: std::collections::HashSet<String> = codes_with(&hopper, &all, Acc::F32, layout).iter().map(|c| c.entry(Acc::F32, layout)).collect();
             for (m, n, k) in [(64, 512, 1024), (8192, 8192, 8192), (1000, 64, 4096)] {
                 let prob = Problem::new(Arch::Sm90, Acc::F32, layout, Shape::new(m, n, k).unwrap());
@@ -1062,6 +1072,12 @@ mod tests {
         assert!(twins.iter().any(|h| h.split > 1) && twins.iter().any(|h| h.split <= 1), "{twins:?}");
         let f16 = Problem::new(Arch::Sm90, Acc::F16, Layout::Tn, Shape::new(64, 512, 8192).unwrap());
         assert_eq!(space_with(&f16, &hopper, &[Trial::Bk128], 132), space_for(&f16, &hopper, 132), "fp32 only");
+        // K 256 twins the search's K-64 small tiles (not its K-128 twins), BM 64 only.
+        let skinny_long = p(64, 512, 8192);
+        let plain = space_for(&skinny_long, &hopper, 132);
+        let k256: Vec<Candidate> = space_with(&skinny_long, &hopper, &[Trial::Bk256], 132).into_iter().filter(|c| !plain.contains(c)).collect();
+        assert!(!k256.is_empty() && k256.iter().all(|c| matches!(c, Candidate::Hopper(h) if h.bk == 256 && h.bm == 64)), "{k256:?}");
+        assert!(k256.iter().any(|c| matches!(c, Candidate::Hopper(h) if h.split > 1)));
         // The mma trial adds the deep-ring codes with the mma family, and loads each once;
         // 8192×256×2048 is past the family's search, within the trial's reach.
         let both = [Family::Hopper, Family::Mma];
@@ -1140,7 +1156,7 @@ mod tests {
         let twin = hopper::tma_store_twin(&coop).unwrap();
         let m2pp = HopperConfig { cluster_m: 2, pingpong: true, persistent: true, ..HopperConfig::new(64, 256, 5, 2) };
         assert_eq!(kind(&Candidate::Hopper(twin)), "cooperative+TMA store");
-        assert_eq!(kind(&Candidate::Hopper(hopper::bk128_twin(&HopperConfig { split: 4, atomic: true, ..HopperConfig::new(64, 32, 16, 1) }).unwrap())), "split-K+K 128");
+        assert_eq!(kind(&Candidate::Hopper(hopper::bk_twin(&HopperConfig { split: 4, atomic: true, ..HopperConfig::new(64, 32, 16, 1) }, 128).unwrap())), "split-K+K 128");
         assert_eq!(kind(&Candidate::Hopper(m2pp)), "ping-pong+cluster");
         assert_eq!(kind(&Candidate::Mma(mma::deep_codes()[0])), "mma deep ring");
         let result = |problem: Problem, samples: Vec<(HopperConfig, f64)>| ProblemResult {
