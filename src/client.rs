@@ -36,6 +36,9 @@ pub enum ClientError {
     Decode { url: String, message: String },
 }
 
+/// How many times a request is sent again after a `429 rate_limited` answer.
+pub const RATE_LIMIT_RETRIES: u32 = 5;
+
 pub struct Client {
     base: String,
     token: Option<String>,
@@ -92,13 +95,37 @@ impl Client {
         Ok((status, value))
     }
 
+    /// Sends a request, and again after the wait a `429 rate_limited` answer names in its
+    /// Retry-After (at most [`RATE_LIMIT_RETRIES`] times, each wait at most a minute): a
+    /// token over its rate is told when to come back, and a batch of submissions (the
+    /// tuner's) should not fail for it. Other 429s (quotas) carry no Retry-After and are
+    /// returned as they are. The limiter answers before any handler runs, so a retried
+    /// POST was not applied.
+    fn send(&self, mut call: impl FnMut() -> Result<ureq::http::Response<ureq::Body>, ureq::Error>) -> Result<ureq::http::Response<ureq::Body>, ureq::Error> {
+        let mut retries = 0;
+        loop {
+            let res = call()?;
+            let wait = (res.status().as_u16() == 429).then(|| res.headers().get("retry-after")?.to_str().ok()?.trim().parse::<u64>().ok()).flatten();
+            match wait {
+                Some(secs) if retries < RATE_LIMIT_RETRIES => {
+                    retries += 1;
+                    std::thread::sleep(Duration::from_secs(secs.clamp(1, 60)));
+                }
+                _ => return Ok(res),
+            }
+        }
+    }
+
     pub fn get<T: DeserializeOwned>(&self, path: &str) -> Result<T, ClientError> {
         let url = self.url(path);
-        let mut req = self.agent.get(&url);
-        if let Some(t) = &self.token {
-            req = req.header("Authorization", format!("Bearer {t}"));
-        }
-        self.answer(&url, req.call()).map(|(_, v)| v)
+        let res = self.send(|| {
+            let mut req = self.agent.get(&url);
+            if let Some(t) = &self.token {
+                req = req.header("Authorization", format!("Bearer {t}"));
+            }
+            req.call()
+        });
+        self.answer(&url, res).map(|(_, v)| v)
     }
 
     pub fn get_text(&self, path: &str) -> Result<String, ClientError> {
@@ -108,7 +135,8 @@ impl Client {
 
     pub fn post<T: DeserializeOwned>(&self, path: &str, body: &impl serde::Serialize) -> Result<(u16, T), ClientError> {
         let url = self.url(path);
-        let res = self.agent.post(&url).header("Authorization", self.auth()?).send_json(body);
+        let auth = self.auth()?;
+        let res = self.send(|| self.agent.post(&url).header("Authorization", &auth).send_json(body));
         self.answer(&url, res)
     }
 
@@ -406,4 +434,50 @@ pub fn leaderboard(server: &Server, args: &LeaderboardArgs) -> anyhow::Result<()
     }
     print!("{s}");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Read, Write};
+
+    /// A server that answers each connection with the next of `answers` (status line and
+    /// headers; the body `{}`), then stops; returns its URL and how many it served.
+    fn canned(answers: Vec<&'static str>) -> (String, std::thread::JoinHandle<usize>) {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let served = std::thread::spawn(move || {
+            let mut n = 0;
+            for head in answers {
+                let (mut conn, _) = listener.accept().unwrap();
+                let mut buf = [0u8; 4096];
+                let _ = conn.read(&mut buf);
+                let body = "{}";
+                write!(conn, "{head}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len()).unwrap();
+                n += 1;
+            }
+            n
+        });
+        (url, served)
+    }
+
+    #[test]
+    fn a_rate_limited_request_is_sent_again_after_retry_after() {
+        let (url, served) = canned(vec!["HTTP/1.1 429 Too Many Requests\r\nRetry-After: 1", "HTTP/1.1 200 OK"]);
+        let client = Client::new(&Server { url, token: Some("t".into()) });
+        let started = std::time::Instant::now();
+        let (status, _): (u16, serde_json::Value) = client.post("/v1/submissions", &serde_json::json!({})).unwrap();
+        assert_eq!(status, 200);
+        assert!(started.elapsed() >= Duration::from_secs(1), "waited as told");
+        assert_eq!(served.join().unwrap(), 2);
+    }
+
+    #[test]
+    fn a_quota_429_without_retry_after_is_an_error_at_once() {
+        let (url, served) = canned(vec!["HTTP/1.1 429 Too Many Requests"]);
+        let client = Client::new(&Server { url, token: Some("t".into()) });
+        let err = client.get::<serde_json::Value>("/v1/x").unwrap_err();
+        assert!(matches!(err, ClientError::Problem { status: 429, .. }), "{err}");
+        assert_eq!(served.join().unwrap(), 1);
+    }
 }
