@@ -44,7 +44,7 @@
 #                                          threshold 0.5); what the queue still holds at the
 #                                          end needs another `verify` of the gunzipped states
 #                                          once kernels/h100 holds the bundle
-#   [KAAS_VERIFY_NEW_ONLY=1 | KAAS_VERIFY_PROMISING=1] bash .dev/run/device-run.sh verify STATE SECONDS BENCH_MS [OPTIONS…]
+#   [KAAS_VERIFY_NEW_ONLY=1 | KAAS_VERIFY_PROMISING=1] bash .dev/run/device-run.sh verify STATE[.gz] SECONDS BENCH_MS [OPTIONS…]
 #                                          (device) serve with workers, submit the winners
 #                                          of STATE, let the workers verify and benchmark
 #                                          them for SECONDS, export the catalog to $OUT/catalog;
@@ -227,6 +227,8 @@ PY
 verify() {  # $1 state file, $2 seconds, $3 bench budget ms, then `kaas tune` submit options
     setup_device
     local state="$1" seconds="$2" bench="${3:-1000}"; shift 3 || shift $#
+    # A gzipped state (as `tune` and `pass` write it) travels at a fifth of the size.
+    if [[ "$state" == *.gz ]]; then gunzip -c "$state" > /tmp/kaas-verify-state.json; state=/tmp/kaas-verify-state.json; fi
     if [[ "${KAAS_VERIFY_NEW_ONLY:-0}" == 1 ]]; then
         # Only the problems the shipped H100 catalog holds no entry for yet.
         python3 - "$state" "$here/../../kernels/h100/index.json.gz" <<'PY'
