@@ -899,9 +899,11 @@ pub fn space_for(p: &Problem, sm_count: u32) -> Vec<HopperConfig> {
         let twins: Vec<HopperConfig> = out.iter().filter_map(tma_store_twin).collect();
         extend_new(&mut out, twins);
     }
-    if takes_bk128(p) {
-        let twins: Vec<HopperConfig> = out.iter().filter_map(|c| bk_twin_for(c, p, 128)).collect();
-        extend_new(&mut out, twins);
+    for (bk, takes) in [(128, takes_bk128(p)), (256, takes_bk256(p))] {
+        if takes {
+            let twins: Vec<HopperConfig> = out.iter().filter_map(|c| bk_twin_for(c, p, bk)).collect();
+            extend_new(&mut out, twins);
+        }
     }
     let l2_256 = wide_l2_suits(p);
     out.into_iter().map(|c| HopperConfig { l2_256, ..c }).collect()
@@ -916,20 +918,31 @@ fn extend_new(out: &mut Vec<HopperConfig>, more: Vec<HopperConfig>) {
 }
 
 /// Whether the search gives a problem's unsplit 64-column candidates their TMA-store twins
-/// ([`tma_store_twin`]): tn with fp32 accumulators. On an H100 (session 14, 98 tn shapes of
-/// 2^28 to 2^40 FLOP timed exhaustively) a TMA-store code was the best on 63, and beside the
-/// search's space it gained 1.6% (geomean over all 98, at most 11%). nn and the f16
-/// accumulator are not timed yet: `--trial tma-store` adds them there.
+/// ([`tma_store_twin`]): fp32 accumulators. Timed exhaustively on an H100 (every 8th grid
+/// shape of 2^28 to 2^40 FLOP, 98 tn and 99 nn), a TMA-store code was the best on 63 tn
+/// (session 14) and 52 nn shapes (session 15); beside the search's space it gained 1.6%
+/// (tn) and, with K 128, 1.75% (nn), geomean over all, at most 11%. The f16 accumulator is
+/// not timed: `--trial tma-store` adds them there.
 pub fn takes_tma_store(p: &Problem) -> bool {
-    p.layout == Layout::Tn && p.acc == Acc::F32
+    p.acc == Acc::F32
 }
 
-/// Whether the search gives a problem's small tiles their K-128 twins ([`bk_twin`]): tn
-/// with fp32 accumulators and K ≥ 1024. On an H100 (session 14, 100 skinny tn shapes of
-/// K ≥ 1024 timed exhaustively) a K-128 code was the best on 36, and beside the search's
-/// space it gained 1.2% (geomean over all 100, at most 11.6%). Elsewhere: `--trial bk128`.
+/// Whether the search gives a problem's small tiles their K-128 twins ([`bk_twin`]): fp32
+/// accumulators and K ≥ 1024. On an H100 (session 14, 100 skinny tn shapes of K ≥ 1024
+/// timed exhaustively) a K-128 code was the best on 36, and beside the search's space it
+/// gained 1.2% (geomean over all 100, at most 11.6%); on the nn sample (session 15) it was
+/// the best on 14 of 99, every one of K ≥ 1024. Elsewhere: `--trial bk128`.
 pub fn takes_bk128(p: &Problem) -> bool {
-    p.layout == Layout::Tn && p.acc == Acc::F32 && p.k >= 1024
+    p.acc == Acc::F32 && p.k >= 1024
+}
+
+/// Whether the search gives a problem's 64-row small tiles their K-256 twins: tn with fp32
+/// accumulators and K ≥ 1024. On an H100 (session 15, 99 skinny tn shapes of K ≥ 1024 timed
+/// exhaustively beside the K-128 twins) a K-256 code was the best on 16 (the narrow tiles,
+/// 16 to 48 columns, on 13), 3% faster there than the search's best, 0.4% over all 99; on
+/// the nn sample it was never the best (nn has no narrow tiles). Elsewhere: `--trial bk256`.
+pub fn takes_bk256(p: &Problem) -> bool {
+    p.layout == Layout::Tn && takes_bk128(p)
 }
 
 /// [`bk_twin`] where the problem suits it: fp32 accumulators (with fp16 ones a K-128 code

@@ -129,17 +129,18 @@ pub enum Trial {
     MmaDeep,
     /// The TMA-store twin (`_ts`) of every unsplit Hopper candidate of the problem whose BN is
     /// a multiple of 64: the same tile and grid, C stored by bulk tensor stores. The search
-    /// takes them on tn with fp32 accumulators; the trial adds them on nn and fp16, and to
-    /// the other trials' candidates.
+    /// takes them with fp32 accumulators; the trial adds them on fp16, and to the other
+    /// trials' candidates.
     TmaStore,
     /// The K-128 twin (two swizzle atoms per ring slot, half the slots) of every Hopper
     /// candidate of the problem whose BN is at most 64, split-K's included; fp32 only. The
-    /// search takes them on tn with K ≥ 1024; the trial adds them on nn and shorter K, and
+    /// search takes them with K ≥ 1024; the trial adds them on shorter K, and
     /// to the other trials' candidates.
     Bk128,
     /// The K-256 twin (four swizzle atoms per slot, a quarter of the slots, at least 3) of
     /// every Hopper candidate whose BN is at most 64 and whose three slots fit (BM 64);
     /// fp32 only. hopper-probe timed it 15% below K 128 per 64 of K on 64×16 (session 14).
+    /// The search takes them on tn with K ≥ 1024; the trial adds them on nn and shorter K.
     Bk256,
 }
 
@@ -262,11 +263,12 @@ fn codes(families: &[Family], acc: Acc, layout: Layout) -> Vec<Candidate> {
         if acc == Acc::F32 {
             out.extend(hopper::skinny_chains_codes().into_iter().chain(hopper::chains_split_tiles()).map(Candidate::Hopper));
         }
-        // The twins the search takes on tn with fp32 accumulators (hopper::takes_tma_store,
-        // hopper::takes_bk128).
-        if acc == Acc::F32 && layout == Layout::Tn {
+        // The twins the search takes with fp32 accumulators (hopper::takes_tma_store,
+        // hopper::takes_bk128; hopper::takes_bk256 on tn only).
+        if acc == Acc::F32 {
             let known: std::collections::HashSet<_> = out.iter().filter_map(|c| match c { Candidate::Hopper(h) => Some(h.code_key()), _ => None }).collect();
-            let twins = hopper::tma_store_codes().into_iter().chain(hopper::bk_codes(128)).filter(|h| !known.contains(&h.code_key()));
+            let k256 = if layout == Layout::Tn { hopper::bk_codes(256) } else { Vec::new() };
+            let twins = hopper::tma_store_codes().into_iter().chain(hopper::bk_codes(128)).chain(k256).filter(|h| !known.contains(&h.code_key()));
             out.extend(twins.map(Candidate::Hopper));
         }
     }
@@ -1041,8 +1043,8 @@ mod tests {
         }
         assert_eq!(codes_with(&hopper, &[Trial::Multicast], Acc::F32, Layout::Tn).len(), codes(&hopper, Acc::F32, Layout::Tn).len() + hopper::multicast_codes().len());
         // The TMA-store trial twins the search's unsplit 64-column candidates, grid kept, where
-        // the search does not already (nn; on tn with fp32 accumulators it does).
-        let big = Problem::new(Arch::Sm90, Acc::F32, Layout::Nn, Shape::new(8192, 8192, 8192).unwrap());
+        // the search does not already (fp16 accumulators; with fp32 ones it does).
+        let big = Problem::new(Arch::Sm90, Acc::F16, Layout::Nn, Shape::new(8192, 8192, 8192).unwrap());
         assert!(space_for(&p(8192, 8192, 8192), &hopper, 132).iter().any(|c| matches!(c, Candidate::Hopper(h) if h.tma_store)));
         assert!(!space_for(&big, &hopper, 132).iter().any(|c| matches!(c, Candidate::Hopper(h) if h.tma_store)));
         let plain = space_for(&big, &hopper, 132);
@@ -1072,12 +1074,16 @@ mod tests {
         assert!(twins.iter().any(|h| h.split > 1) && twins.iter().any(|h| h.split <= 1), "{twins:?}");
         let f16 = Problem::new(Arch::Sm90, Acc::F16, Layout::Tn, Shape::new(64, 512, 8192).unwrap());
         assert_eq!(space_with(&f16, &hopper, &[Trial::Bk128], 132), space_for(&f16, &hopper, 132), "fp32 only");
-        // K 256 twins the search's K-64 small tiles (not its K-128 twins), BM 64 only.
-        let skinny_long = p(64, 512, 8192);
-        let plain = space_for(&skinny_long, &hopper, 132);
-        let k256: Vec<Candidate> = space_with(&skinny_long, &hopper, &[Trial::Bk256], 132).into_iter().filter(|c| !plain.contains(c)).collect();
-        assert!(!k256.is_empty() && k256.iter().all(|c| matches!(c, Candidate::Hopper(h) if h.bk == 256 && h.bm == 64)), "{k256:?}");
-        assert!(k256.iter().any(|c| matches!(c, Candidate::Hopper(h) if h.split > 1)));
+        // K 256: the search takes it on tn at K 1024 and up; below, the trial twins the
+        // search's K-64 small tiles (not its K-128 twins), BM 64 only.
+        let k256 = |c: &Candidate| matches!(c, Candidate::Hopper(h) if h.bk == 256);
+        assert!(space_for(&p(64, 512, 8192), &hopper, 132).iter().any(|c| k256(c)));
+        let nn_long = Problem::new(Arch::Sm90, Acc::F32, Layout::Nn, Shape::new(64, 512, 8192).unwrap());
+        assert!(!space_for(&nn_long, &hopper, 132).iter().any(|c| k256(c)), "tn only");
+        let plain = space_for(&long, &hopper, 132);
+        let added: Vec<Candidate> = space_with(&long, &hopper, &[Trial::Bk256], 132).into_iter().filter(|c| !plain.contains(c)).collect();
+        assert!(!added.is_empty() && added.iter().all(|c| matches!(c, Candidate::Hopper(h) if h.bk == 256 && h.bm == 64)), "{added:?}");
+        assert!(added.iter().any(|c| matches!(c, Candidate::Hopper(h) if h.split > 1)));
         // The mma trial adds the deep-ring codes with the mma family, and loads each once;
         // 8192×256×2048 is past the family's search, within the trial's reach.
         let both = [Family::Hopper, Family::Mma];
@@ -1147,8 +1153,8 @@ mod tests {
 
     #[test]
     fn the_kinds_report_names_each_best_and_its_gain_over_the_search() {
-        // nn, where the TMA-store twins are a trial's, not the search's.
-        let nn = |m, n, k| Problem::new(Arch::Sm90, Acc::F32, Layout::Nn, Shape::new(m, n, k).unwrap());
+        // fp16 accumulators, where the TMA-store twins are a trial's, not the search's.
+        let nn = |m, n, k| Problem::new(Arch::Sm90, Acc::F16, Layout::Nn, Shape::new(m, n, k).unwrap());
         let prob = nn(8192, 8192, 8192);
         let searched: Vec<HopperConfig> = hopper::space_for(&prob, 132);
         let coop = searched.iter().copied().find(|c| !c.pingpong && c.bn == 256).expect("a cooperative 128x256");
