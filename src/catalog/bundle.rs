@@ -420,6 +420,10 @@ async fn write_index<C: ConnectionTrait>(db: &C, index: &Index, ptx: &BTreeMap<S
             .filter(submission::Column::SubmitterId.eq(submitter_id))
             .filter(submission::Column::ArtifactSha256.eq(&e.artifact))
             .filter(submission::Column::Name.eq(&e.name))
+            // Entries of one artifact and name may come from submissions described apart
+            // (the tuner's description names the code as the problem runs it): each keeps
+            // its own.
+            .filter(submission::Column::Description.eq(&e.description))
             .one(db)
             .await?
         {

@@ -120,6 +120,27 @@ async fn the_shipped_catalog_round_trips() {
     assert_eq!(std::fs::read(shipped.join("index.json")).unwrap(), std::fs::read(out.path().join("index.json")).unwrap());
 }
 
+/// So is every bundle under kernels/ (the H100 catalog, gzipped, among them): an import then
+/// a snapshot gives its index back, each entry's description included.
+#[actix_web::test]
+async fn every_shipped_bundle_round_trips() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("kernels");
+    let mut checked = Vec::new();
+    for dir in std::fs::read_dir(&root).unwrap().map(|e| e.unwrap().path()).filter(|p| p.join("ptx").is_dir()) {
+        let (index, _) = bundle::read_bundle(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+        let db = TestDb::new(Backend::Sqlite).await;
+        bundle::import(&db.db, &dir).await.unwrap();
+        let (back, _) = bundle::snapshot(&db.db).await.unwrap();
+        for (a, b) in index.entries.iter().zip(&back.entries) {
+            assert!(a == b, "{}: the entry for {} comes back as {b:?}, not {a:?}", dir.display(), a.problem);
+        }
+        assert!(bundle::index_text(&index).unwrap() == bundle::index_text(&back).unwrap(), "{}: the index does not round-trip", dir.display());
+        checked.push(dir);
+        db.cleanup().await;
+    }
+    assert!(checked.iter().any(|d| d.ends_with("h100")), "{checked:?}");
+}
+
 async fn a_catalog_tree_imports_every_bundle_including_gzipped_ones(backend: Backend) {
     use std::io::Write;
     let db = TestDb::new(backend).await;
