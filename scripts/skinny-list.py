@@ -10,6 +10,12 @@ or N is at most SIDE. Session 11's lists: `--side 16384` (322 tn shapes), `--sid
     python3 scripts/skinny-list.py kernels/h100/index.json.gz [--layout tn] [--side 128]
         [--lead 1.02] [--min-log2 0] [--max-log2 37] [--min-k 256] [--waves 2] [--sms 132]
         [--every 1]   (every Nth of the list, for a sample)
+        [--order side|flops]   (narrowest first, or by FLOP then M, N, K)
+        [--exclude M1xN1xK1,…]   (shapes to leave out, e.g. an earlier sample)
+
+Session 15's nn sample, every 8th grid shape of 2^28 to 2^40 FLOP (both ends in):
+`--layout nn --side 16384 --waves 1e9 --min-k 64 --min-log2 28 --max-log2 40.001
+--lead inf --order flops --every 8`.
 """
 import argparse, math
 
@@ -26,10 +32,13 @@ ap.add_argument("--min-k", type=int, default=256)
 ap.add_argument("--waves", type=float, default=2.0)
 ap.add_argument("--sms", type=int, default=132)
 ap.add_argument("--every", type=int, default=1)
+ap.add_argument("--order", choices=["side", "flops"], default="side")
+ap.add_argument("--exclude", default="")
 a = ap.parse_args()
 
 cur = catalog_index.served_entries(catalog_index.load(a.index))
 G = catalog_index.GRID
+excluded = set(filter(None, a.exclude.split(",")))
 out = []
 for m in G:
     for n in G:
@@ -43,5 +52,11 @@ for m in G:
             e = cur.get((a.layout, m, n, k))
             if e and e["run"]["speedups"]["graph"]["cublaslt_autotune_max"] > a.lead:
                 continue
-            out.append((min(m, n), k, m, n))
-print(",".join(f"{m}x{n}x{k}" for _, k, m, n in sorted(out)[:: max(1, a.every)]))
+            if f"{m}x{n}x{k}" in excluded:
+                continue
+            out.append((min(m, n), k, m, n) if a.order == "side" else (2 * m * n * k, m, n, k))
+ordered = sorted(out)[:: max(1, a.every)]
+if a.order == "side":
+    print(",".join(f"{m}x{n}x{k}" for _, k, m, n in ordered))
+else:
+    print(",".join(f"{m}x{n}x{k}" for _, m, n, k in ordered))
