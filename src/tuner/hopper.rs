@@ -665,7 +665,8 @@ pub fn bk_codes(bk: u32) -> Vec<HopperConfig> {
 /// The TMA-store twins of every unsplit code the search or a trial may offer (`kaas tune
 /// --trial tma-store`), once each. cuBLASLt's and CUTLASS's Hopper kernels store
 /// C with a TMA store; ours, cooperative, hold both consumers in the epilogue while the
-/// tensor cores idle. Not yet run on a GPU: not in [`space`].
+/// tensor cores idle. Not in [`space`]: [`space_for`] adds the twins of a problem's own
+/// candidates where [`takes_tma_store`].
 pub fn tma_store_codes() -> Vec<HopperConfig> {
     let mut out: Vec<HopperConfig> = Vec::new();
     let all = space().into_iter().chain(skinny_cluster_codes()).chain(skinny_chains_codes()).chain(multicast_codes()).chain(ksplit_codes()).chain(chains_codes());
