@@ -1378,6 +1378,38 @@ fn wide_slot_kernels_pass_the_verifier(bk: u32) {
     runs.assert_all_passed();
 }
 
+/// The 64×8 tiles (`--trial narrow8`; tn only) pass the verifier: every unsplit code, two
+/// accumulator chains included, on shapes whose N is no multiple of 8 or 64 and whose K is
+/// no multiple of 64, one tile per CTA and a persistent grid of 3; the atomic split-K of 5
+/// and 16 slices; and the f16 accumulator.
+#[test]
+fn narrow8_hopper_kernels_pass_the_verifier() {
+    use kaas::tuner::hopper::{self, HopperConfig};
+    if !hopper_or_skip() {
+        return;
+    }
+    let mut runs = VerifierRuns::new("N8");
+    let unsplit: Vec<HopperConfig> = hopper::narrow8_codes().into_iter().filter(|c| c.split <= 1).collect();
+    assert!(unsplit.len() >= 3, "{unsplit:?}");
+    for code in &unsplit {
+        let ptx = hopper::compile(code, Acc::F32, Layout::Tn).expect("compile");
+        for (m, n, k) in [(200, 520, 136), (64, 60, 4104), (130, 13, 200), (1000, 1000, 1000)] {
+            let p = Problem::new(Arch::Sm90, Acc::F32, Layout::Tn, Shape::new(m, n, k).expect("shape"));
+            runs.run_grids(&p, code, &ptx, &[None, Some(3)]);
+        }
+    }
+    let split = hopper::narrow8_codes().into_iter().find(|c| c.split > 1).expect("a split-K code");
+    let ptx = hopper::compile(&split, Acc::F32, Layout::Tn).expect("compile");
+    for slices in [5, 16] {
+        let p = Problem::new(Arch::Sm90, Acc::F32, Layout::Tn, Shape::new(100, 36, 4200).expect("shape"));
+        runs.run_code(&p, &HopperConfig { split: slices, ..split }, &ptx);
+    }
+    let plain = unsplit.iter().find(|c| c.chains == 1).expect("an unsplit code");
+    let p = Problem::new(Arch::Sm90, Acc::F16, Layout::Tn, Shape::new(200, 520, 136).expect("shape"));
+    runs.run_code(&p, plain, &hopper::compile(plain, Acc::F16, Layout::Tn).expect("compile"));
+    runs.assert_all_passed();
+}
+
 /// The skinny shapes' clusters (2, 4 and 8 CTAs along N multicasting A, or along M
 /// multicasting B) pass the verifier: every such code of the search, both layouts where it
 /// builds, on shapes whose tiles leave a cluster partly past the edge (the CTAs there load

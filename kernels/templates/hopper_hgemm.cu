@@ -19,8 +19,9 @@
 //   KAAS_BM         block tile rows of C: 64 or 128 with 1 consumer, 128 or 256 with 2
 //                   (BM/KAAS_CONSUMERS must be 64 or 128)
 //   KAAS_BN         block tile cols of C: 64, 128, 192 or 256 (one wgmma m64nBNk16 per 64 rows;
-//                   192 compiles but was never run on a GPU); tn also 16, 24, 32 or 48 (the
-//                   narrow tiles of the skinny shapes: more blocks; C stored from registers)
+//                   192 compiles but was never run on a GPU); tn also 8, 16, 24, 32 or 48
+//                   (the narrow tiles of the skinny shapes: more blocks; C stored from
+//                   registers; 8, one swizzle atom of B per slot, is a trial's)
 //                   and 160 (BM 256 with two consumers: 160 accumulators per thread;
 //                   correct, and slower than the other tiles on 12 of 13 large shapes)
 //   KAAS_BK         64 (one 128-byte swizzle atom of fp16 along K); 128 (two atoms per ring
@@ -373,8 +374,8 @@ static_assert(STAGES % 2 == 0, "K split across consumers: each takes the slots o
 static_assert(CONSUMERS == 2, "ping-pong needs two consumer warpgroups");
 static_assert(KAAS_SPLITK == 0, "ping-pong runs without split-K");
 #endif
-static_assert(BN == 16 || BN == 24 || BN == 32 || BN == 48 || BN == 64 || BN == 128 || BN == 160 || BN == 192 || BN == 256,
-              "KAAS_BN must be 16, 24, 32, 48, 64, 128, 160, 192 or 256");
+static_assert(BN == 8 || BN == 16 || BN == 24 || BN == 32 || BN == 48 || BN == 64 || BN == 128 || BN == 160 || BN == 192 || BN == 256,
+              "KAAS_BN must be 8, 16, 24, 32, 48, 64, 128, 160, 192 or 256");
 static_assert(KAAS_LAYOUT_TN || BN % 64 == 0, "nn loads B in 64-column boxes: KAAS_BN must be a multiple of 64");
 static_assert((CLM == 1 || CLM == 2 || CLM == 4 || CLM == 8) && (CLN == 1 || CLN == 2 || CLN == 4 || CLN == 8) && CL <= 8,
               "KAAS_CLUSTER_M and KAAS_CLUSTER_N must be 1, 2, 4 or 8, and their product at most 8");
@@ -729,7 +730,18 @@ __device__ __forceinline__ void wgmma_f16_n256(u32 (&d)[64], u64 da, u64 db) {
         : "l"(da), "l"(db), "n"(TRANS_B));
 }
 
-// Narrow tiles (N in {16,24,32,48}, tn only: B K-major): more blocks for the skinny shapes.
+// Narrow tiles (N in {8,16,24,32,48}, tn only: B K-major): more blocks for the skinny shapes.
+template <int TRANS_B>
+__device__ __forceinline__ void wgmma_f32_n8(float (&d)[4], u64 da, u64 db) {
+    asm volatile(
+        "{\n"
+        "wgmma.mma_async.sync.aligned.m64n8k16.f32.f16.f16 "
+        "{%0, %1, %2, %3}, %4, %5, 1, 1, 1, 0, %6;\n"
+        "}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "l"(da), "l"(db), "n"(TRANS_B));
+}
+
 template <int TRANS_B>
 __device__ __forceinline__ void wgmma_f32_n16(float (&d)[8], u64 da, u64 db) {
     asm volatile(
@@ -771,6 +783,17 @@ __device__ __forceinline__ void wgmma_f32_n48(float (&d)[24], u64 da, u64 db) {
         "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23}, %24, %25, 1, 1, 1, 0, %26;\n"
         "}\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23])
+        : "l"(da), "l"(db), "n"(TRANS_B));
+}
+
+template <int TRANS_B>
+__device__ __forceinline__ void wgmma_f16_n8(u32 (&d)[2], u64 da, u64 db) {
+    asm volatile(
+        "{\n"
+        "wgmma.mma_async.sync.aligned.m64n8k16.f16.f16.f16 "
+        "{%0, %1}, %2, %3, 1, 1, 1, 0, %4;\n"
+        "}\n"
+        : "+r"(d[0]), "+r"(d[1])
         : "l"(da), "l"(db), "n"(TRANS_B));
 }
 

@@ -148,8 +148,8 @@ impl HopperConfig {
         if !matches!(self.consumers, 1 | 2) || !self.bm.is_multiple_of(self.consumers) || !matches!(per, 64 | 128) {
             return Err(format!("BM {} with {} consumer warpgroup(s): each must own 64 or 128 rows", self.bm, self.consumers));
         }
-        if !matches!(self.bn, 16 | 24 | 32 | 48 | 64 | 128 | 160 | 256) {
-            return Err(format!("BN {} is not 16, 24, 32, 48, 64, 128, 160 or 256", self.bn));
+        if !matches!(self.bn, 8 | 16 | 24 | 32 | 48 | 64 | 128 | 160 | 256) {
+            return Err(format!("BN {} is not 8, 16, 24, 32, 48, 64, 128, 160 or 256", self.bn));
         }
         if !self.bn.is_multiple_of(64) && self.pingpong {
             return Err(format!("BN {} does not run ping-pong", self.bn));
@@ -653,7 +653,7 @@ pub fn bk_twin(c: &HopperConfig, bk: u32) -> Option<HopperConfig> {
 /// bk128` or `bk256`), split-K's included, once each.
 pub fn bk_codes(bk: u32) -> Vec<HopperConfig> {
     let mut out: Vec<HopperConfig> = Vec::new();
-    let all = space().into_iter().chain(skinny_cluster_codes()).chain(skinny_chains_codes()).chain(multicast_codes()).chain(chains_codes()).chain(split_tiles()).chain(chains_split_tiles()).chain(tma_store_codes());
+    let all = space().into_iter().chain(skinny_cluster_codes()).chain(skinny_chains_codes()).chain(multicast_codes()).chain(chains_codes()).chain(split_tiles()).chain(chains_split_tiles()).chain(tma_store_codes()).chain(narrow8_codes());
     for t in all.filter_map(|c| bk_twin(&HopperConfig { persistent: false, l2_256: false, ..c }, bk)) {
         if !out.iter().any(|o| o.code_key() == t.code_key()) {
             out.push(t);
@@ -864,18 +864,54 @@ pub fn split_space(p: &Problem, sm_count: u32) -> Vec<HopperConfig> {
         return out;
     }
     for t in split_tiles().into_iter().filter(|t| t.atomic && t.supports(p.layout)) {
-        let tiles = t.tiles(p);
-        if tiles >= sm_count {
-            continue;
-        }
-        let ktiles = p.k.div_ceil(t.bk);
-        let mut splits: Vec<u32> = UNIT_TARGETS.iter().map(|(num, den)| sm_count * num / den / tiles).chain([ktiles / 2]).collect();
-        splits.sort_unstable();
-        splits.dedup();
-        for s in splits {
-            if s >= 2 && ktiles >= 2 * s && tiles * s <= 2 * sm_count {
-                out.push(HopperConfig { split: s, ..t });
+        out.extend(split_counts(&t, p, sm_count));
+    }
+    out
+}
+
+/// An atomic split-K code's candidates for a problem whose tiles leave SMs idle: the slice
+/// counts that fill [`UNIT_TARGETS`] of the SMs, and half the K-tiles, where each slice
+/// keeps two K-tiles and the grid stays within two waves.
+fn split_counts(t: &HopperConfig, p: &Problem, sm_count: u32) -> Vec<HopperConfig> {
+    let tiles = t.tiles(p);
+    if tiles >= sm_count {
+        return Vec::new();
+    }
+    let ktiles = p.k.div_ceil(t.bk);
+    let mut splits: Vec<u32> = UNIT_TARGETS.iter().map(|(num, den)| sm_count * num / den / tiles).chain([ktiles / 2]).collect();
+    splits.sort_unstable();
+    splits.dedup();
+    splits.into_iter().filter(|&s| s >= 2 && ktiles >= 2 * s && tiles * s <= 2 * sm_count).map(|s| HopperConfig { split: s, ..*t }).collect()
+}
+
+/// The 8-column tiles (`kaas tune --trial narrow8`; built, not yet run on a GPU): 64×8 with
+/// one consumer, tn only, each ring [`rings`] gives, with two accumulator chains, and
+/// atomic split-K (`split` 2 stands for every count). cuBLASLt spreads the skinny long-K
+/// shapes over more SMs with tiles this narrow (BENCHMARKS, session 14); one slot of B is a
+/// single 1 KiB swizzle atom.
+pub fn narrow8_codes() -> Vec<HopperConfig> {
+    let base = HopperConfig::new(64, 8, 2, 1);
+    let mut out = rings(base);
+    out.extend(rings(HopperConfig { chains: 2, ..base }));
+    out.extend(rings(HopperConfig { split: 2, atomic: true, ..base }).into_iter().take(2));
+    out
+}
+
+/// [`narrow8_codes`]' candidates for a problem: on the skinny tn shapes, the unsplit ones
+/// (chains with fp32 accumulators only) and, with fp32, the split-K ones at
+/// [`split_counts`].
+pub fn narrow8_space(p: &Problem, sm_count: u32) -> Vec<HopperConfig> {
+    if p.layout != Layout::Tn || !skinny(p, sm_count) {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    for c in narrow8_codes() {
+        if c.split > 1 {
+            if p.acc == Acc::F32 {
+                out.extend(split_counts(&c, p, sm_count));
             }
+        } else if c.chains == 1 || p.acc == Acc::F32 {
+            out.push(c);
         }
     }
     out
@@ -1503,7 +1539,7 @@ mod tests {
             return;
         }
         let mut seen = std::collections::BTreeSet::new();
-        for c in space().into_iter().chain(split_tiles()).chain(cluster_tiles()).chain(multicast_codes()).chain(stream_k_codes(132)).chain(wide_160_codes()).chain(skinny_cluster_codes()).chain(ksplit_codes()).chain(chains_codes()).chain(chains_split_tiles()).chain(tma_store_codes()).chain(bk_codes(128)).chain(bk_codes(256)) {
+        for c in space().into_iter().chain(split_tiles()).chain(cluster_tiles()).chain(multicast_codes()).chain(stream_k_codes(132)).chain(wide_160_codes()).chain(skinny_cluster_codes()).chain(ksplit_codes()).chain(chains_codes()).chain(chains_split_tiles()).chain(tma_store_codes()).chain(bk_codes(128)).chain(bk_codes(256)).chain(narrow8_codes()) {
             if !seen.insert(c.code_key()) {
                 continue;
             }
@@ -1523,6 +1559,22 @@ mod tests {
                 for bk in WIDE_BKS {
                     assert_eq!(ptx.contains(&format!(".entry kaas_wgmma_{}_{}_{}x{}x{bk}_", acc.as_str(), layout.as_str(), c.bm, c.bn)), c.bk == bk, "{}", c.label());
                 }
+            }
+        }
+    }
+
+    /// The 64×8 tiles build with both accumulators (m64n8k16), tn only.
+    #[test]
+    fn the_8_column_tiles_compile_with_both_accumulators_where_nvrtc_is_present() {
+        if let Err(why) = nvrtc::available() {
+            eprintln!("SKIP: no NVRTC ({why})");
+            return;
+        }
+        for c in narrow8_codes().into_iter().filter(|c| c.chains == 1 && c.split <= 1) {
+            assert!(!c.supports(Layout::Nn));
+            for (acc, tag) in [(Acc::F32, "f32"), (Acc::F16, "f16")] {
+                let ptx = compile(&c, acc, Layout::Tn).unwrap_or_else(|e| panic!("{} {tag}: {e}", c.label()));
+                assert!(ptx.contains(&format!("wgmma.mma_async.sync.aligned.m64n8k16.{tag}.f16.f16")), "{} {tag}", c.label());
             }
         }
     }

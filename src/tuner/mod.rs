@@ -142,6 +142,10 @@ pub enum Trial {
     /// fp32 only. hopper-probe timed it 15% below K 128 per 64 of K on 64×16 (session 14).
     /// The search takes them on tn with K ≥ 1024; the trial adds them on nn and shorter K.
     Bk256,
+    /// The 64×8 tiles (one consumer, tn only; two chains and atomic split-K with fp32) on
+    /// the skinny shapes: cuBLASLt's skinny long-K picks are this narrow. Built, not yet run
+    /// on a GPU.
+    Narrow8,
 }
 
 impl Trial {
@@ -165,6 +169,7 @@ impl Trial {
             Trial::TmaStore => hopper::tma_store_codes(),
             Trial::Bk128 => hopper::bk_codes(128),
             Trial::Bk256 => hopper::bk_codes(256),
+            Trial::Narrow8 => hopper::narrow8_codes(),
         };
         hopper.into_iter().map(Candidate::Hopper).collect()
     }
@@ -186,6 +191,7 @@ impl Trial {
             // long-K mid shapes, where the search offers none (BENCHMARKS, session 13).
             Trial::Multicast => hopper::multicast_codes().into_iter().chain(hopper::skinny_cluster_codes()).collect(),
             Trial::Wide160 => hopper::wide_160_codes(),
+            Trial::Narrow8 => hopper::narrow8_space(p, sm_count),
         };
         // With the search's L2 promotion, so that they time beside it on equal terms.
         let l2_256 = hopper::wide_l2_suits(p);
@@ -995,7 +1001,7 @@ mod tests {
         let nn = Problem::new(Arch::Sm90, Acc::F32, Layout::Nn, Shape::new(8192, 8192, 8192).unwrap());
         assert!(space_with(&nn, &hopper, &[Trial::Wide160], 132).iter().all(|c| !matches!(c, Candidate::Hopper(h) if h.bn == 160)), "tn only");
         for layout in Layout::ALL {
-            let all = [Trial::Ksplit, Trial::Chains, Trial::Multicast, Trial::Wide160, Trial::L2, Trial::TmaStore, Trial::Bk128, Trial::Bk256];
+            let all = [Trial::Ksplit, Trial::Chains, Trial::Multicast, Trial::Wide160, Trial::L2, Trial::TmaStore, Trial::Bk128, Trial::Bk256, Trial::Narrow8];
             let entries: std::collections::HashSet<String> = codes_with(&hopper, &all, Acc::F32, layout).iter().map(|c| c.entry(Acc::F32, layout)).collect();
             for (m, n, k) in [(64, 512, 1024), (8192, 8192, 8192), (1000, 64, 4096)] {
                 let prob = Problem::new(Arch::Sm90, Acc::F32, layout, Shape::new(m, n, k).unwrap());
@@ -1077,13 +1083,26 @@ mod tests {
         // K 256: the search takes it on tn at K 1024 and up; below, the trial twins the
         // search's K-64 small tiles (not its K-128 twins), BM 64 only.
         let k256 = |c: &Candidate| matches!(c, Candidate::Hopper(h) if h.bk == 256);
-        assert!(space_for(&p(64, 512, 8192), &hopper, 132).iter().any(|c| k256(c)));
+        let skinny_long = p(64, 512, 8192);
+        assert!(space_for(&skinny_long, &hopper, 132).iter().any(|c| k256(c)));
         let nn_long = Problem::new(Arch::Sm90, Acc::F32, Layout::Nn, Shape::new(64, 512, 8192).unwrap());
         assert!(!space_for(&nn_long, &hopper, 132).iter().any(|c| k256(c)), "tn only");
         let plain = space_for(&long, &hopper, 132);
         let added: Vec<Candidate> = space_with(&long, &hopper, &[Trial::Bk256], 132).into_iter().filter(|c| !plain.contains(c)).collect();
         assert!(!added.is_empty() && added.iter().all(|c| matches!(c, Candidate::Hopper(h) if h.bk == 256 && h.bm == 64)), "{added:?}");
         assert!(added.iter().any(|c| matches!(c, Candidate::Hopper(h) if h.split > 1)));
+        // The 8-column tiles: on the skinny tn shapes only, split-K at the search's counts
+        // and chains with fp32 accumulators only.
+        let n8: Vec<HopperConfig> = space_with(&skinny_long, &hopper, &[Trial::Narrow8], 132).into_iter().filter_map(|c| match c {
+            Candidate::Hopper(h) if h.bn == 8 => Some(h),
+            _ => None,
+        }).collect();
+        assert!(n8.iter().any(|h| h.split > 1) && n8.iter().any(|h| h.chains == 2) && n8.iter().any(|h| h.split <= 1 && h.chains == 1), "{n8:?}");
+        assert!(n8.iter().all(|h| h.split <= 1 || (h.atomic && 8192u32.div_ceil(64) >= 2 * h.split)), "{n8:?}");
+        let f16_n8 = space_with(&Problem { acc: Acc::F16, ..skinny_long }, &hopper, &[Trial::Narrow8], 132);
+        assert!(f16_n8.iter().any(|c| matches!(c, Candidate::Hopper(h) if h.bn == 8)) && !f16_n8.iter().any(|c| matches!(c, Candidate::Hopper(h) if h.bn == 8 && (h.split > 1 || h.chains > 1))));
+        assert!(!space_with(&nn_long, &hopper, &[Trial::Narrow8], 132).iter().any(|c| matches!(c, Candidate::Hopper(h) if h.bn == 8)), "tn only");
+        assert!(!space_with(&p(4096, 4096, 4096), &hopper, &[Trial::Narrow8], 132).iter().any(|c| matches!(c, Candidate::Hopper(h) if h.bn == 8)), "skinny only");
         // The mma trial adds the deep-ring codes with the mma family, and loads each once;
         // 8192×256×2048 is past the family's search, within the trial's reach.
         let both = [Family::Hopper, Family::Mma];
