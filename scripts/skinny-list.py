@@ -54,9 +54,6 @@ for m in G:
                 continue
             if f"{m}x{n}x{k}" in excluded:
                 continue
-            out.append((min(m, n), k, m, n) if a.order == "side" else (2 * m * n * k, m, n, k))
-ordered = sorted(out)[:: max(1, a.every)]
-if a.order == "side":
-    print(",".join(f"{m}x{n}x{k}" for _, k, m, n in ordered))
-else:
-    print(",".join(f"{m}x{n}x{k}" for _, m, n, k in ordered))
+            key = (min(m, n), k, m, n) if a.order == "side" else (2 * m * n * k, m, n, k)
+            out.append((key, f"{m}x{n}x{k}"))
+print(",".join(shape for _, shape in sorted(out)[:: max(1, a.every)]))
