@@ -450,8 +450,7 @@ mod tests {
             let mut n = 0;
             for head in answers {
                 let (mut conn, _) = listener.accept().unwrap();
-                let mut buf = [0u8; 4096];
-                let _ = conn.read(&mut buf);
+                read_request(&mut conn);
                 let body = "{}";
                 write!(conn, "{head}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len()).unwrap();
                 n += 1;
@@ -459,6 +458,36 @@ mod tests {
             n
         });
         (url, served)
+    }
+
+    /// Reads one whole request, head and body: a server that closes with unread bytes in
+    /// its socket makes the kernel answer with a reset, which the client sees instead of
+    /// the canned answer (this test failed that way on CI when the body came late).
+    fn read_request(conn: &mut std::net::TcpStream) {
+        let mut got = Vec::new();
+        let mut buf = [0u8; 4096];
+        let head_end = loop {
+            if let Some(at) = got.windows(4).position(|w| w == b"\r\n\r\n") {
+                break at + 4;
+            }
+            match conn.read(&mut buf) {
+                Ok(0) | Err(_) => return,
+                Ok(n) => got.extend_from_slice(&buf[..n]),
+            }
+        };
+        let head = String::from_utf8_lossy(&got[..head_end]).to_ascii_lowercase();
+        let chunked = head.contains("transfer-encoding: chunked");
+        let length: usize = head
+            .lines()
+            .find_map(|line| line.strip_prefix("content-length:"))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0);
+        while if chunked { !got.ends_with(b"0\r\n\r\n") } else { got.len() < head_end + length } {
+            match conn.read(&mut buf) {
+                Ok(0) | Err(_) => return,
+                Ok(n) => got.extend_from_slice(&buf[..n]),
+            }
+        }
     }
 
     #[test]
