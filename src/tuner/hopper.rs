@@ -649,17 +649,36 @@ pub fn bk_twin(c: &HopperConfig, bk: u32) -> Option<HopperConfig> {
     (3..=(c.stages * BK).div_ceil(bk).max(3)).rev().map(|stages| HopperConfig { stages, bk, ..*c }).find(|t| t.validate().is_ok())
 }
 
-/// The K-`bk` twins of every code the search or a trial may offer (`kaas tune --trial
-/// bk128` or `bk256`), split-K's included, once each.
+/// The K-`bk` twins of every code the search or a trial may offer (the compile and GPU
+/// tests' list), split-K's included, once each.
 pub fn bk_codes(bk: u32) -> Vec<HopperConfig> {
-    let mut out: Vec<HopperConfig> = Vec::new();
-    let all = space().into_iter().chain(skinny_cluster_codes()).chain(skinny_chains_codes()).chain(multicast_codes()).chain(chains_codes()).chain(split_tiles()).chain(chains_split_tiles()).chain(tma_store_codes()).chain(narrow8_codes());
-    for t in all.filter_map(|c| bk_twin(&HopperConfig { persistent: false, l2_256: false, ..c }, bk)) {
-        if !out.iter().any(|o| o.code_key() == t.code_key()) {
-            out.push(t);
+    let all: Vec<HopperConfig> = space().into_iter().chain(skinny_cluster_codes()).chain(skinny_chains_codes()).chain(multicast_codes()).chain(chains_codes()).chain(split_tiles()).chain(chains_split_tiles()).chain(tma_store_codes()).chain(narrow8_codes()).collect();
+    twin_codes(&all, false, &[bk])
+}
+
+/// The twin codes (one module each) of `codes`, in the order [`space_for`] twins a
+/// problem's candidates: the TMA-store twins first where `tma_store`, then the K-`bk` twins
+/// ([`bk_twin`]) of the codes and of those, for each `bk` of `bks`. Each once, and none
+/// that `codes` already holds (as a module: compared by [`HopperConfig::code_key`]).
+pub fn twin_codes(codes: &[HopperConfig], tma_store: bool, bks: &[u32]) -> Vec<HopperConfig> {
+    let mut all: Vec<HopperConfig> = codes.iter().map(|c| HopperConfig { persistent: false, l2_256: false, ..*c }).collect();
+    let given = all.len();
+    let add = |all: &mut Vec<HopperConfig>, twins: Vec<HopperConfig>| {
+        for t in twins {
+            if !all.iter().any(|o| o.code_key() == t.code_key()) {
+                all.push(t);
+            }
         }
+    };
+    if tma_store {
+        let twins = all.iter().filter_map(tma_store_twin).collect();
+        add(&mut all, twins);
     }
-    out
+    for &bk in bks {
+        let twins = all.iter().filter_map(|c| bk_twin(c, bk)).collect();
+        add(&mut all, twins);
+    }
+    all.split_off(given)
 }
 
 /// The TMA-store twins of every unsplit code the search or a trial may offer (`kaas tune
@@ -668,14 +687,8 @@ pub fn bk_codes(bk: u32) -> Vec<HopperConfig> {
 /// tensor cores idle. Not in [`space`]: [`space_for`] adds the twins of a problem's own
 /// candidates where [`takes_tma_store`].
 pub fn tma_store_codes() -> Vec<HopperConfig> {
-    let mut out: Vec<HopperConfig> = Vec::new();
-    let all = space().into_iter().chain(skinny_cluster_codes()).chain(skinny_chains_codes()).chain(multicast_codes()).chain(ksplit_codes()).chain(chains_codes());
-    for t in all.filter_map(|c| tma_store_twin(&HopperConfig { persistent: false, l2_256: false, ..c })) {
-        if !out.contains(&t) {
-            out.push(t);
-        }
-    }
-    out
+    let all: Vec<HopperConfig> = space().into_iter().chain(skinny_cluster_codes()).chain(skinny_chains_codes()).chain(multicast_codes()).chain(ksplit_codes()).chain(chains_codes()).collect();
+    twin_codes(&all, true, &[])
 }
 
 /// The 256×160 tile (tn; two consumers of 128 rows, 160 accumulators per thread, 4

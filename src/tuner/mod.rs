@@ -166,9 +166,8 @@ impl Trial {
             // The same codes as the search's: nothing more to load.
             Trial::L2 => Vec::new(),
             Trial::MmaDeep => return mma::deep_codes().into_iter().map(Candidate::Mma).collect(),
-            Trial::TmaStore => hopper::tma_store_codes(),
-            Trial::Bk128 => hopper::bk_codes(128),
-            Trial::Bk256 => hopper::bk_codes(256),
+            // Twins of the codes loaded beside them: [`codes_with`].
+            Trial::TmaStore | Trial::Bk128 | Trial::Bk256 => Vec::new(),
             Trial::Narrow8 => hopper::narrow8_codes(),
         };
         hopper.into_iter().map(Candidate::Hopper).collect()
@@ -200,18 +199,29 @@ impl Trial {
     }
 }
 
-/// [`codes`] and the trials' codes (each trial's only with its family asked for).
+/// [`codes`] and the trials' codes (each trial's only with its family asked for). The
+/// twin trials (TMA store, K 128, K 256) twin every Hopper code loaded so far, as
+/// [`space_with`] twins every candidate: so `--trial narrow8,bk256` loads the 64×8 tiles'
+/// K-256 twins, and a run without trials loads no twin the search never times.
 fn codes_with(families: &[Family], trials: &[Trial], acc: Acc, layout: Layout) -> Vec<Candidate> {
     let mut out = codes(families, acc, layout);
     let f32_only = |c: &Candidate| match c {
         Candidate::Hopper(h) => h.ksplit || h.chains > 1 || h.split > 1,
         Candidate::Mma(m) => m.split > 1,
     };
+    let suits = |c: &Candidate| c.supports(layout) && (acc == Acc::F32 || !f32_only(c));
     let extra = trials.iter().filter(|t| families.contains(&t.family())).flat_map(|t| t.codes());
-    for c in extra.filter(|c| c.supports(layout) && (acc == Acc::F32 || !f32_only(c))) {
+    for c in extra.filter(suits) {
         if !out.contains(&c) {
             out.push(c);
         }
+    }
+    if families.contains(&Family::Hopper) {
+        // K 128 and 256 with fp32 accumulators only (hopper::bk_twin_for).
+        let bks: Vec<u32> = [(Trial::Bk128, 128), (Trial::Bk256, 256)].into_iter().filter(|(t, _)| acc == Acc::F32 && trials.contains(t)).map(|(_, bk)| bk).collect();
+        let hopper: Vec<hopper::HopperConfig> = out.iter().filter_map(|c| match c { Candidate::Hopper(h) => Some(*h), _ => None }).collect();
+        let twins = hopper::twin_codes(&hopper, trials.contains(&Trial::TmaStore), &bks);
+        out.extend(twins.into_iter().map(Candidate::Hopper).filter(suits));
     }
     out
 }
@@ -271,11 +281,11 @@ fn codes(families: &[Family], acc: Acc, layout: Layout) -> Vec<Candidate> {
         }
         // The twins the search takes with fp32 accumulators (hopper::takes_tma_store,
         // hopper::takes_bk128; hopper::takes_bk256 on tn only).
+        // Twins of these codes only: the trials' codes get theirs in `codes_with`.
         if acc == Acc::F32 {
-            let known: std::collections::HashSet<_> = out.iter().filter_map(|c| match c { Candidate::Hopper(h) => Some(h.code_key()), _ => None }).collect();
-            let k256 = if layout == Layout::Tn { hopper::bk_codes(256) } else { Vec::new() };
-            let twins = hopper::tma_store_codes().into_iter().chain(hopper::bk_codes(128)).chain(k256).filter(|h| !known.contains(&h.code_key()));
-            out.extend(twins.map(Candidate::Hopper));
+            let searched: Vec<hopper::HopperConfig> = out.iter().filter_map(|c| match c { Candidate::Hopper(h) => Some(*h), _ => None }).collect();
+            let bks: &[u32] = if layout == Layout::Tn { &[128, 256] } else { &[128] };
+            out.extend(hopper::twin_codes(&searched, true, bks).into_iter().map(Candidate::Hopper));
         }
     }
     if families.contains(&Family::Mma) {
@@ -1000,16 +1010,28 @@ mod tests {
         assert_eq!(space_with(&f16, &hopper, &[Trial::Ksplit], 132).len(), space_for(&f16, &hopper, 132).len(), "fp32 partials");
         let nn = Problem::new(Arch::Sm90, Acc::F32, Layout::Nn, Shape::new(8192, 8192, 8192).unwrap());
         assert!(space_with(&nn, &hopper, &[Trial::Wide160], 132).iter().all(|c| !matches!(c, Candidate::Hopper(h) if h.bn == 160)), "tn only");
-        for layout in Layout::ALL {
-            let all = [Trial::Ksplit, Trial::Chains, Trial::Multicast, Trial::Wide160, Trial::L2, Trial::TmaStore, Trial::Bk128, Trial::Bk256, Trial::Narrow8];
-            let entries: std::collections::HashSet<String> = codes_with(&hopper, &all, Acc::F32, layout).iter().map(|c| c.entry(Acc::F32, layout)).collect();
-            for (m, n, k) in [(64, 512, 1024), (8192, 8192, 8192), (1000, 64, 4096)] {
-                let prob = Problem::new(Arch::Sm90, Acc::F32, layout, Shape::new(m, n, k).unwrap());
-                for c in space_with(&prob, &hopper, &all, 132) {
-                    assert!(entries.contains(&c.entry(Acc::F32, layout)), "{prob}: {} has no code to load", c.label());
+        // Every trial alone, each beside a twin trial, and all at once: each candidate has a
+        // module (the twin trials twin the other trials' codes too).
+        let all = [Trial::Ksplit, Trial::Chains, Trial::Multicast, Trial::Wide160, Trial::L2, Trial::TmaStore, Trial::Bk128, Trial::Bk256, Trial::Narrow8];
+        let twin_trials = [Trial::TmaStore, Trial::Bk128, Trial::Bk256];
+        let mut sets: Vec<Vec<Trial>> = vec![all.to_vec()];
+        sets.extend(all.iter().map(|&t| vec![t]));
+        sets.extend(all.iter().flat_map(|&t| twin_trials.iter().filter(move |&&w| w != t).map(move |&w| vec![t, w])));
+        for (acc, layout) in [Acc::F32, Acc::F16].into_iter().flat_map(|a| Layout::ALL.map(|l| (a, l))) {
+            for trials in &sets {
+                let entries: std::collections::HashSet<String> = codes_with(&hopper, trials, acc, layout).iter().map(|c| c.entry(acc, layout)).collect();
+                for (m, n, k) in [(64, 512, 1024), (8192, 8192, 8192), (1000, 64, 4096), (64, 64, 16384)] {
+                    let prob = Problem::new(Arch::Sm90, acc, layout, Shape::new(m, n, k).unwrap());
+                    for c in space_with(&prob, &hopper, trials, 132) {
+                        assert!(entries.contains(&c.entry(acc, layout)), "{prob} {trials:?}: {} has no code to load", c.label());
+                    }
                 }
             }
         }
+        // A run without trials loads only the twins the search times: none of the 64×8
+        // tiles' (session 15 loaded a dozen on tn).
+        assert!(codes(&hopper, Acc::F32, Layout::Tn).iter().all(|c| !matches!(c, Candidate::Hopper(h) if h.bn == 8)));
+        assert!(codes_with(&hopper, &[Trial::Narrow8, Trial::Bk256], Acc::F32, Layout::Tn).iter().any(|c| matches!(c, Candidate::Hopper(h) if h.bn == 8 && h.bk == 256)));
         assert!(codes_with(&hopper, &[Trial::Ksplit], Acc::F16, Layout::Tn).iter().all(|c| !matches!(c, Candidate::Hopper(h) if h.ksplit)));
         // Chains come unsplit and with the split counts split-K takes on the problem.
         let long = p(64, 512, 8192);
