@@ -218,7 +218,7 @@ impl HopperConfig {
         if self.tma_store && (self.split > 1 || !self.bn.is_multiple_of(64)) {
             return Err(format!("the TMA-store epilogue stores 64-column pieces of unsplit tiles; got BN {} split {}", self.bn, self.split));
         }
-        if !(self.bk == BK || WIDE_BKS.contains(&self.bk)) || (self.bk != BK && (self.cluster_reduce || self.stream_k || self.ksplit)) {
+        if self.bk != BK && (!WIDE_BKS.contains(&self.bk) || self.cluster_reduce || self.stream_k || self.ksplit) {
             return Err(format!("K per ring slot {} is not 64, or 128 or 256 without the cluster reduction, stream-K or K split across consumers", self.bk));
         }
         if self.stream_k && (!self.atomic || self.split < 2 || self.cluster_reduce) {
@@ -1287,7 +1287,7 @@ mod tests {
             let prob = p(layout, 1000, 64, 4096);
             let l = &m4.manifest(&prob, 132).launches[0];
             let Param::TensorMap(b) = &l.params[1] else { panic!("B") };
-            assert_eq!((l.grid, l.cluster, b.box_dims), ([8, 1, 1], [4, 1, 1], if layout == Layout::Tn { [64, 16] } else { [64, 16] }));
+            assert_eq!((l.grid, l.cluster, b.box_dims), ([8, 1, 1], [4, 1, 1], [64, 16]), "{layout}: B's box is 64 by 16 in either layout");
             assert_eq!(HopperConfig::of_launch(l, &prob), Some((m4, Acc::F32, layout)));
         }
         // Offered where 64×64 tiles make under two waves and the cluster's side has the tiles.

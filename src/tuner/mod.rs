@@ -226,6 +226,9 @@ fn codes_with(families: &[Family], trials: &[Trial], acc: Acc, layout: Layout) -
     out
 }
 
+/// A twin trial's twin of one candidate on one problem, where it has one.
+type TwinOf = fn(&hopper::HopperConfig, &Problem) -> Option<hopper::HopperConfig>;
+
 /// [`space_for`] and the trials' candidates (each trial's only with its family asked for).
 /// The TMA-store trial twins the other trials' Hopper candidates too, so that, e.g.,
 /// `--trial multicast,tma-store` times clusters with the TMA store.
@@ -243,7 +246,7 @@ fn space_with(p: &Problem, families: &[Family], trials: &[Trial], sm_count: u32)
     }
     // Twins of every Hopper candidate so far, the TMA store's first (so that K 128 twins
     // them too).
-    let twin_trials: [(Trial, fn(&hopper::HopperConfig, &Problem) -> Option<hopper::HopperConfig>); 3] = [
+    let twin_trials: [(Trial, TwinOf); 3] = [
         (Trial::TmaStore, |h, _| hopper::tma_store_twin(h).filter(|_| !h.tma_store)),
         (Trial::Bk128, |h, p| hopper::bk_twin_for(h, p, 128)),
         (Trial::Bk256, |h, p| hopper::bk_twin_for(h, p, 256)),
@@ -494,6 +497,7 @@ fn emit_ptx(args: &TuneArgs, dir: &Path) -> anyhow::Result<()> {
     let acc: Acc = args.acc.parse().map_err(|e| anyhow::anyhow!("{e}"))?;
     let arch: Arch = args.arch.parse().map_err(|e| anyhow::anyhow!("{e}"))?;
     let mut done = std::collections::BTreeSet::new();
+    let mut emitted = Vec::new();
     for l in &args.layouts {
         let layout: Layout = l.parse().map_err(|e| anyhow::anyhow!("{e}"))?;
         for c in codes_with(&args.families, &args.trial, acc, layout) {
@@ -505,9 +509,80 @@ fn emit_ptx(args: &TuneArgs, dir: &Path) -> anyhow::Result<()> {
             let ptx = c.compile(arch, acc, layout).with_context(|| format!("compiling {entry}"))?;
             std::fs::write(dir.join(format!("{entry}.ptx")), &ptx)?;
             eprintln!("{entry}: {} bytes in {:.0} ms", ptx.len(), t.elapsed().as_secs_f64() * 1e3);
+            let target = match c {
+                Candidate::Hopper(_) => Arch::Sm90a,
+                Candidate::Mma(_) => arch,
+            };
+            emitted.push(Emitted { entry, target, ptx });
         }
     }
     println!("{} PTX files in {}", done.len(), dir.display());
+    match crate::ptx::ptxas::locate() {
+        Ok(ptxas) => assemble_emitted(&ptxas, dir, &emitted),
+        Err(why) => {
+            println!("registers and spills not checked: {why}");
+            Ok(())
+        }
+    }
+}
+
+/// One code `--emit-ptx` wrote, and the target it runs as.
+struct Emitted {
+    entry: String,
+    target: Arch,
+    ptx: String,
+}
+
+/// Assembles the emitted codes with ptxas (no GPU needed; all cores) and writes each
+/// entry's registers, spills and static shared memory to `resources.tsv` beside them: a
+/// code ptxas refuses would fail to load on the device, and one that spills is worth
+/// knowing before a device call times it. Refused codes fail the run; spills are listed.
+fn assemble_emitted(ptxas: &Path, dir: &Path, emitted: &[Emitted]) -> anyhow::Result<()> {
+    use crate::ptx::ptxas::{self, FunctionResources};
+    let t = Instant::now();
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(emitted.len().max(1));
+    let mut results: Vec<(usize, Result<FunctionResources, String>)> = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..threads)
+            .map(|_| {
+                s.spawn(|| {
+                    let mut out = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let Some(e) = emitted.get(i) else { break out };
+                        let got = ptxas::run(ptxas, &e.ptx, e.target.as_str(), ptxas::DEFAULT_TIMEOUT)
+                            .map_err(|err| err.to_string())
+                            .and_then(|report| report.entry(&e.entry).cloned().ok_or_else(|| format!("ptxas reported no entry {}", e.entry)));
+                        out.push((i, got));
+                    }
+                })
+            })
+            .collect();
+        workers.into_iter().flat_map(|w| w.join().expect("a ptxas thread panicked")).collect()
+    });
+    results.sort_by_key(|(i, _)| *i);
+    let mut table = String::from("entry\tregisters\tspill_store_bytes\tspill_load_bytes\tstatic_smem_bytes\n");
+    let (mut failed, mut spilled, mut registers) = (Vec::new(), Vec::new(), Vec::new());
+    for (i, got) in results {
+        let entry = &emitted[i].entry;
+        match got {
+            Ok(f) => {
+                table += &format!("{entry}\t{}\t{}\t{}\t{}\n", f.registers, f.spill_store_bytes, f.spill_load_bytes, f.shared_mem_bytes);
+                if f.spill_store_bytes + f.spill_load_bytes > 0 {
+                    spilled.push(format!("{entry} ({} B stored, {} B loaded)", f.spill_store_bytes, f.spill_load_bytes));
+                }
+                registers.push(f.registers);
+            }
+            Err(why) => failed.push(format!("{entry}: {why}")),
+        }
+    }
+    std::fs::write(dir.join("resources.tsv"), table)?;
+    let (lo, hi) = (registers.iter().min().copied().unwrap_or(0), registers.iter().max().copied().unwrap_or(0));
+    let spills = if spilled.is_empty() { "none spills".to_string() } else { format!("{} spill: {}", spilled.len(), spilled.join(", ")) };
+    println!("ptxas: {} of {} codes assembled in {:.1} s on {threads} thread(s), {lo}–{hi} registers; {spills}; resources.tsv", registers.len(), emitted.len(), t.elapsed().as_secs_f64());
+    if !failed.is_empty() {
+        anyhow::bail!("ptxas refused {} code(s), which would not load on the device:\n{}", failed.len(), failed.join("\n"));
+    }
     Ok(())
 }
 
@@ -1106,9 +1181,9 @@ mod tests {
         // search's K-64 small tiles (not its K-128 twins), BM 64 only.
         let k256 = |c: &Candidate| matches!(c, Candidate::Hopper(h) if h.bk == 256);
         let skinny_long = p(64, 512, 8192);
-        assert!(space_for(&skinny_long, &hopper, 132).iter().any(|c| k256(c)));
+        assert!(space_for(&skinny_long, &hopper, 132).iter().any(k256));
         let nn_long = Problem::new(Arch::Sm90, Acc::F32, Layout::Nn, Shape::new(64, 512, 8192).unwrap());
-        assert!(!space_for(&nn_long, &hopper, 132).iter().any(|c| k256(c)), "tn only");
+        assert!(!space_for(&nn_long, &hopper, 132).iter().any(k256), "tn only");
         let plain = space_for(&long, &hopper, 132);
         let added: Vec<Candidate> = space_with(&long, &hopper, &[Trial::Bk256], 132).into_iter().filter(|c| !plain.contains(c)).collect();
         assert!(!added.is_empty() && added.iter().all(|c| matches!(c, Candidate::Hopper(h) if h.bk == 256 && h.bm == 64)), "{added:?}");
@@ -1243,6 +1318,33 @@ mod tests {
         // Without exhaustive samples, or when none beats it, the bandit's pick stands.
         assert_eq!(pick_winner(bandit, &[]), bandit);
         assert_eq!(pick_winner((space[2], 1.1), &ex), (space[2], 1.1));
+    }
+
+    /// `--emit-ptx` assembles what it wrote: resources of each code in `resources.tsv`,
+    /// and a run that fails naming the code ptxas refuses.
+    #[test]
+    fn emitted_codes_are_assembled_and_a_refused_one_fails_the_run() {
+        let ptxas = match crate::ptx::ptxas::locate() {
+            Ok(p) => p,
+            Err(why) => return eprintln!("SKIP: {why}"),
+        };
+        if let Err(why) = crate::gpu::nvrtc::available() {
+            return eprintln!("SKIP: no NVRTC ({why})");
+        }
+        let c = Candidate::Hopper(HopperConfig::new(64, 16, 4, 1));
+        let entry = c.entry(Acc::F32, Layout::Tn);
+        let ptx = c.compile(Arch::Sm90, Acc::F32, Layout::Tn).unwrap();
+        let good = Emitted { entry: entry.clone(), target: Arch::Sm90a, ptx: ptx.clone() };
+        let dir = tempfile::tempdir().unwrap();
+        assemble_emitted(&ptxas, dir.path(), std::slice::from_ref(&good)).unwrap();
+        let table = std::fs::read_to_string(dir.path().join("resources.tsv")).unwrap();
+        let row: Vec<&str> = table.lines().nth(1).unwrap().split('\t').collect();
+        assert_eq!(row[0], entry);
+        assert!(row[1].parse::<u32>().unwrap() > 0, "{table}");
+        assert_eq!(&row[2..4], ["0", "0"], "the 64x16 tile does not spill");
+        let broken = Emitted { entry: "kaas_broken".into(), target: Arch::Sm90a, ptx: ptx.replace(&format!(".entry {entry}"), ".entry kaas_broken").replacen("ret;", "bogus.op;", 1) };
+        let err = assemble_emitted(&ptxas, dir.path(), &[good, broken]).unwrap_err().to_string();
+        assert!(err.contains("refused 1 code") && err.contains("kaas_broken"), "{err}");
     }
 
     /// A run whose first problem measures only poor arms must still find, on the next
