@@ -1320,6 +1320,36 @@ mod tests {
         assert_eq!(pick_winner((space[2], 1.1), &ex), (space[2], 1.1));
     }
 
+    /// The tuner's description of a shipped entry names the configuration its manifest
+    /// launches. Imports before session 15 gave the entries of one code one description:
+    /// 189 H100 entries named another entry's split count, L2 promotion or persistent grid.
+    #[test]
+    fn the_shipped_tuner_descriptions_name_their_configuration() {
+        let (mut checked, mut wrong) = (0, Vec::new());
+        for (dir, index, _) in crate::catalog::bundle::shipped_bundles() {
+            for e in index.entries.iter().filter(|e| e.submitter == "kaas-tuner" && !e.description.is_empty()) {
+                let launch = &e.manifest.launches[0];
+                let labels: Vec<String> = if let Some((cfg, _, _)) = HopperConfig::of_launch(launch, &e.problem) {
+                    // A persistent grid as large as the tile count launches as the plain one.
+                    let persistent = HopperConfig { persistent: true, ..cfg };
+                    let same = persistent.manifest(&e.problem, 132) == e.manifest;
+                    std::iter::once(cfg.label()).chain(same.then(|| persistent.label())).collect()
+                } else if let Some((cfg, _, _)) = MmaConfig::of_launch(launch) {
+                    vec![cfg.label()]
+                } else {
+                    panic!("{}: {} names no configuration of either family", e.problem, launch.entry)
+                };
+                let named = e.description.split_once(" (").and_then(|(_, rest)| rest.split_once("), found by")).map(|(label, _)| label);
+                if !named.is_some_and(|n| labels.iter().any(|l| l == n)) {
+                    wrong.push(format!("{}: {} for {} (launches {})", dir.display(), e.description, e.problem, labels[0]));
+                }
+                checked += 1;
+            }
+        }
+        assert!(checked > 1000, "{checked}");
+        assert!(wrong.is_empty(), "{} of {checked} descriptions name another configuration:\n{}", wrong.len(), wrong.join("\n"));
+    }
+
     /// `--emit-ptx` assembles what it wrote: resources of each code in `resources.tsv`,
     /// and a run that fails naming the code ptxas refuses.
     #[test]
