@@ -283,8 +283,8 @@ fn codes(families: &[Family], acc: Acc, layout: Layout) -> Vec<Candidate> {
             out.extend(hopper::skinny_chains_codes().into_iter().chain(hopper::chains_split_tiles()).map(Candidate::Hopper));
         }
         // The twins the search takes with fp32 accumulators (hopper::takes_tma_store,
-        // hopper::takes_bk128; hopper::takes_bk256 on tn only).
-        // Twins of these codes only: the trials' codes get theirs in `codes_with`.
+        // hopper::takes_bk128; hopper::takes_bk256 on tn only), of these codes only: the
+        // trials' codes get theirs in `codes_with`.
         if acc == Acc::F32 {
             let searched: Vec<hopper::HopperConfig> = out.iter().filter_map(|c| match c { Candidate::Hopper(h) => Some(*h), _ => None }).collect();
             let bks: &[u32] = if layout == Layout::Tn { &[128, 256] } else { &[128] };
@@ -578,7 +578,7 @@ fn assemble_emitted(ptxas: &Path, dir: &Path, emitted: &[Emitted]) -> anyhow::Re
     }
     std::fs::write(dir.join("resources.tsv"), table)?;
     let (lo, hi) = (registers.iter().min().copied().unwrap_or(0), registers.iter().max().copied().unwrap_or(0));
-    let spills = if spilled.is_empty() { "none spills".to_string() } else { format!("{} spill: {}", spilled.len(), spilled.join(", ")) };
+    let spills = if spilled.is_empty() { "no spills".to_string() } else { format!("{} spill: {}", spilled.len(), spilled.join(", ")) };
     println!("ptxas: {} of {} codes assembled in {:.1} s on {threads} thread(s), {lo}–{hi} registers; {spills}; resources.tsv", registers.len(), emitted.len(), t.elapsed().as_secs_f64());
     if !failed.is_empty() {
         anyhow::bail!("ptxas refused {} code(s), which would not load on the device:\n{}", failed.len(), failed.join("\n"));
@@ -1322,7 +1322,8 @@ mod tests {
 
     /// The tuner's description of a shipped entry names the configuration its manifest
     /// launches. Imports before session 15 gave the entries of one code one description:
-    /// 189 H100 entries named another entry's split count, L2 promotion or persistent grid.
+    /// 204 H100 entries (189 Hopper, 15 mma) named another entry's split count, L2
+    /// promotion or persistent grid.
     #[test]
     fn the_shipped_tuner_descriptions_name_their_configuration() {
         let (mut checked, mut wrong) = (0, Vec::new());
