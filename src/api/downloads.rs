@@ -89,11 +89,11 @@ fn write_files(dir: &Path, body: &ArtifactBody) -> std::io::Result<Entry> {
         if std::fs::read(&path).is_ok_and(|existing| existing == bytes) {
             return File::open(&path);
         }
-        let tmp = dir.join(format!("{name}.{}.tmp", rand::random::<u64>()));
-        let mut f = File::create(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, &path)?;
+        // Removed on drop if anything fails before the rename.
+        let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
+        tmp.write_all(bytes)?;
+        tmp.as_file().sync_all()?;
+        tmp.persist(&path).map_err(|e| e.error)?;
         File::open(&path)
     };
     Ok(Entry {

@@ -106,10 +106,14 @@ pub fn run(ptxas: &Path, ptx: &str, arch: &str, timeout: Duration) -> Result<Ptx
     if !arch.starts_with("sm_") || !arch.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
         return Err(PtxasError::Io(format!("`{arch}` is not an sm_XX target")));
     }
-    let dir = ScratchDir::new()?;
-    let input = dir.path.join("kernel.ptx");
-    let output = dir.path.join("kernel.cubin");
-    let log_path = dir.path.join("ptxas.log");
+    // A private directory (created, never followed), removed on drop.
+    let dir = tempfile::Builder::new()
+        .prefix("kaas-ptxas-")
+        .tempdir()
+        .map_err(|e| PtxasError::Io(format!("cannot create a scratch directory in {}: {e}", std::env::temp_dir().display())))?;
+    let input = dir.path().join("kernel.ptx");
+    let output = dir.path().join("kernel.cubin");
+    let log_path = dir.path().join("ptxas.log");
     std::fs::write(&input, ptx).map_err(|e| PtxasError::Io(format!("writing {}: {e}", input.display())))?;
     // Output to a file rather than a pipe: a pipe that nobody drains can block ptxas
     // when the log is long.
@@ -225,37 +229,6 @@ fn function_index(out: &mut Vec<FunctionResources>, name: &str) -> usize {
             out.push(FunctionResources { name: name.to_string(), ..Default::default() });
             out.len() - 1
         }
-    }
-}
-
-/// A private directory removed on drop. `create_dir` fails rather than follows when
-/// the name exists, so a guessed name planted by someone else is never reused.
-struct ScratchDir {
-    path: PathBuf,
-}
-
-impl ScratchDir {
-    fn new() -> Result<Self, PtxasError> {
-        let base = std::env::temp_dir();
-        let mut last = None;
-        for _ in 0..16 {
-            let path = base.join(format!("kaas-ptxas-{}-{:016x}", std::process::id(), rand::random::<u64>()));
-            match std::fs::create_dir(&path) {
-                Ok(()) => return Ok(ScratchDir { path }),
-                Err(e) => last = Some(e),
-            }
-        }
-        Err(PtxasError::Io(format!(
-            "cannot create a scratch directory in {}: {}",
-            base.display(),
-            last.map_or_else(String::new, |e| e.to_string())
-        )))
-    }
-}
-
-impl Drop for ScratchDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.path);
     }
 }
 
