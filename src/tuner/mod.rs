@@ -66,6 +66,14 @@ impl Candidate {
         }
     }
 
+    /// The Hopper configuration, for the other family none.
+    fn hopper(&self) -> Option<hopper::HopperConfig> {
+        match self {
+            Candidate::Hopper(c) => Some(*c),
+            Candidate::Mma(_) => None,
+        }
+    }
+
     /// Whether the family builds this code for a layout (the Hopper narrow tiles are tn only).
     fn supports(&self, layout: Layout) -> bool {
         match self {
@@ -219,7 +227,7 @@ fn codes_with(families: &[Family], trials: &[Trial], acc: Acc, layout: Layout) -
     if families.contains(&Family::Hopper) {
         // K 128 and 256 with fp32 accumulators only (hopper::bk_twin_for).
         let bks: Vec<u32> = [(Trial::Bk128, 128), (Trial::Bk256, 256)].into_iter().filter(|(t, _)| acc == Acc::F32 && trials.contains(t)).map(|(_, bk)| bk).collect();
-        let hopper: Vec<hopper::HopperConfig> = out.iter().filter_map(|c| match c { Candidate::Hopper(h) => Some(*h), _ => None }).collect();
+        let hopper: Vec<hopper::HopperConfig> = out.iter().filter_map(Candidate::hopper).collect();
         let twins = hopper::twin_codes(&hopper, trials.contains(&Trial::TmaStore), &bks);
         out.extend(twins.into_iter().map(Candidate::Hopper).filter(suits));
     }
@@ -253,10 +261,7 @@ fn space_with(p: &Problem, families: &[Family], trials: &[Trial], sm_count: u32)
     ];
     for (trial, twin) in twin_trials {
         if families.contains(&Family::Hopper) && trials.contains(&trial) {
-            let twins: Vec<Candidate> = out.iter().filter_map(|c| match c {
-                Candidate::Hopper(h) => twin(h, p).map(Candidate::Hopper),
-                _ => None,
-            }).collect();
+            let twins: Vec<Candidate> = out.iter().filter_map(|c| twin(&c.hopper()?, p).map(Candidate::Hopper)).collect();
             for c in twins {
                 add(&mut out, c);
             }
@@ -286,7 +291,7 @@ fn codes(families: &[Family], acc: Acc, layout: Layout) -> Vec<Candidate> {
         // hopper::takes_bk128; hopper::takes_bk256 on tn only), of these codes only: the
         // trials' codes get theirs in `codes_with`.
         if acc == Acc::F32 {
-            let searched: Vec<hopper::HopperConfig> = out.iter().filter_map(|c| match c { Candidate::Hopper(h) => Some(*h), _ => None }).collect();
+            let searched: Vec<hopper::HopperConfig> = out.iter().filter_map(Candidate::hopper).collect();
             let bks: &[u32] = if layout == Layout::Tn { &[128, 256] } else { &[128] };
             out.extend(hopper::twin_codes(&searched, true, bks).into_iter().map(Candidate::Hopper));
         }
