@@ -975,33 +975,37 @@ fn capped_run(state: &TuneState, max_pulls: usize) -> Vec<f64> {
     quality
 }
 
-/// Submits every winner at or above the threshold, one submission per PTX artifact.
+/// The winners at or above `threshold` (the best `limit` of them), grouped by code and
+/// configuration: one submission each. Winners of one code that launch it differently
+/// (split count, persistent grid, L2 promotion) go apart, so that each submission's
+/// description, which names the configuration, is true of every entry it makes. Grouped
+/// by code alone, 76 entries of sessions 15 and 17 shipped another entry's label.
+fn submission_groups(state: &TuneState, threshold: f64, limit: Option<usize>) -> BTreeMap<(String, String), (Candidate, Vec<Problem>)> {
+    let mut groups: BTreeMap<(String, String), (Candidate, Vec<Problem>)> = BTreeMap::new();
+    let mut chosen: Vec<&ProblemResult> = state.results.values().filter(|r| r.reward >= threshold).collect();
+    chosen.sort_by(|a, b| b.reward.total_cmp(&a.reward));
+    chosen.truncate(limit.unwrap_or(usize::MAX));
+    for r in chosen {
+        let key = (r.winner.entry(r.problem.acc, r.problem.layout), r.winner.label());
+        groups.entry(key).or_insert_with(|| (r.winner, Vec::new())).1.push(r.problem);
+    }
+    groups
+}
+
+/// Submits every winner at or above the threshold, one submission per code and
+/// configuration ([`submission_groups`]).
 fn submit_winners(args: &TuneArgs, state: &TuneState, url: &str) -> anyhow::Result<()> {
     let server = crate::client::Server { url: url.to_string(), token: args.token.clone() };
     let client = crate::client::Client::new(&server);
     let sm = 132;
-    let mut groups: BTreeMap<String, (Candidate, Vec<Problem>)> = BTreeMap::new();
-    let mut chosen: Vec<&ProblemResult> = state.results.values().filter(|r| r.reward >= args.submit_threshold).collect();
-    chosen.sort_by(|a, b| b.reward.total_cmp(&a.reward));
-    chosen.truncate(args.submit_limit.unwrap_or(usize::MAX));
-    for r in chosen {
-        let key = r.winner.entry(r.problem.acc, r.problem.layout);
-        groups.entry(key).or_insert_with(|| (r.winner, Vec::new())).1.push(r.problem);
-    }
+    let groups = submission_groups(state, args.submit_threshold, args.submit_limit);
     if groups.is_empty() {
         bail!("no winner at or above {} × cuBLASLt-heuristic to submit", args.submit_threshold);
     }
-    for (entry, (cfg, problems)) in groups {
+    for ((entry, _), (cfg, problems)) in groups {
         let (arch, acc, layout) = (problems[0].arch, problems[0].acc, problems[0].layout);
         let ptx = ptx_for(args, &cfg, arch, acc, layout)?;
-        let manifests: Vec<_> = problems
-            .iter()
-            .map(|p| {
-                // The grid of each problem's own winner (persistent or not).
-                let w = state.results.get(&p.path()).map_or(cfg, |r| r.winner);
-                w.manifest(p, sm)
-            })
-            .collect();
+        let manifests: Vec<_> = problems.iter().map(|p| cfg.manifest(p, sm)).collect();
         let (family, source) = cfg.template();
         let req = crate::work::NewSubmission {
             ptx: Some(ptx),
@@ -1048,6 +1052,43 @@ mod tests {
         assert_eq!(priors.len(), 2, "only the near shape seeds: {priors:?}");
         assert_eq!(priors[0], (0, 1.1, 0.5));
         assert!(distance(&p(64, 64, 64), &p(16384, 64, 64)) == 8.0);
+    }
+
+    /// Winners of one code that launch it differently are submitted apart, so each
+    /// submission's description names what every one of its entries launches; winners of
+    /// one configuration share a submission, and the threshold and limit pick the best.
+    #[test]
+    fn winners_are_submitted_per_code_and_configuration() {
+        let base = HopperConfig::new(64, 64, 4, 1);
+        let split = |s: u32| Candidate::Hopper(HopperConfig { split: s, atomic: true, ..base });
+        let wide = Candidate::Hopper(HopperConfig { l2_256: true, ..base });
+        let mut state = TuneState::default();
+        for (prob, winner, reward) in [
+            (p(64, 128, 4096), split(16), 1.2),
+            (p(64, 256, 4096), split(16), 1.1),
+            (p(64, 512, 4096), split(8), 1.05),
+            (p(128, 128, 4096), Candidate::Hopper(base), 1.3),
+            (p(128, 256, 4096), wide, 1.01),
+            (p(256, 256, 4096), wide, 0.4),
+        ] {
+            let r = ProblemResult { problem: prob, winner, reward, reference_us: 1.0, winner_us: 1.0, pulls: 1, arms: vec![], priors: vec![], exhaustive: vec![], seconds: 0.0, buffer_sets: TUNE_SETS };
+            state.results.insert(prob.path(), r);
+        }
+        let groups = submission_groups(&state, 0.5, None);
+        let entries: std::collections::HashSet<&String> = groups.keys().map(|(e, _)| e).collect();
+        assert_eq!(entries.len(), 2, "two codes (split and plain): {groups:?}");
+        assert_eq!(groups.len(), 4, "four configurations: {:?}", groups.keys());
+        for ((_, label), (cfg, problems)) in &groups {
+            assert_eq!(&cfg.label(), label);
+            for prob in problems {
+                assert_eq!(state.results[&prob.path()].winner.label(), *label, "{prob}");
+            }
+        }
+        let split16 = &groups[&(split(16).entry(Acc::F32, Layout::Tn), split(16).label())].1;
+        assert_eq!(split16, &vec![p(64, 128, 4096), p(64, 256, 4096)]);
+        assert_eq!(groups.values().map(|(_, ps)| ps.len()).sum::<usize>(), 5, "the 0.4 winner stays out");
+        let best = submission_groups(&state, 0.5, Some(2));
+        assert_eq!(best.values().flat_map(|(_, ps)| ps.clone()).collect::<std::collections::BTreeSet<_>>(), [p(128, 128, 4096), p(64, 128, 4096)].into());
     }
 
     /// The tuner loads one module per code of [`codes`] and times a candidate only if its
