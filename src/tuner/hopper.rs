@@ -897,7 +897,7 @@ fn split_counts(t: &HopperConfig, p: &Problem, sm_count: u32) -> Vec<HopperConfi
     splits.into_iter().filter(|&s| s >= 2 && ktiles >= 2 * s && tiles * s <= 2 * sm_count).map(|s| HopperConfig { split: s, ..*t }).collect()
 }
 
-/// The 8-column tiles (`kaas tune --trial narrow8`; built, not yet run on a GPU): 64×8 with
+/// The 8-column tiles (`kaas tune --trial narrow8`): 64×8 with
 /// one consumer, tn only, each ring [`rings`] gives, with two accumulator chains, and
 /// atomic split-K (`split` 2 stands for every count). cuBLASLt spreads the skinny long-K
 /// shapes over more SMs with tiles this narrow (BENCHMARKS, session 14); one slot of B is a
@@ -908,6 +908,36 @@ pub fn narrow8_codes() -> Vec<HopperConfig> {
     out.extend(rings(HopperConfig { chains: 2, ..base }));
     out.extend(rings(HopperConfig { split: 2, atomic: true, ..base }).into_iter().take(2));
     out
+}
+
+/// The 64×8 tiles the search takes where [`takes_narrow8`]: the K-256 twins ([`bk_twin`])
+/// of the unsplit one-chain [`narrow8_codes`], one per ring depth the twin keeps (3 and 4
+/// slots of 256).
+pub fn narrow8_search_codes() -> Vec<HopperConfig> {
+    let mut out: Vec<HopperConfig> = Vec::new();
+    for t in narrow8_codes().iter().filter(|c| c.chains == 1 && c.split <= 1).filter_map(|c| bk_twin(c, 256)) {
+        if !out.contains(&t) {
+            out.push(t);
+        }
+    }
+    out
+}
+
+/// Whether the search offers a problem the 64×8 tiles ([`narrow8_search_codes`]): tn with
+/// fp32 accumulators, K ≥ 256 and at most 2^28 FLOP. Timed exhaustively on an H100
+/// (session 17: 99 skinny tn shapes of K ≥ 1024, 72 more of K ≥ 1024 up to 2^29.6 FLOP and
+/// 64 of K 256 and 512 up to 2^28, every trial beside the search's space), a 64×8 K-256
+/// code was the best on 42, every one of them at most 2^28 FLOP, faster there than the
+/// search's best by a geomean of 5%, 7% and 12% per sample (at most 19%); above 2^28 FLOP
+/// it was never the best, and at 2^29 already 0.54-0.78× the best. The K-64 ones never were.
+pub fn takes_narrow8(p: &Problem) -> bool {
+    p.layout == Layout::Tn && p.acc == Acc::F32 && p.k >= 256 && small(p)
+}
+
+/// At most 2^28 FLOP: where the shorter K of a wider K-tile ring, and the 8-column tiles,
+/// pay off ([`takes_bk128`], [`takes_narrow8`]).
+fn small(p: &Problem) -> bool {
+    p.shape().flops() <= 2f64.powi(28)
 }
 
 /// [`narrow8_codes`]' candidates for a problem: on the skinny tn shapes, the unsplit ones
@@ -955,6 +985,9 @@ pub fn space_for(p: &Problem, sm_count: u32) -> Vec<HopperConfig> {
             extend_new(&mut out, twins);
         }
     }
+    if takes_narrow8(p) {
+        extend_new(&mut out, narrow8_search_codes());
+    }
     let l2_256 = wide_l2_suits(p);
     out.into_iter().map(|c| HopperConfig { l2_256, ..c }).collect()
 }
@@ -978,12 +1011,16 @@ pub fn takes_tma_store(p: &Problem) -> bool {
 }
 
 /// Whether the search gives a problem's small tiles their K-128 twins ([`bk_twin`]): fp32
-/// accumulators and K ≥ 1024. On an H100 (session 14, 100 skinny tn shapes of K ≥ 1024
-/// timed exhaustively) a K-128 code was the best on 36, and beside the search's space it
-/// gained 1.2% (geomean over all 100, at most 11.6%); on the nn sample (session 15) it was
-/// the best on 14 of 99, every one of K ≥ 1024. Elsewhere: `--trial bk128`.
+/// accumulators and K ≥ 1024, or K ≥ 256 at most 2^28 FLOP. On an H100 (session 14, 100
+/// skinny tn shapes of K ≥ 1024 timed exhaustively) a K-128 code was the best on 36, and
+/// beside the search's space it gained 1.2% (geomean over all 100, at most 11.6%); on the
+/// nn sample (session 15) it was the best on 14 of 99, every one of K ≥ 1024. On the
+/// shapes of K 256 and 512 up to 2^28 FLOP (session 17, 64 per layout) a K-128 code with
+/// two chains was the best on 32 nn shapes (4.6% faster there than the search's best,
+/// at most 7.1%) and on 20 tn ones (3.2%, with the TMA store 4.7%). Elsewhere: `--trial
+/// bk128`.
 pub fn takes_bk128(p: &Problem) -> bool {
-    p.acc == Acc::F32 && p.k >= 1024
+    p.acc == Acc::F32 && (p.k >= 1024 || (p.k >= 256 && small(p)))
 }
 
 /// Whether the search gives a problem's 64-row small tiles their K-256 twins: tn with fp32
@@ -1077,10 +1114,36 @@ mod tests {
         assert!(space.iter().filter(|c| c.pingpong).all(|c| c.persistent));
     }
 
+    /// The 64×8 K-256 tiles: on tn with fp32 accumulators, K ≥ 256 and at most 2^28 FLOP,
+    /// and nowhere else; the K-64 ones stay a trial.
+    #[test]
+    fn the_8_column_tiles_are_offered_to_the_small_tn_shapes_only() {
+        let eight = |acc, layout, m, n, k| {
+            let prob = Problem::new(Arch::Sm90, acc, layout, Shape::new(m, n, k).unwrap());
+            space_for(&prob, 132).into_iter().filter(|c| c.bn == 8).map(|c| HopperConfig { l2_256: false, ..c }).collect::<Vec<_>>()
+        };
+        let codes = narrow8_search_codes();
+        assert!(codes.len() >= 2 && codes.iter().all(|c| c.bk == 256 && c.split == 1 && c.chains == 1), "{codes:?}");
+        assert!(codes.iter().any(|c| c.stages == 3) && codes.iter().any(|c| c.stages == 4), "{codes:?}");
+        for c in &codes {
+            c.validate().unwrap();
+        }
+        // 2^24 to 2^28 FLOP, K 256 to 16384.
+        for (m, n, k) in [(64, 64, 256), (64, 128, 1024), (128, 1024, 1024), (64, 64, 16384), (1024, 512, 256)] {
+            assert_eq!(eight(Acc::F32, Layout::Tn, m, n, k), codes, "{m}x{n}x{k}");
+        }
+        assert!(eight(Acc::F32, Layout::Tn, 64, 1024, 128).is_empty(), "K 128 is half a K-256 slot");
+        assert!(eight(Acc::F32, Layout::Tn, 128, 2048, 1024).is_empty(), "2^29 FLOP");
+        assert!(eight(Acc::F16, Layout::Tn, 64, 128, 1024).is_empty(), "fp32 only, as the K-256 twins");
+        assert!(eight(Acc::F32, Layout::Nn, 64, 128, 1024).is_empty(), "nn loads B in 64-column boxes");
+    }
+
     #[test]
     fn narrow_tiles_are_offered_to_the_skinny_tn_shapes_only() {
         let p = |layout, m, n, k| Problem::new(Arch::Sm90, Acc::F32, layout, Shape::new(m, n, k).unwrap());
-        let narrow = |prob: &Problem| space_for(prob, 132).into_iter().filter(|c| c.bn < 64 && c.cluster_size() == 1 && c.chains == 1).collect::<Vec<_>>();
+        // (K 64 and 16 columns or more: the 64×8 tiles and the K-128 twins have tests of
+        // their own.)
+        let narrow = |prob: &Problem| space_for(prob, 132).into_iter().filter(|c| (16..64).contains(&c.bn) && c.bk == BK && c.cluster_size() == 1 && c.chains == 1).collect::<Vec<_>>();
         // 64×1024×512: 16 tiles of 64×64, so every width, each with 16 and 4 stages, and
         // the 64×32 split-K codes.
         let skinny = narrow(&p(Layout::Tn, 64, 1024, 512));

@@ -289,11 +289,15 @@ fn codes(families: &[Family], acc: Acc, layout: Layout) -> Vec<Candidate> {
         }
         // The twins the search takes with fp32 accumulators (hopper::takes_tma_store,
         // hopper::takes_bk128; hopper::takes_bk256 on tn only), of these codes only: the
-        // trials' codes get theirs in `codes_with`.
+        // trials' codes get theirs in `codes_with`. And on tn the 64×8 tiles of
+        // hopper::takes_narrow8.
         if acc == Acc::F32 {
             let searched: Vec<hopper::HopperConfig> = out.iter().filter_map(Candidate::hopper).collect();
             let bks: &[u32] = if layout == Layout::Tn { &[128, 256] } else { &[128] };
             out.extend(hopper::twin_codes(&searched, true, bks).into_iter().map(Candidate::Hopper));
+            if layout == Layout::Tn {
+                out.extend(hopper::narrow8_search_codes().into_iter().map(Candidate::Hopper));
+            }
         }
     }
     if families.contains(&Family::Mma) {
@@ -1149,9 +1153,11 @@ mod tests {
                 }
             }
         }
-        // A run without trials loads only the twins the search times: none of the 64×8
-        // tiles' (session 15 loaded a dozen on tn).
-        assert!(codes(&hopper, Acc::F32, Layout::Tn).iter().all(|c| !matches!(c, Candidate::Hopper(h) if h.bn == 8)));
+        // A run without trials loads only the 64×8 tiles the search times (session 15
+        // loaded a dozen more on tn), and none on nn or with fp16 accumulators.
+        let eight = |acc, layout| codes(&hopper, acc, layout).into_iter().filter_map(|c| c.hopper().filter(|h| h.bn == 8)).collect::<Vec<_>>();
+        assert_eq!(eight(Acc::F32, Layout::Tn), hopper::narrow8_search_codes());
+        assert!(eight(Acc::F32, Layout::Nn).is_empty() && eight(Acc::F16, Layout::Tn).is_empty());
         assert!(codes_with(&hopper, &[Trial::Narrow8, Trial::Bk256], Acc::F32, Layout::Tn).iter().any(|c| matches!(c, Candidate::Hopper(h) if h.bn == 8 && h.bk == 256)));
         assert!(codes_with(&hopper, &[Trial::Ksplit], Acc::F16, Layout::Tn).iter().all(|c| !matches!(c, Candidate::Hopper(h) if h.ksplit)));
         // Chains come unsplit and with the split counts split-K takes on the problem.
@@ -1211,9 +1217,11 @@ mod tests {
         let m2 = HopperConfig { l2_256: hopper::wide_l2_suits(&big), ..m2 };
         assert!(both_trials.contains(&Candidate::Hopper(hopper::tma_store_twin(&m2).unwrap())), "{}", m2.label());
         // The K-128 trial twins the small tiles, split-K's with two 128-deep K-tiles a slice,
-        // where the search does not already (below K 1024; at 1024 and up on tn it does).
+        // where the search does not already (below K 1024 above 2^28 FLOP; at 1024 and up,
+        // and on the small shapes, it does).
         assert!(space_for(&p(64, 512, 8192), &hopper, 132).iter().any(|c| matches!(c, Candidate::Hopper(h) if h.bk == 128 && h.split > 1)));
-        let long = p(64, 512, 960);
+        assert!(space_for(&p(64, 512, 960), &hopper, 132).iter().any(|c| matches!(c, Candidate::Hopper(h) if h.bk == 128)), "2^26 FLOP");
+        let long = p(512, 1024, 960);
         let plain = space_for(&long, &hopper, 132);
         let twins: Vec<HopperConfig> = space_with(&long, &hopper, &[Trial::Bk128], 132).into_iter().filter(|c| !plain.contains(c)).filter_map(|c| match c {
             Candidate::Hopper(h) => Some(h),
