@@ -8,14 +8,17 @@ or N is at most SIDE. Session 11's lists: `--side 16384` (322 tn shapes), `--sid
 --max-log2 36 --waves 64`.
 
     python3 scripts/skinny-list.py kernels/h100/index.json.gz [--layout tn] [--side 128]
-        [--lead 1.02] [--min-log2 0] [--max-log2 37] [--min-k 256] [--waves 2] [--sms 132]
+        [--lead 1.02] [--min-log2 0] [--max-log2 37] [--min-k 256] [--max-k inf] [--waves 2]
+        [--sms 132]
         [--every 1]   (every Nth of the list, for a sample)
         [--order side|flops]   (narrowest first, or by FLOP then M, N, K)
         [--exclude M1xN1xK1,…]   (shapes to leave out, e.g. an earlier sample)
 
 Session 15's nn sample, every 8th grid shape of 2^28 to 2^40 FLOP (both ends in):
 `--layout nn --side 16384 --waves 1e9 --min-k 64 --min-log2 28 --max-log2 40.001
---lead inf --order flops --every 8`.
+--lead inf --order flops --every 8`. Session 17's small shapes of K 256 and 512 (both
+layouts): `--side 16384 --waves 1e9 --min-k 256 --max-k 512 --min-log2 20 --max-log2 28.1
+--lead inf --order flops`.
 """
 import argparse, math
 
@@ -29,6 +32,7 @@ ap.add_argument("--lead", type=float, default=1.02)
 ap.add_argument("--min-log2", type=float, default=0.0)
 ap.add_argument("--max-log2", type=float, default=37.0)
 ap.add_argument("--min-k", type=int, default=256)
+ap.add_argument("--max-k", type=float, default=math.inf)
 ap.add_argument("--waves", type=float, default=2.0)
 ap.add_argument("--sms", type=int, default=132)
 ap.add_argument("--every", type=int, default=1)
@@ -43,7 +47,7 @@ out = []
 for m in G:
     for n in G:
         for k in G:
-            if k < a.min_k or not 2 ** a.min_log2 <= 2 * m * n * k < 2 ** a.max_log2:
+            if not a.min_k <= k <= a.max_k or not 2 ** a.min_log2 <= 2 * m * n * k < 2 ** a.max_log2:
                 continue
             if math.ceil(m / 64) * math.ceil(n / 64) >= a.waves * a.sms:
                 continue
