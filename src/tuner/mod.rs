@@ -983,7 +983,7 @@ fn capped_run(state: &TuneState, max_pulls: usize) -> Vec<f64> {
 /// configuration: one submission each. Winners of one code that launch it differently
 /// (split count, persistent grid, L2 promotion) go apart, so that each submission's
 /// description, which names the configuration, is true of every entry it makes. Grouped
-/// by code alone, 76 entries of sessions 15 and 17 shipped another entry's label.
+/// by code alone, 76 of session 17's entries shipped another entry's label.
 fn submission_groups(state: &TuneState, threshold: f64, limit: Option<usize>) -> BTreeMap<(String, String), (Candidate, Vec<Problem>)> {
     let mut groups: BTreeMap<(String, String), (Candidate, Vec<Problem>)> = BTreeMap::new();
     let mut chosen: Vec<&ProblemResult> = state.results.values().filter(|r| r.reward >= threshold).collect();
