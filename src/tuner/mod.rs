@@ -983,15 +983,15 @@ fn capped_run(state: &TuneState, max_pulls: usize) -> Vec<f64> {
 /// configuration: one submission each. Winners of one code that launch it differently
 /// (split count, persistent grid, L2 promotion) go apart, so that each submission's
 /// description, which names the configuration, is true of every entry it makes. Grouped
-/// by code alone, 76 of session 17's entries shipped another entry's label.
-fn submission_groups(state: &TuneState, threshold: f64, limit: Option<usize>) -> BTreeMap<(String, String), (Candidate, Vec<Problem>)> {
-    let mut groups: BTreeMap<(String, String), (Candidate, Vec<Problem>)> = BTreeMap::new();
+/// by code alone, 76 of session 17's entries shipped another entry's label. Keyed by the
+/// entry (code, accumulator and layout) and the exact configuration.
+fn submission_groups(state: &TuneState, threshold: f64, limit: Option<usize>) -> BTreeMap<(String, Candidate), Vec<Problem>> {
+    let mut groups: BTreeMap<(String, Candidate), Vec<Problem>> = BTreeMap::new();
     let mut chosen: Vec<&ProblemResult> = state.results.values().filter(|r| r.reward >= threshold).collect();
     chosen.sort_by(|a, b| b.reward.total_cmp(&a.reward));
     chosen.truncate(limit.unwrap_or(usize::MAX));
     for r in chosen {
-        let key = (r.winner.entry(r.problem.acc, r.problem.layout), r.winner.label());
-        groups.entry(key).or_insert_with(|| (r.winner, Vec::new())).1.push(r.problem);
+        groups.entry((r.winner.entry(r.problem.acc, r.problem.layout), r.winner)).or_default().push(r.problem);
     }
     groups
 }
@@ -1006,7 +1006,7 @@ fn submit_winners(args: &TuneArgs, state: &TuneState, url: &str) -> anyhow::Resu
     if groups.is_empty() {
         bail!("no winner at or above {} × cuBLASLt-heuristic to submit", args.submit_threshold);
     }
-    for ((entry, _), (cfg, problems)) in groups {
+    for ((entry, cfg), problems) in groups {
         let (arch, acc, layout) = (problems[0].arch, problems[0].acc, problems[0].layout);
         let ptx = ptx_for(args, &cfg, arch, acc, layout)?;
         let manifests: Vec<_> = problems.iter().map(|p| cfg.manifest(p, sm)).collect();
@@ -1082,17 +1082,16 @@ mod tests {
         let entries: std::collections::HashSet<&String> = groups.keys().map(|(e, _)| e).collect();
         assert_eq!(entries.len(), 2, "two codes (split and plain): {groups:?}");
         assert_eq!(groups.len(), 4, "four configurations: {:?}", groups.keys());
-        for ((_, label), (cfg, problems)) in &groups {
-            assert_eq!(&cfg.label(), label);
+        for ((_, cfg), problems) in &groups {
             for prob in problems {
-                assert_eq!(state.results[&prob.path()].winner.label(), *label, "{prob}");
+                assert_eq!(state.results[&prob.path()].winner.label(), cfg.label(), "{prob}");
             }
         }
-        let split16 = &groups[&(split(16).entry(Acc::F32, Layout::Tn), split(16).label())].1;
+        let split16 = &groups[&(split(16).entry(Acc::F32, Layout::Tn), split(16))];
         assert_eq!(split16, &vec![p(64, 128, 4096), p(64, 256, 4096)]);
-        assert_eq!(groups.values().map(|(_, ps)| ps.len()).sum::<usize>(), 5, "the 0.4 winner stays out");
+        assert_eq!(groups.values().map(Vec::len).sum::<usize>(), 5, "the 0.4 winner stays out");
         let best = submission_groups(&state, 0.5, Some(2));
-        assert_eq!(best.values().flat_map(|(_, ps)| ps.clone()).collect::<std::collections::BTreeSet<_>>(), [p(128, 128, 4096), p(64, 128, 4096)].into());
+        assert_eq!(best.values().flatten().copied().collect::<std::collections::BTreeSet<_>>(), [p(128, 128, 4096), p(64, 128, 4096)].into());
     }
 
     /// The tuner loads one module per code of [`codes`] and times a candidate only if its
