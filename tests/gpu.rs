@@ -1620,6 +1620,51 @@ fn mma_family_kernels_pass_the_verifier() {
     runs.assert_all_passed();
 }
 
+/// The mma family's split-K in a cluster (`_skc`: the slices of a tile are one cluster's
+/// CTAs; ranks 1.. push their partials into rank 0's shared memory with st.async) passes
+/// every stage of the verifier, which launches each kernel several times (a kernel that
+/// left rank 0's barrier or inbox in a bad state fails the later runs): every code, both
+/// layouts, 2, 4, 8 and 16 slices where rank 0's inbox fits (16 is a non-portable
+/// cluster), shapes that tiles do not divide, uneven slices, slices with no K-tile (K 200
+/// has 4 K-tiles), and rows that are not 16-byte aligned. A grid one cluster short, and a
+/// launch with less shared memory than the inbox needs, must write nothing and fail fast.
+#[test]
+fn mma_cluster_split_kernels_pass_the_verifier() {
+    use kaas::tuner::mma::{self, MmaConfig};
+    if !hopper_or_skip() {
+        return;
+    }
+    let shapes = [(64, 64, 4096), (100, 200, 4104), (130, 72, 200), (256, 256, 2048), (33, 100, 1030)];
+    let mut runs = VerifierRuns::new("MMA cluster");
+    for (i, code) in mma::cluster_split_codes().into_iter().enumerate() {
+        for (j, layout) in Layout::ALL.into_iter().enumerate() {
+            let ptx = mma::compile(&code, Arch::Sm90, Acc::F32, layout).expect("compile");
+            for (q, split) in [2, 4, 8, 16].into_iter().enumerate() {
+                let cfg = MmaConfig { split, ..code };
+                if cfg.validate().is_err() {
+                    continue;  // rank 0's inbox would not fit
+                }
+                let (m, n, k) = shapes[(i + j + q) % shapes.len()];
+                let p = Problem::new(Arch::Sm90, Acc::F32, layout, Shape::new(m, n, k).expect("shape"));
+                runs.run(&format!("{p} {}", cfg.label()), ptx.clone(), cfg.manifest(&p));
+            }
+        }
+    }
+    let cfg = MmaConfig { split: 4, ..mma::cluster_split_codes()[0] };
+    let p = Problem::new(Arch::Sm90, Acc::F32, Layout::Tn, Shape::new(128, 64, 1024).expect("shape"));
+    let ptx = mma::compile(&cfg, Arch::Sm90, Acc::F32, Layout::Tn).expect("compile");
+    let mut short = cfg.manifest(&p);
+    short.launches[0].grid[0] -= 4;
+    let mut cramped = cfg.manifest(&p);
+    cramped.launches[0].shared_mem_bytes -= 16;
+    for (what, manifest) in [("short grid", short), ("short shared memory", cramped)] {
+        let o = sandbox::run_with(&sandbox_command(), &Job { ptx: ptx.clone(), manifest, secret_seed: rand::random(), watchdog_ms: None, bench: None }, Duration::from_secs(60));
+        println!("MMA cluster {what}: {:?} {}", o.verdict, first_line(&o.message, 160));
+        assert!(o.verdict != Verdict::Pass && o.verdict != Verdict::Timeout, "{what} must fail fast: {:?} {}", o.verdict, o.message);
+    }
+    runs.assert_all_passed();
+}
+
 /// The mma family's deep-ring codes (`kaas tune --trial mma-deep`, 6 and 8 stages) through
 /// the sandboxed verifier: every code, both layouts, on a shape no tile divides with K long
 /// enough to wrap the ring twice; the accumulators alternate; one K that is not a multiple

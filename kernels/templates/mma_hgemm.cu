@@ -26,14 +26,22 @@
 //                      the last sums the S partials in slice order (bit-identical on every
 //                      run). 2, atomic: each unit adds its partial into one fp32 sum per
 //                      tile with red.global.add (vectorised on sm_90), the last reads it.
+//                      3, in a cluster (sm_90): the S units of a tile are the S CTAs of one
+//                      cluster [S, 1, 1] (S = the launch's cluster size, 2..16; no more params,
+//                      no workspace). Ranks 1..S-1 push their fp32 partials into rank 0's
+//                      shared memory with st.async (one mbarrier counts the bytes) and exit;
+//                      rank 0 adds them to its own in rank order (bit-identical on every run)
+//                      and writes C. No global round trip, no counter, no zeroing.
 //   KAAS_ACC_F32, KAAS_LAYOUT_TN
 //   KAAS_ENTRY         optional; default kaas_mma_<f32|f16>_<tn|nn>_<BM>x<BN>x<BK>_w<WM>x<WN>_s<STAGES>
-//                      plus _sk (in order) or _ska (atomic) with KAAS_SPLITK
+//                      plus _sk (in order), _ska (atomic) or _skc (cluster) with KAAS_SPLITK
 //
 // ─── Launch (kaas.hgemm.v1) ─────────────────────────────────────────────────────────────
 // params: (ptr A, ptr B, ptr C, i32 M, i32 N, i32 K); KAAS_SPLITK adds (ptr workspace,
 //   i32 S), S >= 1, with workspace_bytes = roundup(4·tiles, 256) + 4·tiles·BM·BN·(S for
 //   KAAS_SPLITK=1, 1 for 2), zero when first used (counters, then partials or sums).
+//   KAAS_SPLITK=3: the plain params; cluster [S, 1, 1]; the grid exactly tiles · S, and
+//   shared_mem_bytes ≥ the ring + (S-1)·BM·BN·4 (rank 0's inbox); else nothing is written.
 // grid:  [tiles · S, 1, 1] (S = 1 without split-K), tiles = ceil(M/BM)·ceil(N/BN)
 // block: [32 · WARPS_M · WARPS_N, 1, 1]
 // shared_mem_bytes (dynamic) = STAGES · (BM + BN) · BK · 2
@@ -89,7 +97,9 @@ typedef unsigned long long u64;
 #else
 #define KAAS_LAYOUT_TAG nn
 #endif
-#if KAAS_SPLITK == 2
+#if KAAS_SPLITK == 3
+#define KAAS_SPLIT_TAG _skc
+#elif KAAS_SPLITK == 2
 #define KAAS_SPLIT_TAG _ska
 #elif KAAS_SPLITK == 1
 #define KAAS_SPLIT_TAG _sk
@@ -131,7 +141,10 @@ static_assert(GROUP_M >= 1, "KAAS_GROUP_M must be >= 1");
 static_assert(SMEM_BYTES <= 232448, "shared memory exceeds 227 KiB");
 #if KAAS_SPLITK
 static_assert(KAAS_ACC_F32, "split-K partials are fp32: acc=f32 only");
+static_assert(KAAS_SPLITK >= 1 && KAAS_SPLITK <= 3, "KAAS_SPLITK must be 0..3");
 #endif
+// The split-K modes that keep their partials in a global workspace.
+#define KAAS_SPLIT_WS (KAAS_SPLITK == 1 || KAAS_SPLITK == 2)
 
 // ─── PTX helpers ────────────────────────────────────────────────────────────────────────
 __device__ __forceinline__ u32 smem_u32(const void* p) {
@@ -322,7 +335,51 @@ __device__ __forceinline__ void load_frags(u32 (&af)[MT][4], u32 (&bf)[NT][2], u
     }
 }
 
-#if KAAS_SPLITK
+#if KAAS_SPLITK == 3
+__device__ __forceinline__ u32 cluster_rank() {
+    u32 r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+    return r;
+}
+__device__ __forceinline__ u32 cluster_size() {
+    u32 r;
+    asm volatile("mov.u32 %0, %%cluster_nctarank;" : "=r"(r));
+    return r;
+}
+__device__ __forceinline__ u32 dynamic_smem_bytes() {
+    u32 r;
+    asm volatile("mov.u32 %0, %%dynamic_smem_size;" : "=r"(r));
+    return r;
+}
+// The same shared-memory offset in the CTA of cluster rank `rank`.
+__device__ __forceinline__ u32 map_rank(u32 addr, u32 rank) {
+    u32 r;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(addr), "r"(rank));
+    return r;
+}
+// 16 bytes into a peer's shared memory; its mbarrier `bar` (same CTA) counts them.
+__device__ __forceinline__ void st_async_v4(u32 dst, float a, float b, float c, float d, u32 bar) {
+    asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.f32 [%0], {%1, %2, %3, %4}, [%5];" ::"r"(dst),
+                 "f"(a), "f"(b), "f"(c), "f"(d), "r"(bar)
+                 : "memory");
+}
+__device__ __forceinline__ void mbar_wait_parity(u32 bar, u32 parity) {
+    u32 done;
+    do {
+        asm volatile(
+            "{\n"
+            ".reg .pred p;\n"
+            "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+            "selp.u32 %0, 1, 0, p;\n"
+            "}\n"
+            : "=r"(done)
+            : "r"(bar), "r"(parity)
+            : "memory");
+    } while (!done);
+}
+#endif
+
+#if KAAS_SPLIT_WS
 __device__ __forceinline__ void st_cg_v4(float* p, float a, float b, float c, float d) {
     asm volatile("st.global.cg.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(p), "f"(a), "f"(b), "f"(c), "f"(d) : "memory");
 }
@@ -352,7 +409,7 @@ __device__ __forceinline__ u32 atomic_inc_acq_rel(u32* p) {
 #endif
 
 extern "C" __global__ void __launch_bounds__(THREADS)
-#if KAAS_SPLITK
+#if KAAS_SPLIT_WS
 KAAS_ENTRY(const u16* __restrict__ A, const u16* __restrict__ B, u16* __restrict__ C, int M, int N, int K,
            unsigned char* __restrict__ ws, int S) {
 #else
@@ -369,7 +426,33 @@ KAAS_ENTRY(const u16* __restrict__ A, const u16* __restrict__ B, u16* __restrict
     const int num_m = (M + BM - 1) / BM;
     const int num_n = (N + BN - 1) / BN;
     const int ktiles = (K + BK - 1) / BK;
-#if KAAS_SPLITK
+#if KAAS_SPLITK == 3
+    // Rank 0's inbox: (S-1) partials after the ring, word w of thread x of rank r at
+    // float4 index ((r-1)·WORDS + w)·THREADS + x (conflict-free, as the atomic layout).
+    __shared__ __align__(8) u64 sk_bar;  // rank 0: counts the inbox's bytes
+    const int S = (int)cluster_size();
+    const int tiles = num_m * num_n;
+    const int t = (int)blockIdx.x / S;
+    const int sp = (int)cluster_rank();
+    // Uniform across a cluster (one tile, one launch), so a cluster returns whole.
+    if (t >= tiles || dynamic_smem_bytes() < (u32)SMEM_BYTES + (u32)(S - 1) * (u32)(BM * BN * 4)) return;
+    const int kb = (int)((long long)sp * ktiles / S);
+    const int ke = (int)((long long)(sp + 1) * ktiles / S);
+    const u32 inbox = sA + SMEM_BYTES;
+    const u32 bar = smem_u32(&sk_bar);
+    if (S > 1) {
+        if (sp == 0 && threadIdx.x == 0) {
+            asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bar) : "memory");
+            asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar),
+                         "r"((u32)(S - 1) * (u32)(BM * BN * 4))
+                         : "memory");
+            asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+        }
+        // Arrive now, wait after the main loop: the peers push only once rank 0's barrier
+        // is initialised, and nobody waits for anyone before then.
+        asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+    }
+#elif KAAS_SPLITK
     __shared__ u32 sk_last;  // 1 when this unit is the last of its tile to arrive
     if (S < 1) return;
     const int tiles = num_m * num_n;
@@ -464,7 +547,38 @@ KAAS_ENTRY(const u16* __restrict__ A, const u16* __restrict__ B, u16* __restrict
     }
     cp_async_wait<0>();  // no copy may still target shared memory when the block exits
 
-#if KAAS_SPLITK
+#if KAAS_SPLITK == 3
+    if (S > 1) {
+        constexpr int WORDS = MT * NT;
+        asm volatile("barrier.cluster.wait.aligned;" ::: "memory");  // rank 0's barrier is initialised
+        if (sp > 0) {
+            const u32 dst = map_rank(inbox + 16u * (u32)((sp - 1) * WORDS * THREADS + threadIdx.x), 0);
+            const u32 rbar = map_rank(bar, 0);
+#pragma unroll
+            for (int w = 0; w < WORDS; ++w) {
+                const float* a = acc[w / NT][w % NT];
+                st_async_v4(dst + 16u * (u32)(w * THREADS), a[0], a[1], a[2], a[3], rbar);
+            }
+            return;  // rank 0 outlives every push: it waits for all their bytes
+        }
+        mbar_wait_parity(bar, 0);
+        for (int r = 1; r < S; ++r) {
+#pragma unroll
+            for (int w = 0; w < WORDS; ++w) {
+                float* a = acc[w / NT][w % NT];
+                float v0, v1, v2, v3;
+                asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];"
+                             : "=f"(v0), "=f"(v1), "=f"(v2), "=f"(v3)
+                             : "r"(inbox + 16u * (u32)(((r - 1) * WORDS + w) * THREADS + threadIdx.x))
+                             : "memory");
+                a[0] += v0;
+                a[1] += v1;
+                a[2] += v2;
+                a[3] += v3;
+            }
+        }
+    }
+#elif KAAS_SPLITK
     if (S > 1) {
         // Partials in the accumulators' own order: word w (4 floats) of thread x at float
         // 4·(THREADS·w + x), so every access is coalesced.

@@ -37,6 +37,11 @@ pub struct MmaConfig {
     /// Split-K's reduction: false in order (bit-identical runs), true atomic.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub atomic: bool,
+    /// Split-K in a cluster (`_skc`, sm_90): the `split` slices of a tile are the CTAs of one
+    /// cluster, and ranks 1.. push their partials into rank 0's shared memory. No workspace;
+    /// `atomic` is false.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub cluster: bool,
 }
 
 /// Units (output tiles × slices) the split counts aim at, in waves of one block per SM:
@@ -46,7 +51,7 @@ const UNIT_TARGETS: [(u32, u32); 4] = [(1, 2), (1, 1), (2, 1), (4, 1)];
 impl MmaConfig {
     /// The template's static assertions, in words.
     pub fn validate(&self) -> Result<(), String> {
-        let MmaConfig { bm, bn, bk, warps_m, warps_n, stages, split, atomic } = *self;
+        let MmaConfig { bm, bn, bk, warps_m, warps_n, stages, split, atomic, cluster } = *self;
         if !matches!(bk, 32 | 64) {
             return Err(format!("BK {bk} is not 32 or 64"));
         }
@@ -65,6 +70,9 @@ impl MmaConfig {
         if atomic && split <= 1 {
             return Err("an atomic reduction needs split-K".into());
         }
+        if cluster && (atomic || !(2..=CLUSTER_SPLIT_MAX).contains(&split)) {
+            return Err(format!("split-K in a cluster takes 2 to {CLUSTER_SPLIT_MAX} slices and no atomic reduction (split {split})"));
+        }
         if self.shared_mem_bytes() > SMEM_LIMIT {
             return Err(format!("{} B of shared memory exceed {SMEM_LIMIT}", self.shared_mem_bytes()));
         }
@@ -75,9 +83,11 @@ impl MmaConfig {
         32 * self.warps_m * self.warps_n
     }
 
-    /// The ring: STAGES × (A tile + B tile), fp16, unpadded (the tiles are swizzled).
+    /// The ring: STAGES × (A tile + B tile), fp16, unpadded (the tiles are swizzled); split-K
+    /// in a cluster adds rank 0's inbox, one fp32 partial per other rank.
     pub fn shared_mem_bytes(&self) -> u32 {
-        self.stages * (self.bm + self.bn) * self.bk * 2
+        let inbox = if self.cluster { (self.split - 1) * self.bm * self.bn * 4 } else { 0 };
+        self.stages * (self.bm + self.bn) * self.bk * 2 + inbox
     }
 
     pub fn tiles(&self, p: &Problem) -> u32 {
@@ -87,17 +97,20 @@ impl MmaConfig {
     /// As the template documents it: counters rounded up to 256 bytes, then one fp32 sum
     /// per tile (atomic) or every unit's partial (in order).
     pub fn workspace_bytes(&self, p: &Problem) -> u64 {
+        if self.cluster {
+            return 0;
+        }
         super::hopper::split_workspace_bytes(self.tiles(p), self.bm * self.bn, self.split, self.atomic)
     }
 
-    /// The template's `KAAS_SPLITK`: 0 unsplit, 1 in order, 2 atomic.
+    /// The template's `KAAS_SPLITK`: 0 unsplit, 1 in order, 2 atomic, 3 in a cluster.
     fn split_mode(&self) -> u8 {
-        super::hopper::split_mode(self.split, self.atomic)
+        if self.cluster && self.split > 1 { 3 } else { super::hopper::split_mode(self.split, self.atomic) }
     }
 
-    /// The PTX entry, e.g. `kaas_mma_f32_tn_64x64x64_w2x2_s4` (`_sk`/`_ska` with split-K).
+    /// The PTX entry, e.g. `kaas_mma_f32_tn_64x64x64_w2x2_s4` (`_sk`/`_ska`/`_skc` with split-K).
     pub fn entry(&self, acc: Acc, layout: Layout) -> String {
-        let sk = ["", "_sk", "_ska"][usize::from(self.split_mode())];
+        let sk = ["", "_sk", "_ska", "_skc"][usize::from(self.split_mode())];
         format!(
             "kaas_mma_{}_{}_{}x{}x{}_w{}x{}_s{}{sk}",
             acc.as_str(),
@@ -135,7 +148,7 @@ impl MmaConfig {
 
     pub fn manifest(&self, p: &Problem) -> Manifest {
         let mut params = crate::manifest::pointer_params();
-        if self.split > 1 {
+        if self.split > 1 && !self.cluster {
             params.push(Param::Ptr(Buffer::Workspace));
             params.push(Param::I32(I32Value::Const(self.split as i32)));
         }
@@ -147,7 +160,7 @@ impl MmaConfig {
                 entry: self.entry(p.acc, p.layout),
                 grid: [self.tiles(p) * self.split, 1, 1],
                 block: [self.threads(), 1, 1],
-                cluster: [1, 1, 1],
+                cluster: [if self.cluster { self.split } else { 1 }, 1, 1],
                 shared_mem_bytes: self.shared_mem_bytes(),
                 params,
             }],
@@ -158,7 +171,13 @@ impl MmaConfig {
     /// comes back with `split` 2 (the count is a launch parameter, see [`MmaConfig::of_launch`]).
     pub fn from_entry(entry: &str) -> Option<(MmaConfig, Acc, Layout)> {
         let rest = entry.strip_prefix("kaas_mma_")?;
-        let (rest, split, atomic) = super::hopper::split_suffix(rest);
+        let (rest, split, atomic, cluster) = match rest.strip_suffix("_skc") {
+            Some(r) => (r, 2, false, true),
+            None => {
+                let (r, split, atomic) = super::hopper::split_suffix(rest);
+                (r, split, atomic, false)
+            }
+        };
         let [acc, layout, tile, warps, stages] = rest.split('_').collect::<Vec<_>>()[..] else { return None };
         let acc: Acc = acc.parse().ok()?;
         let layout: Layout = layout.parse().ok()?;
@@ -166,7 +185,7 @@ impl MmaConfig {
         let w: Vec<u32> = warps.strip_prefix('w')?.split('x').map(|d| d.parse().ok()).collect::<Option<_>>()?;
         let [bm, bn, bk] = dims[..] else { return None };
         let [warps_m, warps_n] = w[..] else { return None };
-        let cfg = MmaConfig { bm, bn, bk, warps_m, warps_n, stages: stages.strip_prefix('s')?.parse().ok()?, split, atomic };
+        let cfg = MmaConfig { bm, bn, bk, warps_m, warps_n, stages: stages.strip_prefix('s')?.parse().ok()?, split, atomic, cluster };
         cfg.validate().ok()?;
         (cfg.entry(acc, layout) == entry).then_some((cfg, acc, layout))
     }
@@ -174,7 +193,10 @@ impl MmaConfig {
     /// The configuration a launch of this family runs (the split count from its params).
     pub fn of_launch(launch: &Launch) -> Option<(MmaConfig, Acc, Layout)> {
         let (mut cfg, acc, layout) = Self::from_entry(&launch.entry)?;
-        if cfg.split > 1 {
+        if cfg.cluster {
+            cfg.split = launch.cluster[0];
+            cfg.validate().ok()?;
+        } else if cfg.split > 1 {
             let Some(Param::I32(I32Value::Const(s))) = launch.params.get(7) else { return None };
             cfg.split = u32::try_from(*s).ok()?;
             cfg.validate().ok()?;
@@ -182,9 +204,10 @@ impl MmaConfig {
         Some((cfg, acc, layout))
     }
 
-    /// Short label, e.g. `mma 64x64x64 w2x2 s4`, `mma 32x32x64 w2x2 s4 split 16 atomic`.
+    /// Short label, e.g. `mma 64x64x64 w2x2 s4`, `mma 32x32x64 w2x2 s4 split 16 atomic`,
+    /// `… split 8 cluster`.
     pub fn label(&self) -> String {
-        let split = super::hopper::split_label(self.split, self.atomic);
+        let split = if self.cluster { format!(" split {} cluster", self.split) } else { super::hopper::split_label(self.split, self.atomic) };
         format!("mma {}x{}x{} w{}x{} s{}{split}", self.bm, self.bn, self.bk, self.warps_m, self.warps_n, self.stages)
     }
 }
@@ -201,7 +224,7 @@ pub fn space() -> Vec<MmaConfig> {
     let mut out = Vec::new();
     for (bm, bn, warps_m, warps_n) in TILES {
         for (bk, stages) in RINGS {
-            let c = MmaConfig { bm, bn, bk, warps_m, warps_n, stages, split: 1, atomic: false };
+            let c = MmaConfig { bm, bn, bk, warps_m, warps_n, stages, split: 1, atomic: false, cluster: false };
             if c.validate().is_ok() {
                 out.push(c);
             }
@@ -227,7 +250,7 @@ pub fn deep_codes() -> Vec<MmaConfig> {
     let mut out = Vec::new();
     for (bm, bn, warps_m, warps_n) in DEEP_TILES {
         for stages in DEEP_STAGES {
-            let c = MmaConfig { bm, bn, bk: 64, warps_m, warps_n, stages, split: 1, atomic: false };
+            let c = MmaConfig { bm, bn, bk: 64, warps_m, warps_n, stages, split: 1, atomic: false, cluster: false };
             if c.validate().is_ok() {
                 out.push(c);
             }
@@ -251,7 +274,44 @@ pub fn split_tiles() -> Vec<MmaConfig> {
     let mut out = Vec::new();
     for atomic in [false, true] {
         for (bm, bn, warps_m, warps_n) in [(32, 32, 2, 2), (32, 64, 2, 2), (64, 32, 2, 2), (64, 64, 2, 2)] {
-            out.push(MmaConfig { bm, bn, bk: 64, warps_m, warps_n, stages: 4, split: 2, atomic });
+            out.push(MmaConfig { bm, bn, bk: 64, warps_m, warps_n, stages: 4, split: 2, atomic, cluster: false });
+        }
+    }
+    out
+}
+
+/// Most slices of split-K in a cluster: the largest cluster Hopper places (16, with the
+/// non-portable opt-in that the launcher makes above 8).
+pub const CLUSTER_SPLIT_MAX: u32 = 16;
+
+/// The codes of split-K in a cluster: the split-K tiles with the 64-deep ring.
+pub fn cluster_split_codes() -> Vec<MmaConfig> {
+    split_tiles().into_iter().filter(|t| !t.atomic).map(|t| MmaConfig { cluster: true, ..t }).collect()
+}
+
+/// Split-K in a cluster for a problem whose output needs fewer blocks than a wave (fp32
+/// accumulators, sm_90): 2, 4, 8 and 16 slices and the count that makes one wave, each
+/// with at least one K-tile per slice, at most one wave of blocks, and rank 0's inbox
+/// within the shared-memory limit.
+pub fn cluster_split_space(p: &Problem, sm_count: u32) -> Vec<MmaConfig> {
+    if p.acc != Acc::F32 || !eligible(p) || !matches!(p.arch, Arch::Sm90 | Arch::Sm90a) {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    for t in cluster_split_codes() {
+        let tiles = t.tiles(p);
+        let ktiles = p.k.div_ceil(t.bk);
+        if tiles >= sm_count {
+            continue;
+        }
+        let mut splits = vec![2, 4, 8, 16, (sm_count / tiles).min(CLUSTER_SPLIT_MAX)];
+        splits.sort_unstable();
+        splits.dedup();
+        for s in splits {
+            let c = MmaConfig { split: s, ..t };
+            if s >= 2 && ktiles >= s && tiles * s <= sm_count && c.validate().is_ok() {
+                out.push(c);
+            }
         }
     }
     out
@@ -317,6 +377,9 @@ pub fn compile(cfg: &MmaConfig, arch: Arch, acc: Acc, layout: Layout) -> Result<
     if cfg.split > 1 && acc != Acc::F32 {
         return Err(GpuError::refused("mma HGEMM", "split-K partials are fp32: acc=f32 only"));
     }
+    if cfg.cluster && !matches!(arch, Arch::Sm90 | Arch::Sm90a) {
+        return Err(GpuError::refused("mma HGEMM", format!("split-K in a cluster needs sm_90; {} has no clusters", arch.as_str())));
+    }
     nvrtc::compile(TEMPLATE, TEMPLATE_NAME, target(arch), &cfg.defines(acc, layout))
 }
 
@@ -351,14 +414,14 @@ mod tests {
             }
         }
         // The template's formula: 4 stages of (64 + 64) rows of 64 fp16.
-        assert_eq!(MmaConfig { bm: 64, bn: 64, bk: 64, warps_m: 2, warps_n: 2, stages: 4, split: 1, atomic: false }.shared_mem_bytes(), 65_536);
+        assert_eq!(MmaConfig { bm: 64, bn: 64, bk: 64, warps_m: 2, warps_n: 2, stages: 4, split: 1, atomic: false, cluster: false }.shared_mem_bytes(), 65_536);
         let bad = [
-            MmaConfig { bm: 48, bn: 64, bk: 64, warps_m: 2, warps_n: 2, stages: 4, split: 1, atomic: false },
-            MmaConfig { bm: 64, bn: 16, bk: 64, warps_m: 2, warps_n: 1, stages: 4, split: 1, atomic: false },
-            MmaConfig { bm: 64, bn: 64, bk: 16, warps_m: 2, warps_n: 2, stages: 4, split: 1, atomic: false },
-            MmaConfig { bm: 64, bn: 64, bk: 64, warps_m: 2, warps_n: 2, stages: 9, split: 1, atomic: false },
-            MmaConfig { bm: 256, bn: 256, bk: 64, warps_m: 4, warps_n: 4, stages: 4, split: 1, atomic: false },
-            MmaConfig { bm: 64, bn: 64, bk: 64, warps_m: 2, warps_n: 2, stages: 4, split: 1, atomic: true },
+            MmaConfig { bm: 48, bn: 64, bk: 64, warps_m: 2, warps_n: 2, stages: 4, split: 1, atomic: false, cluster: false },
+            MmaConfig { bm: 64, bn: 16, bk: 64, warps_m: 2, warps_n: 1, stages: 4, split: 1, atomic: false, cluster: false },
+            MmaConfig { bm: 64, bn: 64, bk: 16, warps_m: 2, warps_n: 2, stages: 4, split: 1, atomic: false, cluster: false },
+            MmaConfig { bm: 64, bn: 64, bk: 64, warps_m: 2, warps_n: 2, stages: 9, split: 1, atomic: false, cluster: false },
+            MmaConfig { bm: 256, bn: 256, bk: 64, warps_m: 4, warps_n: 4, stages: 4, split: 1, atomic: false, cluster: false },
+            MmaConfig { bm: 64, bn: 64, bk: 64, warps_m: 2, warps_n: 2, stages: 4, split: 1, atomic: true, cluster: false },
         ];
         for c in bad {
             assert!(c.validate().is_err(), "{c:?}");
@@ -399,7 +462,7 @@ mod tests {
                 assert_eq!(MmaConfig::from_entry(&e), Some((c, Acc::F32, layout)), "{e}");
             }
         }
-        assert_eq!(MmaConfig { bm: 32, bn: 32, bk: 64, warps_m: 2, warps_n: 2, stages: 4, split: 7, atomic: true }.entry(Acc::F32, Layout::Tn), "kaas_mma_f32_tn_32x32x64_w2x2_s4_ska");
+        assert_eq!(MmaConfig { bm: 32, bn: 32, bk: 64, warps_m: 2, warps_n: 2, stages: 4, split: 7, atomic: true, cluster: false }.entry(Acc::F32, Layout::Tn), "kaas_mma_f32_tn_32x32x64_w2x2_s4_ska");
         assert!(MmaConfig::from_entry("kaas_mma_f32_tn_48x64x64_w2x2_s4").is_none(), "does not tile");
         assert!(MmaConfig::from_entry("kaas_mma_f32_tn_64x64x64_w2x2_s4_ska_ska").is_none());
         assert!(MmaConfig::from_entry("kaas_wgmma_f32_tn_64x64x64_s8_c1_m1_g16").is_none());
@@ -428,7 +491,7 @@ mod tests {
             assert!(c.tiles(&prob) * c.split <= 4 * sm);
         }
         // The template's formula: 256-byte rounded counters, then the sums or partials.
-        let c = MmaConfig { bm: 32, bn: 32, bk: 64, warps_m: 2, warps_n: 2, stages: 4, split: 16, atomic: false };
+        let c = MmaConfig { bm: 32, bn: 32, bk: 64, warps_m: 2, warps_n: 2, stages: 4, split: 16, atomic: false, cluster: false };
         assert_eq!(c.workspace_bytes(&p(Layout::Tn, 100, 64, 4096)), 256 + 4 * 8 * 16 * 32 * 32);
         assert_eq!(MmaConfig { atomic: true, ..c }.workspace_bytes(&p(Layout::Tn, 100, 64, 4096)), 256 + 4 * 8 * 32 * 32);
         // Only small problems get the family at all.
@@ -441,6 +504,38 @@ mod tests {
     /// The shipped catalog's mma kernels are what the template builds today: recompiling
     /// each entry's configuration for its problem's arch (NVRTC from the pip wheel CI
     /// installs) gives the committed bytes, and the manifest is the configuration's.
+    #[test]
+    fn cluster_split_candidates_launch_one_cluster_per_tile() {
+        let sm = 132;
+        // 64×64×4096 with 32×32 tiles: 4 tiles; 2, 4, 8 and 16 slices (33 would be a wave,
+        // past the largest cluster).
+        let prob = p(Layout::Tn, 64, 64, 4096);
+        let small: Vec<u32> = cluster_split_space(&prob, sm).iter().filter(|c| c.bm == 32 && c.bn == 32).map(|c| c.split).collect();
+        assert_eq!(small, [2, 4, 8, 16]);
+        // 64×64 tiles: rank 0's inbox of 15 partials (240 KiB) does not fit beside the ring.
+        assert!(cluster_split_space(&prob, sm).iter().filter(|c| c.bm == 64 && c.bn == 64).all(|c| c.split <= 8));
+        // At most one wave of blocks, at least one K-tile per slice.
+        assert!(cluster_split_space(&p(Layout::Tn, 512, 256, 1024), sm).iter().all(|c| c.tiles(&p(Layout::Tn, 512, 256, 1024)) * c.split <= sm));
+        let short: Vec<u32> = cluster_split_space(&p(Layout::Tn, 64, 64, 128), sm).iter().map(|c| c.split).collect();
+        assert!(short.iter().all(|&s| s == 2), "two K-tiles: {short:?}");
+        assert!(cluster_split_space(&Problem::new(Arch::Sm80, Acc::F32, Layout::Tn, Shape::new(64, 64, 4096).unwrap()), sm).is_empty(), "sm_80 has no clusters");
+        for c in cluster_split_space(&p(Layout::Nn, 100, 200, 4104), sm) {
+            let prob = p(Layout::Nn, 100, 200, 4104);
+            let man = c.manifest(&prob);
+            man.validate().unwrap();
+            let launch = &man.launches[0];
+            assert_eq!((man.workspace_bytes, launch.cluster, launch.params.len()), (0, [c.split, 1, 1], 6), "{}", c.label());
+            assert_eq!(launch.grid[0], c.tiles(&prob) * c.split);
+            assert_eq!(launch.shared_mem_bytes, 4 * (c.bm + c.bn) * 64 * 2 + (c.split - 1) * c.bm * c.bn * 4);
+            assert!(launch.entry.ends_with("_skc"), "{}", launch.entry);
+            // The entry and the launch name the configuration again.
+            assert_eq!(MmaConfig::of_launch(launch), Some((c, Acc::F32, Layout::Nn)));
+            assert_eq!(MmaConfig::from_entry(&launch.entry).map(|(e, ..)| e), Some(c.code()));
+        }
+        let c = cluster_split_codes()[0];
+        assert!(MmaConfig { split: 17, ..c }.validate().is_err() && MmaConfig { atomic: true, ..c }.validate().is_err());
+    }
+
     #[test]
     fn the_shipped_mma_kernels_rebuild_from_the_template() {
         let mut checked = 0;
@@ -483,5 +578,15 @@ mod tests {
             assert!(ptx.contains("m16n8k16.row.col.f16.f16.f16.f16"));
         }
         assert!(compile(&split_tiles()[0], Arch::Sm90, Acc::F16, Layout::Tn).is_err(), "split-K is acc=f32 only");
+        for c in cluster_split_codes() {
+            for layout in [Layout::Tn, Layout::Nn] {
+                let ptx = compile(&c, Arch::Sm90, Acc::F32, layout).unwrap_or_else(|e| panic!("{}: {e}", c.label()));
+                assert!(ptx.contains(&format!(".entry {}", c.entry(Acc::F32, layout))), "{}", c.label());
+                // Partials go to rank 0 through distributed shared memory, never through global memory.
+                assert!(ptx.contains("st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.f32") && ptx.contains("mapa.shared::cluster"), "{}", c.label());
+                assert!(!ptx.contains("red.global.add") && !ptx.contains("atom.") && !ptx.contains("st.global.cg"), "{}", c.label());
+            }
+            assert!(compile(&c, Arch::Sm80, Acc::F32, Layout::Tn).is_err(), "clusters are sm_90's");
+        }
     }
 }

@@ -154,13 +154,17 @@ pub enum Trial {
     /// the skinny shapes: cuBLASLt's skinny long-K picks are this narrow. Built, not yet run
     /// on a GPU.
     Narrow8,
+    /// The mma family's split-K in a cluster (`_skc`: the slices of a tile are one
+    /// cluster's CTAs, reduced through distributed shared memory, no global round trip),
+    /// on the shapes of less than a wave of output tiles. Built, not yet run on a GPU.
+    MmaCluster,
 }
 
 impl Trial {
     /// The family whose codes the trial adds (it adds them only with that family asked for).
     fn family(self) -> Family {
         match self {
-            Trial::MmaDeep => Family::Mma,
+            Trial::MmaDeep | Trial::MmaCluster => Family::Mma,
             _ => Family::Hopper,
         }
     }
@@ -174,6 +178,7 @@ impl Trial {
             // The same codes as the search's: nothing more to load.
             Trial::L2 => Vec::new(),
             Trial::MmaDeep => return mma::deep_codes().into_iter().map(Candidate::Mma).collect(),
+            Trial::MmaCluster => return mma::cluster_split_codes().into_iter().map(Candidate::Mma).collect(),
             // Twins of the codes loaded beside them: [`codes_with`].
             Trial::TmaStore | Trial::Bk128 | Trial::Bk256 => Vec::new(),
             Trial::Narrow8 => hopper::narrow8_codes(),
@@ -190,6 +195,7 @@ impl Trial {
             Trial::Chains => hopper::chains_codes().into_iter().chain(hopper::chains_split_space(p, sm_count)).collect(),
             Trial::L2 => return hopper::space_for(p, sm_count).into_iter().map(|c| Candidate::Hopper(hopper::HopperConfig { l2_256: !c.l2_256, ..c })).collect(),
             Trial::MmaDeep => return mma::deep_space_for(p, sm_count).into_iter().map(Candidate::Mma).collect(),
+            Trial::MmaCluster => return mma::cluster_split_space(p, sm_count).into_iter().map(Candidate::Mma).collect(),
             // Its twins are of the whole space, the other trials' included: [`space_with`].
             Trial::TmaStore | Trial::Bk128 | Trial::Bk256 => return Vec::new(),
             Trial::Ksplit => hopper::ksplit_codes(),
