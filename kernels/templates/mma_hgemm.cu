@@ -27,14 +27,11 @@
 //                      run). 2, atomic: each unit adds its partial into one fp32 sum per
 //                      tile with red.global.add (vectorised on sm_90), the last reads it.
 //                      3, in a cluster (sm_90): the S units of a tile are the S CTAs of one
-//                      cluster [S, 1, 1] (S = the launch's cluster size, 2, 4, 8 or 16 and a
-//                      divisor of the thread count; no more params, no workspace). Rank r owns
-//                      the accumulators of the threads x with x % S == r: every other rank
-//                      pushes those threads' fp32 partials into rank r's shared memory with
-//                      st.async (one mbarrier per rank counts the bytes), and the owning
-//                      thread adds the S partials in rank order (bit-identical on every run)
-//                      and writes its part of C. No global round trip, no counter, no
-//                      zeroing; each rank takes in (S-1)/S of a tile, none all of it.
+//                      cluster [S, 1, 1] (S = the launch's cluster size, 2..16; no more params,
+//                      no workspace). Ranks 1..S-1 push their fp32 partials into rank 0's
+//                      shared memory with st.async (one mbarrier counts the bytes) and exit;
+//                      rank 0 adds them to its own in rank order (bit-identical on every run)
+//                      and writes C. No global round trip, no counter, no zeroing.
 //   KAAS_ACC_F32, KAAS_LAYOUT_TN
 //   KAAS_ENTRY         optional; default kaas_mma_<f32|f16>_<tn|nn>_<BM>x<BN>x<BK>_w<WM>x<WN>_s<STAGES>
 //                      plus _sk (in order), _ska (atomic) or _skc (cluster) with KAAS_SPLITK
@@ -44,7 +41,7 @@
 //   i32 S), S >= 1, with workspace_bytes = roundup(4·tiles, 256) + 4·tiles·BM·BN·(S for
 //   KAAS_SPLITK=1, 1 for 2), zero when first used (counters, then partials or sums).
 //   KAAS_SPLITK=3: the plain params; cluster [S, 1, 1]; the grid exactly tiles · S, and
-//   shared_mem_bytes ≥ the ring + (S-1)·BM·BN·4/S (the inbox); else nothing is written.
+//   shared_mem_bytes ≥ the ring + (S-1)·BM·BN·4 (rank 0's inbox); else nothing is written.
 // grid:  [tiles · S, 1, 1] (S = 1 without split-K), tiles = ceil(M/BM)·ceil(N/BN)
 // block: [32 · WARPS_M · WARPS_N, 1, 1]
 // shared_mem_bytes (dynamic) = STAGES · (BM + BN) · BK · 2
@@ -430,29 +427,29 @@ KAAS_ENTRY(const u16* __restrict__ A, const u16* __restrict__ B, u16* __restrict
     const int num_n = (N + BN - 1) / BN;
     const int ktiles = (K + BK - 1) / BK;
 #if KAAS_SPLITK == 3
-    // The inbox, after the ring: from each other rank (in rank order, skipping this one),
-    // word w of each owned thread x at float4 index w·(THREADS/S) + x/S.
-    __shared__ __align__(8) u64 sk_bar;  // counts the inbox's bytes
+    // Rank 0's inbox: (S-1) partials after the ring, word w of thread x of rank r at
+    // float4 index ((r-1)·WORDS + w)·THREADS + x (conflict-free, as the atomic layout).
+    __shared__ __align__(8) u64 sk_bar;  // rank 0: counts the inbox's bytes
     const int S = (int)cluster_size();
     const int tiles = num_m * num_n;
     const int t = (int)blockIdx.x / S;
     const int sp = (int)cluster_rank();
-    constexpr int WORDS = MT * NT;
-    const u32 inbox_bytes = (u32)(S - 1) * (u32)(WORDS * THREADS / S) * 16u;
     // Uniform across a cluster (one tile, one launch), so a cluster returns whole.
-    if (t >= tiles || THREADS % S != 0 || dynamic_smem_bytes() < (u32)SMEM_BYTES + inbox_bytes) return;
+    if (t >= tiles || dynamic_smem_bytes() < (u32)SMEM_BYTES + (u32)(S - 1) * (u32)(BM * BN * 4)) return;
     const int kb = (int)((long long)sp * ktiles / S);
     const int ke = (int)((long long)(sp + 1) * ktiles / S);
     const u32 inbox = sA + SMEM_BYTES;
     const u32 bar = smem_u32(&sk_bar);
     if (S > 1) {
-        if (threadIdx.x == 0) {
+        if (sp == 0 && threadIdx.x == 0) {
             asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bar) : "memory");
-            asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(inbox_bytes) : "memory");
+            asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar),
+                         "r"((u32)(S - 1) * (u32)(BM * BN * 4))
+                         : "memory");
             asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
         }
-        // Arrive now, wait after the main loop: every rank's barrier is initialised before
-        // anyone pushes, and nobody waits for anyone before then.
+        // Arrive now, wait after the main loop: the peers push only once rank 0's barrier
+        // is initialised, and nobody waits for anyone before then.
         asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
     }
 #elif KAAS_SPLITK
@@ -552,45 +549,33 @@ KAAS_ENTRY(const u16* __restrict__ A, const u16* __restrict__ B, u16* __restrict
 
 #if KAAS_SPLITK == 3
     if (S > 1) {
-        asm volatile("barrier.cluster.wait.aligned;" ::: "memory");  // every rank's barrier is initialised
-        const int owner = (int)threadIdx.x % S;
-        const u32 slot = 16u * (u32)((int)threadIdx.x / S);
-        constexpr u32 WORD_STRIDE = 16u * (u32)THREADS;  // bytes between words, before / S
-        if (owner != sp) {
-            // To the owner's inbox, in its slot for this rank.
-            const int j = sp < owner ? sp : sp - 1;
-            const u32 dst = map_rank(inbox + (u32)j * (WORD_STRIDE / (u32)S) * (u32)WORDS + slot, (u32)owner);
-            const u32 rbar = map_rank(bar, (u32)owner);
+        constexpr int WORDS = MT * NT;
+        asm volatile("barrier.cluster.wait.aligned;" ::: "memory");  // rank 0's barrier is initialised
+        if (sp > 0) {
+            const u32 dst = map_rank(inbox + 16u * (u32)((sp - 1) * WORDS * THREADS + threadIdx.x), 0);
+            const u32 rbar = map_rank(bar, 0);
 #pragma unroll
             for (int w = 0; w < WORDS; ++w) {
                 const float* a = acc[w / NT][w % NT];
-                st_async_v4(dst + (u32)w * (WORD_STRIDE / (u32)S), a[0], a[1], a[2], a[3], rbar);
+                st_async_v4(dst + 16u * (u32)(w * THREADS), a[0], a[1], a[2], a[3], rbar);
             }
-            return;  // the owner outlives every push: its CTA waits for all their bytes
+            return;  // rank 0 outlives every push: it waits for all their bytes
         }
         mbar_wait_parity(bar, 0);
+        for (int r = 1; r < S; ++r) {
 #pragma unroll
-        for (int w = 0; w < WORDS; ++w) {
-            float* a = acc[w / NT][w % NT];
-            float sum[4] = {0.f, 0.f, 0.f, 0.f};
-            for (int r = 0; r < S; ++r) {  // rank order, this rank's own partial in its place
-                float v0 = a[0], v1 = a[1], v2 = a[2], v3 = a[3];
-                if (r != sp) {
-                    const int j = r < sp ? r : r - 1;
-                    asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];"
-                                 : "=f"(v0), "=f"(v1), "=f"(v2), "=f"(v3)
-                                 : "r"(inbox + (u32)(j * WORDS + w) * (WORD_STRIDE / (u32)S) + slot)
-                                 : "memory");
-                }
-                sum[0] += v0;
-                sum[1] += v1;
-                sum[2] += v2;
-                sum[3] += v3;
+            for (int w = 0; w < WORDS; ++w) {
+                float* a = acc[w / NT][w % NT];
+                float v0, v1, v2, v3;
+                asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];"
+                             : "=f"(v0), "=f"(v1), "=f"(v2), "=f"(v3)
+                             : "r"(inbox + 16u * (u32)(((r - 1) * WORDS + w) * THREADS + threadIdx.x))
+                             : "memory");
+                a[0] += v0;
+                a[1] += v1;
+                a[2] += v2;
+                a[3] += v3;
             }
-            a[0] = sum[0];
-            a[1] = sum[1];
-            a[2] = sum[2];
-            a[3] = sum[3];
         }
     }
 #elif KAAS_SPLITK
