@@ -156,7 +156,10 @@ pub enum Trial {
     Narrow8,
     /// The mma family's split-K in a cluster (`_skc`: the slices of a tile are one
     /// cluster's CTAs, reduced through distributed shared memory, no global round trip),
-    /// on the shapes of less than a wave of output tiles. Built, not yet run on a GPU.
+    /// on the shapes of less than a wave of output tiles. On the H100 (session 18) the best
+    /// split-K code on 48 of 147 small tn shapes, by up to 20% on K 512-2048, and slower
+    /// on long K (16 slices at most). Not in the search yet: `codes()` has no arch, and
+    /// sm_80 has no clusters.
     MmaCluster,
 }
 
