@@ -1,6 +1,7 @@
 //! The Ampere-style family (`kernels/templates/mma_hgemm.cu`): `mma.sync` m16n8k16 fed by
 //! `ldmatrix` from XOR-swizzled shared memory, a multi-stage `cp.async` ring, a grouped tile
-//! order, and split-K with an in-order (`_sk`) or atomic (`_ska`) reduction. Plain pointers,
+//! order, and split-K with an in-order (`_sk`) or atomic (`_ska`) reduction, or on sm_90 in a
+//! cluster (`_skc`, reduced through distributed shared memory). Plain pointers,
 //! no tensor maps: it runs on sm_80 and later, and it has far less fixed cost than the
 //! Hopper family's TMA and mbarrier set-up, which is what small shapes need. One PTX per
 //! (target, accumulator, layout, tile, warps, stages, reduction); the split count is a
@@ -294,7 +295,7 @@ pub fn cluster_split_codes() -> Vec<MmaConfig> {
 /// with at least one K-tile per slice, at most one wave of blocks, and rank 0's inbox
 /// within the shared-memory limit.
 pub fn cluster_split_space(p: &Problem, sm_count: u32) -> Vec<MmaConfig> {
-    if p.acc != Acc::F32 || !eligible(p) || !matches!(p.arch, Arch::Sm90 | Arch::Sm90a) {
+    if p.acc != Acc::F32 || !eligible(p) || !has_clusters(p.arch) {
         return Vec::new();
     }
     let mut out = Vec::new();
@@ -356,7 +357,13 @@ pub fn space_for(p: &Problem, sm_count: u32) -> Vec<MmaConfig> {
     }
     let mut out = space();
     out.extend(split_space(p, sm_count));
+    out.extend(cluster_split_space(p, sm_count));
     out
+}
+
+/// Whether the family's code for an arch may run in clusters (split-K in a cluster).
+pub fn has_clusters(arch: Arch) -> bool {
+    matches!(arch, Arch::Sm90 | Arch::Sm90a)
 }
 
 /// NVRTC's virtual architecture for a problem's arch: the family needs nothing past sm_80,
@@ -377,7 +384,7 @@ pub fn compile(cfg: &MmaConfig, arch: Arch, acc: Acc, layout: Layout) -> Result<
     if cfg.split > 1 && acc != Acc::F32 {
         return Err(GpuError::refused("mma HGEMM", "split-K partials are fp32: acc=f32 only"));
     }
-    if cfg.cluster && !matches!(arch, Arch::Sm90 | Arch::Sm90a) {
+    if cfg.cluster && !has_clusters(arch) {
         return Err(GpuError::refused("mma HGEMM", format!("split-K in a cluster needs sm_90; {} has no clusters", arch.as_str())));
     }
     nvrtc::compile(TEMPLATE, TEMPLATE_NAME, target(arch), &cfg.defines(acc, layout))

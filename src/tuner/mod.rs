@@ -154,20 +154,13 @@ pub enum Trial {
     /// the skinny shapes: cuBLASLt's skinny long-K picks are this narrow. Built, not yet run
     /// on a GPU.
     Narrow8,
-    /// The mma family's split-K in a cluster (`_skc`: the slices of a tile are one
-    /// cluster's CTAs, reduced through distributed shared memory, no global round trip),
-    /// on the shapes of less than a wave of output tiles. On the H100 (session 18) the best
-    /// split-K code on 48 of 147 small tn shapes, by up to 20% on K 512-2048, and slower
-    /// on long K (16 slices at most). Not in the search yet: `codes()` has no arch, and
-    /// sm_80 has no clusters.
-    MmaCluster,
 }
 
 impl Trial {
     /// The family whose codes the trial adds (it adds them only with that family asked for).
     fn family(self) -> Family {
         match self {
-            Trial::MmaDeep | Trial::MmaCluster => Family::Mma,
+            Trial::MmaDeep => Family::Mma,
             _ => Family::Hopper,
         }
     }
@@ -181,7 +174,6 @@ impl Trial {
             // The same codes as the search's: nothing more to load.
             Trial::L2 => Vec::new(),
             Trial::MmaDeep => return mma::deep_codes().into_iter().map(Candidate::Mma).collect(),
-            Trial::MmaCluster => return mma::cluster_split_codes().into_iter().map(Candidate::Mma).collect(),
             // Twins of the codes loaded beside them: [`codes_with`].
             Trial::TmaStore | Trial::Bk128 | Trial::Bk256 => Vec::new(),
             Trial::Narrow8 => hopper::narrow8_codes(),
@@ -198,7 +190,6 @@ impl Trial {
             Trial::Chains => hopper::chains_codes().into_iter().chain(hopper::chains_split_space(p, sm_count)).collect(),
             Trial::L2 => return hopper::space_for(p, sm_count).into_iter().map(|c| Candidate::Hopper(hopper::HopperConfig { l2_256: !c.l2_256, ..c })).collect(),
             Trial::MmaDeep => return mma::deep_space_for(p, sm_count).into_iter().map(Candidate::Mma).collect(),
-            Trial::MmaCluster => return mma::cluster_split_space(p, sm_count).into_iter().map(Candidate::Mma).collect(),
             // Its twins are of the whole space, the other trials' included: [`space_with`].
             Trial::TmaStore | Trial::Bk128 | Trial::Bk256 => return Vec::new(),
             Trial::Ksplit => hopper::ksplit_codes(),
@@ -220,8 +211,8 @@ impl Trial {
 /// twin trials (TMA store, K 128, K 256) twin every Hopper code loaded so far, as
 /// [`space_with`] twins every candidate: so `--trial narrow8,bk256` loads the 64×8 tiles'
 /// K-256 twins, and a run without trials loads no twin the search never times.
-fn codes_with(families: &[Family], trials: &[Trial], acc: Acc, layout: Layout) -> Vec<Candidate> {
-    let mut out = codes(families, acc, layout);
+fn codes_with(families: &[Family], trials: &[Trial], arch: Arch, acc: Acc, layout: Layout) -> Vec<Candidate> {
+    let mut out = codes(families, arch, acc, layout);
     let f32_only = |c: &Candidate| match c {
         Candidate::Hopper(h) => h.ksplit || h.chains > 1 || h.split > 1,
         Candidate::Mma(m) => m.split > 1,
@@ -289,7 +280,7 @@ fn missing_codes(problems: &[Problem], args: &TuneArgs, sm_count: u32, loaded: i
 }
 
 /// Every code (one PTX each) of the families asked for, per accumulator and layout.
-fn codes(families: &[Family], acc: Acc, layout: Layout) -> Vec<Candidate> {
+fn codes(families: &[Family], arch: Arch, acc: Acc, layout: Layout) -> Vec<Candidate> {
     let mut out = Vec::new();
     if families.contains(&Family::Hopper) {
         out.extend(hopper::space().into_iter().chain(hopper::skinny_cluster_codes()).chain(hopper::split_tiles()).map(Candidate::Hopper));
@@ -311,6 +302,10 @@ fn codes(families: &[Family], acc: Acc, layout: Layout) -> Vec<Candidate> {
     }
     if families.contains(&Family::Mma) {
         out.extend(mma::space().into_iter().chain(mma::split_tiles()).map(Candidate::Mma));
+        // Split-K in a cluster: sm_90's (the family's other codes run on sm_80 too).
+        if mma::has_clusters(arch) {
+            out.extend(mma::cluster_split_codes().into_iter().map(Candidate::Mma));
+        }
     }
     out.retain(|c| (acc == Acc::F32 || !c.split()) && c.supports(layout));
     out
@@ -518,7 +513,7 @@ fn emit_ptx(args: &TuneArgs, dir: &Path) -> anyhow::Result<()> {
     let mut emitted = Vec::new();
     for l in &args.layouts {
         let layout: Layout = l.parse().map_err(|e| anyhow::anyhow!("{e}"))?;
-        for c in codes_with(&args.families, &args.trial, acc, layout) {
+        for c in codes_with(&args.families, &args.trial, arch, acc, layout) {
             let entry = c.entry(acc, layout);
             if !done.insert(entry.clone()) {
                 continue;
@@ -742,7 +737,7 @@ pub fn run_cli(args: TuneArgs) -> anyhow::Result<()> {
         let layouts: std::collections::BTreeSet<Layout> = todo.iter().map(|p| p.layout).collect();
         let t = Instant::now();
         for layout in layouts {
-            for c in codes_with(&args.families, &args.trial, acc, layout) {
+            for c in codes_with(&args.families, &args.trial, arch, acc, layout) {
                 let key = c.entry(acc, layout);
                 if modules.contains_key(&key) || !args.admits(&key) {
                     continue;
@@ -1111,7 +1106,7 @@ mod tests {
     fn every_candidate_of_the_grid_has_a_code_to_load() {
         let families = [Family::Hopper, Family::Mma];
         for layout in Layout::ALL {
-            let entries: std::collections::HashSet<String> = codes(&families, Acc::F32, layout).iter().map(|c| c.entry(Acc::F32, layout)).collect();
+            let entries: std::collections::HashSet<String> = codes(&families, Arch::Sm90, Acc::F32, layout).iter().map(|c| c.entry(Acc::F32, layout)).collect();
             let mut split = 0;
             let sizes = [64u32, 128, 256, 512, 1024, 2048, 4096, 8192, 12288, 16384];
             let shapes: Vec<(u32, u32, u32)> = sizes.iter().flat_map(|&m| sizes.iter().flat_map(move |&n| sizes.map(move |k| (m, n, k)))).collect();
@@ -1152,7 +1147,7 @@ mod tests {
         sets.extend(all.iter().flat_map(|&t| twin_trials.iter().filter(move |&&w| w != t).map(move |&w| vec![t, w])));
         for (acc, layout) in [Acc::F32, Acc::F16].into_iter().flat_map(|a| Layout::ALL.map(|l| (a, l))) {
             for trials in &sets {
-                let entries: std::collections::HashSet<String> = codes_with(&hopper, trials, acc, layout).iter().map(|c| c.entry(acc, layout)).collect();
+                let entries: std::collections::HashSet<String> = codes_with(&hopper, trials, Arch::Sm90, acc, layout).iter().map(|c| c.entry(acc, layout)).collect();
                 for (m, n, k) in [(64, 512, 1024), (8192, 8192, 8192), (1000, 64, 4096), (64, 64, 16384)] {
                     let prob = Problem::new(Arch::Sm90, acc, layout, Shape::new(m, n, k).unwrap());
                     for c in space_with(&prob, &hopper, trials, 132) {
@@ -1163,11 +1158,11 @@ mod tests {
         }
         // A run without trials loads only the 64×8 tiles the search times (session 15
         // loaded a dozen more on tn), and none on nn or with fp16 accumulators.
-        let eight = |acc, layout| codes(&hopper, acc, layout).into_iter().filter_map(|c| c.hopper().filter(|h| h.bn == 8)).collect::<Vec<_>>();
+        let eight = |acc, layout| codes(&hopper, Arch::Sm90, acc, layout).into_iter().filter_map(|c| c.hopper().filter(|h| h.bn == 8)).collect::<Vec<_>>();
         assert_eq!(eight(Acc::F32, Layout::Tn), hopper::narrow8_search_codes());
         assert!(eight(Acc::F32, Layout::Nn).is_empty() && eight(Acc::F16, Layout::Tn).is_empty());
-        assert!(codes_with(&hopper, &[Trial::Narrow8, Trial::Bk256], Acc::F32, Layout::Tn).iter().any(|c| matches!(c, Candidate::Hopper(h) if h.bn == 8 && h.bk == 256)));
-        assert!(codes_with(&hopper, &[Trial::Ksplit], Acc::F16, Layout::Tn).iter().all(|c| !matches!(c, Candidate::Hopper(h) if h.ksplit)));
+        assert!(codes_with(&hopper, &[Trial::Narrow8, Trial::Bk256], Arch::Sm90, Acc::F32, Layout::Tn).iter().any(|c| matches!(c, Candidate::Hopper(h) if h.bn == 8 && h.bk == 256)));
+        assert!(codes_with(&hopper, &[Trial::Ksplit], Arch::Sm90, Acc::F16, Layout::Tn).iter().all(|c| !matches!(c, Candidate::Hopper(h) if h.ksplit)));
         // Chains come unsplit and with the split counts split-K takes on the problem.
         let long = p(64, 512, 8192);
         let chained: Vec<HopperConfig> = space_with(&long, &hopper, &[Trial::Chains], 132).into_iter().filter_map(|c| match c {
@@ -1184,7 +1179,7 @@ mod tests {
         assert!(plain.iter().any(|c| matches!(c, Candidate::Hopper(h) if h.chains == 2)));
         let added: Vec<Candidate> = space_with(&long, &hopper, &[Trial::Chains], 132).into_iter().filter(|c| !plain.contains(c)).collect();
         assert!(!added.is_empty() && added.iter().all(|c| matches!(c, Candidate::Hopper(h) if h.chains == 4)), "{added:?}");
-        let loaded = codes_with(&hopper, &[Trial::Chains], Acc::F32, Layout::Tn);
+        let loaded = codes_with(&hopper, &[Trial::Chains], Arch::Sm90, Acc::F32, Layout::Tn);
         let unique: std::collections::HashSet<&Candidate> = loaded.iter().collect();
         assert_eq!(unique.len(), loaded.len(), "a code loaded twice");
         // The L2 trial doubles the Hopper candidates with the same codes: one more manifest
@@ -1195,7 +1190,7 @@ mod tests {
         assert_eq!(with.len(), 2 * plain.len());
         let plain_entries: std::collections::HashSet<String> = plain.iter().map(|c| c.entry(Acc::F32, Layout::Tn)).collect();
         assert!(with.iter().all(|c| plain_entries.contains(&c.entry(Acc::F32, Layout::Tn))), "no new code");
-        assert_eq!(codes_with(&hopper, &[Trial::L2], Acc::F32, Layout::Tn).len(), codes(&hopper, Acc::F32, Layout::Tn).len());
+        assert_eq!(codes_with(&hopper, &[Trial::L2], Arch::Sm90, Acc::F32, Layout::Tn).len(), codes(&hopper, Arch::Sm90, Acc::F32, Layout::Tn).len());
         // The multicast trial offers the skinny shapes' clusters on a mid shape too (their
         // modules are the search's own).
         let mid_skinny = p(4096, 512, 1024);
@@ -1204,7 +1199,7 @@ mod tests {
         for c in hopper::skinny_cluster_codes().into_iter().chain(hopper::multicast_codes()) {
             assert!(with.contains(&Candidate::Hopper(HopperConfig { l2_256: hopper::wide_l2_suits(&mid_skinny), ..c })), "{}", c.label());
         }
-        assert_eq!(codes_with(&hopper, &[Trial::Multicast], Acc::F32, Layout::Tn).len(), codes(&hopper, Acc::F32, Layout::Tn).len() + hopper::multicast_codes().len());
+        assert_eq!(codes_with(&hopper, &[Trial::Multicast], Arch::Sm90, Acc::F32, Layout::Tn).len(), codes(&hopper, Arch::Sm90, Acc::F32, Layout::Tn).len() + hopper::multicast_codes().len());
         // The TMA-store trial twins the search's unsplit 64-column candidates, grid kept, where
         // the search does not already (fp16 accumulators; with fp32 ones it does).
         let big = Problem::new(Arch::Sm90, Acc::F16, Layout::Nn, Shape::new(8192, 8192, 8192).unwrap());
@@ -1272,8 +1267,8 @@ mod tests {
         let added: Vec<&Candidate> = with.iter().filter(|c| !plain.contains(c)).collect();
         assert!(!added.is_empty() && added.iter().all(|c| matches!(c, Candidate::Mma(m) if m.stages >= 6)), "{added:?}");
         assert_eq!(space_with(&skinny_mid, &hopper, &[Trial::MmaDeep], 132), space_for(&skinny_mid, &hopper, 132), "mma codes need the mma family");
-        let loaded = codes_with(&both, &[Trial::MmaDeep], Acc::F32, Layout::Nn);
-        assert_eq!(loaded.len(), codes(&both, Acc::F32, Layout::Nn).len() + mma::deep_codes().len());
+        let loaded = codes_with(&both, &[Trial::MmaDeep], Arch::Sm90, Acc::F32, Layout::Nn);
+        assert_eq!(loaded.len(), codes(&both, Arch::Sm90, Acc::F32, Layout::Nn).len() + mma::deep_codes().len());
         let entries: std::collections::HashSet<String> = loaded.iter().map(|c| c.entry(Acc::F32, Layout::Nn)).collect();
         for c in space_with(&Problem::new(Arch::Sm90, Acc::F32, Layout::Nn, Shape::new(2048, 256, 1024).unwrap()), &both, &[Trial::MmaDeep], 132) {
             assert!(entries.contains(&c.entry(Acc::F32, Layout::Nn)), "{} has no code to load", c.label());
@@ -1295,8 +1290,16 @@ mod tests {
         assert!(both.iter().any(|c| matches!(c, Candidate::Mma(_))) && both.iter().any(|c| matches!(c, Candidate::Hopper(_))));
         assert!(space_for(&p(8192, 8192, 8192), &[Family::Mma], 132).is_empty());
         assert!(space_for(&p(8192, 8192, 8192), &[Family::Hopper], 132).len() >= 30);
-        assert!(!codes(&[Family::Mma], Acc::F16, Layout::Tn).is_empty() && codes(&[Family::Mma], Acc::F16, Layout::Tn).iter().all(|c| !c.split()));
+        assert!(!codes(&[Family::Mma], Arch::Sm90, Acc::F16, Layout::Tn).is_empty() && codes(&[Family::Mma], Arch::Sm90, Acc::F16, Layout::Tn).iter().all(|c| !c.split()));
         assert_eq!(Candidate::Mma(mma::space()[0]).manifest(&p(64, 64, 64), 132), mma::space()[0].manifest(&p(64, 64, 64)));
+        // Split-K in a cluster: searched on sm_90's small long-K shapes, its codes loaded for
+        // sm_90 only (sm_80 has no clusters).
+        let cluster = |c: &Candidate| matches!(c, Candidate::Mma(m) if m.cluster);
+        assert!(space_for(&p(64, 128, 2048), &[Family::Mma], 132).iter().any(cluster));
+        assert!(codes(&[Family::Mma], Arch::Sm90, Acc::F32, Layout::Tn).iter().any(cluster));
+        assert!(!codes(&[Family::Mma], Arch::Sm80, Acc::F32, Layout::Tn).iter().any(cluster));
+        let sm80 = Problem::new(Arch::Sm80, Acc::F32, Layout::Tn, Shape::new(64, 128, 2048).unwrap());
+        assert!(!space_for(&sm80, &[Family::Mma], 132).iter().any(cluster));
     }
 
     #[test]
@@ -1511,7 +1514,7 @@ mod tests {
         // The tuner refuses to start while a candidate has no module: here the trial's codes
         // are searched but only the plain codes are loaded.
         let loaded = |args: &TuneArgs| -> std::collections::HashSet<String> {
-            Layout::ALL.into_iter().flat_map(|l| codes(&args.families, Acc::F32, l).into_iter().map(move |c| c.entry(Acc::F32, l))).collect()
+            Layout::ALL.into_iter().flat_map(|l| codes(&args.families, Arch::Sm90, Acc::F32, l).into_iter().map(move |c| c.entry(Acc::F32, l))).collect()
         };
         let plain = loaded(&args);
         assert!(missing_codes(&ps, &args, 132, |e| plain.contains(e)).is_empty());
