@@ -19,7 +19,9 @@
 #                                          (device) for each triple (e.g. 8192x8192x8192 tn
 #                                          128x256x64_s4_c2_m1_g16): ncu --set full of one
 #                                          warm launch of the tuner's candidate whose entry
-#                                          ends with ONLY, and of cuBLASLt's heuristic choice;
+#                                          ends with ONLY, and of cuBLASLt's heuristic choice
+#                                          (KAAS_PROFILE_AUTOTUNE=1: its autotuned algorithm
+#                                          from kernels/h100's baseline table instead);
 #                                          reports and a line each under $OUT/profile
 #   bash .dev/run/device-run.sh whole KERNEL SIZE BUDGET_MS …
 #                                          (device) `kaas run --bench` of a Hopper kernel
@@ -355,7 +357,8 @@ profile() {  # triples of SHAPE LAYOUT ONLY: ncu of our kernel and of cuBLASLt's
         for who in "ours:^kaas_.*${only}\$" cublas:'^(nvjet|sm90|cutlass)'; do
             "$ncu" --clock-control none --set full --kernel-name "regex:${who#*:}" --launch-skip 5 --launch-count 1 \
                 -f -o "$OUT/profile/$tag-${who%%:*}" "$K" tune --ptx-dir "$PTX_DIR" --state "/tmp/profile-$tag.json" \
-                --problems "$shape" --layouts "$layout" --only "$only" --max-pulls 2 >"$OUT/profile/$tag-${who%%:*}.log" 2>&1 || true
+                --problems "$shape" --layouts "$layout" --only "$only" --max-pulls 2 \
+                ${KAAS_PROFILE_AUTOTUNE:+--reference-bundle kernels/h100} >"$OUT/profile/$tag-${who%%:*}.log" 2>&1 || true
             rm -f "/tmp/profile-$tag.json"
             "$ncu" --import "$OUT/profile/$tag-${who%%:*}.ncu-rep" --page details --print-units base >"$OUT/profile/$tag-${who%%:*}.txt" 2>&1 || true
         done

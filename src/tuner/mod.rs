@@ -21,7 +21,7 @@ use anyhow::{Context, bail};
 use half::f16;
 use serde::{Deserialize, Serialize};
 
-use crate::gpu::{Contender, Gpu, LoadedPtx, LtGemm, Operands, PreparedManifest, time_graph};
+use crate::gpu::{Contender, Gpu, LoadedPtx, LtAlgoConfig, LtGemm, Operands, PreparedManifest, time_graph};
 use crate::problem::{Acc, Arch, Layout, Problem, Shape};
 use hopper::HopperConfig;
 use mma::MmaConfig;
@@ -391,6 +391,13 @@ pub struct TuneArgs {
     /// Print the search-efficiency report from the state file and exit.
     #[arg(long)]
     pub report: bool,
+    /// Time against cuBLASLt's autotuned algorithm from this catalog bundle's baseline table
+    /// (e.g. `kernels/h100`; the call of the problem's own layout, re-created from its
+    /// recorded configuration) in place of its heuristic choice: for side-by-side checks
+    /// and `device-run.sh profile` of that algorithm. Rewards then read × autotune, so such
+    /// a state is not one to submit from or to mix with others.
+    #[arg(long, value_name = "BUNDLE_DIR", conflicts_with = "submit")]
+    pub reference_bundle: Option<PathBuf>,
 }
 
 impl TuneArgs {
@@ -636,17 +643,35 @@ fn random_operands(gpu: &Gpu, p: &Problem, workspace_bytes: u64) -> anyhow::Resu
     Ok(ops)
 }
 
+/// cuBLASLt's autotuned algorithm (graph mode) per problem path, of the call in the
+/// problem's own layout, from a catalog bundle's baseline table.
+fn autotuned_algos(dir: &Path) -> anyhow::Result<HashMap<String, LtAlgoConfig>> {
+    let (index, _) = crate::catalog::bundle::read_bundle(dir).with_context(|| format!("reading the bundle {}", dir.display()))?;
+    let mut out = HashMap::new();
+    for b in index.baselines.iter().filter(|b| b.library == "cublaslt_autotune" && b.mode == "graph" && b.layout == b.problem.layout.as_str()) {
+        let algo = b.config.get("algo").cloned().with_context(|| format!("{}: a cuBLASLt-autotune baseline without its algorithm", b.problem))?;
+        out.insert(b.problem.path(), serde_json::from_value(algo).with_context(|| format!("{}: the recorded algorithm", b.problem))?);
+    }
+    Ok(out)
+}
+
 /// Loaded modules by entry name (it names the code, accumulator and layout).
 type Modules = HashMap<String, LoadedPtx>;
 
 /// Tunes one problem on the GPU.
-fn tune_one(gpu: &Gpu, modules: &Modules, p: &Problem, space: &[Candidate], priors: &[(usize, f64, f64)], settings: UcbSettings, exhaustive: bool) -> anyhow::Result<ProblemResult> {
+fn tune_one(gpu: &Gpu, modules: &Modules, p: &Problem, space: &[Candidate], priors: &[(usize, f64, f64)], settings: UcbSettings, exhaustive: bool, reference: Option<&LtAlgoConfig>) -> anyhow::Result<ProblemResult> {
     let started = Instant::now();
     let sm = gpu.facts().sm_count;
     // One workspace per set, zeroed once, serves every split-K candidate (each leaves it zero).
     let workspace = space.iter().map(|c| c.workspace_bytes(p)).max().unwrap_or(0);
     let sets = (0..TUNE_SETS).map(|_| random_operands(gpu, p, workspace)).collect::<anyhow::Result<Vec<_>>>()?;
-    let references = sets.iter().map(|ops| LtGemm::top1(gpu, ops)).collect::<Result<Vec<_>, _>>()?;
+    let references = sets
+        .iter()
+        .map(|ops| match reference {
+            Some(config) => LtGemm::from_config(gpu, ops, config),
+            None => LtGemm::top1(gpu, ops),
+        })
+        .collect::<Result<Vec<_>, _>>()?;
     let reference_us = time_us(gpu, &references, 0.0)?;
     let measure = |i: usize| -> f64 {
         let cfg = &space[i];
@@ -754,6 +779,7 @@ pub fn run_cli(args: TuneArgs) -> anyhow::Result<()> {
         if !missing.is_empty() {
             anyhow::bail!("{} candidate code(s) of the search have no module to load (not in tuner::codes): {}", missing.len(), missing.iter().take(5).cloned().collect::<Vec<_>>().join(", "));
         }
+        let autotuned = args.reference_bundle.as_deref().map(autotuned_algos).transpose()?;
         let deadline = args.time_limit_secs.map(|s| Instant::now() + std::time::Duration::from_secs(s));
         let settings = UcbSettings { max_pulls: args.max_pulls, ..Default::default() };
         for (n, p) in todo.iter().enumerate() {
@@ -769,9 +795,14 @@ pub fn run_cli(args: TuneArgs) -> anyhow::Result<()> {
             }
             let priors = priors_for(p, &state, &space);
             let exhaustive = args.exhaustive_every > 0 && n % args.exhaustive_every == 0;
-            match tune_one(&gpu, &modules, p, &space, &priors, UcbSettings { order_seed: Some(order_seed(p)), ..settings.clone() }, exhaustive) {
+            let reference = match &autotuned {
+                Some(table) => Some(table.get(&p.path()).with_context(|| format!("{p}: the reference bundle has no cuBLASLt-autotune baseline of this layout"))?),
+                None => None,
+            };
+            match tune_one(&gpu, &modules, p, &space, &priors, UcbSettings { order_seed: Some(order_seed(p)), ..settings.clone() }, exhaustive, reference) {
                 Ok(r) => {
-                    eprintln!("[{}/{}] {p}: {} {:.3}× cuBLASLt-heuristic ({:.2} µs vs {:.2}), {} pulls, {:.1} s", n + 1, todo.len(), r.winner.label(), r.reward, r.winner_us, r.reference_us, r.pulls, r.seconds);
+                    let against = if reference.is_some() { "cuBLASLt-autotune" } else { "cuBLASLt-heuristic" };
+                    eprintln!("[{}/{}] {p}: {} {:.3}× {against} ({:.2} µs vs {:.2}), {} pulls, {:.1} s", n + 1, todo.len(), r.winner.label(), r.reward, r.winner_us, r.reference_us, r.pulls, r.seconds);
                     state.results.insert(p.path(), r);
                     state.save(&args.state)?;
                 }
@@ -1102,6 +1133,18 @@ mod tests {
     /// entry is among them: a candidate whose code is missing there never runs. The
     /// cluster split-K codes were missing for a session, and every `_skc` arm timed 0
     /// without a word (now a warning names the candidate).
+    /// `--reference-bundle`: the shipped H100 bundle names cuBLASLt's autotuned algorithm for
+    /// every problem of the grid in both layouts, each with its configuration attributes.
+    #[test]
+    fn the_shipped_bundle_names_an_autotuned_algorithm_per_problem() {
+        let table = autotuned_algos(Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/kernels/h100"))).unwrap();
+        assert_eq!(table.len(), 2000);
+        let algo = &table[&p(8192, 8192, 8192).path()];
+        assert_eq!(algo.words.len(), 8);
+        assert!(algo.attributes.contains_key("tile_id") && algo.attributes.contains_key("splitk_num"), "{algo:?}");
+        assert!(autotuned_algos(Path::new("no-such-bundle")).is_err());
+    }
+
     #[test]
     fn every_candidate_of_the_grid_has_a_code_to_load() {
         let families = [Family::Hopper, Family::Mma];
@@ -1498,6 +1541,7 @@ mod tests {
             submit_threshold: 0.97,
             submit_limit: None,
             report: false,
+            reference_bundle: None,
         };
         let ps = parse_problems(&args).unwrap();
         assert_eq!(ps.len(), 4);
