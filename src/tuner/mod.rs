@@ -659,7 +659,16 @@ fn autotuned_algos(dir: &Path) -> anyhow::Result<HashMap<String, LtAlgoConfig>> 
 type Modules = HashMap<String, LoadedPtx>;
 
 /// Tunes one problem on the GPU.
-fn tune_one(gpu: &Gpu, modules: &Modules, p: &Problem, space: &[Candidate], priors: &[(usize, f64, f64)], settings: UcbSettings, exhaustive: bool, reference: Option<&LtAlgoConfig>) -> anyhow::Result<ProblemResult> {
+/// How one problem is timed: every candidate too (the exhaustive samples), and against
+/// which cuBLASLt algorithm (None: its heuristic choice).
+#[derive(Clone, Copy)]
+struct Timing<'a> {
+    exhaustive: bool,
+    reference: Option<&'a LtAlgoConfig>,
+}
+
+fn tune_one(gpu: &Gpu, modules: &Modules, p: &Problem, space: &[Candidate], priors: &[(usize, f64, f64)], settings: UcbSettings, timing: Timing) -> anyhow::Result<ProblemResult> {
+    let Timing { exhaustive, reference } = timing;
     let started = Instant::now();
     let sm = gpu.facts().sm_count;
     // One workspace per set, zeroed once, serves every split-K candidate (each leaves it zero).
@@ -799,7 +808,7 @@ pub fn run_cli(args: TuneArgs) -> anyhow::Result<()> {
                 Some(table) => Some(table.get(&p.path()).with_context(|| format!("{p}: the reference bundle has no cuBLASLt-autotune baseline of this layout"))?),
                 None => None,
             };
-            match tune_one(&gpu, &modules, p, &space, &priors, UcbSettings { order_seed: Some(order_seed(p)), ..settings.clone() }, exhaustive, reference) {
+            match tune_one(&gpu, &modules, p, &space, &priors, UcbSettings { order_seed: Some(order_seed(p)), ..settings.clone() }, Timing { exhaustive, reference }) {
                 Ok(r) => {
                     let against = if reference.is_some() { "cuBLASLt-autotune" } else { "cuBLASLt-heuristic" };
                     eprintln!("[{}/{}] {p}: {} {:.3}× {against} ({:.2} µs vs {:.2}), {} pulls, {:.1} s", n + 1, todo.len(), r.winner.label(), r.reward, r.winner_us, r.reference_us, r.pulls, r.seconds);
