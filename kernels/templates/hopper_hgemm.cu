@@ -542,6 +542,13 @@ __device__ __forceinline__ void wgmma_wait() {
 __device__ __forceinline__ u64 smem_desc(u32 addr, u32 lbo, u32 sbo) {
     return (u64)((addr & 0x3FFFF) >> 4) | ((u64)(lbo >> 4) << 16) | ((u64)(sbo >> 4) << 32) | (1ull << 62);
 }
+#ifndef KAAS_DESC_UNIFORM
+#define KAAS_DESC_UNIFORM 0
+#endif
+// KAAS_DESC_UNIFORM=1: a descriptor is its slot's base descriptor plus the byte offset / 16
+// (the address field is the low 14 bits; shared memory < 256 KiB never carries out of it),
+// one add instead of the mask, shifts and ors per wgmma operand.
+__device__ __forceinline__ u64 desc_add(u64 base, u32 byte_offset) { return base + (u64)(byte_offset >> 4); }
 
 __device__ __forceinline__ u32 pack_f16x2(float lo, float hi) {
     u32 r;
@@ -1030,7 +1037,14 @@ KAAS_ENTRY(const __grid_constant__ TensorMap128 tmA, const __grid_constant__ Ten
     const u32 full0 = smem_u32(&full_bar[0]);
     const u32 empty0 = smem_u32(&empty_bar[0]);
 
+#if KAAS_DESC_UNIFORM
+    // Broadcast from lane 0, so ptxas knows the warpgroup index (and all that derives from
+    // it: the consumer's rows, its descriptors) is warp-uniform and keeps it in uniform
+    // registers.
+    const int wg = __shfl_sync(0xffffffffu, (int)(threadIdx.x / 128), 0);
+#else
     const int wg = threadIdx.x / 128;
+#endif
     const int tid = threadIdx.x % 128;
     const u32 rank = CL > 1 ? cluster_rank() : 0u;
     const int num_m = (M + BM - 1) / BM;
@@ -1286,9 +1300,21 @@ KAAS_ENTRY(const __grid_constant__ TensorMap128 tmA, const __grid_constant__ Ten
                 wgmma_fence();
 #endif
 #if KAAS_PROBE_MATH
+#if KAAS_DESC_UNIFORM
+#if KAAS_LAYOUT_TN
+                const u64 db0 = smem_desc(b_base, 16, 1024);
+#else
+                const u64 db0 = smem_desc(b_base, BK * 128, 1024);
+#endif
+                const u64 da0 = smem_desc(a_base, 16, 1024);
+#endif
 #pragma unroll
                 for (int kk = 0; kk < BK / 16; ++kk) {
-#if KAAS_LAYOUT_TN && KAAS_BK == 64
+#if KAAS_DESC_UNIFORM && KAAS_LAYOUT_TN
+                    const u64 db = desc_add(db0, (kk / 4) * BN * 128 + (kk % 4) * 32);
+#elif KAAS_DESC_UNIFORM
+                    const u64 db = desc_add(db0, kk * 2048);
+#elif KAAS_LAYOUT_TN && KAAS_BK == 64
                     const u64 db = smem_desc(b_base + kk * 32, 16, 1024);
 #elif KAAS_LAYOUT_TN
                     const u64 db = smem_desc(b_base + (kk / 4) * BN * 128 + (kk % 4) * 32, 16, 1024);
@@ -1297,7 +1323,9 @@ KAAS_ENTRY(const __grid_constant__ TensorMap128 tmA, const __grid_constant__ Ten
 #endif
 #pragma unroll
                     for (int mi = 0; mi < MI; ++mi) {
-#if KAAS_BK == 64
+#if KAAS_DESC_UNIFORM
+                        const u64 da = desc_add(da0, (kk / 4) * BM * 128 + mi * 64 * 128 + (kk % 4) * 32);
+#elif KAAS_BK == 64
                         const u64 da = smem_desc(a_base + mi * 64 * 128 + kk * 32, 16, 1024);
 #else
                         const u64 da = smem_desc(a_base + (kk / 4) * BM * 128 + mi * 64 * 128 + (kk % 4) * 32, 16, 1024);

@@ -1676,6 +1676,26 @@ mod tests {
         }
     }
 
+    /// `KAAS_DESC_UNIFORM=1` (hopper-probe `_du`, not yet in the search): the wgmma
+    /// descriptors as one add to a slot's base, and the warpgroup index broadcast from lane
+    /// 0. It compiles for both layouts and both K widths, and the shipped codes (without it)
+    /// are untouched: their PTX has no shuffle.
+    #[test]
+    fn the_uniform_descriptor_variant_compiles_where_nvrtc_is_present() {
+        if let Err(why) = nvrtc::available() {
+            eprintln!("SKIP: no NVRTC ({why})");
+            return;
+        }
+        for (c, layout) in [(HopperConfig { pingpong: true, persistent: true, ..HopperConfig::new(64, 256, 4, 2) }, Layout::Tn), (HopperConfig::new(128, 256, 4, 2), Layout::Nn), (HopperConfig { bk: 128, ..HopperConfig::new(64, 64, 4, 1) }, Layout::Tn)] {
+            let mut defines = c.defines(Acc::F32, layout);
+            let plain = nvrtc::compile(TEMPLATE, TEMPLATE_NAME, TARGET, &defines).unwrap();
+            defines.push(("KAAS_DESC_UNIFORM".to_string(), "1".to_string()));
+            let ptx = nvrtc::compile(TEMPLATE, TEMPLATE_NAME, TARGET, &defines).unwrap_or_else(|e| panic!("{}: {e}", c.label()));
+            assert!(ptx.contains("shfl.sync.idx") && ptx.contains("wgmma.mma_async"), "{}", c.label());
+            assert!(!plain.contains("shfl.sync"), "{}", c.label());
+        }
+    }
+
     #[test]
     fn bk128_twins_halve_the_ring_and_keep_tile_grid_and_split() {
         let p = |layout, m, n, k| Problem::new(Arch::Sm90, Acc::F32, layout, Shape::new(m, n, k).unwrap());
