@@ -113,6 +113,11 @@ pub struct HopperConfig {
     /// stream-K or K split across consumers (never run together).
     #[serde(default = "bk64", skip_serializing_if = "is_bk64")]
     pub bk: u32,
+    /// The wgmma descriptors as one add to a slot's warp-uniform base (`KAAS_DESC_UNIFORM`,
+    /// entries ending `_du`): ncu had 55% of the 64×256 ping-pong code's instructions in
+    /// integer arithmetic and register-to-uniform moves building them (session 18).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub desc_uniform: bool,
 }
 
 fn bk64() -> u32 {
@@ -138,7 +143,7 @@ const UNIT_TARGETS: [(u32, u32); 4] = [(1, 4), (1, 2), (1, 1), (2, 1)];
 impl HopperConfig {
     /// A cooperative, unsplit configuration, one tile per block, without clusters.
     pub const fn new(bm: u32, bn: u32, stages: u32, consumers: u32) -> Self {
-        HopperConfig { bm, bn, stages, consumers, persistent: false, split: 1, atomic: false, pingpong: false, cluster_reduce: false, cluster_m: 1, cluster_n: 1, stream_k: false, ksplit: false, chains: 1, l2_256: false, tma_store: false, bk: BK }
+        HopperConfig { bm, bn, stages, consumers, persistent: false, split: 1, atomic: false, pingpong: false, cluster_reduce: false, cluster_m: 1, cluster_n: 1, stream_k: false, ksplit: false, chains: 1, l2_256: false, tma_store: false, bk: BK, desc_uniform: false }
     }
 
     pub fn validate(&self) -> Result<(), String> {
@@ -318,7 +323,8 @@ impl HopperConfig {
         let cn = if self.cluster_n > 1 { format!("_n{}", self.cluster_n) } else { String::new() };
         let cn = if self.chains > 1 { format!("{cn}_x{}", self.chains) } else { cn };
         let ts = if self.tma_store { "_ts" } else { "" };
-        format!("kaas_wgmma_{}_{}_{}x{}x{}_s{}_c{}_m{}_g{GROUP_M}{cn}{sk}{pp}{ts}", acc.as_str(), layout.as_str(), self.bm, self.bn, self.bk, self.stages, self.consumers, self.cluster_m)
+        let du = if self.desc_uniform { "_du" } else { "" };
+        format!("kaas_wgmma_{}_{}_{}x{}x{}_s{}_c{}_m{}_g{GROUP_M}{cn}{sk}{pp}{ts}{du}", acc.as_str(), layout.as_str(), self.bm, self.bn, self.bk, self.stages, self.consumers, self.cluster_m)
     }
 
     pub fn defines(&self, acc: Acc, layout: Layout) -> Vec<(String, String)> {
@@ -342,13 +348,14 @@ impl HopperConfig {
         .chain(self.ksplit.then_some(("KAAS_KSPLIT", 1)))
         .chain((self.cluster_n > 1).then_some(("KAAS_CLUSTER_N", self.cluster_n)))
         .chain((self.chains > 1).then_some(("KAAS_CHAINS", self.chains)))
+        .chain(self.desc_uniform.then_some(("KAAS_DESC_UNIFORM", 1)))
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect()
     }
 
     /// The same code with the other grid (or another split count).
-    pub fn code_key(&self) -> (u32, u32, u32, u32, u8, bool, u32, u32, bool, u32, bool, u32) {
-        (self.bm, self.bn, self.stages, self.consumers, self.split_mode(), self.pingpong, self.cluster_m, self.cluster_n, self.ksplit, self.chains, self.tma_store, self.bk)
+    pub fn code_key(&self) -> ((u32, u32, u32, u32, u8, bool, u32, u32, bool, u32, bool, u32), bool) {
+        ((self.bm, self.bn, self.stages, self.consumers, self.split_mode(), self.pingpong, self.cluster_m, self.cluster_n, self.ksplit, self.chains, self.tma_store, self.bk), self.desc_uniform)
     }
 
     /// Blocks: a persistent grid takes one per SM, rounded down to whole clusters.
@@ -409,6 +416,7 @@ impl HopperConfig {
     /// [`HopperConfig::of_launch`]).
     pub fn from_entry(entry: &str) -> Option<(HopperConfig, Acc, Layout)> {
         let rest = entry.strip_prefix("kaas_wgmma_")?;
+        let (rest, desc_uniform) = rest.strip_suffix("_du").map_or((rest, false), |r| (r, true));
         let (rest, tma_store) = rest.strip_suffix("_ts").map_or((rest, false), |r| (r, true));
         let (rest, pingpong) = rest.strip_suffix("_pp").map_or((rest, false), |r| (r, true));
         let (rest, ksplit) = rest.strip_suffix("_kw").map_or((rest, false), |r| (r, true));
@@ -461,6 +469,7 @@ impl HopperConfig {
             l2_256: false,
             tma_store,
             bk,
+            desc_uniform,
         };
         cfg.validate().ok()?;
         (cfg.entry(acc, layout) == entry).then_some((cfg, acc, layout))
@@ -506,7 +515,8 @@ impl HopperConfig {
         let l2 = if self.l2_256 { " l2-256B" } else { "" };
         let l2 = if self.tma_store { format!(" tma-store{l2}") } else { l2.to_string() };
         let bk = if self.bk != BK { format!(" k{}", self.bk) } else { String::new() };
-        format!("{}x{}{bk} s{} c{}{cl}{pp}{}{split}{l2}", self.bm, self.bn, self.stages, self.consumers, if self.persistent { " persistent" } else { "" })
+        let du = if self.desc_uniform { " du" } else { "" };
+        format!("{}x{}{bk} s{} c{}{cl}{pp}{}{split}{l2}{du}", self.bm, self.bn, self.stages, self.consumers, if self.persistent { " persistent" } else { "" })
     }
 }
 
@@ -622,6 +632,11 @@ pub fn skinny_cluster_codes() -> Vec<HopperConfig> {
         }
     }
     out
+}
+
+/// The uniform-descriptor twin of a code (`_du`): the same tile, ring and grid.
+pub fn desc_uniform_twin(c: &HopperConfig) -> Option<HopperConfig> {
+    (!c.desc_uniform).then_some(HopperConfig { desc_uniform: true, ..*c })
 }
 
 /// The TMA-store twin of a code (`_ts`): the same tile and grid with the TMA-store epilogue,
@@ -1694,6 +1709,21 @@ mod tests {
             assert!(ptx.contains("shfl.sync.idx") && ptx.contains("wgmma.mma_async"), "{}", c.label());
             assert!(!plain.contains("shfl.sync"), "{}", c.label());
         }
+    }
+
+    #[test]
+    fn desc_uniform_twins_are_the_same_launch_under_their_own_entry() {
+        let p = Problem::new(Arch::Sm90, Acc::F32, Layout::Tn, Shape::new(12288, 12288, 2048).unwrap());
+        let c = HopperConfig { pingpong: true, persistent: true, tma_store: true, ..HopperConfig::new(64, 256, 4, 2) };
+        let t = desc_uniform_twin(&c).unwrap();
+        assert!(desc_uniform_twin(&t).is_none());
+        assert_eq!(t.entry(Acc::F32, Layout::Tn), "kaas_wgmma_f32_tn_64x256x64_s4_c2_m1_g16_pp_ts_du");
+        assert_eq!(HopperConfig::from_entry(&t.entry(Acc::F32, Layout::Tn)), Some((HopperConfig { persistent: false, ..t }, Acc::F32, Layout::Tn)));
+        assert!(t.defines(Acc::F32, Layout::Tn).contains(&("KAAS_DESC_UNIFORM".to_string(), "1".to_string())));
+        assert!(!c.defines(Acc::F32, Layout::Tn).iter().any(|(k, _)| k == "KAAS_DESC_UNIFORM"));
+        assert!(t.label().ends_with(" du") && t.code_key() != c.code_key());
+        let (mc, mt) = (c.manifest(&p, 132), t.manifest(&p, 132));
+        assert_eq!((mc.launches[0].grid, mc.launches[0].shared_mem_bytes, mc.launches[0].params.clone()), (mt.launches[0].grid, mt.launches[0].shared_mem_bytes, mt.launches[0].params.clone()));
     }
 
     #[test]

@@ -154,6 +154,11 @@ pub enum Trial {
     /// the skinny shapes: cuBLASLt's skinny long-K picks are this narrow. Built, not yet run
     /// on a GPU.
     Narrow8,
+    /// The uniform-descriptor twin (`_du`: the wgmma descriptors as one add to a
+    /// warp-uniform base) of every Hopper candidate of the problem, the other trials'
+    /// included. hopper-probe had the 64×256 ping-pong code 2–5% closer to cuBLAS with it
+    /// on five large tn shapes (session 18).
+    Du,
 }
 
 impl Trial {
@@ -175,7 +180,7 @@ impl Trial {
             Trial::L2 => Vec::new(),
             Trial::MmaDeep => return mma::deep_codes().into_iter().map(Candidate::Mma).collect(),
             // Twins of the codes loaded beside them: [`codes_with`].
-            Trial::TmaStore | Trial::Bk128 | Trial::Bk256 => Vec::new(),
+            Trial::TmaStore | Trial::Bk128 | Trial::Bk256 | Trial::Du => Vec::new(),
             Trial::Narrow8 => hopper::narrow8_codes(),
         };
         hopper.into_iter().map(Candidate::Hopper).collect()
@@ -191,7 +196,7 @@ impl Trial {
             Trial::L2 => return hopper::space_for(p, sm_count).into_iter().map(|c| Candidate::Hopper(hopper::HopperConfig { l2_256: !c.l2_256, ..c })).collect(),
             Trial::MmaDeep => return mma::deep_space_for(p, sm_count).into_iter().map(Candidate::Mma).collect(),
             // Its twins are of the whole space, the other trials' included: [`space_with`].
-            Trial::TmaStore | Trial::Bk128 | Trial::Bk256 => return Vec::new(),
+            Trial::TmaStore | Trial::Bk128 | Trial::Bk256 | Trial::Du => return Vec::new(),
             Trial::Ksplit => hopper::ksplit_codes(),
             // And the skinny shapes' clusters (loaded with the search's codes anyway) on
             // every shape: cuBLASLt's autotuned pick runs in clusters of two on the skinny
@@ -230,6 +235,11 @@ fn codes_with(families: &[Family], trials: &[Trial], arch: Arch, acc: Acc, layou
         let hopper: Vec<hopper::HopperConfig> = out.iter().filter_map(Candidate::hopper).collect();
         let twins = hopper::twin_codes(&hopper, trials.contains(&Trial::TmaStore), &bks);
         out.extend(twins.into_iter().map(Candidate::Hopper).filter(suits));
+        // And the uniform-descriptor twin of every Hopper code so far, twins included.
+        if trials.contains(&Trial::Du) {
+            let du: Vec<Candidate> = out.iter().filter_map(|c| c.hopper().and_then(|h| hopper::desc_uniform_twin(&h))).map(Candidate::Hopper).collect();
+            out.extend(du);
+        }
     }
     out
 }
@@ -254,10 +264,11 @@ fn space_with(p: &Problem, families: &[Family], trials: &[Trial], sm_count: u32)
     }
     // Twins of every Hopper candidate so far, the TMA store's first (so that K 128 twins
     // them too).
-    let twin_trials: [(Trial, TwinOf); 3] = [
+    let twin_trials: [(Trial, TwinOf); 4] = [
         (Trial::TmaStore, |h, _| hopper::tma_store_twin(h).filter(|_| !h.tma_store)),
         (Trial::Bk128, |h, p| hopper::bk_twin_for(h, p, 128)),
         (Trial::Bk256, |h, p| hopper::bk_twin_for(h, p, 256)),
+        (Trial::Du, |h, _| hopper::desc_uniform_twin(h)),
     ];
     for (trial, twin) in twin_trials {
         if families.contains(&Family::Hopper) && trials.contains(&trial) {
@@ -1192,8 +1203,8 @@ mod tests {
         assert!(space_with(&nn, &hopper, &[Trial::Wide160], 132).iter().all(|c| !matches!(c, Candidate::Hopper(h) if h.bn == 160)), "tn only");
         // Every trial alone, each beside a twin trial, and all at once: each candidate has a
         // module (the twin trials twin the other trials' codes too).
-        let all = [Trial::Ksplit, Trial::Chains, Trial::Multicast, Trial::Wide160, Trial::L2, Trial::TmaStore, Trial::Bk128, Trial::Bk256, Trial::Narrow8];
-        let twin_trials = [Trial::TmaStore, Trial::Bk128, Trial::Bk256];
+        let all = [Trial::Ksplit, Trial::Chains, Trial::Multicast, Trial::Wide160, Trial::L2, Trial::TmaStore, Trial::Bk128, Trial::Bk256, Trial::Narrow8, Trial::Du];
+        let twin_trials = [Trial::TmaStore, Trial::Bk128, Trial::Bk256, Trial::Du];
         let mut sets: Vec<Vec<Trial>> = vec![all.to_vec()];
         sets.extend(all.iter().map(|&t| vec![t]));
         sets.extend(all.iter().flat_map(|&t| twin_trials.iter().filter(move |&&w| w != t).map(move |&w| vec![t, w])));
