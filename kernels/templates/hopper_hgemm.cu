@@ -315,12 +315,22 @@ typedef unsigned long long u64;
 #else
 #define KAAS_TS_TAG
 #endif
-#define KAAS_CATS_(a, b, c, d, e, f, g, h, i, j, k, l, m, n, o, p, q, r, s, t, u, v) \
-    a##b##c##d##e##f##g##h##i##j##k##l##m##n##o##p##q##r##s##t##u##v
+// _du (KAAS_DESC_UNIFORM) or none.
+#ifndef KAAS_DESC_UNIFORM
+#define KAAS_DESC_UNIFORM 0
+#endif
+#if KAAS_DESC_UNIFORM
+#define KAAS_DU_TAG _du
+#else
+#define KAAS_DU_TAG
+#endif
+#define KAAS_CATS_(a, b, c, d, e, f, g, h, i, j, k, l, m, n, o, p, q, r, s, t, u, v, w) \
+    a##b##c##d##e##f##g##h##i##j##k##l##m##n##o##p##q##r##s##t##u##v##w
 #define KAAS_CATS(...) KAAS_CATS_(__VA_ARGS__)
 #define KAAS_ENTRY                                                                                           \
     KAAS_CATS(kaas_wgmma_, KAAS_ACC_TAG, _, KAAS_LAYOUT_TAG, _, KAAS_BM, x, KAAS_BN, x, KAAS_BK, _s, KAAS_STAGES, \
-              _c, KAAS_CONSUMERS, _m, KAAS_CLUSTER_M, _g, KAAS_GROUP_M, KAAS_CN_TAG, KAAS_CH_TAG, KAAS_CODE_TAG, KAAS_TS_TAG)
+              _c, KAAS_CONSUMERS, _m, KAAS_CLUSTER_M, _g, KAAS_GROUP_M, KAAS_CN_TAG, KAAS_CH_TAG, KAAS_CODE_TAG, KAAS_TS_TAG, \
+              KAAS_DU_TAG)
 #endif
 
 constexpr int BM = KAAS_BM, BN = KAAS_BN, BK = KAAS_BK, STAGES = KAAS_STAGES;
@@ -542,9 +552,6 @@ __device__ __forceinline__ void wgmma_wait() {
 __device__ __forceinline__ u64 smem_desc(u32 addr, u32 lbo, u32 sbo) {
     return (u64)((addr & 0x3FFFF) >> 4) | ((u64)(lbo >> 4) << 16) | ((u64)(sbo >> 4) << 32) | (1ull << 62);
 }
-#ifndef KAAS_DESC_UNIFORM
-#define KAAS_DESC_UNIFORM 0
-#endif
 // KAAS_DESC_UNIFORM=1: a descriptor is its slot's base descriptor plus the byte offset / 16
 // (the address field is the low 14 bits; shared memory < 256 KiB never carries out of it),
 // one add instead of the mask, shifts and ors per wgmma operand.

@@ -136,6 +136,10 @@ pub(crate) fn is_one(v: &u32) -> bool {
     *v == 1
 }
 
+/// What tells two codes apart (one PTX each): every knob but the grid, the split count and
+/// the L2 promotion, with the uniform descriptors apart (a tuple has at most 12 to compare).
+pub type CodeKey = ((u32, u32, u32, u32, u8, bool, u32, u32, bool, u32, bool, u32), bool);
+
 /// Units (output tiles × slices) the split counts of the search aim at, per SM of the
 /// device: a quarter, half, one and two waves (see [`split_space`]).
 const UNIT_TARGETS: [(u32, u32); 4] = [(1, 4), (1, 2), (1, 1), (2, 1)];
@@ -354,7 +358,7 @@ impl HopperConfig {
     }
 
     /// The same code with the other grid (or another split count).
-    pub fn code_key(&self) -> ((u32, u32, u32, u32, u8, bool, u32, u32, bool, u32, bool, u32), bool) {
+    pub fn code_key(&self) -> CodeKey {
         ((self.bm, self.bn, self.stages, self.consumers, self.split_mode(), self.pingpong, self.cluster_m, self.cluster_n, self.ksplit, self.chains, self.tma_store, self.bk), self.desc_uniform)
     }
 
@@ -1707,6 +1711,9 @@ mod tests {
             defines.push(("KAAS_DESC_UNIFORM".to_string(), "1".to_string()));
             let ptx = nvrtc::compile(TEMPLATE, TEMPLATE_NAME, TARGET, &defines).unwrap_or_else(|e| panic!("{}: {e}", c.label()));
             assert!(ptx.contains("shfl.sync.idx") && ptx.contains("wgmma.mma_async"), "{}", c.label());
+            let du = HopperConfig { desc_uniform: true, ..c };
+            assert_eq!(du.defines(Acc::F32, layout), defines);
+            assert!(ptx.contains(&format!(".entry {}(", du.entry(Acc::F32, layout))), "{}", du.entry(Acc::F32, layout));
             assert!(!plain.contains("shfl.sync"), "{}", c.label());
         }
     }
