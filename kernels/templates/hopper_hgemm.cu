@@ -113,7 +113,14 @@
 //     e.g. kaas_wgmma_f32_tn_128x256x64_s4_c2_m1_g16; KAAS_CLUSTER_N > 1 adds _n<CLUSTER_N>
 //     and then KAAS_CHAINS > 1 _x<CHAINS> (before any other suffix); KAAS_SPLITK=1 adds _sk, 2 adds _ska,
 //     3 adds _skc, KAAS_STREAMK=1 _sks;
-//     KAAS_PINGPONG=1 adds _pp, KAAS_KSPLIT=1 _kw
+//     KAAS_PINGPONG=1 adds _pp, KAAS_KSPLIT=1 _kw; then KAAS_EPILOGUE=2 _ts, then
+//     KAAS_DESC_UNIFORM=1 _du
+//   KAAS_DESC_UNIFORM 0 (default) or 1: the consumers' wgmma descriptors as one add of the
+//                   byte offset / 16 to the slot's base descriptor, and the warpgroup index
+//                   broadcast from lane 0 so that ptxas keeps them in uniform registers (ncu,
+//                   session 18: the per-thread masks, shifts, ors and register-to-uniform
+//                   moves were over half of a 64×256 ping-pong code's instructions); 1–5%
+//                   faster on the ping-pong codes, the same on the cooperative ones
 //
 // ─── Launch (kaas.hgemm.v1) ─────────────────────────────────────────────────────────────
 // params: (tensor_map A, tensor_map B, ptr C, i32 M, i32 N, i32 K), in this order;
