@@ -119,7 +119,7 @@
 //                   byte offset / 16 to the slot's base descriptor, and the warpgroup index
 //                   broadcast from lane 0 so that ptxas keeps them in uniform registers (ncu,
 //                   session 18: the per-thread masks, shifts, ors and register-to-uniform
-//                   moves were over half of a 64×256 ping-pong code's instructions); 1–5%
+//                   moves were over half of a 64×256 ping-pong code's instructions); 1–6%
 //                   faster on the ping-pong codes, the same on the cooperative ones
 //
 // ─── Launch (kaas.hgemm.v1) ─────────────────────────────────────────────────────────────

@@ -311,13 +311,7 @@ impl HopperConfig {
     /// The code's split mode: 0 unsplit, 1 in-order, 2 atomic, 3 cluster reduction (the
     /// template's `KAAS_SPLITK`), 4 stream-K (`KAAS_SPLITK=2` with `KAAS_STREAMK=1`).
     fn split_mode(&self) -> u8 {
-        if self.cluster_reduce && self.split > 1 {
-            3
-        } else if self.stream_k && self.split > 1 {
-            4
-        } else {
-            split_mode(self.split, self.atomic)
-        }
+        if self.stream_k && self.split > 1 { 4 } else { split_mode(self.split, self.atomic, self.cluster_reduce) }
     }
 
     /// The PTX entry; the persistent flag is a grid choice, not part of the code.
@@ -424,14 +418,12 @@ impl HopperConfig {
         let (rest, tma_store) = rest.strip_suffix("_ts").map_or((rest, false), |r| (r, true));
         let (rest, pingpong) = rest.strip_suffix("_pp").map_or((rest, false), |r| (r, true));
         let (rest, ksplit) = rest.strip_suffix("_kw").map_or((rest, false), |r| (r, true));
-        // The Hopper-only reductions first, then the suffixes both families share.
-        let (rest, split, atomic, cluster_reduce, stream_k) = if let Some(r) = rest.strip_suffix("_skc") {
-            (r, 2, false, true, false)
-        } else if let Some(r) = rest.strip_suffix("_sks") {
+        // Stream-K is Hopper's own; the other reductions' suffixes both families share.
+        let (rest, split, atomic, cluster_reduce, stream_k) = if let Some(r) = rest.strip_suffix("_sks") {
             (r, 2, true, false, true)
         } else {
-            let (r, split, atomic) = split_suffix(rest);
-            (r, split, atomic, false, false)
+            let (r, split, atomic, cluster) = split_suffix(rest);
+            (r, split, atomic, cluster, false)
         };
         let mut parts: Vec<&str> = rest.split('_').collect();
         // `_x2`: accumulator chains, then `_n4`: a cluster along N (absent: 1 each).
@@ -501,13 +493,7 @@ impl HopperConfig {
     /// Short label, e.g. `128x256 s4 c2 persistent`, `64x64 s8 c1 split 16 atomic`,
     /// `64x64 s8 c1 split 8 cluster`.
     pub fn label(&self) -> String {
-        let split = if self.cluster_reduce {
-            format!(" split {} cluster", self.split)
-        } else if self.stream_k {
-            format!(" stream-K {}", self.split)
-        } else {
-            split_label(self.split, self.atomic)
-        };
+        let split = if self.stream_k { format!(" stream-K {}", self.split) } else { split_label(self.split, self.atomic, self.cluster_reduce) };
         let pp = if self.pingpong { " ping-pong" } else if self.ksplit { " k-split" } else { "" };
         let pp = if self.chains > 1 { format!("{pp} x{}", self.chains) } else { pp.to_string() };
         let cl = match (self.cluster_m, self.cluster_n) {
@@ -537,34 +523,39 @@ pub(crate) fn split_workspace_bytes(tiles: u32, tile_elems: u32, split: u32, ato
 }
 
 /// Both templates' `KAAS_SPLITK`: 0 unsplit, 1 in order, 2 atomic; the entry suffixes
-/// `""`, `_sk`, `_ska` and the labels follow it.
-pub(crate) fn split_mode(split: u32, atomic: bool) -> u8 {
-    match (split > 1, atomic) {
-        (false, _) => 0,
-        (true, false) => 1,
-        (true, true) => 2,
+/// `""`, `_sk`, `_ska`, `_skc` and the labels follow it.
+pub(crate) fn split_mode(split: u32, atomic: bool, cluster: bool) -> u8 {
+    match (split > 1, atomic, cluster) {
+        (false, ..) => 0,
+        (true, _, true) => 3,
+        (true, false, false) => 1,
+        (true, true, false) => 2,
     }
 }
 
-/// An entry name without its split-K suffix, and what the suffix says: `(rest, 2, true)`
-/// for `_ska`, `(rest, 2, false)` for `_sk` (the count itself is a launch parameter),
-/// `(rest, 1, false)` without one.
-pub(crate) fn split_suffix(name: &str) -> (&str, u32, bool) {
+/// An entry name without its split-K suffix, and what the suffix says: `(rest, 2, true,
+/// false)` for `_ska`, `(rest, 2, false, false)` for `_sk`, `(rest, 2, false, true)` for
+/// `_skc` (the count itself is a launch parameter or the cluster size), `(rest, 1, false,
+/// false)` without one.
+pub(crate) fn split_suffix(name: &str) -> (&str, u32, bool, bool) {
     if let Some(r) = name.strip_suffix("_ska") {
-        (r, 2, true)
+        (r, 2, true, false)
+    } else if let Some(r) = name.strip_suffix("_skc") {
+        (r, 2, false, true)
     } else if let Some(r) = name.strip_suffix("_sk") {
-        (r, 2, false)
+        (r, 2, false, false)
     } else {
-        (name, 1, false)
+        (name, 1, false, false)
     }
 }
 
-/// Label suffix of a split count: `""`, ` split 8`, ` split 8 atomic`.
-pub(crate) fn split_label(split: u32, atomic: bool) -> String {
-    match split_mode(split, atomic) {
+/// Label suffix of a split count: `""`, ` split 8`, ` split 8 atomic`, ` split 8 cluster`.
+pub(crate) fn split_label(split: u32, atomic: bool, cluster: bool) -> String {
+    match split_mode(split, atomic, cluster) {
         0 => String::new(),
         1 => format!(" split {split}"),
-        _ => format!(" split {split} atomic"),
+        2 => format!(" split {split} atomic"),
+        _ => format!(" split {split} cluster"),
     }
 }
 
@@ -672,14 +663,15 @@ pub fn bk_twin(c: &HopperConfig, bk: u32) -> Option<HopperConfig> {
 /// tests' list), split-K's included, once each.
 pub fn bk_codes(bk: u32) -> Vec<HopperConfig> {
     let all: Vec<HopperConfig> = space().into_iter().chain(skinny_cluster_codes()).chain(skinny_chains_codes()).chain(multicast_codes()).chain(chains_codes()).chain(split_tiles()).chain(chains_split_tiles()).chain(tma_store_codes()).chain(narrow8_codes()).collect();
-    twin_codes(&all, false, &[bk])
+    twin_codes(&all, false, &[bk], false)
 }
 
-/// The twin codes (one module each) of `codes`, in the order [`space_for`] twins a
-/// problem's candidates: the TMA-store twins first where `tma_store`, then the K-`bk` twins
-/// ([`bk_twin`]) of the codes and of those, for each `bk` of `bks`. Each once, and none
-/// that `codes` already holds (as a module: compared by [`HopperConfig::code_key`]).
-pub fn twin_codes(codes: &[HopperConfig], tma_store: bool, bks: &[u32]) -> Vec<HopperConfig> {
+/// The twin codes (one module each) of `codes`, in the order [`space_for`] and the twin
+/// trials twin a problem's candidates: the TMA-store twins first where `tma_store`, then the
+/// K-`bk` twins ([`bk_twin`]) of the codes and of those, for each `bk` of `bks`, then the
+/// uniform-descriptor twins of all of them where `desc_uniform`. Each once, and none that
+/// `codes` already holds (as a module: compared by [`HopperConfig::code_key`]).
+pub fn twin_codes(codes: &[HopperConfig], tma_store: bool, bks: &[u32], desc_uniform: bool) -> Vec<HopperConfig> {
     let mut all: Vec<HopperConfig> = codes.iter().map(|c| HopperConfig { persistent: false, l2_256: false, ..*c }).collect();
     let given = all.len();
     let add = |all: &mut Vec<HopperConfig>, twins: Vec<HopperConfig>| {
@@ -697,6 +689,10 @@ pub fn twin_codes(codes: &[HopperConfig], tma_store: bool, bks: &[u32]) -> Vec<H
         let twins = all.iter().filter_map(|c| bk_twin(c, bk)).collect();
         add(&mut all, twins);
     }
+    if desc_uniform {
+        let twins = all.iter().filter_map(desc_uniform_twin).collect();
+        add(&mut all, twins);
+    }
     all.split_off(given)
 }
 
@@ -707,7 +703,7 @@ pub fn twin_codes(codes: &[HopperConfig], tma_store: bool, bks: &[u32]) -> Vec<H
 /// candidates where [`takes_tma_store`].
 pub fn tma_store_codes() -> Vec<HopperConfig> {
     let all: Vec<HopperConfig> = space().into_iter().chain(skinny_cluster_codes()).chain(skinny_chains_codes()).chain(multicast_codes()).chain(ksplit_codes()).chain(chains_codes()).collect();
-    twin_codes(&all, true, &[])
+    twin_codes(&all, true, &[], false)
 }
 
 /// The 256×160 tile (tn; two consumers of 128 rows, 160 accumulators per thread, 4

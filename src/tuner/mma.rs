@@ -106,7 +106,7 @@ impl MmaConfig {
 
     /// The template's `KAAS_SPLITK`: 0 unsplit, 1 in order, 2 atomic, 3 in a cluster.
     fn split_mode(&self) -> u8 {
-        if self.cluster && self.split > 1 { 3 } else { super::hopper::split_mode(self.split, self.atomic) }
+        super::hopper::split_mode(self.split, self.atomic, self.cluster)
     }
 
     /// The PTX entry, e.g. `kaas_mma_f32_tn_64x64x64_w2x2_s4` (`_sk`/`_ska`/`_skc` with split-K).
@@ -172,13 +172,7 @@ impl MmaConfig {
     /// comes back with `split` 2 (the count is a launch parameter, see [`MmaConfig::of_launch`]).
     pub fn from_entry(entry: &str) -> Option<(MmaConfig, Acc, Layout)> {
         let rest = entry.strip_prefix("kaas_mma_")?;
-        let (rest, split, atomic, cluster) = match rest.strip_suffix("_skc") {
-            Some(r) => (r, 2, false, true),
-            None => {
-                let (r, split, atomic) = super::hopper::split_suffix(rest);
-                (r, split, atomic, false)
-            }
-        };
+        let (rest, split, atomic, cluster) = super::hopper::split_suffix(rest);
         let [acc, layout, tile, warps, stages] = rest.split('_').collect::<Vec<_>>()[..] else { return None };
         let acc: Acc = acc.parse().ok()?;
         let layout: Layout = layout.parse().ok()?;
@@ -208,7 +202,7 @@ impl MmaConfig {
     /// Short label, e.g. `mma 64x64x64 w2x2 s4`, `mma 32x32x64 w2x2 s4 split 16 atomic`,
     /// `… split 8 cluster`.
     pub fn label(&self) -> String {
-        let split = if self.cluster { format!(" split {} cluster", self.split) } else { super::hopper::split_label(self.split, self.atomic) };
+        let split = super::hopper::split_label(self.split, self.atomic, self.cluster);
         format!("mma {}x{}x{} w{}x{} s{}{split}", self.bm, self.bn, self.bk, self.warps_m, self.warps_n, self.stages)
     }
 }
@@ -508,9 +502,8 @@ mod tests {
         assert!(space_for(&p(Layout::Tn, 64, 64, 16384), sm).len() > 6);
     }
 
-    /// The shipped catalog's mma kernels are what the template builds today: recompiling
-    /// each entry's configuration for its problem's arch (NVRTC from the pip wheel CI
-    /// installs) gives the committed bytes, and the manifest is the configuration's.
+    /// Split-K in a cluster: one cluster of `split` CTAs per tile, no workspace, rank 0's
+    /// inbox in the shared memory, and the entry and launch give the configuration back.
     #[test]
     fn cluster_split_candidates_launch_one_cluster_per_tile() {
         let sm = 132;
@@ -543,6 +536,9 @@ mod tests {
         assert!(MmaConfig { split: 17, ..c }.validate().is_err() && MmaConfig { atomic: true, ..c }.validate().is_err());
     }
 
+    /// The shipped catalog's mma kernels are what the template builds today: recompiling
+    /// each entry's configuration for its problem's arch (NVRTC from the pip wheel CI
+    /// installs) gives the committed bytes, and the manifest is the configuration's.
     #[test]
     fn the_shipped_mma_kernels_rebuild_from_the_template() {
         let mut checked = 0;

@@ -156,8 +156,9 @@ pub enum Trial {
     Narrow8,
     /// The uniform-descriptor twin (`_du`: the wgmma descriptors as one add to a
     /// warp-uniform base) of every Hopper candidate of the problem, the other trials'
-    /// included. hopper-probe had the 64×256 ping-pong code 2–5% closer to cuBLAS with it
-    /// on five large tn shapes (session 18).
+    /// included. hopper-probe had the 64×256 ping-pong code 1–6% closer to cuBLAS with it
+    /// on five large tn shapes, and the tuner its best ping-pong code 1.1% faster (geomean
+    /// over 179 tn shapes; session 18).
     Du,
 }
 
@@ -213,7 +214,7 @@ impl Trial {
 }
 
 /// [`codes`] and the trials' codes (each trial's only with its family asked for). The
-/// twin trials (TMA store, K 128, K 256) twin every Hopper code loaded so far, as
+/// twin trials (TMA store, K 128, K 256, uniform descriptors) twin every Hopper code loaded so far, as
 /// [`space_with`] twins every candidate: so `--trial narrow8,bk256` loads the 64×8 tiles'
 /// K-256 twins, and a run without trials loads no twin the search never times.
 fn codes_with(families: &[Family], trials: &[Trial], arch: Arch, acc: Acc, layout: Layout) -> Vec<Candidate> {
@@ -233,13 +234,8 @@ fn codes_with(families: &[Family], trials: &[Trial], arch: Arch, acc: Acc, layou
         // K 128 and 256 with fp32 accumulators only (hopper::bk_twin_for).
         let bks: Vec<u32> = [(Trial::Bk128, 128), (Trial::Bk256, 256)].into_iter().filter(|(t, _)| acc == Acc::F32 && trials.contains(t)).map(|(_, bk)| bk).collect();
         let hopper: Vec<hopper::HopperConfig> = out.iter().filter_map(Candidate::hopper).collect();
-        let twins = hopper::twin_codes(&hopper, trials.contains(&Trial::TmaStore), &bks);
+        let twins = hopper::twin_codes(&hopper, trials.contains(&Trial::TmaStore), &bks, trials.contains(&Trial::Du));
         out.extend(twins.into_iter().map(Candidate::Hopper).filter(suits));
-        // And the uniform-descriptor twin of every Hopper code so far, twins included.
-        if trials.contains(&Trial::Du) {
-            let du: Vec<Candidate> = out.iter().filter_map(|c| c.hopper().and_then(|h| hopper::desc_uniform_twin(&h))).map(Candidate::Hopper).collect();
-            out.extend(du);
-        }
     }
     out
 }
@@ -305,7 +301,7 @@ fn codes(families: &[Family], arch: Arch, acc: Acc, layout: Layout) -> Vec<Candi
         if acc == Acc::F32 {
             let searched: Vec<hopper::HopperConfig> = out.iter().filter_map(Candidate::hopper).collect();
             let bks: &[u32] = if layout == Layout::Tn { &[128, 256] } else { &[128] };
-            out.extend(hopper::twin_codes(&searched, true, bks).into_iter().map(Candidate::Hopper));
+            out.extend(hopper::twin_codes(&searched, true, bks, false).into_iter().map(Candidate::Hopper));
             if layout == Layout::Tn {
                 out.extend(hopper::narrow8_search_codes().into_iter().map(Candidate::Hopper));
             }
