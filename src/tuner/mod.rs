@@ -3,7 +3,10 @@
 //! TMA, [`hopper`]) for every problem, and the Ampere-style family (mma.sync + cp.async,
 //! [`mma`]) for the small ones. It times them on this machine's GPU
 //! against cuBLASLt's heuristic choice with an upper-confidence-bound bandit seeded by
-//! the winners of neighbouring shapes, and keeps the best. The search state is a JSON
+//! the winners of neighbouring shapes. A final round then re-times the best few (up to 4,
+//! within 5% of the best estimate) in 5 rounds, each against the reference timed afresh,
+//! and keeps the one with the best median: the best of many noisy means is optimistic,
+//! and the reference drifts during a search. The search state is a JSON
 //! file written after every problem, so a stopped run resumes where it was. Winners are
 //! then submitted to a kaas server like any outside kernel (`--submit URL`), where the
 //! workers verify them and benchmark them side by side with every baseline: the tuner's
@@ -372,7 +375,7 @@ pub struct TuneArgs {
     #[arg(long)]
     pub emit_ptx: Option<PathBuf>,
     /// Also time every candidate three times on every n-th problem, for the search-efficiency study (0: never);
-    /// such a problem's winner is the fastest so timed where it beats the bandit's pick.
+    /// such a problem's medians join the bandit's means in choosing the finalists.
     #[arg(long, default_value_t = 0)]
     pub exhaustive_every: usize,
     /// Most pulls of the bandit per problem.
@@ -419,9 +422,14 @@ impl TuneArgs {
 pub struct ProblemResult {
     pub problem: Problem,
     pub winner: Candidate,
-    /// Winner's speedup over cuBLASLt heuristic top-1 (tuner timing, graph mode).
+    /// Winner's speedup over cuBLASLt heuristic top-1 (tuner timing, graph mode): the median
+    /// of its final-round rewards ([`ProblemResult::retimed`]), or the search's estimate in
+    /// states from before them (and where no finalist had a positive median).
     pub reward: f64,
+    /// The reference's time, as timed before the search.
     pub reference_us: f64,
+    /// The winner's time: the median of its own times in the final round (where it had one),
+    /// so not always `reference_us / reward`.
     pub winner_us: f64,
     pub pulls: usize,
     /// (config, mean reward, pulls) of every arm the bandit tried.
@@ -431,6 +439,11 @@ pub struct ProblemResult {
     /// Exhaustive samples (config, three rewards), on the problems chosen for the study.
     #[serde(default)]
     pub exhaustive: Vec<(Candidate, Vec<f64>)>,
+    /// The final round: each finalist (the search's best estimates, best first, its own
+    /// pick first) and its reward in each round, against the reference timed in that round;
+    /// failed timings 0. Empty in states from before it.
+    #[serde(default)]
+    pub retimed: Vec<(Candidate, Vec<f64>)>,
     pub seconds: f64,
     /// Buffer sets the timings rotated over ([`TUNE_SETS`]); 0 in states from before,
     /// timed on one warm set.
@@ -665,7 +678,6 @@ fn autotuned_algos(dir: &Path) -> anyhow::Result<HashMap<String, LtAlgoConfig>> 
 /// Loaded modules by entry name (it names the code, accumulator and layout).
 type Modules = HashMap<String, LoadedPtx>;
 
-/// Tunes one problem on the GPU.
 /// How one problem is timed: every candidate too (the exhaustive samples), and against
 /// which cuBLASLt algorithm (None: its heuristic choice).
 #[derive(Clone, Copy)]
@@ -674,6 +686,22 @@ struct Timing<'a> {
     reference: Option<&'a LtAlgoConfig>,
 }
 
+/// Most candidates the final round re-times.
+const FINALISTS: usize = 4;
+/// Rounds of the final round: each times the reference afresh, then each finalist once.
+const FINAL_ROUNDS: usize = 5;
+/// Finalists are the candidates whose estimate is within this fraction of the best one's.
+const FINAL_WITHIN: f64 = 0.05;
+
+/// A reward from a time: `reference_us / us`, NaN where the time is not positive (the
+/// candidate failed).
+fn reward_of(reference_us: f64, us: f64) -> f64 {
+    if us > 0.0 { reference_us / us } else { f64::NAN }
+}
+
+/// Tunes one problem on the GPU: the bandit's search (and the exhaustive pass), then a final
+/// round that re-times the best few candidates ([`finalists`]) against a reference timed
+/// afresh in each of its rounds, and picks by median ([`pick_final`]).
 fn tune_one(gpu: &Gpu, modules: &Modules, p: &Problem, space: &[Candidate], priors: &[(usize, f64, f64)], settings: UcbSettings, timing: Timing) -> anyhow::Result<ProblemResult> {
     let Timing { exhaustive, reference } = timing;
     let started = Instant::now();
@@ -689,7 +717,8 @@ fn tune_one(gpu: &Gpu, modules: &Modules, p: &Problem, space: &[Candidate], prio
         })
         .collect::<Result<Vec<_>, _>>()?;
     let reference_us = time_us(gpu, &references, 0.0)?;
-    let measure = |i: usize| -> f64 {
+    // A candidate's time in µs, NaN where it failed.
+    let time_of = |i: usize| -> f64 {
         let cfg = &space[i];
         let Some(module) = modules.get(&cfg.entry(p.acc, p.layout)) else {
             tracing::warn!(config = %cfg.label(), problem = %p, "candidate has no loaded module");
@@ -698,14 +727,14 @@ fn tune_one(gpu: &Gpu, modules: &Modules, p: &Problem, space: &[Candidate], prio
         let manifest = cfg.manifest(p, sm);
         let timed = sets.iter().map(|ops| PreparedManifest::new(gpu, module, &manifest, ops)).collect::<Result<Vec<_>, _>>().and_then(|preps| time_us(gpu, &preps, reference_us));
         match timed {
-            Ok(us) if us > 0.0 => reference_us / us,
-            Ok(_) => f64::NAN,
+            Ok(us) => us,
             Err(e) => {
                 tracing::warn!(config = %cfg.label(), problem = %p, error = %e, "candidate failed");
                 f64::NAN
             }
         }
     };
+    let measure = |i: usize| -> f64 { reward_of(reference_us, time_of(i)) };
     let mut ucb = Ucb::new(space.len(), priors, settings);
     while let Some(i) = ucb.next() {
         let r = measure(i);
@@ -718,7 +747,38 @@ fn tune_one(gpu: &Gpu, modules: &Modules, p: &Problem, space: &[Candidate], prio
         }
     }
     let (best, reward) = ucb.best().ok_or_else(|| anyhow::anyhow!("no candidate ran for {p}"))?;
-    let (winner, reward) = pick_winner((space[best], reward), &ex);
+    let (searched, searched_reward) = pick_winner((space[best], reward), &ex);
+    // The final round: the finalists by the bandit's means and the exhaustive medians
+    // (`ex` is in space order), the search's own pick first.
+    let mut estimates: Vec<(usize, f64)> = ucb.means().into_iter().map(|(i, m, _)| (i, m)).collect();
+    estimates.extend(ex.iter().enumerate().filter_map(|(i, (_, s))| crate::bench::stats::median(s).map(|m| (i, m))));
+    let mut chosen = finalists(&estimates, FINALISTS, FINAL_WITHIN);
+    if let Some(at) = chosen.iter().position(|&i| space[i] == searched) {
+        chosen[..=at].rotate_right(1);
+    }
+    let mut retimed: Vec<(Candidate, Vec<f64>)> = chosen.iter().map(|&i| (space[i], Vec::with_capacity(FINAL_ROUNDS))).collect();
+    let mut times: Vec<Vec<f64>> = vec![Vec::with_capacity(FINAL_ROUNDS); chosen.len()];
+    for _ in 0..(if chosen.is_empty() { 0 } else { FINAL_ROUNDS }) {
+        // A failed reference makes the round's rewards 0 for every finalist alike.
+        let round_us = time_us(gpu, &references, 0.0).unwrap_or_else(|e| {
+            tracing::warn!(problem = %p, error = %e, "reference failed in the final round");
+            f64::NAN
+        });
+        for (k, &i) in chosen.iter().enumerate() {
+            let us = time_of(i);
+            let r = reward_of(round_us, us);
+            retimed[k].1.push(if r.is_finite() { r } else { 0.0 });
+            times[k].push(us);
+        }
+    }
+    let (winner, reward, winner_us) = match pick_final(&retimed) {
+        Some((c, median)) => {
+            let k = retimed.iter().position(|(r, _)| *r == c).expect("the pick is a finalist");
+            let ok: Vec<f64> = times[k].iter().copied().filter(|us| us.is_finite() && *us > 0.0).collect();
+            (c, median, crate::bench::stats::median(&ok).unwrap_or(reference_us / median))
+        }
+        None => (searched, searched_reward, reference_us / searched_reward),
+    };
     // What later shapes are seeded with: the bandit's means, and the exhaustive means
     // where there are any (they cover every arm).
     let mut arms: Vec<(Candidate, f64, usize)> = ucb.means().into_iter().map(|(i, m, n)| (space[i], m, n)).collect();
@@ -732,26 +792,68 @@ fn tune_one(gpu: &Gpu, modules: &Modules, p: &Problem, space: &[Candidate], prio
         winner,
         reward,
         reference_us,
-        winner_us: reference_us / reward,
+        winner_us,
         pulls: ucb.pulls(),
         arms,
         priors: priors.iter().map(|&(i, r, w)| (space[i], r, w)).collect(),
         exhaustive: ex,
+        retimed,
         seconds: started.elapsed().as_secs_f64(),
         buffer_sets: TUNE_SETS,
     })
 }
 
-/// The problem's winner: the bandit's pick, unless the exhaustive samples (where the
-/// problem has them) time another candidate faster at the median of its three, in which
-/// case that one, with its median reward. The exhaustive pass times every candidate, so
-/// a pass run with `--exhaustive-every 1` submits the best it measured.
+/// The search's pick, before the final round: the bandit's pick, unless the exhaustive
+/// samples (where the problem has them) time another candidate faster at the median of
+/// its three, in which case that one, with its median reward. The winner is this pick
+/// only where the final round ([`pick_final`]) has no finalist with a positive median.
 fn pick_winner(bandit: (Candidate, f64), exhaustive: &[(Candidate, Vec<f64>)]) -> (Candidate, f64) {
     let best = exhaustive.iter().filter_map(|(c, s)| crate::bench::stats::median(s).filter(|m| m.is_finite()).map(|m| (*c, m))).max_by(|a, b| a.1.total_cmp(&b.1));
     match best {
         Some((c, m)) if m > bandit.1 => (c, m),
         _ => bandit,
     }
+}
+
+/// The final round's candidates (space indices), best first: of `estimates` (arm,
+/// estimated reward; an arm may appear more than once, and then counts at its best), the
+/// finite, positive ones within `within` of the best (at least `(1 − within) × best`),
+/// at most `max` of them. Ties go to the lower index.
+fn finalists(estimates: &[(usize, f64)], max: usize, within: f64) -> Vec<usize> {
+    let mut best: BTreeMap<usize, f64> = BTreeMap::new();
+    for &(i, e) in estimates.iter().filter(|(_, e)| e.is_finite() && *e > 0.0) {
+        let b = best.entry(i).or_insert(e);
+        *b = b.max(e);
+    }
+    let top = best.values().copied().fold(0.0, f64::max);
+    let mut out: Vec<(usize, f64)> = best.into_iter().filter(|&(_, e)| e >= (1.0 - within) * top).collect();
+    out.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+    out.into_iter().take(max).map(|(i, _)| i).collect()
+}
+
+/// The final round's winner: the finalist with the best median of its round rewards (the
+/// earlier one on a tie, so the search's own pick keeps a tie), and that median. A median,
+/// not a mean, so one lucky round does not decide. None without a finalist whose median is
+/// finite and positive.
+fn pick_final(retimed: &[(Candidate, Vec<f64>)]) -> Option<(Candidate, f64)> {
+    let mut out: Option<(Candidate, f64)> = None;
+    for (c, samples) in retimed {
+        let Some(m) = crate::bench::stats::median(samples).filter(|m| m.is_finite() && *m > 0.0) else { continue };
+        if out.is_none_or(|(_, b)| m > b) {
+            out = Some((*c, m));
+        }
+    }
+    out
+}
+
+/// The progress line's note on the final round: how many finalists it re-timed, and the
+/// search's own pick (the first finalist) where the round picked another.
+fn retime_note(r: &ProblemResult) -> String {
+    let mut s = format!("re-timed {}", r.retimed.len());
+    if let Some((first, _)) = r.retimed.first().filter(|(c, _)| *c != r.winner) {
+        s += &format!(", picked over {}", first.label());
+    }
+    s
 }
 
 pub fn run_cli(args: TuneArgs) -> anyhow::Result<()> {
@@ -818,7 +920,7 @@ pub fn run_cli(args: TuneArgs) -> anyhow::Result<()> {
             match tune_one(&gpu, &modules, p, &space, &priors, UcbSettings { order_seed: Some(order_seed(p)), ..settings.clone() }, Timing { exhaustive, reference }) {
                 Ok(r) => {
                     let against = if reference.is_some() { "cuBLASLt-autotune" } else { "cuBLASLt-heuristic" };
-                    eprintln!("[{}/{}] {p}: {} {:.3}× {against} ({:.2} µs vs {:.2}), {} pulls, {:.1} s", n + 1, todo.len(), r.winner.label(), r.reward, r.winner_us, r.reference_us, r.pulls, r.seconds);
+                    eprintln!("[{}/{}] {p}: {} {:.3}× {against} ({:.2} µs vs {:.2}), {} pulls, {}, {:.1} s", n + 1, todo.len(), r.winner.label(), r.reward, r.winner_us, r.reference_us, r.pulls, retime_note(&r), r.seconds);
                     state.results.insert(p.path(), r);
                     state.save(&args.state)?;
                 }
@@ -1098,6 +1200,7 @@ mod tests {
             arms: vec![(space[0], reward, 1), (space[3], reward / 2.0, 1)],
             priors: vec![],
             exhaustive: vec![],
+            retimed: vec![],
             seconds: 0.0,
             buffer_sets: TUNE_SETS,
         };
@@ -1126,7 +1229,7 @@ mod tests {
             (p(128, 256, 4096), wide, 1.01),
             (p(256, 256, 4096), wide, 0.4),
         ] {
-            let r = ProblemResult { problem: prob, winner, reward, reference_us: 1.0, winner_us: 1.0, pulls: 1, arms: vec![], priors: vec![], exhaustive: vec![], seconds: 0.0, buffer_sets: TUNE_SETS };
+            let r = ProblemResult { problem: prob, winner, reward, reference_us: 1.0, winner_us: 1.0, pulls: 1, arms: vec![], priors: vec![], exhaustive: vec![], retimed: vec![], seconds: 0.0, buffer_sets: TUNE_SETS };
             state.results.insert(prob.path(), r);
         }
         let groups = submission_groups(&state, 0.5, None);
@@ -1379,6 +1482,7 @@ mod tests {
                 arms: vec![],
                 priors: vec![],
                 exhaustive: samples,
+                retimed: vec![],
                 seconds: 0.0,
                 buffer_sets: TUNE_SETS,
             },
@@ -1415,6 +1519,7 @@ mod tests {
             arms: vec![],
             priors: vec![],
             exhaustive: samples.into_iter().map(|(c, r)| (Candidate::Hopper(c), vec![r; 3])).collect(),
+            retimed: vec![],
             seconds: 0.0,
             buffer_sets: TUNE_SETS,
         };
@@ -1442,6 +1547,96 @@ mod tests {
         // Without exhaustive samples, or when none beats it, the bandit's pick stands.
         assert_eq!(pick_winner(bandit, &[]), bandit);
         assert_eq!(pick_winner((space[2], 1.1), &ex), (space[2], 1.1));
+    }
+
+    #[test]
+    fn the_finalists_are_the_best_estimates_within_five_percent() {
+        // Arm 3 has two estimates (a bandit mean, an exhaustive median): it counts once, at
+        // its better one, so it leads arm 1 (0.99) rather than trailing arm 7 (0.96).
+        let estimates = [(3, 0.97), (1, 0.99), (3, 1.0), (7, 0.96), (2, 0.98), (10, 0.955), (5, 0.94), (4, f64::NAN), (6, f64::INFINITY), (8, 0.0), (9, -1.0)];
+        assert_eq!(finalists(&estimates, 4, 0.05), vec![3, 1, 2, 7]);
+        // Uncapped: arm 10 joins; arm 5 (6% behind) and the non-finite and non-positive
+        // estimates never do.
+        assert_eq!(finalists(&estimates, 10, 0.05), vec![3, 1, 2, 7, 10]);
+        assert_eq!(finalists(&estimates, 2, 0.05), vec![3, 1]);
+        // Within 1% only the leader and arm 1 remain.
+        assert_eq!(finalists(&estimates, 4, 0.01), vec![3, 1]);
+        // Ties go to the lower index.
+        assert_eq!(finalists(&[(5, 1.0), (2, 1.0)], 4, 0.05), vec![2, 5]);
+        assert!(finalists(&[], 4, 0.05).is_empty());
+        assert!(finalists(&[(0, f64::NAN), (1, 0.0)], 4, 0.05).is_empty());
+    }
+
+    #[test]
+    fn the_final_round_picks_by_median_not_by_mean() {
+        let space: Vec<Candidate> = hopper::space().into_iter().take(3).map(Candidate::Hopper).collect();
+        // One lucky round lifts the first finalist's mean (1.058) above the steadier one's
+        // (1.022); the median (1.00 against 1.02) does not follow it.
+        let lucky = (space[0], vec![1.0, 1.0, 1.3, 0.99, 1.0]);
+        let steady = (space[1], vec![1.02, 1.03, 1.02, 1.01, 1.03]);
+        let mean = |s: &[f64]| s.iter().sum::<f64>() / s.len() as f64;
+        assert!(mean(&lucky.1) > mean(&steady.1));
+        assert_eq!(pick_final(&[lucky.clone(), steady.clone()]), Some((space[1], 1.02)));
+        // Failed rounds count 0: two of five leave the median standing, three sink it.
+        let flaky = (space[2], vec![0.0, 1.1, 0.0, 1.1, 1.1]);
+        assert_eq!(pick_final(&[steady.clone(), flaky]), Some((space[2], 1.1)));
+        let broken = (space[2], vec![0.0, 1.5, 0.0, 1.5, 0.0]);
+        assert_eq!(pick_final(&[broken, steady.clone()]), Some((space[1], 1.02)));
+        // A tie keeps the earlier finalist (the search's own pick comes first).
+        assert_eq!(pick_final(&[(space[2], steady.1.clone()), steady.clone()]), Some((space[2], 1.02)));
+        // Nothing to pick: the search's pick stands.
+        assert_eq!(pick_final(&[]), None);
+        assert_eq!(pick_final(&[(space[0], vec![0.0; 5]), (space[1], vec![])]), None);
+        // The progress line names the search's pick where the final round overrode it.
+        let result = |winner: Candidate, retimed: Vec<(Candidate, Vec<f64>)>| ProblemResult {
+            problem: p(64, 64, 64),
+            winner,
+            reward: 1.02,
+            reference_us: 1.0,
+            winner_us: 1.0,
+            pulls: 10,
+            arms: vec![],
+            priors: vec![],
+            exhaustive: vec![],
+            retimed,
+            seconds: 0.0,
+            buffer_sets: TUNE_SETS,
+        };
+        assert_eq!(retime_note(&result(space[1], vec![lucky.clone(), steady.clone()])), format!("re-timed 2, picked over {}", space[0].label()));
+        assert_eq!(retime_note(&result(space[0], vec![lucky, steady])), "re-timed 2");
+        assert_eq!(retime_note(&result(space[0], vec![])), "re-timed 0");
+    }
+
+    #[test]
+    fn a_state_from_before_the_final_round_still_loads() {
+        let winner = Candidate::Hopper(hopper::space()[0]);
+        let prob = p(64, 64, 64);
+        let mut state = TuneState { device_class: "H100-SXM".into(), ..Default::default() };
+        state.results.insert(
+            prob.path(),
+            ProblemResult {
+                problem: prob,
+                winner,
+                reward: 1.01,
+                reference_us: 2.0,
+                winner_us: 1.98,
+                pulls: 7,
+                arms: vec![(winner, 1.03, 7)],
+                priors: vec![],
+                exhaustive: vec![],
+                retimed: vec![(winner, vec![1.0, 1.01, 1.02, 1.01, 1.0])],
+                seconds: 1.5,
+                buffer_sets: TUNE_SETS,
+            },
+        );
+        let mut json = serde_json::to_value(&state).unwrap();
+        let back: TuneState = serde_json::from_str(&json.to_string()).unwrap();
+        assert_eq!(back.results[&prob.path()].retimed, vec![(winner, vec![1.0, 1.01, 1.02, 1.01, 1.0])]);
+        json["results"][prob.path()].as_object_mut().unwrap().remove("retimed").expect("the key is written");
+        let old: TuneState = serde_json::from_str(&json.to_string()).unwrap();
+        let r = &old.results[&prob.path()];
+        assert!(r.retimed.is_empty());
+        assert_eq!((r.winner, r.reward, r.pulls), (winner, 1.01, 7));
     }
 
     /// The tuner's description of a shipped entry names the configuration its manifest
@@ -1515,7 +1710,7 @@ mod tests {
             let samples: Vec<(Candidate, Vec<f64>)> = space.iter().enumerate().map(|(j, c)| (*c, vec![if j + 1 == space.len() { 1.2 } else { 0.5 + 0.005 * j as f64 }; 3])).collect();
             state.results.insert(
                 prob.path(),
-                ProblemResult { problem: prob, winner: space[0], reward: 1.0, reference_us: 1.0, winner_us: 1.0, pulls: 0, arms: vec![], priors: vec![], exhaustive: samples, seconds: 0.0, buffer_sets: TUNE_SETS },
+                ProblemResult { problem: prob, winner: space[0], reward: 1.0, reference_us: 1.0, winner_us: 1.0, pulls: 0, arms: vec![], priors: vec![], exhaustive: samples, retimed: vec![], seconds: 0.0, buffer_sets: TUNE_SETS },
             );
         }
         let q = capped_run(&state, 12);
