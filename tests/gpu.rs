@@ -1531,6 +1531,39 @@ fn pingpong_hopper_kernels_pass_the_verifier() {
     runs.assert_all_passed();
 }
 
+/// The codes the search builds with uniform descriptors (`_du`: every code but the
+/// cooperative two-consumer ones) pass the verifier: each of the search's own codes and its
+/// K-128 and TMA-store twins, the skinny chains and the 64×8 tiles in that mode, on shapes
+/// the tiles do not divide, both layouts where the code supports them, and the split-K
+/// tiles with uneven atomic slices.
+#[test]
+fn uniform_descriptor_hopper_kernels_pass_the_verifier() {
+    use kaas::tuner::hopper::{self, HopperConfig};
+    if !hopper_or_skip() {
+        return;
+    }
+    let base: Vec<HopperConfig> = hopper::space().into_iter().chain(hopper::skinny_chains_codes()).chain(hopper::narrow8_search_codes()).collect();
+    let twins = hopper::twin_codes(&base, true, &[128], false);
+    let split = hopper::split_tiles().into_iter().map(|c| HopperConfig { split: 5, atomic: true, ..c });
+    let mut codes: Vec<HopperConfig> = base.into_iter().chain(twins).chain(split).filter(hopper::takes_desc_uniform).map(hopper::searched_desc).collect();
+    // One ring depth of each kind of code (about 1.3 s a run in the sandbox; all of them
+    // would take minutes), each in one layout, tn and nn in turn.
+    let kind = |c: &HopperConfig| HopperConfig { stages: 0, persistent: false, l2_256: false, ..*c };
+    codes.sort_by_key(kind);
+    codes.dedup_by_key(|c| kind(c));
+    assert!(codes.len() > 20 && codes.iter().all(|c| c.desc_uniform), "{}", codes.len());
+    let shapes = [(100, 200, 136), (1000, 1000, 1000), (64, 1000, 520), (640, 384, 4104), (300, 72, 4104), (256, 256, 8192)];
+    let mut runs = VerifierRuns::new("DESC-UNIFORM");
+    for (i, cfg) in codes.iter().enumerate() {
+        let layout = [Layout::Tn, Layout::Nn].into_iter().cycle().skip(i).take(2).find(|&l| cfg.supports(l)).expect("a layout");
+        let (m, n, k) = shapes[i % shapes.len()];
+        let p = Problem::new(Arch::Sm90, Acc::F32, layout, Shape::new(m, n, k).expect("shape"));
+        runs.run_code(&p, cfg, &hopper::compile(cfg, p.acc, layout).expect("compile"));
+    }
+    println!("{} uniform-descriptor runs", runs.runs);
+    runs.assert_all_passed();
+}
+
 /// The narrow Hopper tiles (64 × 16, 24, 32, 48; tn only; C stored from registers) pass
 /// the verifier: every width with the deepest and the 4-stage ring on shapes whose N the
 /// widths do not divide, both accumulators, and the 64×32 atomic split-K with uneven slices.

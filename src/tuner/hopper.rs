@@ -629,9 +629,24 @@ pub fn skinny_cluster_codes() -> Vec<HopperConfig> {
     out
 }
 
-/// The uniform-descriptor twin of a code (`_du`): the same tile, ring and grid.
-pub fn desc_uniform_twin(c: &HopperConfig) -> Option<HopperConfig> {
-    (!c.desc_uniform).then_some(HopperConfig { desc_uniform: true, ..*c })
+/// Whether the search builds a code with uniform descriptors (`_du`): every code but the
+/// cooperative two-consumer ones. The best `_du` code beat the best plain one on 143 of 187
+/// nn ping-pong shapes (geomean 1.013) and on 160 of 178 atomic split-K shapes (tn 1.028,
+/// nn 1.019; BENCHMARKS, session 19); hopper-probe had the cooperative 128×256 code the
+/// same or slower with them (6% at 4096³; session 18).
+pub fn takes_desc_uniform(c: &HopperConfig) -> bool {
+    !(c.consumers == 2 && !c.pingpong && !c.ksplit)
+}
+
+/// A code in the search's descriptor mode ([`takes_desc_uniform`]).
+pub fn searched_desc(c: HopperConfig) -> HopperConfig {
+    HopperConfig { desc_uniform: takes_desc_uniform(&c), ..c }
+}
+
+/// The twin of a code in the other descriptor mode (`_du` or not): the same tile, ring and
+/// grid.
+pub fn desc_twin(c: &HopperConfig) -> Option<HopperConfig> {
+    Some(HopperConfig { desc_uniform: !c.desc_uniform, ..*c })
 }
 
 /// The TMA-store twin of a code (`_ts`): the same tile and grid with the TMA-store epilogue,
@@ -669,7 +684,7 @@ pub fn bk_codes(bk: u32) -> Vec<HopperConfig> {
 /// The twin codes (one module each) of `codes`, in the order [`space_for`] and the twin
 /// trials twin a problem's candidates: the TMA-store twins first where `tma_store`, then the
 /// K-`bk` twins ([`bk_twin`]) of the codes and of those, for each `bk` of `bks`, then the
-/// uniform-descriptor twins of all of them where `desc_uniform`. Each once, and none that
+/// other-descriptor-mode twins ([`desc_twin`]) of all of them where `desc_uniform`. Each once, and none that
 /// `codes` already holds (as a module: compared by [`HopperConfig::code_key`]).
 pub fn twin_codes(codes: &[HopperConfig], tma_store: bool, bks: &[u32], desc_uniform: bool) -> Vec<HopperConfig> {
     let mut all: Vec<HopperConfig> = codes.iter().map(|c| HopperConfig { persistent: false, l2_256: false, ..*c }).collect();
@@ -690,7 +705,7 @@ pub fn twin_codes(codes: &[HopperConfig], tma_store: bool, bks: &[u32], desc_uni
         add(&mut all, twins);
     }
     if desc_uniform {
-        let twins = all.iter().filter_map(desc_uniform_twin).collect();
+        let twins = all.iter().filter_map(desc_twin).collect();
         add(&mut all, twins);
     }
     all.split_off(given)
@@ -1715,11 +1730,11 @@ mod tests {
     }
 
     #[test]
-    fn desc_uniform_twins_are_the_same_launch_under_their_own_entry() {
+    fn desc_twins_are_the_same_launch_under_their_own_entry() {
         let p = Problem::new(Arch::Sm90, Acc::F32, Layout::Tn, Shape::new(12288, 12288, 2048).unwrap());
         let c = HopperConfig { pingpong: true, persistent: true, tma_store: true, ..HopperConfig::new(64, 256, 4, 2) };
-        let t = desc_uniform_twin(&c).unwrap();
-        assert!(desc_uniform_twin(&t).is_none());
+        let t = desc_twin(&c).unwrap();
+        assert_eq!(desc_twin(&t), Some(c), "the twin's twin is the code");
         assert_eq!(t.entry(Acc::F32, Layout::Tn), "kaas_wgmma_f32_tn_64x256x64_s4_c2_m1_g16_pp_ts_du");
         assert_eq!(HopperConfig::from_entry(&t.entry(Acc::F32, Layout::Tn)), Some((HopperConfig { persistent: false, ..t }, Acc::F32, Layout::Tn)));
         assert!(t.defines(Acc::F32, Layout::Tn).contains(&("KAAS_DESC_UNIFORM".to_string(), "1".to_string())));

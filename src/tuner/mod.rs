@@ -157,11 +157,11 @@ pub enum Trial {
     /// the skinny shapes: cuBLASLt's skinny long-K picks are this narrow. Built, not yet run
     /// on a GPU.
     Narrow8,
-    /// The uniform-descriptor twin (`_du`: the wgmma descriptors as one add to a
-    /// warp-uniform base) of every Hopper candidate of the problem, the other trials'
-    /// included. hopper-probe had the 64×256 ping-pong code 1–6% closer to cuBLAS with it
-    /// on five large tn shapes, and the tuner its best ping-pong code 1.1% faster (geomean
-    /// over 179 tn shapes; session 18).
+    /// The twin in the other descriptor mode of every Hopper candidate of the problem, the
+    /// other trials' included: the search builds uniform descriptors (`_du`: each wgmma
+    /// descriptor one add to a warp-uniform base) into every code but the cooperative
+    /// two-consumer ones ([`hopper::takes_desc_uniform`]), so the trial adds the cooperative
+    /// codes' `_du` twins and the others' plain twins, to time both modes side by side.
     Du,
 }
 
@@ -187,7 +187,7 @@ impl Trial {
             Trial::TmaStore | Trial::Bk128 | Trial::Bk256 | Trial::Du => Vec::new(),
             Trial::Narrow8 => hopper::narrow8_codes(),
         };
-        hopper.into_iter().map(Candidate::Hopper).collect()
+        hopper.into_iter().map(hopper::searched_desc).map(Candidate::Hopper).collect()
     }
 
     /// The trial's candidates for one problem.
@@ -197,7 +197,7 @@ impl Trial {
         }
         let codes: Vec<hopper::HopperConfig> = match self {
             Trial::Chains => hopper::chains_codes().into_iter().chain(hopper::chains_split_space(p, sm_count)).collect(),
-            Trial::L2 => return hopper::space_for(p, sm_count).into_iter().map(|c| Candidate::Hopper(hopper::HopperConfig { l2_256: !c.l2_256, ..c })).collect(),
+            Trial::L2 => return hopper::space_for(p, sm_count).into_iter().map(|c| Candidate::Hopper(hopper::searched_desc(hopper::HopperConfig { l2_256: !c.l2_256, ..c }))).collect(),
             Trial::MmaDeep => return mma::deep_space_for(p, sm_count).into_iter().map(Candidate::Mma).collect(),
             // Its twins are of the whole space, the other trials' included: [`space_with`].
             Trial::TmaStore | Trial::Bk128 | Trial::Bk256 | Trial::Du => return Vec::new(),
@@ -211,7 +211,7 @@ impl Trial {
         };
         // With the search's L2 promotion, so that they time beside it on equal terms.
         let l2_256 = hopper::wide_l2_suits(p);
-        let codes = codes.into_iter().map(|c| hopper::HopperConfig { l2_256, ..c });
+        let codes = codes.into_iter().map(|c| hopper::searched_desc(hopper::HopperConfig { l2_256, ..c }));
         codes.into_iter().filter(|c| c.supports(p.layout)).map(Candidate::Hopper).collect()
     }
 }
@@ -267,7 +267,7 @@ fn space_with(p: &Problem, families: &[Family], trials: &[Trial], sm_count: u32)
         (Trial::TmaStore, |h, _| hopper::tma_store_twin(h).filter(|_| !h.tma_store)),
         (Trial::Bk128, |h, p| hopper::bk_twin_for(h, p, 128)),
         (Trial::Bk256, |h, p| hopper::bk_twin_for(h, p, 256)),
-        (Trial::Du, |h, _| hopper::desc_uniform_twin(h)),
+        (Trial::Du, |h, _| hopper::desc_twin(h)),
     ];
     for (trial, twin) in twin_trials {
         if families.contains(&Family::Hopper) && trials.contains(&trial) {
@@ -318,14 +318,23 @@ fn codes(families: &[Family], arch: Arch, acc: Acc, layout: Layout) -> Vec<Candi
         }
     }
     out.retain(|c| (acc == Acc::F32 || !c.split()) && c.supports(layout));
-    out
+    out.into_iter().map(searched_desc).collect()
 }
 
-/// The candidates of the families asked for, for one problem.
+/// A candidate in the search's descriptor mode ([`hopper::takes_desc_uniform`]).
+fn searched_desc(c: Candidate) -> Candidate {
+    match c {
+        Candidate::Hopper(h) => Candidate::Hopper(hopper::searched_desc(h)),
+        mma => mma,
+    }
+}
+
+/// The candidates of the families asked for, for one problem (the Hopper codes in the
+/// search's descriptor mode, [`hopper::takes_desc_uniform`]).
 pub fn space_for(p: &Problem, families: &[Family], sm_count: u32) -> Vec<Candidate> {
     let mut out = Vec::new();
     if families.contains(&Family::Hopper) {
-        out.extend(hopper::space_for(p, sm_count).into_iter().map(Candidate::Hopper));
+        out.extend(hopper::space_for(p, sm_count).into_iter().map(hopper::searched_desc).map(Candidate::Hopper));
     }
     if families.contains(&Family::Mma) {
         out.extend(mma::space_for(p, sm_count).into_iter().map(Candidate::Mma));
@@ -1286,6 +1295,34 @@ mod tests {
     /// `--trial` adds codes the search leaves out, and loads a module for each: K split
     /// across consumers on the skinny f32 shapes only, the 256×160 tile on tn only.
     #[test]
+    fn the_search_builds_uniform_descriptors_into_all_but_the_cooperative_codes() {
+        let hopper = [Family::Hopper, Family::Mma];
+        let p = |layout, m, n, k| Problem::new(Arch::Sm90, Acc::F32, layout, Shape::new(m, n, k).unwrap());
+        for prob in [p(Layout::Tn, 8192, 8192, 8192), p(Layout::Nn, 2048, 512, 2048), p(Layout::Tn, 64, 512, 8192)] {
+            let space: Vec<HopperConfig> = space_for(&prob, &hopper, 132).iter().filter_map(Candidate::hopper).collect();
+            assert!(space.iter().any(|h| h.desc_uniform), "{prob}");
+            for h in &space {
+                let cooperative = h.consumers == 2 && !h.pingpong && !h.ksplit;
+                assert_eq!(h.desc_uniform, !cooperative, "{prob}: {}", h.label());
+            }
+            // The trial adds each one's twin in the other mode, and only those.
+            let with = space_with(&prob, &hopper, &[Trial::Du], 132);
+            let added: Vec<HopperConfig> = with.iter().filter_map(Candidate::hopper).filter(|h| !space.contains(h)).collect();
+            assert_eq!(added.len(), space.len(), "{prob}");
+            assert!(space.iter().all(|h| added.contains(&HopperConfig { desc_uniform: !h.desc_uniform, ..*h })), "{prob}");
+        }
+        // The modules: every searched code is loaded in the search's mode, and the trial's
+        // twins beside them; the shipped catalog's plain codes still rebuild from their names.
+        let loaded = codes(&hopper, Arch::Sm90, Acc::F32, Layout::Tn);
+        assert!(loaded.iter().filter_map(Candidate::hopper).all(|h| h.desc_uniform == hopper::takes_desc_uniform(&h)));
+        let entries = |cs: &[Candidate]| cs.iter().map(|c| c.entry(Acc::F32, Layout::Tn)).collect::<std::collections::BTreeSet<_>>();
+        let toggled: Vec<Candidate> = loaded.iter().map(|c| c.hopper().and_then(|h| hopper::desc_twin(&h)).map_or(*c, Candidate::Hopper)).collect();
+        let both: std::collections::BTreeSet<String> = entries(&loaded).union(&entries(&toggled)).cloned().collect();
+        assert!(both.len() > entries(&loaded).len());
+        assert_eq!(entries(&codes_with(&hopper, &[Trial::Du], Arch::Sm90, Acc::F32, Layout::Tn)), both);
+    }
+
+    #[test]
     fn trials_add_their_codes_to_the_space_and_the_modules() {
         let hopper = [Family::Hopper];
         let skinny = p(64, 512, 1024);
@@ -1321,7 +1358,7 @@ mod tests {
         // A run without trials loads only the 64×8 tiles the search times (session 15
         // loaded a dozen more on tn), and none on nn or with fp16 accumulators.
         let eight = |acc, layout| codes(&hopper, Arch::Sm90, acc, layout).into_iter().filter_map(|c| c.hopper().filter(|h| h.bn == 8)).collect::<Vec<_>>();
-        assert_eq!(eight(Acc::F32, Layout::Tn), hopper::narrow8_search_codes());
+        assert_eq!(eight(Acc::F32, Layout::Tn), hopper::narrow8_search_codes().into_iter().map(hopper::searched_desc).collect::<Vec<_>>());
         assert!(eight(Acc::F32, Layout::Nn).is_empty() && eight(Acc::F16, Layout::Tn).is_empty());
         assert!(codes_with(&hopper, &[Trial::Narrow8, Trial::Bk256], Arch::Sm90, Acc::F32, Layout::Tn).iter().any(|c| matches!(c, Candidate::Hopper(h) if h.bn == 8 && h.bk == 256)));
         assert!(codes_with(&hopper, &[Trial::Ksplit], Arch::Sm90, Acc::F16, Layout::Tn).iter().all(|c| !matches!(c, Candidate::Hopper(h) if h.ksplit)));
@@ -1359,7 +1396,7 @@ mod tests {
         assert!(!hopper::skinny(&mid_skinny, 132));
         let with = space_with(&mid_skinny, &hopper, &[Trial::Multicast], 132);
         for c in hopper::skinny_cluster_codes().into_iter().chain(hopper::multicast_codes()) {
-            assert!(with.contains(&Candidate::Hopper(HopperConfig { l2_256: hopper::wide_l2_suits(&mid_skinny), ..c })), "{}", c.label());
+            assert!(with.contains(&Candidate::Hopper(hopper::searched_desc(HopperConfig { l2_256: hopper::wide_l2_suits(&mid_skinny), ..c }))), "{}", c.label());
         }
         assert_eq!(codes_with(&hopper, &[Trial::Multicast], Arch::Sm90, Acc::F32, Layout::Tn).len(), codes(&hopper, Arch::Sm90, Acc::F32, Layout::Tn).len() + hopper::multicast_codes().len());
         // The TMA-store trial twins the search's unsplit 64-column candidates, grid kept, where
@@ -1379,7 +1416,7 @@ mod tests {
         // With another trial, its candidates get twins too: clusters with the TMA store.
         let both_trials = space_with(&big, &hopper, &[Trial::Multicast, Trial::TmaStore], 132);
         let m2 = hopper::multicast_codes().into_iter().find(|c| c.cluster_m == 2 && !c.pingpong && c.persistent).unwrap();
-        let m2 = HopperConfig { l2_256: hopper::wide_l2_suits(&big), ..m2 };
+        let m2 = hopper::searched_desc(HopperConfig { l2_256: hopper::wide_l2_suits(&big), ..m2 });
         assert!(both_trials.contains(&Candidate::Hopper(hopper::tma_store_twin(&m2).unwrap())), "{}", m2.label());
         // The K-128 trial twins the small tiles, split-K's with two 128-deep K-tiles a slice,
         // where the search does not already (below K 1024 above 2^28 FLOP; at 1024 and up,
@@ -1500,7 +1537,7 @@ mod tests {
         // fp16 accumulators, where the TMA-store twins are a trial's, not the search's.
         let nn = |m, n, k| Problem::new(Arch::Sm90, Acc::F16, Layout::Nn, Shape::new(m, n, k).unwrap());
         let prob = nn(8192, 8192, 8192);
-        let searched: Vec<HopperConfig> = hopper::space_for(&prob, 132);
+        let searched: Vec<HopperConfig> = hopper::space_for(&prob, 132).into_iter().map(hopper::searched_desc).collect();
         let coop = searched.iter().copied().find(|c| !c.pingpong && c.bn == 256).expect("a cooperative 128x256");
         let pp = searched.iter().copied().find(|c| c.pingpong).expect("a ping-pong code");
         let twin = hopper::tma_store_twin(&coop).unwrap();
@@ -1777,7 +1814,7 @@ mod tests {
         let skinny = parse_problems(&trial).unwrap();
         let missing = missing_codes(&skinny, &trial, 132, |e| plain.contains(e));
         assert_eq!(missing.len(), 8 + 4, "every k-split code, tn and nn: {missing:?}");
-        assert!(missing.iter().all(|e| e.ends_with("_kw")));
+        assert!(missing.iter().all(|e| e.ends_with("_kw_du")), "two consumers, each its own chains: uniform descriptors");
         assert!(missing_codes(&skinny, &TuneArgs { only: Some("_pp".into()), ..trial.clone() }, 132, |e| plain.contains(e)).is_empty(), "--only leaves them out");
         let err = parse_problems(&TuneArgs { min_flops_log2: Some(50.0), ..args }).unwrap_err().to_string();
         assert!(err.contains("FLOP range"), "{err}");
