@@ -46,6 +46,13 @@
 #                                          threshold 0.5); what the queue still holds at the
 #                                          end needs another `verify` of the gunzipped states
 #                                          once kernels/h100 holds the bundle
+#   bash .dev/run/device-run.sh adopt NAME (device) unpack the bundle the last `pass` or
+#                                          `verify` exported ($OUT/bundle.tgz) into
+#                                          kernels/h100, so that the next pass or verify of
+#                                          the same call starts from it (its promising
+#                                          filter and its server's catalog), and keep it as
+#                                          $OUT/bundle-NAME.tgz; the last step's bundle.tgz
+#                                          holds everything
 #   [KAAS_VERIFY_NEW_ONLY=1 | KAAS_VERIFY_PROMISING=1] bash .dev/run/device-run.sh verify STATE[.gz] SECONDS BENCH_MS [OPTIONS…]
 #                                          (device) serve with workers, submit the winners
 #                                          of STATE, let the workers verify and benchmark
@@ -345,6 +352,18 @@ PY
     KAAS_VERIFY_PROMISING=1 verify "$merged" "$seconds" 500 --submit-threshold 0.5
 }
 
+adopt() {  # $1 a name for the bundle kept under $OUT
+    setup_device
+    local name="${1:?adopt NAME}" repo tmp
+    repo="$(cd "$here/../.." && pwd)"; tmp="$(mktemp -d)"
+    tar xzf "$OUT/bundle.tgz" -C "$tmp"
+    cp "$tmp/bundle/index.json.gz" "$repo/kernels/h100/index.json.gz"
+    rm -rf "$repo/kernels/h100/ptx" && cp -r "$tmp/bundle/ptx" "$repo/kernels/h100/ptx"
+    mv "$OUT/bundle.tgz" "$OUT/bundle-$name.tgz"
+    rm -rf "$tmp"
+    echo "adopted: kernels/h100 is $OUT/bundle-$name.tgz"
+}
+
 profile() {  # triples of SHAPE LAYOUT ONLY: ncu of our kernel and of cuBLASLt's, one launch each
     setup_device; ptx_dir; mkdir -p "$OUT/profile"
     local ncu; ncu="$(command -v ncu || echo /usr/local/cuda/bin/ncu)"
@@ -383,6 +402,7 @@ case "$mode" in
     stage) stage ;;
     profile) profile "$@" ;;
     pass) catalog_pass "$@" ;;
+    adopt) adopt "$@" ;;
     e2e) e2e ;;
     tune) tune "$@" ;;
     verify) verify "$@" ;;

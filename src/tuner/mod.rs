@@ -1013,7 +1013,8 @@ pub fn efficiency_report(state: &TuneState, max_pulls: usize) -> String {
 const REPORT_SM_COUNT: u32 = 132;
 
 /// What kind of code a candidate is, for the report: the family's features that a trial
-/// adds or the search varies, joined by `+` (e.g. `ping-pong+cluster+TMA store`).
+/// adds or the search varies, joined by `+` (e.g. `ping-pong+cluster+TMA store+du`, `du`
+/// for uniform descriptors).
 pub fn kind(c: &Candidate) -> String {
     let mut tags: Vec<&str> = Vec::new();
     match c {
@@ -1048,6 +1049,9 @@ pub fn kind(c: &Candidate) -> String {
                 128 => tags.push("K 128"),
                 256 => tags.push("K 256"),
                 _ => {}
+            }
+            if h.desc_uniform {
+                tags.push("du");
             }
         }
     }
@@ -1538,13 +1542,14 @@ mod tests {
         let nn = |m, n, k| Problem::new(Arch::Sm90, Acc::F16, Layout::Nn, Shape::new(m, n, k).unwrap());
         let prob = nn(8192, 8192, 8192);
         let searched: Vec<HopperConfig> = hopper::space_for(&prob, 132).into_iter().map(hopper::searched_desc).collect();
-        let coop = searched.iter().copied().find(|c| !c.pingpong && c.bn == 256).expect("a cooperative 128x256");
+        let coop = searched.iter().copied().find(|c| !c.pingpong && c.bn == 256 && c.consumers == 2).expect("a cooperative 128x256");
         let pp = searched.iter().copied().find(|c| c.pingpong).expect("a ping-pong code");
         let twin = hopper::tma_store_twin(&coop).unwrap();
         let m2pp = HopperConfig { cluster_m: 2, pingpong: true, persistent: true, ..HopperConfig::new(64, 256, 5, 2) };
         assert_eq!(kind(&Candidate::Hopper(twin)), "cooperative+TMA store");
         assert_eq!(kind(&Candidate::Hopper(hopper::bk_twin(&HopperConfig { split: 4, atomic: true, ..HopperConfig::new(64, 32, 16, 1) }, 128).unwrap())), "split-K+K 128");
         assert_eq!(kind(&Candidate::Hopper(m2pp)), "ping-pong+cluster");
+        assert_eq!(kind(&Candidate::Hopper(hopper::searched_desc(m2pp))), "ping-pong+cluster+du");
         assert_eq!(kind(&Candidate::Mma(mma::deep_codes()[0])), "mma deep ring");
         let result = |problem: Problem, samples: Vec<(HopperConfig, f64)>| ProblemResult {
             problem,
@@ -1569,7 +1574,7 @@ mod tests {
         let report = kinds_report(&state, 132);
         assert!(report.contains("over 2 problem(s) (1 best outside the search's own space"), "{report}");
         assert!(report.contains("cooperative+TMA store") && report.contains("best on    1; × the search's best there: geomean 1.0500"), "{report}");
-        assert!(report.contains("ping-pong ") && report.contains("geomean 1.0000, at most 1.0000"), "{report}");
+        assert!(report.contains("ping-pong+du ") && report.contains("geomean 1.0000, at most 1.0000"), "{report}");
         assert!(kinds_report(&TuneState::default(), 132).is_empty());
     }
 
