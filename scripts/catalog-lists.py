@@ -9,6 +9,9 @@ a kind of code, or that have no entry at all.
     python3 scripts/catalog-lists.py kernels/h100/index.json.gz --layout any --entry _ska
     # 2^30–2^36 FLOP shapes without an entry in either layout
     python3 scripts/catalog-lists.py kernels/h100/index.json.gz --layout any --missing --min-log2 30 --max-log2 36
+    # the same, each in the layouts it lacks one in (`tn:MxNxK`, which `kaas tune` takes in
+    # that layout only): one list for one `device-run.sh pass tn,nn`
+    python3 scripts/catalog-lists.py kernels/h100/index.json.gz --missing --min-log2 30 --max-log2 36 --qualified
 """
 import argparse, math
 import catalog_index
@@ -21,6 +24,7 @@ ap.add_argument("--not-entry", action="append", default=[], help="the entry name
 ap.add_argument("--missing", action="store_true", help="shapes without a served entry instead")
 ap.add_argument("--min-log2", type=float, help="only shapes of at least 2^X FLOP")
 ap.add_argument("--max-log2", type=float, help="only shapes of fewer than 2^X FLOP")
+ap.add_argument("--qualified", action="store_true", help="print LAYOUT:MxNxK, once per layout the shape qualifies in")
 a = ap.parse_args()
 if a.missing and (a.entry or a.not_entry):
     ap.error("--missing takes no --entry or --not-entry")
@@ -30,23 +34,32 @@ layouts = ["tn", "nn"] if a.layout == "any" else [a.layout]
 G = catalog_index.GRID
 
 
-def picked(shape):
+def layouts_of(shape):
+    """The layouts (of those asked for) in which the shape qualifies."""
     flop = math.log2(2 * shape[0] * shape[1] * shape[2])
     if (a.min_log2 is not None and flop < a.min_log2) or (a.max_log2 is not None and flop >= a.max_log2):
-        return False
+        return []
+    out = []
     for layout in layouts:
         e = served.get((layout,) + shape)
         if a.missing:
             if e is None:
-                return True
+                out.append(layout)
             continue
         if e is None:
             continue
         name = e["manifest"]["launches"][0]["entry"]
         if all(t in name for t in a.entry) and not any(t in name for t in a.not_entry):
-            return True
-    return False
+            out.append(layout)
+    return out
 
 
-shapes = sorted((s for s in ((m, n, k) for m in G for n in G for k in G) if picked(s)), key=lambda s: (s[0] * s[1] * s[2], s))
-print(",".join(f"{m}x{n}x{k}" for m, n, k in shapes))
+grid = sorted(((m, n, k) for m in G for n in G for k in G), key=lambda s: (s[0] * s[1] * s[2], s))
+items = []
+for m, n, k in grid:
+    found = layouts_of((m, n, k))
+    if a.qualified:
+        items += [f"{l}:{m}x{n}x{k}" for l in found]
+    elif found:
+        items.append(f"{m}x{n}x{k}")
+print(",".join(items))

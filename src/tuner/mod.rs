@@ -344,7 +344,8 @@ pub fn space_for(p: &Problem, families: &[Family], sm_count: u32) -> Vec<Candida
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct TuneArgs {
-    /// Shapes: `grid` (the 1,000 shapes M, N, K ∈ {64 … 16384}), or MxNxK, comma-separated.
+    /// Shapes: `grid` (the 1,000 shapes M, N, K ∈ {64 … 16384}), or MxNxK, comma-separated;
+    /// `tn:MxNxK` or `nn:MxNxK` takes a shape in that layout only (where --layouts has it).
     #[arg(long, default_value = "grid")]
     pub problems: String,
     /// Only the shapes of at least 2^X FLOP (2·M·N·K), e.g. 30 for the mid buckets.
@@ -487,27 +488,40 @@ impl TuneState {
 fn parse_problems(args: &TuneArgs) -> anyhow::Result<Vec<Problem>> {
     let arch: Arch = args.arch.parse().map_err(|e| anyhow::anyhow!("{e}"))?;
     let acc: Acc = args.acc.parse().map_err(|e| anyhow::anyhow!("{e}"))?;
-    let shapes: Vec<Shape> = if args.problems == "grid" {
-        crate::bench::baselines::grid_shapes()
+    // Each shape with the one layout it is limited to (`tn:…`), or None: every layout.
+    let shapes: Vec<(Option<Layout>, Shape)> = if args.problems == "grid" {
+        crate::bench::baselines::grid_shapes().into_iter().map(|s| (None, s)).collect()
     } else {
-        args.problems.split(',').map(|s| s.trim().parse::<Shape>().map_err(|e| anyhow::anyhow!("{e}"))).collect::<Result<_, _>>()?
+        args.problems.split(',').map(|item| parse_problem_item(item.trim())).collect::<anyhow::Result<_>>()?
     };
     let in_range = |s: &Shape| {
         let f = s.flops().log2();
         args.min_flops_log2.is_none_or(|lo| f >= lo) && args.max_flops_log2.is_none_or(|hi| f < hi)
     };
-    let shapes: Vec<Shape> = shapes.into_iter().filter(in_range).collect();
+    let shapes: Vec<(Option<Layout>, Shape)> = shapes.into_iter().filter(|(_, s)| in_range(s)).collect();
     if shapes.is_empty() {
         bail!("no shape of --problems {} lies within the FLOP range asked for", args.problems);
     }
     let mut out = Vec::new();
     for l in &args.layouts {
         let layout: Layout = l.parse().map_err(|e| anyhow::anyhow!("{e}"))?;
-        out.extend(shapes.iter().map(|&s| Problem::new(arch, acc, layout, s)));
+        out.extend(shapes.iter().filter(|(only, _)| only.is_none_or(|o| o == layout)).map(|&(_, s)| Problem::new(arch, acc, layout, s)));
+    }
+    if out.is_empty() {
+        bail!("no shape of --problems is in a layout of --layouts {}", args.layouts.join(","));
     }
     // Small to large, so that neighbours are tuned before the shapes they seed.
     out.sort_by(|a, b| a.shape().flops().total_cmp(&b.shape().flops()).then(a.cmp(b)));
     Ok(out)
+}
+
+/// One `--problems` item: `MxNxK` (every layout), or `tn:MxNxK` / `nn:MxNxK` (that one).
+fn parse_problem_item(item: &str) -> anyhow::Result<(Option<Layout>, Shape)> {
+    let (layout, shape) = match item.split_once(':') {
+        Some((l, s)) => (Some(l.parse::<Layout>().map_err(|e| anyhow::anyhow!("--problems item {item}: {e}"))?), s),
+        None => (None, item),
+    };
+    Ok((layout, shape.parse::<Shape>().map_err(|e| anyhow::anyhow!("--problems item {item}: {e}"))?))
 }
 
 /// Shape distance in octaves, summed over M, N, K.
@@ -1821,7 +1835,17 @@ mod tests {
         assert_eq!(missing.len(), 8 + 4, "every k-split code, tn and nn: {missing:?}");
         assert!(missing.iter().all(|e| e.ends_with("_kw_du")), "two consumers, each its own chains: uniform descriptors");
         assert!(missing_codes(&skinny, &TuneArgs { only: Some("_pp".into()), ..trial.clone() }, 132, |e| plain.contains(e)).is_empty(), "--only leaves them out");
-        let err = parse_problems(&TuneArgs { min_flops_log2: Some(50.0), ..args }).unwrap_err().to_string();
+        let err = parse_problems(&TuneArgs { min_flops_log2: Some(50.0), ..args.clone() }).unwrap_err().to_string();
         assert!(err.contains("FLOP range"), "{err}");
+        // A layout before a shape takes it in that layout only.
+        let mixed = parse_problems(&TuneArgs { problems: "tn:64x64x64, nn:128x128x128,256x256x256".into(), ..args.clone() }).unwrap();
+        let got: Vec<(Layout, u32)> = mixed.iter().map(|p| (p.layout, p.m)).collect();
+        assert_eq!(got, vec![(Layout::Tn, 64), (Layout::Nn, 128), (Layout::Nn, 256), (Layout::Tn, 256)]);
+        let tn_only = TuneArgs { problems: "nn:128x128x128".into(), layouts: vec!["tn".into()], ..args.clone() };
+        assert!(parse_problems(&tn_only).unwrap_err().to_string().contains("no shape of --problems is in a layout"));
+        let err = parse_problems(&TuneArgs { problems: "64x64x64,xn:64x64x64".into(), ..args.clone() }).unwrap_err().to_string();
+        assert!(err.contains("--problems item xn:64x64x64"), "{err}");
+        let err = parse_problems(&TuneArgs { problems: "tn:64x64".into(), ..args }).unwrap_err().to_string();
+        assert!(err.contains("--problems item tn:64x64"), "{err}");
     }
 }
