@@ -120,9 +120,9 @@
 //                   broadcast from lane 0 so that ptxas keeps them in uniform registers (ncu,
 //                   session 18: the per-thread masks, shifts, ors and register-to-uniform
 //                   moves were over half of a 64×256 ping-pong code's instructions); 1–6%
-//                   faster on the ping-pong codes and 2–3% on the atomic split-K ones, the
-//                   same or slower on the cooperative ones, which the tuner alone builds
-//                   without it
+//                   faster on the ping-pong codes and 1.9–2.8% (geomean) on the atomic
+//                   split-K ones, the same or slower on the cooperative ones, which the
+//                   tuner alone builds without it
 //
 // ─── Launch (kaas.hgemm.v1) ─────────────────────────────────────────────────────────────
 // params: (tensor_map A, tensor_map B, ptr C, i32 M, i32 N, i32 K), in this order;

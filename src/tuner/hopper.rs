@@ -645,8 +645,8 @@ pub fn searched_desc(c: HopperConfig) -> HopperConfig {
 
 /// The twin of a code in the other descriptor mode (`_du` or not): the same tile, ring and
 /// grid.
-pub fn desc_twin(c: &HopperConfig) -> Option<HopperConfig> {
-    Some(HopperConfig { desc_uniform: !c.desc_uniform, ..*c })
+pub fn desc_twin(c: &HopperConfig) -> HopperConfig {
+    HopperConfig { desc_uniform: !c.desc_uniform, ..*c }
 }
 
 /// The TMA-store twin of a code (`_ts`): the same tile and grid with the TMA-store epilogue,
@@ -684,8 +684,9 @@ pub fn bk_codes(bk: u32) -> Vec<HopperConfig> {
 /// The twin codes (one module each) of `codes`, in the order [`space_for`] and the twin
 /// trials twin a problem's candidates: the TMA-store twins first where `tma_store`, then the
 /// K-`bk` twins ([`bk_twin`]) of the codes and of those, for each `bk` of `bks`, then the
-/// other-descriptor-mode twins ([`desc_twin`]) of all of them where `desc_uniform`. Each once, and none that
-/// `codes` already holds (as a module: compared by [`HopperConfig::code_key`]).
+/// twins in the other descriptor mode ([`desc_twin`]) of all of them where `desc_uniform`.
+/// Each once, and none that `codes` already holds (as a module: compared by
+/// [`HopperConfig::code_key`]).
 pub fn twin_codes(codes: &[HopperConfig], tma_store: bool, bks: &[u32], desc_uniform: bool) -> Vec<HopperConfig> {
     let mut all: Vec<HopperConfig> = codes.iter().map(|c| HopperConfig { persistent: false, l2_256: false, ..*c }).collect();
     let given = all.len();
@@ -705,7 +706,7 @@ pub fn twin_codes(codes: &[HopperConfig], tma_store: bool, bks: &[u32], desc_uni
         add(&mut all, twins);
     }
     if desc_uniform {
-        let twins = all.iter().filter_map(desc_twin).collect();
+        let twins = all.iter().map(desc_twin).collect();
         add(&mut all, twins);
     }
     all.split_off(given)
@@ -1706,10 +1707,10 @@ mod tests {
         }
     }
 
-    /// `KAAS_DESC_UNIFORM=1` (hopper-probe `_du`, not yet in the search): the wgmma
-    /// descriptors as one add to a slot's base, and the warpgroup index broadcast from lane
-    /// 0. It compiles for both layouts and both K widths, and the shipped codes (without it)
-    /// are untouched: their PTX has no shuffle.
+    /// `KAAS_DESC_UNIFORM=1` (`_du`, the search's default for all but the cooperative codes):
+    /// the wgmma descriptors as one add to a slot's base, and the warpgroup index broadcast
+    /// from lane 0. It compiles for both layouts and both K widths, and the plain codes
+    /// (the shipped catalog's older entries) are untouched: their PTX has no shuffle.
     #[test]
     fn the_uniform_descriptor_variant_compiles_where_nvrtc_is_present() {
         if let Err(why) = nvrtc::available() {
@@ -1733,8 +1734,8 @@ mod tests {
     fn desc_twins_are_the_same_launch_under_their_own_entry() {
         let p = Problem::new(Arch::Sm90, Acc::F32, Layout::Tn, Shape::new(12288, 12288, 2048).unwrap());
         let c = HopperConfig { pingpong: true, persistent: true, tma_store: true, ..HopperConfig::new(64, 256, 4, 2) };
-        let t = desc_twin(&c).unwrap();
-        assert_eq!(desc_twin(&t), Some(c), "the twin's twin is the code");
+        let t = desc_twin(&c);
+        assert_eq!(desc_twin(&t), c, "the twin's twin is the code");
         assert_eq!(t.entry(Acc::F32, Layout::Tn), "kaas_wgmma_f32_tn_64x256x64_s4_c2_m1_g16_pp_ts_du");
         assert_eq!(HopperConfig::from_entry(&t.entry(Acc::F32, Layout::Tn)), Some((HopperConfig { persistent: false, ..t }, Acc::F32, Layout::Tn)));
         assert!(t.defines(Acc::F32, Layout::Tn).contains(&("KAAS_DESC_UNIFORM".to_string(), "1".to_string())));

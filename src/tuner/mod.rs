@@ -267,7 +267,7 @@ fn space_with(p: &Problem, families: &[Family], trials: &[Trial], sm_count: u32)
         (Trial::TmaStore, |h, _| hopper::tma_store_twin(h).filter(|_| !h.tma_store)),
         (Trial::Bk128, |h, p| hopper::bk_twin_for(h, p, 128)),
         (Trial::Bk256, |h, p| hopper::bk_twin_for(h, p, 256)),
-        (Trial::Du, |h, _| hopper::desc_twin(h)),
+        (Trial::Du, |h, _| Some(hopper::desc_twin(h))),
     ];
     for (trial, twin) in twin_trials {
         if families.contains(&Family::Hopper) && trials.contains(&trial) {
@@ -1334,7 +1334,7 @@ mod tests {
         let loaded = codes(&hopper, Arch::Sm90, Acc::F32, Layout::Tn);
         assert!(loaded.iter().filter_map(Candidate::hopper).all(|h| h.desc_uniform == hopper::takes_desc_uniform(&h)));
         let entries = |cs: &[Candidate]| cs.iter().map(|c| c.entry(Acc::F32, Layout::Tn)).collect::<std::collections::BTreeSet<_>>();
-        let toggled: Vec<Candidate> = loaded.iter().map(|c| c.hopper().and_then(|h| hopper::desc_twin(&h)).map_or(*c, Candidate::Hopper)).collect();
+        let toggled: Vec<Candidate> = loaded.iter().map(|c| c.hopper().map_or(*c, |h| Candidate::Hopper(hopper::desc_twin(&h)))).collect();
         let both: std::collections::BTreeSet<String> = entries(&loaded).union(&entries(&toggled)).cloned().collect();
         assert!(both.len() > entries(&loaded).len());
         assert_eq!(entries(&codes_with(&hopper, &[Trial::Du], Arch::Sm90, Acc::F32, Layout::Tn)), both);
