@@ -389,8 +389,13 @@ pub struct TuneArgs {
     #[arg(long, default_value_t = 0)]
     pub exhaustive_every: usize,
     /// Most pulls of the bandit per problem.
-    #[arg(long, default_value_t = 48)]
+    #[arg(long, default_value_t = 96)]
     pub max_pulls: usize,
+    /// Pulls without a gain after which the bandit stops (once no untried arm's prior could
+    /// beat its best); `--report` replays a live run with it, so a state with exhaustive
+    /// samples shows what another value would have found.
+    #[arg(long, default_value_t = UcbSettings::default().patience)]
+    pub patience: usize,
     /// Tune at most this many problems in this run.
     #[arg(long)]
     pub limit: Option<usize>,
@@ -424,6 +429,11 @@ impl TuneArgs {
     /// Whether `--only` lets this entry into the search.
     fn admits(&self, entry: &str) -> bool {
         self.only.as_deref().is_none_or(|o| entry.contains(o))
+    }
+
+    /// The bandit's settings of a live run (and of `--report`'s replay of one).
+    fn ucb(&self) -> UcbSettings {
+        UcbSettings { max_pulls: self.max_pulls, patience: self.patience, ..Default::default() }
     }
 }
 
@@ -885,8 +895,10 @@ pub fn run_cli(args: TuneArgs) -> anyhow::Result<()> {
     }
     let mut state = TuneState::load(&args.state)?;
     if args.report {
-        print!("{}", efficiency_report(&state, args.max_pulls));
-        print!("{}", kinds_report(&state, REPORT_SM_COUNT));
+        // write!, not print!: a reader that closes the pipe early (`| head`) ends the
+        // report instead of panicking.
+        use std::io::Write as _;
+        let _ = write!(std::io::stdout().lock(), "{}{}", efficiency_report(&state, &args.ucb()), kinds_report(&state, REPORT_SM_COUNT));
         return Ok(());
     }
     let problems = parse_problems(&args)?;
@@ -922,7 +934,7 @@ pub fn run_cli(args: TuneArgs) -> anyhow::Result<()> {
         }
         let autotuned = args.reference_bundle.as_deref().map(autotuned_algos).transpose()?;
         let deadline = args.time_limit_secs.map(|s| Instant::now() + std::time::Duration::from_secs(s));
-        let settings = UcbSettings { max_pulls: args.max_pulls, ..Default::default() };
+        let settings = args.ucb();
         for (n, p) in todo.iter().enumerate() {
             if deadline.is_some_and(|d| Instant::now() >= d) {
                 eprintln!("time limit reached; {} problem(s) left for the next run", todo.len() - n);
@@ -978,7 +990,7 @@ pub fn summary(state: &TuneState) -> String {
 /// Search efficiency on the problems with exhaustive samples: pulls the bandit (seeded as
 /// it was live, replayed over the recorded samples) and random search need before the arm
 /// they would pick is within 98% of the exhaustive best.
-pub fn efficiency_report(state: &TuneState, max_pulls: usize) -> String {
+pub fn efficiency_report(state: &TuneState, live: &UcbSettings) -> String {
     use std::fmt::Write as _;
     let (mut bandit, mut random, mut n, mut never) = (Vec::new(), Vec::new(), 0usize, 0usize);
     let (mut final_quality, mut bandit_pulls, mut arms_seen) = (Vec::new(), Vec::new(), Vec::new());
@@ -1007,13 +1019,16 @@ pub fn efficiency_report(state: &TuneState, max_pulls: usize) -> String {
     let _ = writeln!(s, "  evaluations to reach 98% of the exhaustive best: bandit {:.1} (it stopped short of 98% on {never}), random {:.1} (mean of 20 orders), exhaustive {:.1}", mean(&bandit), mean(&random), 3.0 * mean(&arms_seen));
     let worst = final_quality.iter().copied().fold(f64::INFINITY, f64::min);
     let _ = writeln!(s, "  the bandit stopped after {:.1} evaluations on average; its pick is {:.1}% of the exhaustive best on average, {:.1}% at worst", mean(&bandit_pulls), 100.0 * mean(&final_quality), 100.0 * worst);
-    let capped = capped_run(state, max_pulls);
+    let (capped, pulls): (Vec<f64>, Vec<f64>) = capped_run(state, live).into_iter().unzip();
     if !capped.is_empty() {
         let worst = capped.iter().copied().fold(f64::INFINITY, f64::min);
         let within = capped.iter().filter(|&&q| q >= 0.98).count();
         let _ = writeln!(
             s,
-            "  as a live run capped at {max_pulls} pulls (each problem seeded only by the bandit's own measurements of the problems before it, smallest first): its pick is {:.1}% of the exhaustive best on average, {:.1}% at worst, within 98% on {within} of {}",
+            "  as a live run capped at {} pulls, patience {} (each problem seeded only by the bandit's own measurements of the problems before it, smallest first): {:.1} pulls on average; its pick is {:.1}% of the exhaustive best on average, {:.1}% at worst, within 98% on {within} of {}",
+            live.max_pulls,
+            live.patience,
+            mean(&pulls),
             100.0 * mean(&capped),
             100.0 * worst,
             capped.len()
@@ -1139,19 +1154,19 @@ fn order_seed(p: &Problem) -> u64 {
 /// seeded by what the bandits of the problems before it measured (not by their
 /// exhaustive samples, which a live run does not have). So it shows what the full-space
 /// replay above cannot: a run that stops exploring once its first problems have seeded
-/// it. Returns each problem's pick as a fraction of its exhaustive best.
-fn capped_run(state: &TuneState, max_pulls: usize) -> Vec<f64> {
+/// it. Returns each problem's pick as a fraction of its exhaustive best, and its pulls.
+fn capped_run(state: &TuneState, live: &UcbSettings) -> Vec<(f64, f64)> {
     let mut order: Vec<&ProblemResult> = state.results.values().filter(|r| !r.exhaustive.is_empty()).collect();
     order.sort_by(|a, b| a.problem.shape().flops().total_cmp(&b.problem.shape().flops()).then(a.problem.cmp(&b.problem)));
     let mut seen = TuneState::default();
     let mut quality = Vec::new();
     for r in order {
         let Exhaustive { space, samples, truth, best } = Exhaustive::of(r);
-        let settings = UcbSettings { max_pulls, order_seed: Some(order_seed(&r.problem)), ..Default::default() };
-        let (_, ucb) = search::replay(&samples, &priors_for(&r.problem, &seen, &space), settings);
+        let settings = UcbSettings { order_seed: Some(order_seed(&r.problem)), ..live.clone() };
+        let (picks, ucb) = search::replay(&samples, &priors_for(&r.problem, &seen, &space), settings);
         let Some((pick, _)) = ucb.best() else { continue };
         if best > 0.0 {
-            quality.push(truth[pick] / best);
+            quality.push((truth[pick] / best, picks.len() as f64));
         }
         let arms = ucb.means().into_iter().map(|(i, m, n)| (space[i], m, n)).collect();
         seen.results.insert(r.problem.path(), ProblemResult { arms, exhaustive: Vec::new(), ..r.clone() });
@@ -1164,14 +1179,23 @@ fn capped_run(state: &TuneState, max_pulls: usize) -> Vec<f64> {
 /// (split count, persistent grid, L2 promotion) go apart, so that each submission's
 /// description, which names the configuration, is true of every entry it makes. Grouped
 /// by code alone, 76 of session 17's entries shipped another entry's label. Keyed by the
-/// entry (code, accumulator and layout) and the exact configuration.
-fn submission_groups(state: &TuneState, threshold: f64, limit: Option<usize>) -> BTreeMap<(String, Candidate), Vec<Problem>> {
-    let mut groups: BTreeMap<(String, Candidate), Vec<Problem>> = BTreeMap::new();
+/// entry (code, accumulator and layout) and the exact configuration; each group's
+/// problems best first, and the groups in the order of their best winner: the service
+/// verifies in submission order, so a verification cut short by time (session 20's
+/// calls were) has measured the fastest winners, not the alphabetically first codes.
+fn submission_groups(state: &TuneState, threshold: f64, limit: Option<usize>) -> Vec<((String, Candidate), Vec<Problem>)> {
+    let mut groups: Vec<((String, Candidate), Vec<Problem>)> = Vec::new();
+    let mut at: HashMap<(String, Candidate), usize> = HashMap::new();
     let mut chosen: Vec<&ProblemResult> = state.results.values().filter(|r| r.reward >= threshold).collect();
-    chosen.sort_by(|a, b| b.reward.total_cmp(&a.reward));
+    chosen.sort_by(|a, b| b.reward.total_cmp(&a.reward).then(a.problem.cmp(&b.problem)));
     chosen.truncate(limit.unwrap_or(usize::MAX));
     for r in chosen {
-        groups.entry((r.winner.entry(r.problem.acc, r.problem.layout), r.winner)).or_default().push(r.problem);
+        let key = (r.winner.entry(r.problem.acc, r.problem.layout), r.winner);
+        let i = *at.entry(key.clone()).or_insert_with(|| {
+            groups.push((key, Vec::new()));
+            groups.len() - 1
+        });
+        groups[i].1.push(r.problem);
     }
     groups
 }
@@ -1260,19 +1284,21 @@ mod tests {
             state.results.insert(prob.path(), r);
         }
         let groups = submission_groups(&state, 0.5, None);
-        let entries: std::collections::HashSet<&String> = groups.keys().map(|(e, _)| e).collect();
+        let entries: std::collections::HashSet<&String> = groups.iter().map(|((e, _), _)| e).collect();
         assert_eq!(entries.len(), 2, "two codes (split and plain): {groups:?}");
-        assert_eq!(groups.len(), 4, "four configurations: {:?}", groups.keys());
+        assert_eq!(groups.len(), 4, "four configurations: {groups:?}");
         for ((_, cfg), problems) in &groups {
             for prob in problems {
                 assert_eq!(state.results[&prob.path()].winner.label(), cfg.label(), "{prob}");
             }
         }
-        let split16 = &groups[&(split(16).entry(Acc::F32, Layout::Tn), split(16))];
-        assert_eq!(split16, &vec![p(64, 128, 4096), p(64, 256, 4096)]);
-        assert_eq!(groups.values().map(Vec::len).sum::<usize>(), 5, "the 0.4 winner stays out");
+        // The fastest winner's group first (1.3), then 1.2 (with its 1.1), 1.05, 1.01.
+        let order: Vec<Candidate> = groups.iter().map(|((_, c), _)| *c).collect();
+        assert_eq!(order, vec![Candidate::Hopper(base), split(16), split(8), wide]);
+        assert_eq!(groups[1].1, vec![p(64, 128, 4096), p(64, 256, 4096)]);
+        assert_eq!(groups.iter().map(|(_, v)| v.len()).sum::<usize>(), 5, "the 0.4 winner stays out");
         let best = submission_groups(&state, 0.5, Some(2));
-        assert_eq!(best.values().flatten().copied().collect::<std::collections::BTreeSet<_>>(), [p(128, 128, 4096), p(64, 128, 4096)].into());
+        assert_eq!(best.iter().flat_map(|(_, v)| v).copied().collect::<std::collections::BTreeSet<_>>(), [p(128, 128, 4096), p(64, 128, 4096)].into());
     }
 
     /// The tuner loads one module per code of [`codes`] and times a candidate only if its
@@ -1542,12 +1568,12 @@ mod tests {
                 buffer_sets: TUNE_SETS,
             },
         );
-        let report = efficiency_report(&state, 48);
+        let report = efficiency_report(&state, &UcbSettings::default());
         assert!(report.contains("over 1 problem(s)") && report.contains("(3.0 candidates on average"), "{report}");
         // The split-K arm is the best and the bandit's pick: 100%, not a figure without it.
         assert!(report.contains("its pick is 100.0% of the exhaustive best"), "{report}");
         assert!(report.contains("exhaustive 9.0"), "{report}");
-        assert!(report.contains("as a live run capped at 48 pulls") && report.contains("within 98% on 1 of 1"), "{report}");
+        assert!(report.contains("as a live run capped at 96 pulls, patience 16") && report.contains("within 98% on 1 of 1"), "{report}");
     }
 
     #[test]
@@ -1769,7 +1795,7 @@ mod tests {
                 ProblemResult { problem: prob, winner: space[0], reward: 1.0, reference_us: 1.0, winner_us: 1.0, pulls: 0, arms: vec![], priors: vec![], exhaustive: samples, retimed: vec![], seconds: 0.0, buffer_sets: TUNE_SETS },
             );
         }
-        let q = capped_run(&state, 12);
+        let q: Vec<f64> = capped_run(&state, &UcbSettings { max_pulls: 12, ..Default::default() }).into_iter().map(|(q, _)| q).collect();
         assert_eq!(q.len(), 8);
         assert!(q[0] < 0.98, "12 pulls of {} arms without priors cannot reach the last: {q:?}", space.len());
         // Once one problem has found it, its neighbours start from it.
@@ -1801,6 +1827,7 @@ mod tests {
             trial: vec![],
             exhaustive_every: 0,
             max_pulls: 10,
+            patience: 16,
             limit: None,
             time_limit_secs: None,
             submit: None,
