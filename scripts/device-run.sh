@@ -62,7 +62,10 @@
 #                                          KAAS_VERIFY_PROMISING=1 keeps only winners whose
 #                                          tuner time beats cuBLASLt-autotune-max of the
 #                                          shipped baseline table and, where kernels/h100
-#                                          has an entry, that entry's time by 2%
+#                                          has an entry, that entry's time by 2%;
+#                                          KAAS_VERIFY_SKIP=FILE[:FILE…] drops the problems
+#                                          an earlier verify measured (its measured.tsv:
+#                                          layout, m, n, k, verdict, submission per run)
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 mode="${1:-stage}"; shift || true
@@ -264,14 +267,23 @@ autotune = {}
 for b in json.load(gzip.open(baselines))["baselines"]:
     if b["mode"] == "graph" and b["library"] == "cublaslt_autotune":
         autotune[shape(b["problem"])] = min(autotune.get(shape(b["problem"]), float("inf")), b["median_us"])
+import os
+skip = set()
+for path in filter(None, os.environ.get("KAAS_VERIFY_SKIP", "").split(":")):
+    for line in open(path):
+        layout, m, n, k = line.split("\t")[:4]
+        skip.add((layout, int(m), int(n), int(k)))
 def promising(r):
     p = r["problem"]; us = r["winner_us"]
     have = entry_us.get((p["layout"],) + shape(p))
     return us < autotune.get(shape(p), 0.0) and (have is None or us < 0.98 * have)
 before = len(st["results"])
 st["results"] = {k: r for k, r in st["results"].items() if promising(r)}
+kept = len(st["results"])
+st["results"] = {k: r for k, r in st["results"].items() if (r["problem"]["layout"],) + shape(r["problem"]) not in skip}
 json.dump(st, open(state, "w"))
-print(f"promising: {len(st['results'])} of {before} tuned problems beat autotune-max and the catalog's entry")
+print(f"promising: {kept} of {before} tuned problems beat autotune-max and the catalog's entry"
+      + (f"; {kept - len(st['results'])} of them measured already (KAAS_VERIFY_SKIP)" if skip else ""))
 PY
     fi
     start_server /tmp/kaas-verify.db "$bench"
@@ -306,6 +318,21 @@ drain_and_export() {
     done
     curl -fs "$KAAS_URL/v1/health" | python3 -c 'import json,sys; print("queue left:", json.load(sys.stdin)["queue"])'
     kill "$SERVER"; wait "$SERVER" 2>/dev/null || true
+    # What the service measured, one line per run of a problem (layout m n k verdict
+    # submission): a later `verify` of the same state skips these problems with
+    # KAAS_VERIFY_SKIP=$OUT/measured.tsv instead of measuring them again.
+    python3 - "${KAAS_DATABASE_URL#sqlite://}" "$OUT/measured.tsv" <<'PY'
+import sqlite3, sys
+db = sqlite3.connect(sys.argv[1].split("?")[0])
+# Runs of queued submissions only: the catalog imported at start has runs but no jobs.
+rows = db.execute("SELECT p.layout, p.m, p.n, p.k, r.verdict, s.name FROM runs r JOIN problems p ON p.id = r.problem_id "
+                  "JOIN submissions s ON s.id = r.submission_id "
+                  "WHERE EXISTS (SELECT 1 FROM jobs j WHERE j.submission_id = s.id) ORDER BY r.id").fetchall()
+with open(sys.argv[2], "w") as f:
+    for row in rows:
+        f.write("\t".join(str(x) for x in row) + "\n")
+print(f"measured: {len(rows)} runs in {sys.argv[2]}")
+PY
     # The new device class's part of the catalog (its entries and the baselines its runs
     # timed), as one gzipped bundle for kernels/.
     "$K" export "$OUT/full" >/dev/null
