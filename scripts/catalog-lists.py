@@ -12,6 +12,9 @@ a kind of code, or that have no entry at all.
     # the same, each in the layouts it lacks one in (`tn:MxNxK`, which `kaas tune` takes in
     # that layout only): one list for one `device-run.sh pass tn,nn`
     python3 scripts/catalog-lists.py kernels/h100/index.json.gz --missing --min-log2 30 --max-log2 36 --qualified
+    # shapes below 2^36 FLOP whose entry is within 5% of cuBLASLt-autotune-max (graph mode),
+    # either side: where a better pick of the search decides a win
+    python3 scripts/catalog-lists.py kernels/h100/index.json.gz --max-log2 36 --min-speedup 0.95 --max-speedup 1.05 --qualified
 """
 import argparse, math
 import catalog_index
@@ -24,10 +27,12 @@ ap.add_argument("--not-entry", action="append", default=[], help="the entry name
 ap.add_argument("--missing", action="store_true", help="shapes without a served entry instead")
 ap.add_argument("--min-log2", type=float, help="only shapes of at least 2^X FLOP")
 ap.add_argument("--max-log2", type=float, help="only shapes of fewer than 2^X FLOP")
+ap.add_argument("--min-speedup", type=float, help="only entries at least this fast × cuBLASLt-autotune-max (graph mode)")
+ap.add_argument("--max-speedup", type=float, help="only entries slower than this × cuBLASLt-autotune-max (graph mode)")
 ap.add_argument("--qualified", action="store_true", help="print LAYOUT:MxNxK, once per layout the shape qualifies in")
 a = ap.parse_args()
-if a.missing and (a.entry or a.not_entry):
-    ap.error("--missing takes no --entry or --not-entry")
+if a.missing and (a.entry or a.not_entry or a.min_speedup is not None or a.max_speedup is not None):
+    ap.error("--missing takes no --entry, --not-entry or speedup bounds")
 
 served = catalog_index.served_entries(catalog_index.load(a.index))
 layouts = ["tn", "nn"] if a.layout == "any" else [a.layout]
@@ -49,6 +54,9 @@ def layouts_of(shape):
         if e is None:
             continue
         name = e["manifest"]["launches"][0]["entry"]
+        x = e["run"]["speedups"]["graph"]["cublaslt_autotune_max"]
+        if (a.min_speedup is not None and x < a.min_speedup) or (a.max_speedup is not None and x >= a.max_speedup):
+            continue
         if all(t in name for t in a.entry) and not any(t in name for t in a.not_entry):
             out.append(layout)
     return out
