@@ -63,7 +63,7 @@
 #                                          tuner time beats cuBLASLt-autotune-max of the
 #                                          shipped baseline table and, where kernels/h100
 #                                          has an entry, that entry's time by 2%;
-#                                          KAAS_VERIFY_SKIP=FILE[:FILE…] drops the problems
+#                                          with it, KAAS_VERIFY_SKIP=FILE[:FILE…] drops the problems
 #                                          an earlier verify measured (its measured.tsv:
 #                                          layout, m, n, k, verdict, submission per run)
 set -euo pipefail
@@ -258,7 +258,7 @@ PY
     fi
     if [[ "${KAAS_VERIFY_PROMISING:-0}" == 1 ]]; then
         python3 - "$state" "$here/../../kernels/h100/index.json.gz" "$here/../../kernels/baselines-h100/index.json.gz" <<'PY'
-import gzip, json, sys
+import gzip, json, os, sys
 state, catalog, baselines = sys.argv[1:4]
 st = json.load(open(state))
 shape = lambda p: (p["m"], p["n"], p["k"])
@@ -267,7 +267,6 @@ autotune = {}
 for b in json.load(gzip.open(baselines))["baselines"]:
     if b["mode"] == "graph" and b["library"] == "cublaslt_autotune":
         autotune[shape(b["problem"])] = min(autotune.get(shape(b["problem"]), float("inf")), b["median_us"])
-import os
 skip = set()
 for path in filter(None, os.environ.get("KAAS_VERIFY_SKIP", "").split(":")):
     for line in open(path):

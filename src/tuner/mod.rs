@@ -187,7 +187,7 @@ impl Trial {
             Trial::TmaStore | Trial::Bk128 | Trial::Bk256 | Trial::Du => Vec::new(),
             Trial::Narrow8 => hopper::narrow8_codes(),
         };
-        hopper.into_iter().map(hopper::searched_desc).map(Candidate::Hopper).collect()
+        hopper.into_iter().map(Candidate::Hopper).collect()
     }
 
     /// The trial's candidates for one problem.
@@ -197,7 +197,7 @@ impl Trial {
         }
         let codes: Vec<hopper::HopperConfig> = match self {
             Trial::Chains => hopper::chains_codes().into_iter().chain(hopper::chains_split_space(p, sm_count)).collect(),
-            Trial::L2 => return hopper::space_for(p, sm_count).into_iter().map(|c| Candidate::Hopper(hopper::searched_desc(hopper::HopperConfig { l2_256: !c.l2_256, ..c }))).collect(),
+            Trial::L2 => return hopper::space_for(p, sm_count).into_iter().map(|c| Candidate::Hopper(hopper::HopperConfig { l2_256: !c.l2_256, ..c })).collect(),
             Trial::MmaDeep => return mma::deep_space_for(p, sm_count).into_iter().map(Candidate::Mma).collect(),
             // Its twins are of the whole space, the other trials' included: [`space_with`].
             Trial::TmaStore | Trial::Bk128 | Trial::Bk256 | Trial::Du => return Vec::new(),
@@ -211,7 +211,7 @@ impl Trial {
         };
         // With the search's L2 promotion, so that they time beside it on equal terms.
         let l2_256 = hopper::wide_l2_suits(p);
-        let codes = codes.into_iter().map(|c| hopper::searched_desc(hopper::HopperConfig { l2_256, ..c }));
+        let codes = codes.into_iter().map(|c| hopper::HopperConfig { l2_256, ..c });
         codes.into_iter().filter(|c| c.supports(p.layout)).map(Candidate::Hopper).collect()
     }
 }
@@ -227,7 +227,8 @@ fn codes_with(families: &[Family], trials: &[Trial], arch: Arch, acc: Acc, layou
         Candidate::Mma(m) => m.split > 1,
     };
     let suits = |c: &Candidate| c.supports(layout) && (acc == Acc::F32 || !f32_only(c));
-    let extra = trials.iter().filter(|t| families.contains(&t.family())).flat_map(|t| t.codes());
+    // In the search's descriptor mode, as `codes` has them.
+    let extra = trials.iter().filter(|t| families.contains(&t.family())).flat_map(|t| t.codes()).map(searched_desc);
     for c in extra.filter(suits) {
         if !out.contains(&c) {
             out.push(c);
@@ -257,8 +258,9 @@ fn space_with(p: &Problem, families: &[Family], trials: &[Trial], sm_count: u32)
         }
     };
     for t in trials.iter().filter(|t| families.contains(&t.family())) {
+        // In the search's descriptor mode, as `space_for` has them.
         for c in t.space_for(p, sm_count) {
-            add(&mut out, c);
+            add(&mut out, searched_desc(c));
         }
     }
     // Twins of every Hopper candidate so far, the TMA store's first (so that K 128 twins
