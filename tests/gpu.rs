@@ -1214,6 +1214,24 @@ fn cluster_split_k_hopper_kernels_pass_the_verifier() {
     split_codes_pass_the_verifier("SPLITK-CLUSTER", &hopper::cluster_tiles(), &[2, 4, 8, 16], &shapes, (&short, (128, 64, 1024), 4));
 }
 
+/// Atomic split-K in multicast clusters of two (`_m2…_ska` sharing B, `_n2…_ska` sharing A),
+/// in the search's descriptor mode, passes every stage of the verifier, which launches each
+/// five times on one workspace: every such code, both layouts, 2, 3, 8 and 16 slices,
+/// shapes whose tile rows or columns are odd (a cluster's second CTA holds only rows or
+/// columns past C, and still counts its units) or that tiles do not divide, and slices with
+/// no K-tile (K = 200 has 4). A grid one cluster short must fail fast.
+#[test]
+fn multicast_split_k_hopper_kernels_pass_the_verifier() {
+    use kaas::tuner::hopper::{self, HopperConfig};
+    if !hopper_or_skip() {
+        return;
+    }
+    let codes: Vec<HopperConfig> = hopper::multicast_split_tiles().into_iter().map(hopper::searched_desc).collect();
+    let shapes = [(1000, 1000, 4104), (200, 520, 2048), (640, 384, 4104), (130, 72, 200), (1024, 1024, 8192)];
+    let short = HopperConfig { split: 4, ..codes[0] };
+    split_codes_pass_the_verifier("SPLITK-MULTICAST", &codes, &[2, 3, 8, 16], &shapes, (&short, (512, 512, 1024), 2));
+}
+
 /// Stream-K Hopper kernels (`_sks`: the tiles' K-iterations cut into one equal range per
 /// block, across tile boundaries, shared tiles summed with the atomic split-K's workspace)
 /// pass every stage of the verifier, which launches each five times on one workspace:

@@ -181,7 +181,11 @@
 //   cuBLASLt's 4.73; 64×128×8192: 4.78 against 5.84). The in-order reduction was slower than the atomic one
 //   on 13 of 14 shapes searched exhaustively (up to 1.6×: the last unit reads S partials alone). A GPU-scope fence
 //   in every consumer thread instead of one acq_rel atomic cost about 1.1 µs more.
-// * Split-K is acc=f32 only, without KAAS_CLUSTER_M, and one unit per CTA (no persistent grid).
+// * Split-K is acc=f32 only and one unit per CTA (no persistent grid). The in-order and
+//   atomic ones (1, 2; not stream-K) also run in clusters (KAAS_CLUSTER_M/N): a cluster
+//   takes one (cluster tile, slice) unit, its CTAs the same K-tiles of adjacent tiles with
+//   the shared operand multicast, and each CTA reduces its own tile (counter and partial
+//   per CTA tile: the host's tiles, which round up to whole clusters).
 // * KAAS_SPLITK=3 (the cluster reduction) is meant for the three round trips above: the
 //   reduction is one cluster barrier and S reads of distributed shared memory per word.
 //   It passes the verifier, and it is SLOWER than the atomic split-K on all 31 skinny,
@@ -403,7 +407,8 @@ static_assert(BM <= 256, "a TMA box is at most 256 rows");
 static_assert(STAGES >= 2 && STAGES <= 16, "KAAS_STAGES must be 2..16");
 static_assert(GROUP_M >= 1, "KAAS_GROUP_M must be >= 1");
 #if KAAS_SPLITK
-static_assert(CL == 1, "split-K runs without clusters");
+static_assert(CL == 1 || KAAS_SPLITK == 1 || (KAAS_SPLITK == 2 && !KAAS_STREAMK),
+              "the cluster reduction and stream-K run without multicast clusters");
 static_assert(KAAS_ACC_F32, "split-K partials are fp32: acc=f32 only");
 static_assert(KAAS_SPLITK >= 1 && KAAS_SPLITK <= 3, "KAAS_SPLITK must be 0, 1, 2 or 3");
 #endif
@@ -1090,8 +1095,9 @@ KAAS_ENTRY(const __grid_constant__ TensorMap128 tmA, const __grid_constant__ Ten
     float* const sk_part = reinterpret_cast<float*>(ws + ((4 * S + 255) & ~255));
 #elif KAAS_SPLITK
     if (S < 1) return;
-    u32* const sk_count = reinterpret_cast<u32*>(ws);  // one counter per tile
-    float* const sk_part = reinterpret_cast<float*>(ws + ((4 * tiles + 255) & ~255));
+    // One counter and one partial (or sum) per CTA tile: CL of each cluster tile.
+    u32* const sk_count = reinterpret_cast<u32*>(ws);
+    float* const sk_part = reinterpret_cast<float*>(ws + ((4 * tiles * CL + 255) & ~255));
 #endif
 
     if (threadIdx.x == 0) {
@@ -1478,7 +1484,8 @@ KAAS_ENTRY(const __grid_constant__ TensorMap128 tmA, const __grid_constant__ Ten
 #define SK_SLOT sk_first
 #define SK_UNITS sk_contrib
 #else
-#define SK_SLOT t
+// This CTA's tile: in a cluster, tile t's CTA of rank `rank` (each reduces its own tile).
+#define SK_SLOT (t * CL + (int)rank)
 #define SK_UNITS S
 #endif
             if (SK_UNITS > 1) {
@@ -1491,7 +1498,7 @@ KAAS_ENTRY(const __grid_constant__ TensorMap128 tmA, const __grid_constant__ Ten
                 float* const mine = sk_part + (u64)SK_SLOT * (u64)(BM * BN) + cw * (WORDS * 512) + 4 * tid;
 #else
                 // In order: every unit stores its partial; the last sums them 0..S-1.
-                float* const tile_part = sk_part + (u64)t * (u64)S * (u64)(BM * BN);
+                float* const tile_part = sk_part + (u64)SK_SLOT * (u64)S * (u64)(BM * BN);
                 float* const mine = tile_part + (u64)sp * (u64)(BM * BN) + cw * (WORDS * 512) + 4 * tid;
 #endif
 #pragma unroll

@@ -202,11 +202,12 @@ impl HopperConfig {
         if !matches!(self.cluster_m, 1 | 2 | 4 | 8) || !matches!(self.cluster_n, 1 | 2 | 4 | 8) || self.cluster_size() > 8 {
             return Err(format!("a cluster of {}x{} CTAs: each side 1, 2, 4 or 8, and 8 CTAs at most", self.cluster_m, self.cluster_n));
         }
-        // The template multicasts in clusters only for unsplit codes. (Ping-pong consumers in
-        // a cluster passed hopper-probe's checks in session 6, and the multicast GPU test
-        // runs them.)
-        if self.cluster_size() > 1 && self.split > 1 {
-            return Err("clusters do not run split-K".into());
+        // Multicast clusters run unsplit, in-order and atomic split-K codes; the cluster
+        // reduction's cluster is its slices, and stream-K's ranges cross tiles. (Ping-pong
+        // consumers in a cluster passed hopper-probe's checks in session 6, and the
+        // multicast GPU test runs them.)
+        if self.cluster_size() > 1 && (self.cluster_reduce || self.stream_k) {
+            return Err("the cluster reduction and stream-K run without multicast clusters".into());
         }
         // Each CTA loads its share of the shared operand: whole 8-row swizzle atoms.
         if !(self.bm / self.cluster_n).is_multiple_of(8) || !(self.bn / self.cluster_m).is_multiple_of(8) {
@@ -879,6 +880,40 @@ pub fn split_tiles() -> Vec<HopperConfig> {
     out
 }
 
+/// Atomic split-K in multicast clusters of two (`_m2…_ska`, `_n2…_ska`): a cluster takes one
+/// K-slice of two adjacent tiles, each CTA loads half of the operand they share and
+/// multicasts it, and each reduces its own tile as the plain atomic split-K does. On the
+/// mid shapes with long K the tiles that fill the SMs are small, so L2's bandwidth sets the
+/// pace: cuBLASLt's autotuned picks there run in clusters of two, 39 of the 143 tn picks
+/// where the catalog trails by 10% or more also split K (BENCHMARKS, session 20). The
+/// deepest ring of the tiles the mid shapes pick, in pairs along M (sharing B) and along N
+/// (sharing A). `split` 2 stands for every count: [`multicast_split_space`] gives a
+/// problem's. `kaas tune --trial multicast-split` times them.
+pub fn multicast_split_tiles() -> Vec<HopperConfig> {
+    let mut out = Vec::new();
+    for (bm, bn, consumers) in [(64, 64, 1), (64, 128, 1), (128, 64, 1), (128, 128, 2)] {
+        for (cluster_m, cluster_n) in [(2, 1), (1, 2)] {
+            let c = HopperConfig { split: 2, atomic: true, cluster_m, cluster_n, ..HopperConfig::new(bm, bn, 2, consumers) };
+            out.extend(rings(c).into_iter().take(1));
+        }
+    }
+    out
+}
+
+/// [`multicast_split_tiles`]' candidates for a problem (fp32 accumulators): the split
+/// counts [`split_space`] gives each, where the problem has a tile for every CTA of the
+/// cluster's side.
+pub fn multicast_split_space(p: &Problem, sm_count: u32) -> Vec<HopperConfig> {
+    if p.acc != Acc::F32 {
+        return Vec::new();
+    }
+    multicast_split_tiles()
+        .into_iter()
+        .filter(|t| t.supports(p.layout) && p.m.div_ceil(t.bm) >= t.cluster_m && p.n.div_ceil(t.bn) >= t.cluster_n)
+        .flat_map(|t| split_counts(&t, p, sm_count))
+        .collect()
+}
+
 /// The cluster split-K codes (`_skc`): the tiles whose fp32 partial fits a drained ring,
 /// each with the deepest ring and, with one consumer, a 4-stage ring too (smaller blocks
 /// are easier to place as a cluster), for 2 to 16 slices. They pass the verifier but are
@@ -1266,12 +1301,43 @@ mod tests {
         // One-CTA manifests are what they were: the shipped catalog's manifests still match.
         let m1 = HopperConfig::new(128, 128, 6, 2);
         assert_eq!(m1.manifest(&p(Layout::Nn, 256, 256, 256), 132).launches[0].cluster, [1, 1, 1]);
-        for bad in [HopperConfig { cluster_m: 3, ..c }, HopperConfig { split: 4, atomic: true, ..c }] {
+        for bad in [HopperConfig { cluster_m: 3, ..c }, HopperConfig { split: 4, cluster_reduce: true, ..c }, HopperConfig { split: 4, atomic: true, stream_k: true, ..c }] {
             assert!(bad.validate().is_err(), "{bad:?}");
         }
         // Ping-pong consumers run in a cluster (both CTAs take the same tiles in the same
         // order, so the same consumer releases a slot in each).
         assert!(HopperConfig { pingpong: true, persistent: true, cluster_m: 2, ..HopperConfig::new(128, 128, 6, 2) }.validate().is_ok());
+    }
+
+    /// Atomic split-K in multicast clusters of two: pairs along M and N of the mid shapes'
+    /// tiles, one grid block per (CTA tile, slice) with the tiles rounded up to whole
+    /// clusters, a counter and a sum per CTA tile, entries that parse back; offered where
+    /// the problem has a tile for each CTA of the cluster's side and leaves SMs idle.
+    #[test]
+    fn multicast_split_codes_pair_tiles_and_count_per_cta_tile() {
+        let codes = multicast_split_tiles();
+        assert_eq!(codes.len(), 8, "{codes:?}");
+        assert!(codes.iter().all(|c| c.validate().is_ok() && c.atomic && c.split == 2 && c.cluster_size() == 2 && !c.persistent), "{codes:?}");
+        let c = *codes.iter().find(|c| c.bm == 64 && c.bn == 128 && c.cluster_m == 2).expect("64x128 in pairs along M");
+        let p = |layout, m, n, k| Problem::new(Arch::Sm90, Acc::F32, layout, Shape::new(m, n, k).unwrap());
+        // 1000 rows: 16 tiles of 64, 8 pairs; 1000 columns: 8 tiles of 128. Split 3.
+        let prob = p(Layout::Tn, 1000, 1000, 4096);
+        let c3 = HopperConfig { split: 3, ..c };
+        let man = c3.manifest(&prob, 132);
+        man.validate().unwrap();
+        let l = &man.launches[0];
+        assert_eq!((l.grid, l.cluster), ([16 * 8 * 3, 1, 1], [2, 1, 1]));
+        assert_eq!(man.workspace_bytes, (4 * 128u64).next_multiple_of(256) + 4 * 128 * 64 * 128);
+        assert_eq!(l.entry, format!("kaas_wgmma_f32_tn_64x128x64_s{}_c1_m2_g16_ska", c.stages));
+        assert_eq!(HopperConfig::of_launch(l, &prob), Some((c3, Acc::F32, Layout::Tn)), "of_launch reads the split from the launch");
+        let n2 = *codes.iter().find(|c| c.bm == 128 && c.bn == 128 && c.cluster_n == 2).expect("128x128 in pairs along N");
+        assert_eq!(n2.entry(Acc::F32, Layout::Nn), format!("kaas_wgmma_f32_nn_128x128x64_s{}_c2_m1_g16_n2_ska", n2.stages));
+        // Offered: fp32 only, the splits split_space gives, a tile per CTA of the pair.
+        let offered = multicast_split_space(&p(Layout::Tn, 1024, 1024, 8192), 132);
+        assert!(!offered.is_empty() && offered.iter().all(|o| o.split >= 2 && o.tiles(&p(Layout::Tn, 1024, 1024, 8192)) * o.split <= 264), "{offered:?}");
+        assert!(multicast_split_space(&Problem { acc: Acc::F16, ..p(Layout::Tn, 1024, 1024, 8192) }, 132).is_empty());
+        assert!(multicast_split_space(&p(Layout::Tn, 64, 1024, 8192), 132).iter().all(|o| o.cluster_m == 1), "one tile row: no pairs along M");
+        assert!(multicast_split_space(&p(Layout::Tn, 8192, 8192, 8192), 132).is_empty(), "tiles fill the SMs");
     }
 
     #[test]
@@ -1397,7 +1463,7 @@ mod tests {
             HopperConfig { cluster_m: 2, ..c },
             HopperConfig { cluster_n: 16, ..c },
             HopperConfig { cluster_m: 4, cluster_n: 1, ..HopperConfig::new(64, 16, 4, 1) },
-            HopperConfig { split: 4, atomic: true, ..c },
+            HopperConfig { split: 4, cluster_reduce: true, ..c },
         ] {
             assert!(bad.validate().is_err(), "{bad:?}");
         }
@@ -1646,7 +1712,7 @@ mod tests {
             return;
         }
         let mut seen = std::collections::BTreeSet::new();
-        for c in space().into_iter().chain(split_tiles()).chain(cluster_tiles()).chain(multicast_codes()).chain(stream_k_codes(132)).chain(wide_160_codes()).chain(skinny_cluster_codes()).chain(ksplit_codes()).chain(chains_codes()).chain(chains_split_tiles()).chain(tma_store_codes()).chain(bk_codes(128)).chain(bk_codes(256)).chain(narrow8_codes()) {
+        for c in space().into_iter().chain(split_tiles()).chain(cluster_tiles()).chain(multicast_codes()).chain(stream_k_codes(132)).chain(wide_160_codes()).chain(skinny_cluster_codes()).chain(ksplit_codes()).chain(chains_codes()).chain(chains_split_tiles()).chain(tma_store_codes()).chain(bk_codes(128)).chain(bk_codes(256)).chain(narrow8_codes()).chain(multicast_split_tiles()) {
             if !seen.insert(c.code_key()) {
                 continue;
             }

@@ -132,6 +132,9 @@ pub enum Trial {
     Multicast,
     /// The 256×160 tile (tn), on every shape.
     Wide160,
+    /// Atomic split-K in multicast clusters of two (`_m2…_ska`, `_n2…_ska`) on every shape
+    /// whose tiles leave SMs idle, fp32 only: [`hopper::multicast_split_tiles`].
+    MulticastSplit,
     /// Every Hopper candidate of the problem again with the other L2 promotion (128 bytes
     /// where the search takes 256, and the reverse): the same code, another manifest.
     L2,
@@ -186,6 +189,7 @@ impl Trial {
             // Twins of the codes loaded beside them: [`codes_with`].
             Trial::TmaStore | Trial::Bk128 | Trial::Bk256 | Trial::Du => Vec::new(),
             Trial::Narrow8 => hopper::narrow8_codes(),
+            Trial::MulticastSplit => hopper::multicast_split_tiles(),
         };
         hopper.into_iter().map(Candidate::Hopper).collect()
     }
@@ -208,6 +212,7 @@ impl Trial {
             Trial::Multicast => hopper::multicast_codes().into_iter().chain(hopper::skinny_cluster_codes()).collect(),
             Trial::Wide160 => hopper::wide_160_codes(),
             Trial::Narrow8 => hopper::narrow8_space(p, sm_count),
+            Trial::MulticastSplit => hopper::multicast_split_space(p, sm_count),
         };
         // With the search's L2 promotion, so that they time beside it on equal terms.
         let l2_256 = hopper::wide_l2_suits(p);
@@ -1385,7 +1390,7 @@ mod tests {
         assert!(space_with(&nn, &hopper, &[Trial::Wide160], 132).iter().all(|c| !matches!(c, Candidate::Hopper(h) if h.bn == 160)), "tn only");
         // Every trial alone, each beside a twin trial, and all at once: each candidate has a
         // module (the twin trials twin the other trials' codes too).
-        let all = [Trial::Ksplit, Trial::Chains, Trial::Multicast, Trial::Wide160, Trial::L2, Trial::TmaStore, Trial::Bk128, Trial::Bk256, Trial::Narrow8, Trial::Du];
+        let all = [Trial::Ksplit, Trial::Chains, Trial::Multicast, Trial::MulticastSplit, Trial::Wide160, Trial::L2, Trial::TmaStore, Trial::Bk128, Trial::Bk256, Trial::Narrow8, Trial::Du];
         let twin_trials = [Trial::TmaStore, Trial::Bk128, Trial::Bk256, Trial::Du];
         let mut sets: Vec<Vec<Trial>> = vec![all.to_vec()];
         sets.extend(all.iter().map(|&t| vec![t]));
