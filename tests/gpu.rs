@@ -1214,22 +1214,38 @@ fn cluster_split_k_hopper_kernels_pass_the_verifier() {
     split_codes_pass_the_verifier("SPLITK-CLUSTER", &hopper::cluster_tiles(), &[2, 4, 8, 16], &shapes, (&short, (128, 64, 1024), 4));
 }
 
-/// Atomic split-K in multicast clusters of two (`_m2…_ska` sharing B, `_n2…_ska` sharing A),
-/// in the search's descriptor mode, passes every stage of the verifier, which launches each
-/// five times on one workspace: every such code, both layouts, 2, 3, 8 and 16 slices,
-/// shapes whose tile rows or columns are odd (a cluster's second CTA holds only rows or
-/// columns past C, and still counts its units) or that tiles do not divide, and slices with
-/// no K-tile (K = 200 has 4). A grid one cluster short must fail fast.
+/// Atomic split-K in multicast clusters (`_m2…_ska` sharing B, `_n2…_ska` sharing A, and the
+/// clusters of four), in the search's descriptor mode, passes every stage of the verifier,
+/// which launches each five times on one workspace: every such code, both layouts, 3 and 16
+/// slices, shapes whose tile rows or columns do not fill the cluster (its other CTAs hold
+/// only rows or columns past C, and still count their units) or that tiles do not divide,
+/// and slices with no K-tile (K = 200 has 4). The split-K loop strides over the grid's
+/// clusters, so a grid one cluster short is still correct: it must pass too.
 #[test]
 fn multicast_split_k_hopper_kernels_pass_the_verifier() {
     use kaas::tuner::hopper::{self, HopperConfig};
     if !hopper_or_skip() {
         return;
     }
-    let codes: Vec<HopperConfig> = hopper::multicast_split_tiles().into_iter().map(hopper::searched_desc).collect();
+    let codes: Vec<HopperConfig> = hopper::multicast_split_tiles().into_iter().chain(hopper::multicast_split_quads()).map(hopper::searched_desc).collect();
     let shapes = [(1000, 1000, 4104), (200, 520, 2048), (640, 384, 4104), (130, 72, 200), (1024, 1024, 8192)];
+    let mut runs = VerifierRuns::new("SPLITK-MULTICAST");
+    for (i, code) in codes.iter().enumerate() {
+        for (j, layout) in Layout::ALL.into_iter().enumerate() {
+            let ptx = hopper::compile(code, Acc::F32, layout).expect("compile");
+            for (q, split) in [3, 16].into_iter().enumerate() {
+                let (m, n, k) = shapes[(i + j + q) % shapes.len()];
+                let p = Problem::new(Arch::Sm90, Acc::F32, layout, Shape::new(m, n, k).expect("shape"));
+                runs.run_code(&p, &HopperConfig { split, ..*code }, &ptx);
+            }
+        }
+    }
+    // A grid one cluster short: its first cluster takes the last unit as well.
     let short = HopperConfig { split: 4, ..codes[0] };
-    split_codes_pass_the_verifier("SPLITK-MULTICAST", &codes, &[2, 3, 8, 16], &shapes, (&short, (512, 512, 1024), 2));
+    let p = Problem::new(Arch::Sm90, Acc::F32, Layout::Tn, Shape::new(512, 512, 1024).expect("shape"));
+    let grid = short.manifest(&p, 132).launches[0].grid[0] - short.cluster_size();
+    runs.run_capped(&p, &short, &hopper::compile(&short, Acc::F32, Layout::Tn).expect("compile"), grid);
+    runs.assert_all_passed();
 }
 
 /// Stream-K Hopper kernels (`_sks`: the tiles' K-iterations cut into one equal range per

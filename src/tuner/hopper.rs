@@ -885,14 +885,28 @@ pub fn split_tiles() -> Vec<HopperConfig> {
 /// multicasts it, and each reduces its own tile as the plain atomic split-K does. On the
 /// mid shapes with long K the tiles that fill the SMs are small, so L2's bandwidth sets the
 /// pace: cuBLASLt's autotuned picks there run in clusters of two, 39 of the 143 tn picks
-/// where the catalog trails by 10% or more also split K (BENCHMARKS, session 20). The
+/// where the catalog trailed by 10% or more also split K (BENCHMARKS, session 20). The
 /// deepest ring of the tiles the mid shapes pick, in pairs along M (sharing B) and along N
 /// (sharing A). `split` 2 stands for every count: [`multicast_split_space`] gives a
-/// problem's. `kaas tune --trial multicast-split` times them.
+/// problem's. Timed exhaustively against the plain atomic split-K on 99 tn and 100 nn mid
+/// shapes (H100, session 21) the best pair beat the best plain code by 2.8–3.6% (geomean)
+/// at K 8192, 4.7–5.2% at 12288 and 6.9–7.1% at 16384, and lost below (2–6% at K 1024 to
+/// 4096): the search takes them where [`takes_multicast_split`].
 pub fn multicast_split_tiles() -> Vec<HopperConfig> {
+    multicast_split_codes(&[(2, 1), (1, 2)])
+}
+
+/// The same tiles in clusters of four (2×2, 4×1, 1×4: each CTA loads a quarter or half of
+/// each shared operand), as cuBLASLt's 2x4 and 4x2 picks run: `kaas tune --trial
+/// multicast-split` times them beside the pairs, on every shape whose tiles leave SMs idle.
+pub fn multicast_split_quads() -> Vec<HopperConfig> {
+    multicast_split_codes(&[(2, 2), (4, 1), (1, 4)])
+}
+
+fn multicast_split_codes(clusters: &[(u32, u32)]) -> Vec<HopperConfig> {
     let mut out = Vec::new();
     for (bm, bn, consumers) in [(64, 64, 1), (64, 128, 1), (128, 64, 1), (128, 128, 2)] {
-        for (cluster_m, cluster_n) in [(2, 1), (1, 2)] {
+        for &(cluster_m, cluster_n) in clusters {
             let c = HopperConfig { split: 2, atomic: true, cluster_m, cluster_n, ..HopperConfig::new(bm, bn, 2, consumers) };
             out.extend(rings(c).into_iter().take(1));
         }
@@ -900,14 +914,21 @@ pub fn multicast_split_tiles() -> Vec<HopperConfig> {
     out
 }
 
-/// [`multicast_split_tiles`]' candidates for a problem (fp32 accumulators): the split
-/// counts [`split_space`] gives each, where the problem has a tile for every CTA of the
-/// cluster's side.
-pub fn multicast_split_space(p: &Problem, sm_count: u32) -> Vec<HopperConfig> {
+/// Whether the search offers a problem the multicast pairs' split-K
+/// ([`multicast_split_tiles`]): fp32 accumulators and K ≥ 8192, where they won.
+pub fn takes_multicast_split(p: &Problem) -> bool {
+    p.acc == Acc::F32 && p.k >= 8192
+}
+
+/// The candidates of multicast split-K codes (`codes`: [`multicast_split_tiles`] or
+/// [`multicast_split_quads`]) for a problem with fp32 accumulators: the split counts
+/// [`split_space`] gives each, where the problem has a tile for every CTA of the cluster's
+/// sides.
+pub fn multicast_split_space(codes: Vec<HopperConfig>, p: &Problem, sm_count: u32) -> Vec<HopperConfig> {
     if p.acc != Acc::F32 {
         return Vec::new();
     }
-    multicast_split_tiles()
+    codes
         .into_iter()
         .filter(|t| t.supports(p.layout) && p.m.div_ceil(t.bm) >= t.cluster_m && p.n.div_ceil(t.bn) >= t.cluster_n)
         .flat_map(|t| split_counts(&t, p, sm_count))
@@ -1038,6 +1059,9 @@ pub fn space_for(p: &Problem, sm_count: u32) -> Vec<HopperConfig> {
     }
     out.retain(|c| suits(c, p, sm_count));
     out.extend(split_space(p, sm_count));
+    if takes_multicast_split(p) {
+        out.extend(multicast_split_space(multicast_split_tiles(), p, sm_count));
+    }
     if skinny(p, sm_count) {
         out.extend(chains_split_space(p, sm_count));
     }
@@ -1333,11 +1357,20 @@ mod tests {
         let n2 = *codes.iter().find(|c| c.bm == 128 && c.bn == 128 && c.cluster_n == 2).expect("128x128 in pairs along N");
         assert_eq!(n2.entry(Acc::F32, Layout::Nn), format!("kaas_wgmma_f32_nn_128x128x64_s{}_c2_m1_g16_n2_ska", n2.stages));
         // Offered: fp32 only, the splits split_space gives, a tile per CTA of the pair.
-        let offered = multicast_split_space(&p(Layout::Tn, 1024, 1024, 8192), 132);
+        let offered = multicast_split_space(multicast_split_tiles(), &p(Layout::Tn, 1024, 1024, 8192), 132);
         assert!(!offered.is_empty() && offered.iter().all(|o| o.split >= 2 && o.tiles(&p(Layout::Tn, 1024, 1024, 8192)) * o.split <= 264), "{offered:?}");
-        assert!(multicast_split_space(&Problem { acc: Acc::F16, ..p(Layout::Tn, 1024, 1024, 8192) }, 132).is_empty());
-        assert!(multicast_split_space(&p(Layout::Tn, 64, 1024, 8192), 132).iter().all(|o| o.cluster_m == 1), "one tile row: no pairs along M");
-        assert!(multicast_split_space(&p(Layout::Tn, 8192, 8192, 8192), 132).is_empty(), "tiles fill the SMs");
+        assert!(multicast_split_space(multicast_split_tiles(), &Problem { acc: Acc::F16, ..p(Layout::Tn, 1024, 1024, 8192) }, 132).is_empty());
+        assert!(multicast_split_space(multicast_split_tiles(), &p(Layout::Tn, 64, 1024, 8192), 132).iter().all(|o| o.cluster_m == 1), "one tile row: no pairs along M");
+        assert!(multicast_split_space(multicast_split_tiles(), &p(Layout::Tn, 8192, 8192, 8192), 132).is_empty(), "tiles fill the SMs");
+        let quads = multicast_split_quads();
+        assert_eq!(quads.len(), 12, "{quads:?}");
+        assert!(quads.iter().all(|c| c.validate().is_ok() && c.cluster_size() == 4), "{quads:?}");
+        assert!(multicast_split_space(quads, &p(Layout::Tn, 128, 1024, 8192), 132).iter().all(|o| o.cluster_m <= 2), "two tile rows of 64: no clusters of 4 along M");
+        // The search takes the pairs from K 8192 (fp32).
+        let space = |m, n, k| space_for(&p(Layout::Tn, m, n, k), 132);
+        assert!(space(1024, 1024, 8192).iter().any(|c| c.split > 1 && c.cluster_size() == 2));
+        assert!(!space(1024, 1024, 4096).iter().any(|c| c.cluster_size() > 1 && c.split > 1), "K 4096: plain split-K only");
+        assert!(!space(1024, 1024, 16384).iter().any(|c| c.split > 1 && c.cluster_size() > 2), "split-K in clusters of four is a trial's");
     }
 
     #[test]
@@ -1712,7 +1745,7 @@ mod tests {
             return;
         }
         let mut seen = std::collections::BTreeSet::new();
-        for c in space().into_iter().chain(split_tiles()).chain(cluster_tiles()).chain(multicast_codes()).chain(stream_k_codes(132)).chain(wide_160_codes()).chain(skinny_cluster_codes()).chain(ksplit_codes()).chain(chains_codes()).chain(chains_split_tiles()).chain(tma_store_codes()).chain(bk_codes(128)).chain(bk_codes(256)).chain(narrow8_codes()).chain(multicast_split_tiles()) {
+        for c in space().into_iter().chain(split_tiles()).chain(cluster_tiles()).chain(multicast_codes()).chain(stream_k_codes(132)).chain(wide_160_codes()).chain(skinny_cluster_codes()).chain(ksplit_codes()).chain(chains_codes()).chain(chains_split_tiles()).chain(tma_store_codes()).chain(bk_codes(128)).chain(bk_codes(256)).chain(narrow8_codes()).chain(multicast_split_tiles()).chain(multicast_split_quads()) {
             if !seen.insert(c.code_key()) {
                 continue;
             }

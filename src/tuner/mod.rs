@@ -132,8 +132,9 @@ pub enum Trial {
     Multicast,
     /// The 256×160 tile (tn), on every shape.
     Wide160,
-    /// Atomic split-K in multicast clusters of two (`_m2…_ska`, `_n2…_ska`) on every shape
-    /// whose tiles leave SMs idle, fp32 only: [`hopper::multicast_split_tiles`].
+    /// Atomic split-K in multicast clusters of two and four (`_m2…_ska`, `_m2…_n2…_ska`, …)
+    /// on every shape whose tiles leave SMs idle, fp32 only: [`hopper::multicast_split_tiles`]
+    /// (which the search takes from K 8192) and [`hopper::multicast_split_quads`].
     MulticastSplit,
     /// Every Hopper candidate of the problem again with the other L2 promotion (128 bytes
     /// where the search takes 256, and the reverse): the same code, another manifest.
@@ -189,7 +190,7 @@ impl Trial {
             // Twins of the codes loaded beside them: [`codes_with`].
             Trial::TmaStore | Trial::Bk128 | Trial::Bk256 | Trial::Du => Vec::new(),
             Trial::Narrow8 => hopper::narrow8_codes(),
-            Trial::MulticastSplit => hopper::multicast_split_tiles(),
+            Trial::MulticastSplit => hopper::multicast_split_tiles().into_iter().chain(hopper::multicast_split_quads()).collect(),
         };
         hopper.into_iter().map(Candidate::Hopper).collect()
     }
@@ -212,7 +213,7 @@ impl Trial {
             Trial::Multicast => hopper::multicast_codes().into_iter().chain(hopper::skinny_cluster_codes()).collect(),
             Trial::Wide160 => hopper::wide_160_codes(),
             Trial::Narrow8 => hopper::narrow8_space(p, sm_count),
-            Trial::MulticastSplit => hopper::multicast_split_space(p, sm_count),
+            Trial::MulticastSplit => hopper::multicast_split_space(hopper::multicast_split_tiles().into_iter().chain(hopper::multicast_split_quads()).collect(), p, sm_count),
         };
         // With the search's L2 promotion, so that they time beside it on equal terms.
         let l2_256 = hopper::wide_l2_suits(p);
@@ -300,7 +301,7 @@ fn missing_codes(problems: &[Problem], args: &TuneArgs, sm_count: u32, loaded: i
 fn codes(families: &[Family], arch: Arch, acc: Acc, layout: Layout) -> Vec<Candidate> {
     let mut out = Vec::new();
     if families.contains(&Family::Hopper) {
-        out.extend(hopper::space().into_iter().chain(hopper::skinny_cluster_codes()).chain(hopper::split_tiles()).map(Candidate::Hopper));
+        out.extend(hopper::space().into_iter().chain(hopper::skinny_cluster_codes()).chain(hopper::split_tiles()).chain(hopper::multicast_split_tiles()).map(Candidate::Hopper));
         if acc == Acc::F32 {
             out.extend(hopper::skinny_chains_codes().into_iter().chain(hopper::chains_split_tiles()).map(Candidate::Hopper));
         }
