@@ -897,8 +897,10 @@ pub fn multicast_split_tiles() -> Vec<HopperConfig> {
 }
 
 /// The same tiles in clusters of four (2×2, 4×1, 1×4: each CTA loads a quarter or half of
-/// each shared operand), as cuBLASLt's 2x4 and 4x2 picks run: `kaas tune --trial
-/// multicast-split` times them beside the pairs, on every shape whose tiles leave SMs idle.
+/// each shared operand), as cuBLASLt's 2x4 and 4x2 picks run. They pass the verifier but
+/// are not searched: timed exhaustively beside the pairs on 89 tn and 90 nn long-K mid
+/// shapes (H100, session 21) the best of them was 0.89–0.90 × the best pair (geomean) and
+/// the best code on 6 of 179. `kaas tune --trial multicast-split` times them.
 pub fn multicast_split_quads() -> Vec<HopperConfig> {
     multicast_split_codes(&[(2, 2), (4, 1), (1, 4)])
 }
