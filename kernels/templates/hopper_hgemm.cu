@@ -181,8 +181,8 @@
 //   cuBLASLt's 4.73; 64×128×8192: 4.78 against 5.84). The in-order reduction was slower than the atomic one
 //   on 13 of 14 shapes searched exhaustively (up to 1.6×: the last unit reads S partials alone). A GPU-scope fence
 //   in every consumer thread instead of one acq_rel atomic cost about 1.1 µs more.
-// * Split-K is acc=f32 only and one unit per CTA (no persistent grid). The in-order and
-//   atomic ones (1, 2; not stream-K) also run in clusters (KAAS_CLUSTER_M/N): a cluster
+// * Split-K is acc=f32 only and one unit per CTA (no persistent grid). The atomic one
+//   (2, not stream-K) also runs in clusters (KAAS_CLUSTER_M/N): a cluster
 //   takes one (cluster tile, slice) unit, its CTAs the same K-tiles of adjacent tiles with
 //   the shared operand multicast, and each CTA reduces its own tile (counter and partial
 //   per CTA tile: the host's tiles, which round up to whole clusters).
@@ -407,8 +407,8 @@ static_assert(BM <= 256, "a TMA box is at most 256 rows");
 static_assert(STAGES >= 2 && STAGES <= 16, "KAAS_STAGES must be 2..16");
 static_assert(GROUP_M >= 1, "KAAS_GROUP_M must be >= 1");
 #if KAAS_SPLITK
-static_assert(CL == 1 || KAAS_SPLITK == 1 || (KAAS_SPLITK == 2 && !KAAS_STREAMK),
-              "the cluster reduction and stream-K run without multicast clusters");
+static_assert(CL == 1 || (KAAS_SPLITK == 2 && !KAAS_STREAMK),
+              "split-K in a multicast cluster is the atomic one, not stream-K");
 static_assert(KAAS_ACC_F32, "split-K partials are fp32: acc=f32 only");
 static_assert(KAAS_SPLITK >= 1 && KAAS_SPLITK <= 3, "KAAS_SPLITK must be 0, 1, 2 or 3");
 #endif

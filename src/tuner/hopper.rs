@@ -9,7 +9,8 @@
 //! the two take turns at the main loop) are codes of their own too. The narrow tiles (64 ×
 //! 16 to 48, tn only) are searched where 64×64 tiles make fewer than two waves, and so are
 //! clusters of 2 to 8 CTAs along N (`_n4`, multicasting A) or M (`_m4`, multicasting B)
-//! of the small tiles ([`skinny_cluster_codes`]). Four codes the search leaves out, all
+//! of the small tiles ([`skinny_cluster_codes`]), and from K 8192 the atomic split-K in
+//! such pairs ([`multicast_split_tiles`]). Four codes the search leaves out, all
 //! correct on the GPU and measured slower: split-K in a cluster (`_skc`: the slices of a
 //! tile are the CTAs of one cluster, and they reduce through distributed shared memory),
 //! clusters of two along M of the large tiles (`_m2`, which multicast B), stream-K
@@ -202,12 +203,13 @@ impl HopperConfig {
         if !matches!(self.cluster_m, 1 | 2 | 4 | 8) || !matches!(self.cluster_n, 1 | 2 | 4 | 8) || self.cluster_size() > 8 {
             return Err(format!("a cluster of {}x{} CTAs: each side 1, 2, 4 or 8, and 8 CTAs at most", self.cluster_m, self.cluster_n));
         }
-        // Multicast clusters run unsplit, in-order and atomic split-K codes; the cluster
-        // reduction's cluster is its slices, and stream-K's ranges cross tiles. (Ping-pong
+        // Multicast clusters run unsplit and atomic split-K codes (the in-order one has not
+        // run on a GPU in a cluster); the cluster reduction's cluster is its slices, and
+        // stream-K's ranges cross tiles. (Ping-pong
         // consumers in a cluster passed hopper-probe's checks in session 6, and the
         // multicast GPU test runs them.)
-        if self.cluster_size() > 1 && (self.cluster_reduce || self.stream_k) {
-            return Err("the cluster reduction and stream-K run without multicast clusters".into());
+        if self.cluster_size() > 1 && self.split > 1 && (!self.atomic || self.cluster_reduce || self.stream_k) {
+            return Err("split-K in a multicast cluster reduces atomically: not in order, not as a cluster reduction, not stream-K".into());
         }
         // Each CTA loads its share of the shared operand: whole 8-row swizzle atoms.
         if !(self.bm / self.cluster_n).is_multiple_of(8) || !(self.bn / self.cluster_m).is_multiple_of(8) {
@@ -1327,7 +1329,7 @@ mod tests {
         // One-CTA manifests are what they were: the shipped catalog's manifests still match.
         let m1 = HopperConfig::new(128, 128, 6, 2);
         assert_eq!(m1.manifest(&p(Layout::Nn, 256, 256, 256), 132).launches[0].cluster, [1, 1, 1]);
-        for bad in [HopperConfig { cluster_m: 3, ..c }, HopperConfig { split: 4, cluster_reduce: true, ..c }, HopperConfig { split: 4, atomic: true, stream_k: true, ..c }] {
+        for bad in [HopperConfig { cluster_m: 3, ..c }, HopperConfig { split: 4, ..c }, HopperConfig { split: 4, cluster_reduce: true, ..c }, HopperConfig { split: 4, atomic: true, stream_k: true, ..c }] {
             assert!(bad.validate().is_err(), "{bad:?}");
         }
         // Ping-pong consumers run in a cluster (both CTAs take the same tiles in the same
