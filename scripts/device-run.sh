@@ -394,7 +394,7 @@ profile() {  # triples of SHAPE LAYOUT ONLY: ncu of our kernel and of cuBLASLt's
     setup_device; ptx_dir; mkdir -p "$OUT/profile"
     local ncu; ncu="$(command -v ncu || echo /usr/local/cuda/bin/ncu)"
     while (( $# >= 3 )); do
-        local shape="$1" layout="$2" only="$3" tag="$1-$2"; shift 3
+        local shape="$1" layout="$2" only="$3" tag="$1-$2-$3"; shift 3  # (two codes of one shape keep apart)
         # The tuner times cuBLASLt's heuristic choice first, then the --only candidates; a
         # few launches in, each is warm. Ours is the entry that ENDS with ONLY (so
         # 64x64x64_s8_c1_m1_g16 is not its _ska sibling). --clock-control none: the

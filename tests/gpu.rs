@@ -1508,6 +1508,26 @@ fn ksplit_hopper_kernels_pass_the_verifier() {
     runs.assert_all_passed();
 }
 
+/// K split across consumers in multicast pairs (`_m2…_kw`, `_n2_kw`) passes the verifier:
+/// every such code, both layouts, shapes whose tile rows or columns do not fill the pair
+/// or that tiles do not divide, one tile per CTA and persistent grids of 2, 6 and 132.
+#[test]
+fn ksplit_pair_hopper_kernels_pass_the_verifier() {
+    use kaas::tuner::hopper;
+    if !hopper_or_skip() {
+        return;
+    }
+    // In the search's descriptor mode (uniform descriptors), as the trial times them.
+    let codes: Vec<_> = hopper::ksplit_pair_codes().into_iter().filter(|c| !c.persistent).map(hopper::searched_desc).collect();
+    assert_eq!(codes.len(), 4);
+    let shapes = [(1024, 1024, 8192), (100, 200, 136), (64, 1000, 520), (300, 72, 4104), (1000, 1000, 64)];
+    let mut runs = VerifierRuns::new("KSPLIT-PAIR");
+    for (p, code, ptx) in hopper_cases(&codes, &shapes) {
+        runs.run_grids(&p, &code, &ptx, &[None, Some(2), Some(6), Some(132)]);
+    }
+    runs.assert_all_passed();
+}
+
 /// Accumulator chains (`_x2`, `_x4`: the k16 steps of a K-tile go round-robin to separate
 /// accumulators, summed after the main loop) pass the verifier: every such code, both
 /// layouts where it builds, on shapes with one K-tile, three, and a ragged K; and chains

@@ -88,7 +88,8 @@
 //                   2 and 3), so one consumer's epilogue runs under the other's wgmmas.
 //                   Pays off where blocks get several tiles (the persistent grid).
 //   KAAS_KSPLIT     0 (default) or 1: K split across the two consumer warpgroups (needs
-//                   KAAS_CONSUMERS=2, acc=f32, no split-K, no ping-pong, no cluster). Each
+//                   KAAS_CONSUMERS=2, acc=f32, no split-K, no ping-pong; in a multicast
+//                   cluster each slot's consumer releases it in every CTA). Each
 //                   consumer owns the whole BM×BN tile (BM 64 or 128) and takes alternate
 //                   K-tiles of it (the ring's slots of its parity; STAGES even) into its
 //                   own accumulators, so two wgmma chains run where
@@ -388,8 +389,8 @@ static_assert(KAAS_CHAINS == 1 || KAAS_CHAINS == 2 || KAAS_CHAINS == 4, "KAAS_CH
 static_assert(KAAS_CHAINS == 1 || KAAS_ACC_F32, "accumulator chains are summed in fp32: acc=f32 only");
 static_assert(MI * ACC_REGS * KAAS_CHAINS <= (CONSUMERS == 2 ? 160 : 128), "the chains' accumulators would not fit the consumer register budget");
 #if KAAS_KSPLIT
-static_assert(CONSUMERS == 2 && !KAAS_PINGPONG && KAAS_SPLITK == 0 && CL == 1,
-              "K split across consumers needs two consumers, no ping-pong, no split-K, no cluster");
+static_assert(CONSUMERS == 2 && !KAAS_PINGPONG && KAAS_SPLITK == 0,
+              "K split across consumers needs two consumers, no ping-pong, no split-K");
 static_assert(KAAS_ACC_F32, "K split across consumers adds fp32 partials: acc=f32 only");
 static_assert(STAGES % 2 == 0, "K split across consumers: each takes the slots of one parity");
 #endif

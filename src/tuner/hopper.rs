@@ -224,8 +224,8 @@ impl HopperConfig {
                 return Err(format!("a {}-stage ring cannot hold the {}x{} fp32 partial", self.stages, self.bm, self.bn));
             }
         }
-        if self.ksplit && (self.consumers != 2 || self.pingpong || self.split > 1 || self.cluster_size() > 1 || !self.stages.is_multiple_of(2)) {
-            return Err(format!("K split across consumers needs two consumers, an even ring ({} stages), and no ping-pong, split-K or cluster", self.stages));
+        if self.ksplit && (self.consumers != 2 || self.pingpong || self.split > 1 || !self.stages.is_multiple_of(2)) {
+            return Err(format!("K split across consumers needs two consumers, an even ring ({} stages), and no ping-pong or split-K", self.stages));
         }
         if self.tma_store && (self.split > 1 || !self.bn.is_multiple_of(64)) {
             return Err(format!("the TMA-store epilogue stores 64-column pieces of unsplit tiles; got BN {} split {}", self.bn, self.split));
@@ -807,6 +807,29 @@ pub fn ksplit_codes() -> Vec<HopperConfig> {
     out
 }
 
+/// K split across two consumers in multicast pairs (`_kw` with `_m2`: two CTAs along M share
+/// B; `_n2`: along N, share A), 64 × 64 and 64 × 128 tiles with the deepest even ring, on
+/// both grids: the shape of cuBLAS's own pick on tn 1024×1024×8192 (ncu, session 21:
+/// `nvjet_sm90_hsh_64x128_64x8_2x1`, 384 threads, a cluster of two, 128 blocks, no split-K,
+/// 27.5–29.2 µs against our best 33.7). They pass the verifier on the H100
+/// (`ksplit_pair_hopper_kernels_pass_the_verifier`, 32 runs) and lose: timed exhaustively
+/// among the `_kw` codes on 83 skinny long-K tn shapes (session 21) the best pair was 0.918
+/// × the best single-CTA `_kw` code (geomean; better on 12), and on 1024×1024×8192 it took
+/// 35.7 µs against cuBLASLt's 27.6. So the K split is not what cuBLAS's two consumers do.
+/// `kaas tune --trial ksplit` times them on the skinny shapes beside the search.
+pub fn ksplit_pair_codes() -> Vec<HopperConfig> {
+    let mut out = Vec::new();
+    for bn in [64, 128] {
+        for (cluster_m, cluster_n) in [(2, 1), (1, 2)] {
+            if let Some(ring) = rings(HopperConfig { ksplit: true, cluster_m, cluster_n, ..HopperConfig::new(64, bn, 2, 2) }).into_iter().next() {
+                out.push(ring);
+                out.push(HopperConfig { persistent: true, ..ring });
+            }
+        }
+    }
+    out
+}
+
 /// Accumulator chains (`_x2`, `_x4`) for the 64-row tiles of one consumer, 64 × 16 to 64 ×
 /// 64, with the deepest ring and a 4-stage one: the k16 steps of a K-tile go round-robin
 /// to separate accumulators. They pass the verifier on the H100
@@ -1337,6 +1360,22 @@ mod tests {
         assert!(HopperConfig { pingpong: true, persistent: true, cluster_m: 2, ..HopperConfig::new(128, 128, 6, 2) }.validate().is_ok());
     }
 
+    /// K split across consumers in multicast pairs: 64 × 64 and 64 × 128, along M and N, both
+    /// grids, valid, named `_m2…_kw` / `_n2_kw`, and their entries parse back.
+    #[test]
+    fn ksplit_pairs_are_valid_and_parse_back() {
+        let codes = ksplit_pair_codes();
+        assert_eq!(codes.len(), 8, "{codes:?}");
+        assert!(codes.iter().all(|c| c.validate().is_ok() && c.ksplit && c.cluster_size() == 2 && c.stages.is_multiple_of(2)), "{codes:?}");
+        let c = codes.iter().find(|c| c.bn == 128 && c.cluster_m == 2 && !c.persistent).expect("64x128 along M");
+        let p = Problem::new(Arch::Sm90, Acc::F32, Layout::Tn, Shape::new(1024, 1024, 8192).unwrap());
+        let man = c.manifest(&p, 132);
+        let l = &man.launches[0];
+        assert_eq!((l.grid, l.cluster, l.block), ([128, 1, 1], [2, 1, 1], [384, 1, 1]));
+        assert!(l.entry.ends_with("_m2_g16_kw"), "{}", l.entry);
+        assert_eq!(HopperConfig::of_launch(l, &p), Some((*c, Acc::F32, Layout::Tn)));
+    }
+
     /// Atomic split-K in multicast clusters of two: pairs along M and N of the mid shapes'
     /// tiles, one grid block per (CTA tile, slice) with the tiles rounded up to whole
     /// clusters, a counter and a sum per CTA tile, entries that parse back; offered where
@@ -1537,7 +1576,7 @@ mod tests {
             HopperConfig { bm: 128, consumers: 1, ..c },
             HopperConfig { pingpong: true, persistent: true, ..c },
             HopperConfig { split: 4, atomic: true, ..c },
-            HopperConfig { cluster_n: 2, ..c },
+            HopperConfig { cluster_n: 2, split: 4, atomic: true, ..c },
             HopperConfig { bn: 256, stages: 4, ..c },
         ] {
             assert!(bad.validate().is_err(), "{bad:?}");
@@ -1749,7 +1788,7 @@ mod tests {
             return;
         }
         let mut seen = std::collections::BTreeSet::new();
-        for c in space().into_iter().chain(split_tiles()).chain(cluster_tiles()).chain(multicast_codes()).chain(stream_k_codes(132)).chain(wide_160_codes()).chain(skinny_cluster_codes()).chain(ksplit_codes()).chain(chains_codes()).chain(chains_split_tiles()).chain(tma_store_codes()).chain(bk_codes(128)).chain(bk_codes(256)).chain(narrow8_codes()).chain(multicast_split_tiles()).chain(multicast_split_quads()) {
+        for c in space().into_iter().chain(split_tiles()).chain(cluster_tiles()).chain(multicast_codes()).chain(stream_k_codes(132)).chain(wide_160_codes()).chain(skinny_cluster_codes()).chain(ksplit_codes()).chain(chains_codes()).chain(chains_split_tiles()).chain(tma_store_codes()).chain(bk_codes(128)).chain(bk_codes(256)).chain(narrow8_codes()).chain(multicast_split_tiles()).chain(multicast_split_quads()).chain(ksplit_pair_codes()) {
             if !seen.insert(c.code_key()) {
                 continue;
             }

@@ -122,7 +122,8 @@ pub enum Family {
 /// whole space (exhaustively with `--exhaustive-every 1`) before they earn a place there.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Trial {
-    /// K split across the two consumer warpgroups (`_kw`), on the skinny shapes.
+    /// K split across the two consumer warpgroups (`_kw`), alone and in multicast pairs, on
+    /// the skinny shapes.
     Ksplit,
     /// Four accumulator chains per consumer (`_x4`) on the skinny shapes, beside the two
     /// (`_x2`, unsplit and with the atomic split-K) that the search offers them anyway.
@@ -180,7 +181,7 @@ impl Trial {
 
     fn codes(self) -> Vec<Candidate> {
         let hopper = match self {
-            Trial::Ksplit => hopper::ksplit_codes(),
+            Trial::Ksplit => hopper::ksplit_codes().into_iter().chain(hopper::ksplit_pair_codes()).collect(),
             Trial::Chains => hopper::chains_codes().into_iter().chain(hopper::chains_split_tiles()).collect(),
             Trial::Multicast => hopper::multicast_codes(),
             Trial::Wide160 => hopper::wide_160_codes(),
@@ -206,7 +207,7 @@ impl Trial {
             Trial::MmaDeep => return mma::deep_space_for(p, sm_count).into_iter().map(Candidate::Mma).collect(),
             // Its twins are of the whole space, the other trials' included: [`space_with`].
             Trial::TmaStore | Trial::Bk128 | Trial::Bk256 | Trial::Du => return Vec::new(),
-            Trial::Ksplit => hopper::ksplit_codes(),
+            Trial::Ksplit => hopper::ksplit_codes().into_iter().chain(hopper::ksplit_pair_codes().into_iter().filter(|c| p.m.div_ceil(c.bm) >= c.cluster_m && p.n.div_ceil(c.bn) >= c.cluster_n)).collect(),
             // And the skinny shapes' clusters (loaded with the search's codes anyway) on
             // every shape: cuBLASLt's autotuned pick runs in clusters of two on the skinny
             // long-K mid shapes, where the search offers none (BENCHMARKS, session 13).
@@ -1381,7 +1382,8 @@ mod tests {
         let plain = space_for(&skinny, &hopper, 132);
         let with = space_with(&skinny, &hopper, &[Trial::Ksplit], 132);
         let added: Vec<&Candidate> = with.iter().filter(|c| !plain.contains(c)).collect();
-        assert_eq!(added.len(), hopper::ksplit_codes().len(), "{added:?}");
+        // And the pairs along N (one tile row of 64: none along M), both grids.
+        assert_eq!(added.len(), hopper::ksplit_codes().len() + 4, "{added:?}");
         assert!(added.iter().all(|c| matches!(c, Candidate::Hopper(h) if h.ksplit)));
         assert_eq!(space_with(&p(4096, 4096, 4096), &hopper, &[Trial::Ksplit], 132).len(), space_for(&p(4096, 4096, 4096), &hopper, 132).len(), "not skinny");
         assert!(space_with(&skinny, &[Family::Mma], &[Trial::Ksplit], 132).iter().all(|c| matches!(c, Candidate::Mma(_))), "Hopper codes need the Hopper family");
@@ -1867,7 +1869,9 @@ mod tests {
         let trial = TuneArgs { problems: "64x512x1024".into(), trial: vec![Trial::Ksplit], ..args.clone() };
         let skinny = parse_problems(&trial).unwrap();
         let missing = missing_codes(&skinny, &trial, 132, |e| plain.contains(e));
-        assert_eq!(missing.len(), 8 + 4, "every k-split code, tn and nn: {missing:?}");
+        // 64 rows: one tile row, so of the pairs only those along N (two per layout).
+        assert_eq!(missing.len(), 8 + 4 + 4, "every k-split code, tn and nn: {missing:?}");
+        assert!(missing.iter().filter(|e| e.contains("_n2_kw")).count() == 4 && !missing.iter().any(|e| e.contains("_m2_")), "{missing:?}");
         assert!(missing.iter().all(|e| e.ends_with("_kw_du")), "two consumers, each its own chains: uniform descriptors");
         assert!(missing_codes(&skinny, &TuneArgs { only: Some("_pp".into()), ..trial.clone() }, 132, |e| plain.contains(e)).is_empty(), "--only leaves them out");
         let err = parse_problems(&TuneArgs { min_flops_log2: Some(50.0), ..args.clone() }).unwrap_err().to_string();
