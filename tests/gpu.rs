@@ -1227,7 +1227,7 @@ fn multicast_split_k_hopper_kernels_pass_the_verifier() {
     if !hopper_or_skip() {
         return;
     }
-    let codes: Vec<HopperConfig> = hopper::multicast_split_tiles().into_iter().chain(hopper::multicast_split_quads()).map(hopper::searched_desc).collect();
+    let codes: Vec<HopperConfig> = hopper::multicast_split_all().into_iter().map(hopper::searched_desc).collect();
     let shapes = [(1000, 1000, 4104), (200, 520, 2048), (640, 384, 4104), (130, 72, 200), (1024, 1024, 8192)];
     let mut runs = VerifierRuns::new("SPLITK-MULTICAST");
     for (i, code) in codes.iter().enumerate() {

@@ -252,6 +252,12 @@ impl HopperConfig {
         self.cluster_m * self.cluster_n
     }
 
+    /// Whether the problem has a tile row for each CTA of the cluster along M and a tile
+    /// column for each along N (else some CTAs of every cluster hold only tiles past C).
+    pub fn cluster_fits(&self, p: &Problem) -> bool {
+        p.m.div_ceil(self.bm) >= self.cluster_m && p.n.div_ceil(self.bn) >= self.cluster_n
+    }
+
     pub fn threads(&self) -> u32 {
         128 * (self.consumers + 1)
     }
@@ -602,8 +608,7 @@ fn suits(c: &HopperConfig, p: &Problem, sm_count: u32) -> bool {
     let skinny = skinny(p, sm_count);
     c.supports(p.layout)
         && (skinny || (c.bn >= 64 && c.cluster_size() == 1 && c.chains == 1))
-        && p.m.div_ceil(c.bm) >= c.cluster_m
-        && p.n.div_ceil(c.bn) >= c.cluster_n
+        && c.cluster_fits(p)
 }
 
 /// A skinny shape: its 64×64 tiles make fewer than two waves of `sm_count`.
@@ -930,6 +935,11 @@ pub fn multicast_split_quads() -> Vec<HopperConfig> {
     multicast_split_codes(&[(2, 2), (4, 1), (1, 4)])
 }
 
+/// Every multicast split-K code, pairs and clusters of four: `--trial multicast-split`'s.
+pub fn multicast_split_all() -> Vec<HopperConfig> {
+    multicast_split_tiles().into_iter().chain(multicast_split_quads()).collect()
+}
+
 fn multicast_split_codes(clusters: &[(u32, u32)]) -> Vec<HopperConfig> {
     let mut out = Vec::new();
     for (bm, bn, consumers) in [(64, 64, 1), (64, 128, 1), (128, 64, 1), (128, 128, 2)] {
@@ -957,7 +967,7 @@ pub fn multicast_split_space(codes: Vec<HopperConfig>, p: &Problem, sm_count: u3
     }
     codes
         .into_iter()
-        .filter(|t| t.supports(p.layout) && p.m.div_ceil(t.bm) >= t.cluster_m && p.n.div_ceil(t.bn) >= t.cluster_n)
+        .filter(|t| t.supports(p.layout) && t.cluster_fits(p))
         .flat_map(|t| split_counts(&t, p, sm_count))
         .collect()
 }
@@ -1788,7 +1798,7 @@ mod tests {
             return;
         }
         let mut seen = std::collections::BTreeSet::new();
-        for c in space().into_iter().chain(split_tiles()).chain(cluster_tiles()).chain(multicast_codes()).chain(stream_k_codes(132)).chain(wide_160_codes()).chain(skinny_cluster_codes()).chain(ksplit_codes()).chain(chains_codes()).chain(chains_split_tiles()).chain(tma_store_codes()).chain(bk_codes(128)).chain(bk_codes(256)).chain(narrow8_codes()).chain(multicast_split_tiles()).chain(multicast_split_quads()).chain(ksplit_pair_codes()) {
+        for c in space().into_iter().chain(split_tiles()).chain(cluster_tiles()).chain(multicast_codes()).chain(stream_k_codes(132)).chain(wide_160_codes()).chain(skinny_cluster_codes()).chain(ksplit_codes()).chain(chains_codes()).chain(chains_split_tiles()).chain(tma_store_codes()).chain(bk_codes(128)).chain(bk_codes(256)).chain(narrow8_codes()).chain(multicast_split_all()).chain(ksplit_pair_codes()) {
             if !seen.insert(c.code_key()) {
                 continue;
             }

@@ -135,7 +135,7 @@ pub enum Trial {
     Wide160,
     /// Atomic split-K in multicast clusters of two and four (`_m2…_ska`, `_m2…_n2…_ska`, …)
     /// on every shape whose tiles leave SMs idle, fp32 only: [`hopper::multicast_split_tiles`]
-    /// (which the search takes from K 8192) and [`hopper::multicast_split_quads`].
+    /// (which the search takes from K 8192) and [`hopper::multicast_split_quads`] ([`hopper::multicast_split_all`]).
     MulticastSplit,
     /// Every Hopper candidate of the problem again with the other L2 promotion (128 bytes
     /// where the search takes 256, and the reverse): the same code, another manifest.
@@ -191,7 +191,7 @@ impl Trial {
             // Twins of the codes loaded beside them: [`codes_with`].
             Trial::TmaStore | Trial::Bk128 | Trial::Bk256 | Trial::Du => Vec::new(),
             Trial::Narrow8 => hopper::narrow8_codes(),
-            Trial::MulticastSplit => hopper::multicast_split_tiles().into_iter().chain(hopper::multicast_split_quads()).collect(),
+            Trial::MulticastSplit => hopper::multicast_split_all(),
         };
         hopper.into_iter().map(Candidate::Hopper).collect()
     }
@@ -207,14 +207,14 @@ impl Trial {
             Trial::MmaDeep => return mma::deep_space_for(p, sm_count).into_iter().map(Candidate::Mma).collect(),
             // Its twins are of the whole space, the other trials' included: [`space_with`].
             Trial::TmaStore | Trial::Bk128 | Trial::Bk256 | Trial::Du => return Vec::new(),
-            Trial::Ksplit => hopper::ksplit_codes().into_iter().chain(hopper::ksplit_pair_codes().into_iter().filter(|c| p.m.div_ceil(c.bm) >= c.cluster_m && p.n.div_ceil(c.bn) >= c.cluster_n)).collect(),
+            Trial::Ksplit => hopper::ksplit_codes().into_iter().chain(hopper::ksplit_pair_codes().into_iter().filter(|c| c.cluster_fits(p))).collect(),
             // And the skinny shapes' clusters (loaded with the search's codes anyway) on
             // every shape: cuBLASLt's autotuned pick runs in clusters of two on the skinny
             // long-K mid shapes, where the search offers none (BENCHMARKS, session 13).
             Trial::Multicast => hopper::multicast_codes().into_iter().chain(hopper::skinny_cluster_codes()).collect(),
             Trial::Wide160 => hopper::wide_160_codes(),
             Trial::Narrow8 => hopper::narrow8_space(p, sm_count),
-            Trial::MulticastSplit => hopper::multicast_split_space(hopper::multicast_split_tiles().into_iter().chain(hopper::multicast_split_quads()).collect(), p, sm_count),
+            Trial::MulticastSplit => hopper::multicast_split_space(hopper::multicast_split_all(), p, sm_count),
         };
         // With the search's L2 promotion, so that they time beside it on equal terms.
         let l2_256 = hopper::wide_l2_suits(p);
