@@ -101,6 +101,12 @@
 //                   consumers could only share this way (ncu, session 10). Correct, and
 //                   seldom faster (best on 20 of 211 skinny tn shapes, by 2.2% at most,
 //                   session 12): not searched.
+//   KAAS_COLSPLIT   0 (default) or 1: the two consumer warpgroups split the tile's columns
+//                   instead of its rows (needs KAAS_CONSUMERS=2, BN 128 or 256, no ping-pong,
+//                   no K split across consumers, not the cluster reduction): each multiplies
+//                   all BM rows of A by its own BN/2 columns of B, so a 64-row tile has two
+//                   consumers. cuBLASLt's pick on tn 1024×1024×8192 is such a kernel, 64×128
+//                   in our terms with 384 threads (ncu, session 21).
 //   KAAS_CHAINS     1 (default), 2 or 4 (acc=f32): independent accumulator chains per
 //                   consumer. The k16 steps of a K-tile go round-robin to CHAINS sets of
 //                   accumulators, summed once after the main loop, so consecutive wgmmas do
@@ -114,7 +120,7 @@
 //     e.g. kaas_wgmma_f32_tn_128x256x64_s4_c2_m1_g16; KAAS_CLUSTER_N > 1 adds _n<CLUSTER_N>
 //     and then KAAS_CHAINS > 1 _x<CHAINS> (before any other suffix); KAAS_SPLITK=1 adds _sk, 2 adds _ska,
 //     3 adds _skc, KAAS_STREAMK=1 _sks;
-//     KAAS_PINGPONG=1 adds _pp, KAAS_KSPLIT=1 _kw; then KAAS_EPILOGUE=2 _ts, then
+//     KAAS_PINGPONG=1 adds _pp, KAAS_KSPLIT=1 _kw, KAAS_COLSPLIT=1 _cs; then KAAS_EPILOGUE=2 _ts, then
 //     KAAS_DESC_UNIFORM=1 _du
 //   KAAS_DESC_UNIFORM 0 (default) or 1: the consumers' wgmma descriptors as one add of the
 //                   byte offset / 16 to the slot's base descriptor, and the warpgroup index
@@ -255,6 +261,9 @@ typedef unsigned long long u64;
 #ifndef KAAS_KSPLIT
 #define KAAS_KSPLIT 0
 #endif
+#ifndef KAAS_COLSPLIT
+#define KAAS_COLSPLIT 0
+#endif
 #ifndef KAAS_CHAINS
 #define KAAS_CHAINS 1
 #endif
@@ -293,6 +302,10 @@ typedef unsigned long long u64;
 #define KAAS_CODE_TAG _pp
 #elif KAAS_KSPLIT
 #define KAAS_CODE_TAG _kw
+#elif KAAS_COLSPLIT && KAAS_SPLITK == 2
+#define KAAS_CODE_TAG _ska_cs
+#elif KAAS_COLSPLIT
+#define KAAS_CODE_TAG _cs
 #elif KAAS_SPLITK == 3
 #define KAAS_CODE_TAG _skc
 #elif KAAS_SPLITK == 2 && KAAS_STREAMK
@@ -358,7 +371,18 @@ constexpr int THREADS = 128 * (CONSUMERS + 1);
 // ping-pong, each consumer owns whole tiles (alternate tiles of the CTA).
 // (KAAS_WHOLE_TILE: each consumer owns whole tiles, ping-pong or K split across consumers.)
 #define KAAS_WHOLE_TILE (KAAS_PINGPONG || KAAS_KSPLIT)
-constexpr int WG_M = KAAS_WHOLE_TILE ? BM : BM / CONSUMERS;
+constexpr int WG_M = KAAS_WHOLE_TILE || KAAS_COLSPLIT ? BM : BM / CONSUMERS;
+// Columns of a tile per consumer (a literal, for the wgmma's name): BN, or its half when the
+// consumers split the columns; this consumer's first row and column in the tile.
+#if KAAS_COLSPLIT && KAAS_BN == 128
+#define KAAS_WN 64
+#elif KAAS_COLSPLIT && KAAS_BN == 256
+#define KAAS_WN 128
+#else
+#define KAAS_WN KAAS_BN
+#endif
+#define KAAS_ROW_CW (KAAS_WHOLE_TILE || KAAS_COLSPLIT ? 0 : cw * WG_M)
+#define KAAS_COL_CW (KAAS_COLSPLIT ? cw * KAAS_WN : 0)
 constexpr int MI = WG_M / 64;         // m64 wgmmas per consumer per k16 step
 constexpr int A_STAGE_BYTES = BM * BK * 2;
 constexpr int B_STAGE_BYTES = BN * BK * 2;
@@ -376,9 +400,9 @@ constexpr int EPI_BYTES = KAAS_EPI_STAGED ? CONSUMERS * 4 * EPI_WARP_BYTES : KAA
 #define KAAS_RED_BYTES (KAAS_KSPLIT ? BM * BN * 4 : 0)
 constexpr int SMEM_BYTES = STAGES * (BM + BN) * BK * 2 + 1024 + EPI_BYTES + KAAS_RED_BYTES;  // the launch's dynamic smem
 #if KAAS_ACC_F32
-constexpr int ACC_REGS = BN / 2;  // per thread per m64 tile
+constexpr int ACC_REGS = KAAS_WN / 2;  // per thread per m64 tile
 #else
-constexpr int ACC_REGS = BN / 4;
+constexpr int ACC_REGS = KAAS_WN / 4;
 #endif
 
 static_assert(BK == 64 || BK == 128 || BK == 256, "KAAS_BK must be 64, 128 or 256 (one, two or four 128B swizzle atoms of fp16)");
@@ -393,6 +417,11 @@ static_assert(CONSUMERS == 2 && !KAAS_PINGPONG && KAAS_SPLITK == 0,
               "K split across consumers needs two consumers, no ping-pong, no split-K");
 static_assert(KAAS_ACC_F32, "K split across consumers adds fp32 partials: acc=f32 only");
 static_assert(STAGES % 2 == 0, "K split across consumers: each takes the slots of one parity");
+#endif
+#if KAAS_COLSPLIT
+static_assert(CONSUMERS == 2 && (BN == 128 || BN == 256) && !KAAS_PINGPONG && !KAAS_KSPLIT,
+              "consumers split the columns of 128 or 256: two consumers, no ping-pong, no K split across them");
+static_assert(KAAS_SPLITK == 0 || (KAAS_SPLITK == 2 && !KAAS_STREAMK), "consumers split the columns without split-K or with the atomic one");
 #endif
 #if KAAS_PINGPONG
 static_assert(CONSUMERS == 2, "ping-pong needs two consumer warpgroups");
@@ -1317,8 +1346,19 @@ KAAS_ENTRY(const __grid_constant__ TensorMap128 tmA, const __grid_constant__ Ten
                 }
 #endif
                 mbar_wait(full0 + 8 * s, ph);
+#if KAAS_COLSPLIT
+                // Both consumers read all of A; B's columns [cw * WN, +WN): tn, rows of the
+                // slot's atoms; nn, whole 64-column chunks.
+                const u32 a_base = sA + s * A_STAGE_BYTES;
+#if KAAS_LAYOUT_TN
+                const u32 b_base = sB + s * B_STAGE_BYTES + cw * KAAS_WN * 128;
+#else
+                const u32 b_base = sB + s * B_STAGE_BYTES + cw * (KAAS_WN / 64) * BK * 128;
+#endif
+#else
                 const u32 a_base = sA + s * A_STAGE_BYTES + (KAAS_WHOLE_TILE ? 0 : cw * WG_M * 128);
                 const u32 b_base = sB + s * B_STAGE_BYTES;
+#endif
 #if KAAS_PROBE_SYNC
                 wgmma_fence();
 #endif
@@ -1355,11 +1395,11 @@ KAAS_ENTRY(const __grid_constant__ TensorMap128 tmA, const __grid_constant__ Ten
 #endif
 #if KAAS_CHAINS > 1
                         if (kk % KAAS_CHAINS == 0)
-                            KAAS_WGMMA(KAAS_BN)<1 - KAAS_LAYOUT_TN>(acc[mi], da, db);
+                            KAAS_WGMMA(KAAS_WN)<1 - KAAS_LAYOUT_TN>(acc[mi], da, db);
                         else
-                            KAAS_WGMMA(KAAS_BN)<1 - KAAS_LAYOUT_TN>(acc_x[kk % KAAS_CHAINS - 1][mi], da, db);
+                            KAAS_WGMMA(KAAS_WN)<1 - KAAS_LAYOUT_TN>(acc_x[kk % KAAS_CHAINS - 1][mi], da, db);
 #else
-                        KAAS_WGMMA(KAAS_BN)<1 - KAAS_LAYOUT_TN>(acc[mi], da, db);
+                        KAAS_WGMMA(KAAS_WN)<1 - KAAS_LAYOUT_TN>(acc[mi], da, db);
 #endif
                     }
                 }
@@ -1565,9 +1605,9 @@ KAAS_ENTRY(const __grid_constant__ TensorMap128 tmA, const __grid_constant__ Ten
                 const int second = lane >> 4;
 #pragma unroll
                 for (int mi = 0; mi < MI; ++mi) {
-                    const int row_base = m0 + (KAAS_WHOLE_TILE ? 0 : cw * WG_M) + mi * 64 + warp * 16;
+                    const int row_base = m0 + KAAS_ROW_CW + mi * 64 + warp * 16;
 #pragma unroll
-                    for (int cc = 0; cc < BN / 64; ++cc) {
+                    for (int cc = 0; cc < KAAS_WN / 64; ++cc) {
                         const u32 buf = stg0 + (epi_n % KAAS_EPI_NB) * 2048u;
                         ++epi_n;
                         // The store that last used this buffer (KAAS_EPI_NB pieces back) has
@@ -1592,7 +1632,7 @@ KAAS_ENTRY(const __grid_constant__ TensorMap128 tmA, const __grid_constant__ Ten
                         fence_proxy_async_shared();
                         __syncwarp();
                         if (lane == 0) {
-                            tma_store(&tmC, buf, n0 + cc * 64, row_base);
+                            tma_store(&tmC, buf, n0 + KAAS_COL_CW + cc * 64, row_base);
                             bulk_commit();
                         }
                     }
@@ -1606,9 +1646,9 @@ KAAS_ENTRY(const __grid_constant__ TensorMap128 tmA, const __grid_constant__ Ten
             const int g = lane >> 2, q = lane & 3;
 #pragma unroll
             for (int mi = 0; mi < MI; ++mi) {
-                const int row_base = m0 + (KAAS_WHOLE_TILE ? 0 : cw * WG_M) + mi * 64 + warp * 16;
+                const int row_base = m0 + KAAS_ROW_CW + mi * 64 + warp * 16;
 #pragma unroll
-                for (int cc = 0; cc < BN / 64; ++cc) {
+                for (int cc = 0; cc < KAAS_WN / 64; ++cc) {
                     __syncwarp();
 #pragma unroll
                     for (int jj = 0; jj < 8; ++jj) {
@@ -1630,7 +1670,7 @@ KAAS_ENTRY(const __grid_constant__ TensorMap128 tmA, const __grid_constant__ Ten
                         const int c8 = (lane & 7) * 8;
                         const uint4 v = *reinterpret_cast<const uint4*>(stg + r * EPI_LD + c8);
                         const int grow = row_base + r;
-                        const int gcol = n0 + cc * 64 + c8;
+                        const int gcol = n0 + KAAS_COL_CW + cc * 64 + c8;
                         if (grow < M) {
                             u16* dst = C + (u64)grow * (u64)N + (u64)gcol;
                             if (vec16 && gcol + 8 <= N) {
@@ -1647,12 +1687,12 @@ KAAS_ENTRY(const __grid_constant__ TensorMap128 tmA, const __grid_constant__ Ten
             }
 #else
             const bool fast = pairs && (m0 + BM <= M) && (n0 + BN <= N);
-            const int col0 = n0 + 2 * (lane & 3);
+            const int col0 = n0 + KAAS_COL_CW + 2 * (lane & 3);
 #pragma unroll
             for (int mi = 0; mi < MI; ++mi) {
-                const int row = m0 + (KAAS_WHOLE_TILE ? 0 : cw * WG_M) + mi * 64 + warp * 16 + (lane >> 2);
+                const int row = m0 + KAAS_ROW_CW + mi * 64 + warp * 16 + (lane >> 2);
 #pragma unroll
-                for (int j = 0; j < BN / 8; ++j) {
+                for (int j = 0; j < KAAS_WN / 8; ++j) {
 #if KAAS_ACC_F32
                     const u32 v0 = pack_f16x2(acc[mi][4 * j], acc[mi][4 * j + 1]);
                     const u32 v1 = pack_f16x2(acc[mi][4 * j + 2], acc[mi][4 * j + 3]);

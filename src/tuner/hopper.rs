@@ -119,6 +119,13 @@ pub struct HopperConfig {
     /// integer arithmetic and register-to-uniform moves building them (session 18).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub desc_uniform: bool,
+    /// The two consumers split the tile's columns instead of its rows (`KAAS_COLSPLIT`,
+    /// entries ending `_cs`): each multiplies all BM rows by its BN/2 columns, so a 64-row
+    /// tile has two consumer warpgroups. The shape of cuBLASLt's pick on tn 1024×1024×8192
+    /// (`nvjet_sm90_hsh_128x64_64x8_1x2`: 64×128 in our terms, 384 threads, 8 stages, a
+    /// cluster of two; ncu, session 21). BN 128 or 256; unsplit or atomic split-K.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub col_split: bool,
 }
 
 fn bk64() -> u32 {
@@ -139,7 +146,7 @@ pub(crate) fn is_one(v: &u32) -> bool {
 
 /// What tells two codes apart (one PTX each): every knob but the grid, the split count and
 /// the L2 promotion, with the uniform descriptors apart (a tuple has at most 12 to compare).
-pub type CodeKey = ((u32, u32, u32, u32, u8, bool, u32, u32, bool, u32, bool, u32), bool);
+pub type CodeKey = ((u32, u32, u32, u32, u8, bool, u32, u32, bool, u32, bool, u32), (bool, bool));
 
 /// Units (output tiles × slices) the split counts of the search aim at, per SM of the
 /// device: a quarter, half, one and two waves (see [`split_space`]).
@@ -148,13 +155,15 @@ const UNIT_TARGETS: [(u32, u32); 4] = [(1, 4), (1, 2), (1, 1), (2, 1)];
 impl HopperConfig {
     /// A cooperative, unsplit configuration, one tile per block, without clusters.
     pub const fn new(bm: u32, bn: u32, stages: u32, consumers: u32) -> Self {
-        HopperConfig { bm, bn, stages, consumers, persistent: false, split: 1, atomic: false, pingpong: false, cluster_reduce: false, cluster_m: 1, cluster_n: 1, stream_k: false, ksplit: false, chains: 1, l2_256: false, tma_store: false, bk: BK, desc_uniform: false }
+        HopperConfig { bm, bn, stages, consumers, persistent: false, split: 1, atomic: false, pingpong: false, cluster_reduce: false, cluster_m: 1, cluster_n: 1, stream_k: false, ksplit: false, chains: 1, l2_256: false, tma_store: false, bk: BK, desc_uniform: false, col_split: false }
     }
 
     pub fn validate(&self) -> Result<(), String> {
         // Rows of a tile per consumer: cooperative consumers split the tile, ping-pong ones
         // each own a whole tile.
-        let per = if self.whole_tile() { self.bm } else { self.bm / self.consumers.max(1) };
+        let per = if self.whole_tile() || self.col_split { self.bm } else { self.bm / self.consumers.max(1) };
+        // And columns per consumer.
+        let wn = if self.col_split { self.bn / 2 } else { self.bn };
         if !matches!(self.consumers, 1 | 2) || !self.bm.is_multiple_of(self.consumers) || !matches!(per, 64 | 128) {
             return Err(format!("BM {} with {} consumer warpgroup(s): each must own 64 or 128 rows", self.bm, self.consumers));
         }
@@ -170,14 +179,19 @@ impl HopperConfig {
         if !matches!(self.chains, 1 | 2 | 4) {
             return Err(format!("{} accumulator chains; 1, 2 or 4", self.chains));
         }
-        if !self.pingpong && per / 64 * self.bn / 2 * self.chains > budget {
+        if !self.pingpong && per / 64 * wn / 2 * self.chains > budget {
             if self.chains > 1 {
-                return Err(format!("{} chains of a {}x{} tile need {} accumulators per consumer thread; at most {budget}", self.chains, self.bm, self.bn, per / 64 * self.bn / 2 * self.chains));
+                return Err(format!("{} chains of a {}x{} tile need {} accumulators per consumer thread; at most {budget}", self.chains, self.bm, self.bn, per / 64 * wn / 2 * self.chains));
             }
             if self.ksplit {
-                return Err(format!("a {}x{} tile split across consumers needs {} accumulators per thread; at most {budget}", self.bm, self.bn, per / 64 * self.bn / 2));
+                return Err(format!("a {}x{} tile split across consumers needs {} accumulators per thread; at most {budget}", self.bm, self.bn, per / 64 * wn / 2));
             }
-            return Err(format!("a {}x{} tile needs {} accumulators per consumer thread; at most {budget}", self.bm, self.bn, per / 64 * self.bn / 2));
+            return Err(format!("a {}x{} tile needs {} accumulators per consumer thread; at most {budget}", self.bm, self.bn, per / 64 * wn / 2));
+        }
+        if self.col_split
+            && (self.consumers != 2 || !matches!(self.bn, 128 | 256) || self.pingpong || self.ksplit || self.chains > 1 || (self.split > 1 && (!self.atomic || self.cluster_reduce || self.stream_k)))
+        {
+            return Err(format!("consumers split the columns of a {}x{} tile: two consumers, BN 128 or 256, one chain, no ping-pong, no K split across them, unsplit or atomic split-K", self.bm, self.bn));
         }
         if self.pingpong {
             if self.consumers != 2 || self.split > 1 {
@@ -326,7 +340,7 @@ impl HopperConfig {
     /// The PTX entry; the persistent flag is a grid choice, not part of the code.
     pub fn entry(&self, acc: Acc, layout: Layout) -> String {
         let sk = ["", "_sk", "_ska", "_skc", "_sks"][usize::from(self.split_mode())];
-        let pp = if self.pingpong { "_pp" } else if self.ksplit { "_kw" } else { "" };
+        let pp = if self.pingpong { "_pp" } else if self.ksplit { "_kw" } else if self.col_split { "_cs" } else { "" };
         let cn = if self.cluster_n > 1 { format!("_n{}", self.cluster_n) } else { String::new() };
         let cn = if self.chains > 1 { format!("{cn}_x{}", self.chains) } else { cn };
         let ts = if self.tma_store { "_ts" } else { "" };
@@ -353,6 +367,7 @@ impl HopperConfig {
         .chain((self.stream_k && self.split > 1).then_some(("KAAS_STREAMK", 1)))
         .chain(self.pingpong.then_some(("KAAS_PINGPONG", 1)))
         .chain(self.ksplit.then_some(("KAAS_KSPLIT", 1)))
+        .chain(self.col_split.then_some(("KAAS_COLSPLIT", 1)))
         .chain((self.cluster_n > 1).then_some(("KAAS_CLUSTER_N", self.cluster_n)))
         .chain((self.chains > 1).then_some(("KAAS_CHAINS", self.chains)))
         .chain(self.desc_uniform.then_some(("KAAS_DESC_UNIFORM", 1)))
@@ -362,7 +377,7 @@ impl HopperConfig {
 
     /// The same code with the other grid (or another split count).
     pub fn code_key(&self) -> CodeKey {
-        ((self.bm, self.bn, self.stages, self.consumers, self.split_mode(), self.pingpong, self.cluster_m, self.cluster_n, self.ksplit, self.chains, self.tma_store, self.bk), self.desc_uniform)
+        ((self.bm, self.bn, self.stages, self.consumers, self.split_mode(), self.pingpong, self.cluster_m, self.cluster_n, self.ksplit, self.chains, self.tma_store, self.bk), (self.desc_uniform, self.col_split))
     }
 
     /// Blocks: a persistent grid takes one per SM, rounded down to whole clusters.
@@ -427,6 +442,7 @@ impl HopperConfig {
         let (rest, tma_store) = rest.strip_suffix("_ts").map_or((rest, false), |r| (r, true));
         let (rest, pingpong) = rest.strip_suffix("_pp").map_or((rest, false), |r| (r, true));
         let (rest, ksplit) = rest.strip_suffix("_kw").map_or((rest, false), |r| (r, true));
+        let (rest, col_split) = rest.strip_suffix("_cs").map_or((rest, false), |r| (r, true));
         // Stream-K is Hopper's own; the other reductions' suffixes both families share.
         let (rest, split, atomic, cluster_reduce, stream_k) = if let Some(r) = rest.strip_suffix("_sks") {
             (r, 2, true, false, true)
@@ -475,6 +491,7 @@ impl HopperConfig {
             tma_store,
             bk,
             desc_uniform,
+            col_split,
         };
         cfg.validate().ok()?;
         (cfg.entry(acc, layout) == entry).then_some((cfg, acc, layout))
@@ -503,7 +520,7 @@ impl HopperConfig {
     /// `64x64 s8 c1 split 8 cluster`.
     pub fn label(&self) -> String {
         let split = if self.stream_k { format!(" stream-K {}", self.split) } else { split_label(self.split, self.atomic, self.cluster_reduce) };
-        let pp = if self.pingpong { " ping-pong" } else if self.ksplit { " k-split" } else { "" };
+        let pp = if self.pingpong { " ping-pong" } else if self.ksplit { " k-split" } else if self.col_split { " col-split" } else { "" };
         let pp = if self.chains > 1 { format!("{pp} x{}", self.chains) } else { pp.to_string() };
         let cl = match (self.cluster_m, self.cluster_n) {
             (1, 1) => String::new(),
@@ -788,8 +805,11 @@ pub fn multicast_codes() -> Vec<HopperConfig> {
 const MULTICAST_TILES: [(u32, u32, u32); 5] = [(128, 256, 2), (256, 128, 2), (128, 128, 2), (64, 128, 1), (64, 256, 1)];
 /// The large tiles in clusters of two along N (`_n2`, multicasting A): cuBLASLt's autotuned
 /// pick on 62 of the 226 tn shapes of 2^36 FLOP and more is a cluster of two along our N,
-/// 21 of them a 256×128 tile in our terms (BENCHMARKS, session 13).
-const MULTICAST_N_TILES: [(u32, u32, u32); 3] = [(128, 256, 2), (256, 128, 2), (128, 128, 2)];
+/// 21 of them a 256×128 tile in our terms (BENCHMARKS, session 13). And 128×64 with two
+/// consumers, cuBLASLt's heuristic pick on tn 1024×1024×8192 in our terms
+/// (`nvjet_sm90_hsh_64x128_64x8_2x1`: 384 threads, 8 stages, one tile per CTA; ncu,
+/// session 21), which the skinny shapes' clusters have along M only.
+const MULTICAST_N_TILES: [(u32, u32, u32); 4] = [(128, 256, 2), (256, 128, 2), (128, 128, 2), (128, 64, 2)];
 
 /// K split across the two consumer warpgroups (`_kw`): 64-row tiles from 64 × 16 to 64 ×
 /// 128, each with the deepest even ring that fits and a 4-stage one, on both grids. For the
@@ -831,6 +851,47 @@ pub fn ksplit_pair_codes() -> Vec<HopperConfig> {
                 out.push(HopperConfig { persistent: true, ..ring });
             }
         }
+    }
+    out
+}
+
+/// Consumers that split the tile's columns (`_cs`): 64 × 128 and 64 × 256 with two consumer
+/// warpgroups, each an m64 chain over its half of the columns, as cuBLASLt's pick on tn
+/// 1024×1024×8192 runs (384 threads, 8 stages, a cluster of two, no split-K; ncu, session
+/// 21); alone (the deepest ring and a 4-stage one) and in pairs along M and N (the deepest
+/// ring), on both grids; and 64 × 128 with the atomic split-K, alone and in pairs (`split` 2
+/// stands for every count: [`col_split_space`] gives a problem's). Built, not yet timed:
+/// `kaas tune --trial col-split` times them.
+pub fn col_split_codes() -> Vec<HopperConfig> {
+    let mut out = Vec::new();
+    for bn in [128, 256] {
+        for (cluster_m, cluster_n) in [(1, 1), (2, 1), (1, 2)] {
+            let all = rings(HopperConfig { col_split: true, cluster_m, cluster_n, ..HopperConfig::new(64, bn, 2, 2) });
+            for ring in all.into_iter().take(if cluster_m * cluster_n == 1 { 2 } else { 1 }) {
+                out.push(ring);
+                out.push(HopperConfig { persistent: true, ..ring });
+            }
+        }
+    }
+    out.extend(col_split_split_tiles());
+    out
+}
+
+/// The atomic split-K codes among [`col_split_codes`]: 64 × 128, deepest ring, alone and in
+/// pairs.
+fn col_split_split_tiles() -> Vec<HopperConfig> {
+    [(1, 1), (2, 1), (1, 2)]
+        .into_iter()
+        .filter_map(|(cluster_m, cluster_n)| rings(HopperConfig { col_split: true, split: 2, atomic: true, cluster_m, cluster_n, ..HopperConfig::new(64, 128, 2, 2) }).into_iter().next())
+        .collect()
+}
+
+/// [`col_split_codes`]' candidates for a problem: the unsplit ones whose cluster fits it, and
+/// with fp32 accumulators the split-K ones at [`split_space`]'s counts.
+pub fn col_split_space(p: &Problem, sm_count: u32) -> Vec<HopperConfig> {
+    let mut out: Vec<HopperConfig> = col_split_codes().into_iter().filter(|c| c.split == 1 && c.cluster_fits(p)).collect();
+    if p.acc == Acc::F32 {
+        out.extend(col_split_split_tiles().into_iter().filter(|t| t.cluster_fits(p)).flat_map(|t| split_counts(&t, p, sm_count)));
     }
     out
 }
@@ -1324,13 +1385,15 @@ mod tests {
     #[test]
     fn clusters_along_m_split_the_b_box_and_round_the_grid_to_whole_clusters() {
         let all: Vec<HopperConfig> = multicast_codes();
-        assert_eq!(all.len(), 20, "five tiles along M, three along N and two ping-pong, both grids: {all:?}");
+        assert_eq!(all.len(), 22, "five tiles along M, four along N and two ping-pong, both grids: {all:?}");
         let (pp, all): (Vec<HopperConfig>, Vec<HopperConfig>) = all.into_iter().partition(|c| c.pingpong);
         assert!(pp.iter().all(|c| c.cluster_m == 2 && c.validate().is_ok()) && pp.len() == 4, "{pp:?}");
         assert_eq!(pp[0].entry(Acc::F32, Layout::Tn), "kaas_wgmma_f32_tn_64x256x64_s5_c2_m2_g16_pp");
         let (m2, n2): (Vec<HopperConfig>, Vec<HopperConfig>) = all.into_iter().partition(|c| c.cluster_m == 2);
         assert!(n2.iter().all(|c| c.cluster_n == 2 && c.cluster_m == 1 && c.consumers == 2 && c.validate().is_ok()), "{n2:?}");
         assert!(n2.contains(&HopperConfig { cluster_n: 2, persistent: true, ..HopperConfig::new(256, 128, 4, 2) }), "{n2:?}");
+        // cuBLASLt's heuristic pick on tn 1024×1024×8192 in our terms: 128×64, two consumers, 8 stages.
+        assert!(n2.contains(&HopperConfig { cluster_n: 2, ..HopperConfig::new(128, 64, 8, 2) }), "{n2:?}");
         assert_eq!(HopperConfig { cluster_n: 2, ..HopperConfig::new(256, 128, 4, 2) }.entry(Acc::F32, Layout::Nn), "kaas_wgmma_f32_nn_256x128x64_s4_c2_m1_g16_n2");
         assert!(space().iter().all(|c| c.cluster_m == 1), "the m2 codes lost every timing: not searched");
         let c = HopperConfig { cluster_m: 2, ..HopperConfig::new(128, 256, 4, 2) };
@@ -1368,6 +1431,52 @@ mod tests {
         // Ping-pong consumers run in a cluster (both CTAs take the same tiles in the same
         // order, so the same consumer releases a slot in each).
         assert!(HopperConfig { pingpong: true, persistent: true, cluster_m: 2, ..HopperConfig::new(128, 128, 6, 2) }.validate().is_ok());
+    }
+
+    /// Consumers that split the columns: two consumers on 64-row tiles (each 64 × BN/2, so
+    /// 32 or 64 accumulators a thread), named `_cs`, parse back, one PTX each apart from the
+    /// row-split codes, and only where the columns split into 64s.
+    #[test]
+    fn col_split_codes_give_a_64_row_tile_two_consumers() {
+        let codes = col_split_codes();
+        assert_eq!(codes.len(), 2 * (2 * 2 + 2 * 2) + 3, "{codes:?}");
+        for c in &codes {
+            c.validate().unwrap();
+            assert!(c.col_split && c.consumers == 2 && c.bm == 64 && c.threads() == 384, "{c:?}");
+            for (acc, layout) in [(Acc::F32, Layout::Tn), (Acc::F32, Layout::Nn), (Acc::F16, Layout::Tn)] {
+                let entry = c.entry(acc, layout);
+                assert!(entry.ends_with("_cs"), "{entry}");
+                let (back, a, l) = HopperConfig::from_entry(&entry).unwrap();
+                assert_eq!((HopperConfig { persistent: c.persistent, ..back }, a, l), (*c, acc, layout));
+            }
+            assert!(c.defines(Acc::F32, Layout::Tn).contains(&("KAAS_COLSPLIT".to_string(), "1".to_string())));
+            assert_ne!(c.code_key(), HopperConfig { col_split: false, bm: 128, ..*c }.code_key());
+        }
+        let c = HopperConfig { col_split: true, ..HopperConfig::new(64, 128, 8, 2) };
+        assert_eq!(c.entry(Acc::F32, Layout::Tn), "kaas_wgmma_f32_tn_64x128x64_s8_c2_m1_g16_cs");
+        assert_eq!(HopperConfig { cluster_n: 2, split: 4, atomic: true, ..c }.entry(Acc::F32, Layout::Nn), "kaas_wgmma_f32_nn_64x128x64_s8_c2_m1_g16_n2_ska_cs");
+        assert_eq!(HopperConfig { cluster_m: 2, ..c }.label(), "64x128 s8 c2 m2 col-split");
+        // Without the column split a 64-row tile cannot have two cooperative consumers.
+        assert!(HopperConfig { col_split: false, ..c }.validate().is_err());
+        for bad in [
+            HopperConfig { bn: 64, ..c },
+            HopperConfig { consumers: 1, ..c },
+            HopperConfig { pingpong: true, persistent: true, ..c },
+            HopperConfig { split: 4, ..c },
+            HopperConfig { split: 4, atomic: true, stream_k: true, ..c },
+            HopperConfig { chains: 2, ..c },
+        ] {
+            assert!(bad.validate().is_err(), "{bad:?}");
+        }
+        // A problem's candidates: clusters that fit it; split-K with fp32 only.
+        let p = |acc, m, n, k| Problem::new(Arch::Sm90, acc, Layout::Tn, Shape::new(m, n, k).unwrap());
+        let mid = col_split_space(&p(Acc::F32, 1024, 1024, 8192), 132);
+        assert!(mid.iter().any(|c| c.split > 1 && c.cluster_n == 2) && mid.iter().any(|c| c.split == 1 && c.cluster_m == 2 && c.bn == 256), "{mid:?}");
+        assert!(col_split_space(&p(Acc::F16, 1024, 1024, 8192), 132).iter().all(|c| c.split == 1));
+        assert!(col_split_space(&p(Acc::F32, 64, 128, 8192), 132).iter().all(|c| c.cluster_size() == 1 && c.bn == 128 || c.cluster_m == 1 && c.cluster_n == 1), "one tile: no pairs");
+        for c in mid {
+            c.manifest(&p(Acc::F32, 1024, 1024, 8192), 132).validate().unwrap();
+        }
     }
 
     /// K split across consumers in multicast pairs: 64 × 64 and 64 × 128, along M and N, both
@@ -1798,7 +1907,7 @@ mod tests {
             return;
         }
         let mut seen = std::collections::BTreeSet::new();
-        for c in space().into_iter().chain(split_tiles()).chain(cluster_tiles()).chain(multicast_codes()).chain(stream_k_codes(132)).chain(wide_160_codes()).chain(skinny_cluster_codes()).chain(ksplit_codes()).chain(chains_codes()).chain(chains_split_tiles()).chain(tma_store_codes()).chain(bk_codes(128)).chain(bk_codes(256)).chain(narrow8_codes()).chain(multicast_split_all()).chain(ksplit_pair_codes()) {
+        for c in space().into_iter().chain(split_tiles()).chain(cluster_tiles()).chain(multicast_codes()).chain(stream_k_codes(132)).chain(wide_160_codes()).chain(skinny_cluster_codes()).chain(ksplit_codes()).chain(chains_codes()).chain(chains_split_tiles()).chain(tma_store_codes()).chain(bk_codes(128)).chain(bk_codes(256)).chain(narrow8_codes()).chain(multicast_split_all()).chain(ksplit_pair_codes()).chain(col_split_codes()) {
             if !seen.insert(c.code_key()) {
                 continue;
             }

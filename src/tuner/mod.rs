@@ -168,6 +168,10 @@ pub enum Trial {
     /// two-consumer ones ([`hopper::takes_desc_uniform`]), so the trial adds the cooperative
     /// codes' `_du` twins and the others' plain twins, to time both modes side by side.
     Du,
+    /// Consumers that split the tile's columns (`_cs`: 64 × 128 and 64 × 256 with two
+    /// consumers, alone and in pairs, unsplit and with the atomic split-K), on every shape:
+    /// [`hopper::col_split_codes`].
+    ColSplit,
 }
 
 impl Trial {
@@ -192,6 +196,7 @@ impl Trial {
             Trial::TmaStore | Trial::Bk128 | Trial::Bk256 | Trial::Du => Vec::new(),
             Trial::Narrow8 => hopper::narrow8_codes(),
             Trial::MulticastSplit => hopper::multicast_split_all(),
+            Trial::ColSplit => hopper::col_split_codes(),
         };
         hopper.into_iter().map(Candidate::Hopper).collect()
     }
@@ -215,6 +220,7 @@ impl Trial {
             Trial::Wide160 => hopper::wide_160_codes(),
             Trial::Narrow8 => hopper::narrow8_space(p, sm_count),
             Trial::MulticastSplit => hopper::multicast_split_space(hopper::multicast_split_all(), p, sm_count),
+            Trial::ColSplit => hopper::col_split_space(p, sm_count),
         };
         // With the search's L2 promotion, so that they time beside it on equal terms.
         let l2_256 = hopper::wide_l2_suits(p);
@@ -1067,6 +1073,10 @@ pub fn kind(c: &Candidate) -> String {
                 "ping-pong"
             } else if h.ksplit {
                 "K split"
+            } else if h.col_split && h.split > 1 {
+                "split-K col-split"
+            } else if h.col_split {
+                "col-split"
             } else if h.split > 1 {
                 "split-K"
             } else if h.bn < 64 {
@@ -1393,7 +1403,7 @@ mod tests {
         assert!(space_with(&nn, &hopper, &[Trial::Wide160], 132).iter().all(|c| !matches!(c, Candidate::Hopper(h) if h.bn == 160)), "tn only");
         // Every trial alone, each beside a twin trial, and all at once: each candidate has a
         // module (the twin trials twin the other trials' codes too).
-        let all = [Trial::Ksplit, Trial::Chains, Trial::Multicast, Trial::MulticastSplit, Trial::Wide160, Trial::L2, Trial::TmaStore, Trial::Bk128, Trial::Bk256, Trial::Narrow8, Trial::Du];
+        let all = [Trial::Ksplit, Trial::Chains, Trial::Multicast, Trial::MulticastSplit, Trial::Wide160, Trial::L2, Trial::TmaStore, Trial::Bk128, Trial::Bk256, Trial::Narrow8, Trial::Du, Trial::ColSplit];
         let twin_trials = [Trial::TmaStore, Trial::Bk128, Trial::Bk256, Trial::Du];
         let mut sets: Vec<Vec<Trial>> = vec![all.to_vec()];
         sets.extend(all.iter().map(|&t| vec![t]));
