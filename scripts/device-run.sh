@@ -21,7 +21,8 @@
 #                                          warm launch of the tuner's candidate whose entry
 #                                          ends with ONLY, and of cuBLASLt's heuristic choice
 #                                          (KAAS_PROFILE_AUTOTUNE=1: its autotuned algorithm
-#                                          from kernels/h100's baseline table instead);
+#                                          from kernels/h100's baseline table instead;
+#                                          KAAS_PROFILE_TRIAL=T: ours among trial T's codes);
 #                                          reports and a line each under $OUT/profile
 #   bash .dev/run/device-run.sh whole KERNEL SIZE BUDGET_MS …
 #                                          (device) `kaas run --bench` of a Hopper kernel
@@ -403,7 +404,7 @@ profile() {  # triples of SHAPE LAYOUT ONLY: ncu of our kernel and of cuBLASLt's
             "$ncu" --clock-control none --set full --kernel-name "regex:${who#*:}" --launch-skip 5 --launch-count 1 \
                 -f -o "$OUT/profile/$tag-${who%%:*}" "$K" tune --ptx-dir "$PTX_DIR" --state "/tmp/profile-$tag.json" \
                 --problems "$shape" --layouts "$layout" --only "$only" --max-pulls 2 \
-                ${KAAS_PROFILE_AUTOTUNE:+--reference-bundle kernels/h100} >"$OUT/profile/$tag-${who%%:*}.log" 2>&1 || true
+                ${KAAS_PROFILE_AUTOTUNE:+--reference-bundle kernels/h100} ${KAAS_PROFILE_TRIAL:+--trial "$KAAS_PROFILE_TRIAL"} >"$OUT/profile/$tag-${who%%:*}.log" 2>&1 || true
             rm -f "/tmp/profile-$tag.json"
             "$ncu" --import "$OUT/profile/$tag-${who%%:*}.ncu-rep" --page details --print-units base >"$OUT/profile/$tag-${who%%:*}.txt" 2>&1 || true
         done
