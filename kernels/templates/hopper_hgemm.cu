@@ -122,6 +122,13 @@
 //     3 adds _skc, KAAS_STREAMK=1 _sks;
 //     KAAS_PINGPONG=1 adds _pp, KAAS_KSPLIT=1 _kw, KAAS_COLSPLIT=1 _cs; then KAAS_EPILOGUE=2 _ts, then
 //     KAAS_DESC_UNIFORM=1 _du
+//   KAAS_WAIT0      0 (default) or 1 (not with KAAS_KSPLIT): each consumer waits for a
+//                   K-tile's wgmmas right after issuing them and frees its slot at once,
+//                   instead of keeping one K-tile in flight and freeing the slot one K-tile
+//                   later; as cuBLASLt's 384-thread 64×128 kernel does (ncu, session 22:
+//                   `WARPGROUP.DEPBAR.LE gsb0, 0x0` after each K-tile's four HGMMAs). The
+//                   producer gets the slot one K-tile sooner; the two consumers' wgmmas
+//                   fill each other's gaps. Entries add _w0 (before _du).
 //   KAAS_DESC_UNIFORM 0 (default) or 1: the consumers' wgmma descriptors as one add of the
 //                   byte offset / 16 to the slot's base descriptor, and the warpgroup index
 //                   broadcast from lane 0 so that ptxas keeps them in uniform registers (ncu,
@@ -346,7 +353,14 @@ typedef unsigned long long u64;
 #ifndef KAAS_DESC_UNIFORM
 #define KAAS_DESC_UNIFORM 0
 #endif
-#if KAAS_DESC_UNIFORM
+#ifndef KAAS_WAIT0
+#define KAAS_WAIT0 0
+#endif
+#if KAAS_DESC_UNIFORM && KAAS_WAIT0
+#define KAAS_DU_TAG _w0_du
+#elif KAAS_WAIT0
+#define KAAS_DU_TAG _w0
+#elif KAAS_DESC_UNIFORM
 #define KAAS_DU_TAG _du
 #else
 #define KAAS_DU_TAG
@@ -423,6 +437,7 @@ static_assert(CONSUMERS == 2 && (BN == 128 || BN == 256) && !KAAS_PINGPONG && !K
               "consumers split the columns of 128 or 256: two consumers, no ping-pong, no K split across them");
 static_assert(KAAS_SPLITK == 0 || (KAAS_SPLITK == 2 && !KAAS_STREAMK), "consumers split the columns without split-K or with the atomic one");
 #endif
+static_assert(!(KAAS_WAIT0 && KAAS_KSPLIT), "K split across consumers frees its slots its own way");
 #if KAAS_PINGPONG
 static_assert(CONSUMERS == 2, "ping-pong needs two consumer warpgroups");
 static_assert(KAAS_SPLITK == 0, "ping-pong runs without split-K");
@@ -1410,6 +1425,11 @@ KAAS_ENTRY(const __grid_constant__ TensorMap128 tmA, const __grid_constant__ Ten
 #if KAAS_PROBE_SYNC
                 wgmma_commit();
 #endif
+#if KAAS_WAIT0
+                wgmma_wait<0>();  // this K-tile's wgmmas are done: free its slot now
+                if (lane == 0) mbar_release(empty0 + 8 * s);
+                (void)prev;
+#else
 #if KAAS_KSPLIT
                 if (mine++ > 0) {  // this consumer's previous K-tile
 #else
@@ -1421,6 +1441,7 @@ KAAS_ENTRY(const __grid_constant__ TensorMap128 tmA, const __grid_constant__ Ten
                     if (lane == 0) mbar_release(empty0 + 8 * prev);
                 }
                 prev = s;
+#endif
                 if (++s == STAGES) {
                     s = 0;
                     ph ^= 1u;
@@ -1467,7 +1488,7 @@ KAAS_ENTRY(const __grid_constant__ TensorMap128 tmA, const __grid_constant__ Ten
                 }
                 if (t + ncl < tiles) red_taken_arrive();  // consumer 1 stores the next one
             }
-#else
+#elif !KAAS_WAIT0
             if (KAAS_HAS_K && lane == 0) mbar_release(empty0 + 8 * prev);
 #endif
 #if KAAS_SPLITK == 3

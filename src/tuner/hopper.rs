@@ -126,6 +126,12 @@ pub struct HopperConfig {
     /// cluster of two; ncu, session 21). BN 128 or 256; unsplit or atomic split-K.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub col_split: bool,
+    /// Each consumer waits for a K-tile's wgmmas right after issuing them and frees the slot
+    /// at once (`KAAS_WAIT0`, `_w0` before `_du`), as cuBLASLt's two-consumer 64×128 kernel
+    /// does (ncu, session 22), instead of keeping one K-tile in flight. Not with K split
+    /// across consumers.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub wait0: bool,
 }
 
 fn bk64() -> u32 {
@@ -146,7 +152,7 @@ pub(crate) fn is_one(v: &u32) -> bool {
 
 /// What tells two codes apart (one PTX each): every knob but the grid, the split count and
 /// the L2 promotion, with the uniform descriptors apart (a tuple has at most 12 to compare).
-pub type CodeKey = ((u32, u32, u32, u32, u8, bool, u32, u32, bool, u32, bool, u32), (bool, bool));
+pub type CodeKey = ((u32, u32, u32, u32, u8, bool, u32, u32, bool, u32, bool, u32), (bool, bool, bool));
 
 /// Units (output tiles × slices) the split counts of the search aim at, per SM of the
 /// device: a quarter, half, one and two waves (see [`split_space`]).
@@ -155,7 +161,7 @@ const UNIT_TARGETS: [(u32, u32); 4] = [(1, 4), (1, 2), (1, 1), (2, 1)];
 impl HopperConfig {
     /// A cooperative, unsplit configuration, one tile per block, without clusters.
     pub const fn new(bm: u32, bn: u32, stages: u32, consumers: u32) -> Self {
-        HopperConfig { bm, bn, stages, consumers, persistent: false, split: 1, atomic: false, pingpong: false, cluster_reduce: false, cluster_m: 1, cluster_n: 1, stream_k: false, ksplit: false, chains: 1, l2_256: false, tma_store: false, bk: BK, desc_uniform: false, col_split: false }
+        HopperConfig { bm, bn, stages, consumers, persistent: false, split: 1, atomic: false, pingpong: false, cluster_reduce: false, cluster_m: 1, cluster_n: 1, stream_k: false, ksplit: false, chains: 1, l2_256: false, tma_store: false, bk: BK, desc_uniform: false, col_split: false, wait0: false }
     }
 
     pub fn validate(&self) -> Result<(), String> {
@@ -240,6 +246,9 @@ impl HopperConfig {
         }
         if self.ksplit && (self.consumers != 2 || self.pingpong || self.split > 1 || !self.stages.is_multiple_of(2)) {
             return Err(format!("K split across consumers needs two consumers, an even ring ({} stages), and no ping-pong or split-K", self.stages));
+        }
+        if self.wait0 && self.ksplit {
+            return Err("K split across consumers frees its slots its own way: no wait0".into());
         }
         if self.tma_store && (self.split > 1 || !self.bn.is_multiple_of(64)) {
             return Err(format!("the TMA-store epilogue stores 64-column pieces of unsplit tiles; got BN {} split {}", self.bn, self.split));
@@ -345,6 +354,7 @@ impl HopperConfig {
         let cn = if self.chains > 1 { format!("{cn}_x{}", self.chains) } else { cn };
         let ts = if self.tma_store { "_ts" } else { "" };
         let du = if self.desc_uniform { "_du" } else { "" };
+        let du = if self.wait0 { format!("_w0{du}") } else { du.to_string() };
         format!("kaas_wgmma_{}_{}_{}x{}x{}_s{}_c{}_m{}_g{GROUP_M}{cn}{sk}{pp}{ts}{du}", acc.as_str(), layout.as_str(), self.bm, self.bn, self.bk, self.stages, self.consumers, self.cluster_m)
     }
 
@@ -368,6 +378,7 @@ impl HopperConfig {
         .chain(self.pingpong.then_some(("KAAS_PINGPONG", 1)))
         .chain(self.ksplit.then_some(("KAAS_KSPLIT", 1)))
         .chain(self.col_split.then_some(("KAAS_COLSPLIT", 1)))
+        .chain(self.wait0.then_some(("KAAS_WAIT0", 1)))
         .chain((self.cluster_n > 1).then_some(("KAAS_CLUSTER_N", self.cluster_n)))
         .chain((self.chains > 1).then_some(("KAAS_CHAINS", self.chains)))
         .chain(self.desc_uniform.then_some(("KAAS_DESC_UNIFORM", 1)))
@@ -377,7 +388,7 @@ impl HopperConfig {
 
     /// The same code with the other grid (or another split count).
     pub fn code_key(&self) -> CodeKey {
-        ((self.bm, self.bn, self.stages, self.consumers, self.split_mode(), self.pingpong, self.cluster_m, self.cluster_n, self.ksplit, self.chains, self.tma_store, self.bk), (self.desc_uniform, self.col_split))
+        ((self.bm, self.bn, self.stages, self.consumers, self.split_mode(), self.pingpong, self.cluster_m, self.cluster_n, self.ksplit, self.chains, self.tma_store, self.bk), (self.desc_uniform, self.col_split, self.wait0))
     }
 
     /// Blocks: a persistent grid takes one per SM, rounded down to whole clusters.
@@ -439,6 +450,7 @@ impl HopperConfig {
     pub fn from_entry(entry: &str) -> Option<(HopperConfig, Acc, Layout)> {
         let rest = entry.strip_prefix("kaas_wgmma_")?;
         let (rest, desc_uniform) = rest.strip_suffix("_du").map_or((rest, false), |r| (r, true));
+        let (rest, wait0) = rest.strip_suffix("_w0").map_or((rest, false), |r| (r, true));
         let (rest, tma_store) = rest.strip_suffix("_ts").map_or((rest, false), |r| (r, true));
         let (rest, pingpong) = rest.strip_suffix("_pp").map_or((rest, false), |r| (r, true));
         let (rest, ksplit) = rest.strip_suffix("_kw").map_or((rest, false), |r| (r, true));
@@ -492,6 +504,7 @@ impl HopperConfig {
             bk,
             desc_uniform,
             col_split,
+            wait0,
         };
         cfg.validate().ok()?;
         (cfg.entry(acc, layout) == entry).then_some((cfg, acc, layout))
@@ -532,6 +545,7 @@ impl HopperConfig {
         let l2 = if self.tma_store { format!(" tma-store{l2}") } else { l2.to_string() };
         let bk = if self.bk != BK { format!(" k{}", self.bk) } else { String::new() };
         let du = if self.desc_uniform { " du" } else { "" };
+        let du = if self.wait0 { format!(" wait0{du}") } else { du.to_string() };
         format!("{}x{}{bk} s{} c{}{cl}{pp}{}{split}{l2}{du}", self.bm, self.bn, self.stages, self.consumers, if self.persistent { " persistent" } else { "" })
     }
 }
@@ -873,6 +887,9 @@ pub fn col_split_codes() -> Vec<HopperConfig> {
             }
         }
     }
+    // Each also waiting for its wgmmas K-tile by K-tile, as cuBLASLt's kernel does.
+    let twins: Vec<HopperConfig> = out.iter().map(|c| HopperConfig { wait0: true, ..*c }).collect();
+    out.extend(twins);
     out.extend(col_split_split_tiles());
     out
 }
@@ -883,6 +900,7 @@ fn col_split_split_tiles() -> Vec<HopperConfig> {
     [(1, 1), (2, 1), (1, 2)]
         .into_iter()
         .filter_map(|(cluster_m, cluster_n)| rings(HopperConfig { col_split: true, split: 2, atomic: true, cluster_m, cluster_n, ..HopperConfig::new(64, 128, 2, 2) }).into_iter().next())
+        .flat_map(|c| [c, HopperConfig { wait0: true, ..c }])
         .collect()
 }
 
@@ -1439,13 +1457,15 @@ mod tests {
     #[test]
     fn col_split_codes_give_a_64_row_tile_two_consumers() {
         let codes = col_split_codes();
-        assert_eq!(codes.len(), 2 * (2 * 2 + 2 * 2) + 3, "{codes:?}");
+        assert_eq!(codes.len(), 2 * (2 * (2 * 2 + 2 * 2) + 3), "{codes:?}");
+        assert_eq!(codes.iter().filter(|c| c.wait0).count(), codes.len() / 2);
         for c in &codes {
             c.validate().unwrap();
             assert!(c.col_split && c.consumers == 2 && c.bm == 64 && c.threads() == 384, "{c:?}");
+            assert_ne!(c.code_key(), HopperConfig { wait0: !c.wait0, ..*c }.code_key());
             for (acc, layout) in [(Acc::F32, Layout::Tn), (Acc::F32, Layout::Nn), (Acc::F16, Layout::Tn)] {
                 let entry = c.entry(acc, layout);
-                assert!(entry.ends_with("_cs"), "{entry}");
+                assert!(entry.ends_with(if c.wait0 { "_cs_w0" } else { "_cs" }), "{entry}");
                 let (back, a, l) = HopperConfig::from_entry(&entry).unwrap();
                 assert_eq!((HopperConfig { persistent: c.persistent, ..back }, a, l), (*c, acc, layout));
             }
@@ -1456,6 +1476,9 @@ mod tests {
         assert_eq!(c.entry(Acc::F32, Layout::Tn), "kaas_wgmma_f32_tn_64x128x64_s8_c2_m1_g16_cs");
         assert_eq!(HopperConfig { cluster_n: 2, split: 4, atomic: true, ..c }.entry(Acc::F32, Layout::Nn), "kaas_wgmma_f32_nn_64x128x64_s8_c2_m1_g16_n2_ska_cs");
         assert_eq!(HopperConfig { cluster_m: 2, ..c }.label(), "64x128 s8 c2 m2 col-split");
+        assert_eq!(HopperConfig { wait0: true, desc_uniform: true, ..c }.entry(Acc::F32, Layout::Tn), "kaas_wgmma_f32_tn_64x128x64_s8_c2_m1_g16_cs_w0_du");
+        assert_eq!(HopperConfig::from_entry("kaas_wgmma_f32_tn_64x128x64_s8_c2_m1_g16_cs_w0_du").map(|(c, _, _)| (c.wait0, c.desc_uniform)), Some((true, true)));
+        assert!(HopperConfig { wait0: true, ksplit: true, col_split: false, ..c }.validate().is_err());
         // Without the column split a 64-row tile cannot have two cooperative consumers.
         assert!(HopperConfig { col_split: false, ..c }.validate().is_err());
         for bad in [
