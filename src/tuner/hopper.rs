@@ -822,7 +822,9 @@ const MULTICAST_TILES: [(u32, u32, u32); 5] = [(128, 256, 2), (256, 128, 2), (12
 /// 21 of them a 256×128 tile in our terms (BENCHMARKS, session 13). And 128×64 with two
 /// consumers, cuBLASLt's heuristic pick on tn 1024×1024×8192 in our terms
 /// (`nvjet_sm90_hsh_64x128_64x8_2x1`: 384 threads, 8 stages, one tile per CTA; ncu,
-/// session 21), which the skinny shapes' clusters have along M only.
+/// session 21), which the skinny shapes' clusters have along M only: on 89 long-K mid tn
+/// shapes it was 0.70 × cuBLASLt's heuristic (geomean) and never 2% ahead of the catalog
+/// (session 22).
 const MULTICAST_N_TILES: [(u32, u32, u32); 4] = [(128, 256, 2), (256, 128, 2), (128, 128, 2), (128, 64, 2)];
 
 /// K split across the two consumer warpgroups (`_kw`): 64-row tiles from 64 × 16 to 64 ×
@@ -874,8 +876,17 @@ pub fn ksplit_pair_codes() -> Vec<HopperConfig> {
 /// 1024×1024×8192 runs (384 threads, 8 stages, a cluster of two, no split-K; ncu, session
 /// 21); alone (the deepest ring and a 4-stage one) and in pairs along M and N (the deepest
 /// ring), on both grids; and 64 × 128 with the atomic split-K, alone and in pairs (`split` 2
-/// stands for every count: [`col_split_space`] gives a problem's). Built, not yet timed:
-/// `kaas tune --trial col-split` times them.
+/// stands for every count: [`col_split_space`] gives a problem's); each also with `wait0`.
+/// They pass the verifier on the H100 (`col_split_hopper_kernels_pass_the_verifier`, 120
+/// runs) and stay a trial (`kaas tune --trial col-split`): on the long-K mid shapes the
+/// catalog trails on (K ≥ 4096, session 22) their best was 0.90–0.91 × cuBLASLt's
+/// heuristic in the tuner's timing; of 367 problems 6 passed the promising filter, and the
+/// 4 verified were none ahead of the catalog's entries (the best, nn 64×16384×4096, 1.0024
+/// × autotune-max in the verifier's benchmark against the entry's 1.0051). On tn 1024×1024×8192
+/// (ncu) the 64×128 code takes 32.8 µs against cuBLASLt's 28.1 with the same tile,
+/// threads, registers and ring: it runs 1.6× the instructions (descriptor arithmetic) and
+/// moves about 19% more through L2 (cuBLASLt's runs in a multicast pair; ours in pairs were
+/// no faster). Freeing slots at once (`wait0`) changed nothing (1.005, same code).
 pub fn col_split_codes() -> Vec<HopperConfig> {
     let mut out = Vec::new();
     for bn in [128, 256] {
