@@ -1626,24 +1626,64 @@ fn uniform_descriptor_hopper_kernels_pass_the_verifier() {
         return;
     }
     let base: Vec<HopperConfig> = hopper::space().into_iter().chain(hopper::skinny_chains_codes()).chain(hopper::narrow8_search_codes()).collect();
-    let twins = hopper::twin_codes(&base, true, &[128], false);
+    let twins = hopper::twin_codes(&base, true, &[128], false, false);
     let split = hopper::split_tiles().into_iter().map(|c| HopperConfig { split: 5, atomic: true, ..c });
-    let mut codes: Vec<HopperConfig> = base.into_iter().chain(twins).chain(split).filter(hopper::takes_desc_uniform).map(hopper::searched_desc).collect();
-    // One ring depth of each kind of code (about 1.3 s a run in the sandbox; all of them
-    // would take minutes), each in one layout, tn and nn in turn.
-    let kind = |c: &HopperConfig| HopperConfig { stages: 0, persistent: false, l2_256: false, ..*c };
+    let codes = one_of_each_kind(base.into_iter().chain(twins).chain(split).filter(hopper::takes_desc_uniform).map(hopper::searched_desc).collect());
+    assert!(codes.len() > 20 && codes.iter().all(|c| c.desc_uniform), "{}", codes.len());
+    let runs = verify_in_turn("DESC-UNIFORM", &codes);
+    println!("{} uniform-descriptor runs", runs.runs);
+    runs.assert_all_passed();
+}
+
+/// One ring depth of each kind of code (about 1.3 s a run in the sandbox; all of them would
+/// take minutes).
+fn one_of_each_kind(mut codes: Vec<kaas::tuner::hopper::HopperConfig>) -> Vec<kaas::tuner::hopper::HopperConfig> {
+    let kind = |c: &kaas::tuner::hopper::HopperConfig| kaas::tuner::hopper::HopperConfig { stages: 0, persistent: false, l2_256: false, ..*c };
     codes.sort_by_key(kind);
     codes.dedup_by_key(|c| kind(c));
-    assert!(codes.len() > 20 && codes.iter().all(|c| c.desc_uniform), "{}", codes.len());
+    codes
+}
+
+/// Each code through the verifier once, in one layout, tn and nn in turn, on shapes the tiles
+/// do not divide (one K-tile, ragged K, long K), in turn too.
+fn verify_in_turn(label: &'static str, codes: &[kaas::tuner::hopper::HopperConfig]) -> VerifierRuns {
     let shapes = [(100, 200, 136), (1000, 1000, 1000), (64, 1000, 520), (640, 384, 4104), (300, 72, 4104), (256, 256, 8192)];
-    let mut runs = VerifierRuns::new("DESC-UNIFORM");
+    let mut runs = VerifierRuns::new(label);
     for (i, cfg) in codes.iter().enumerate() {
         let layout = [Layout::Tn, Layout::Nn].into_iter().cycle().skip(i).take(2).find(|&l| cfg.supports(l)).expect("a layout");
         let (m, n, k) = shapes[i % shapes.len()];
         let p = Problem::new(Arch::Sm90, Acc::F32, layout, Shape::new(m, n, k).expect("shape"));
-        runs.run_code(&p, cfg, &hopper::compile(cfg, p.acc, layout).expect("compile"));
+        runs.run_code(&p, cfg, &kaas::tuner::hopper::compile(cfg, p.acc, layout).expect("compile"));
     }
-    println!("{} uniform-descriptor runs", runs.runs);
+    runs
+}
+
+/// Stepped descriptors (`_dr`: one 32-bit add to the low word per wgmma operand) pass the
+/// verifier in every kind of code that builds descriptors its own way: the search's codes
+/// (cooperative, ping-pong, narrow, 64×8) and their K-128, K-256 and TMA-store twins, the
+/// skinny chains, K split across consumers, the column split (and its wait0 twins), the
+/// multicast pairs and the atomic split-K tiles with uneven slices; one ring depth of each,
+/// tn and nn in turn, on shapes the tiles do not divide.
+#[test]
+fn stepped_descriptor_hopper_kernels_pass_the_verifier() {
+    use kaas::tuner::hopper::{self, HopperConfig};
+    if !hopper_or_skip() {
+        return;
+    }
+    let base: Vec<HopperConfig> = hopper::space()
+        .into_iter()
+        .chain(hopper::skinny_chains_codes())
+        .chain(hopper::narrow8_search_codes())
+        .chain(hopper::ksplit_codes())
+        .chain(hopper::col_split_codes())
+        .chain(hopper::multicast_codes())
+        .collect();
+    let twins = hopper::twin_codes(&base, true, &[128, 256], false, false);
+    let split = hopper::split_tiles().into_iter().map(|c| HopperConfig { split: 5, atomic: true, ..c });
+    let codes = one_of_each_kind(base.into_iter().chain(twins).chain(split).map(|c| hopper::step_twin(&c)).collect());
+    assert!(codes.len() > 40 && codes.iter().all(|c| c.desc_step && c.validate().is_ok()), "{}", codes.len());
+    let runs = verify_in_turn("DESC-STEP", &codes);
+    println!("{} stepped-descriptor runs over {} codes", runs.runs, codes.len());
     runs.assert_all_passed();
 }
 

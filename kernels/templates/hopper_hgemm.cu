@@ -356,7 +356,11 @@ typedef unsigned long long u64;
 #ifndef KAAS_WAIT0
 #define KAAS_WAIT0 0
 #endif
-#if KAAS_DESC_UNIFORM && KAAS_WAIT0
+#if KAAS_DESC_UNIFORM == 2 && KAAS_WAIT0
+#define KAAS_DU_TAG _w0_dr
+#elif KAAS_DESC_UNIFORM == 2
+#define KAAS_DU_TAG _dr
+#elif KAAS_DESC_UNIFORM && KAAS_WAIT0
 #define KAAS_DU_TAG _w0_du
 #elif KAAS_WAIT0
 #define KAAS_DU_TAG _w0
@@ -615,6 +619,19 @@ __device__ __forceinline__ u64 smem_desc(u32 addr, u32 lbo, u32 sbo) {
 // (the address field is the low 14 bits; shared memory < 256 KiB never carries out of it),
 // one add instead of the mask, shifts and ors per wgmma operand.
 __device__ __forceinline__ u64 desc_add(u64 base, u32 byte_offset) { return base + (u64)(byte_offset >> 4); }
+// KAAS_DESC_UNIFORM=2: only a descriptor's low word moves (address / 16, and the leading
+// byte offset / 16 at bit 16); the high word (stride 1024 B, 128-byte swizzle) is the same
+// for every operand. A consumer keeps the low word of its slot-0 descriptors and adds the
+// slot's and the k16 step's offset / 16: one 32-bit add per wgmma operand, as cuBLASLt's
+// kernels step theirs (one UIADD3 per descriptor per HGMMA, ncu, session 22).
+__device__ __forceinline__ u32 desc_lo(u32 addr, u32 lbo) { return ((addr & 0x3FFFF) >> 4) | ((lbo >> 4) << 16); }
+// The high word comes in as a value ptxas cannot fold (desc_hi), one for A and one for B:
+// given the constant, it rematerialized it with a UMOV into each pair before every HGMMA,
+// and given one value for both, it copied it into the second pair (SASS, session 23).
+__device__ __forceinline__ u64 desc_from_lo(u32 lo, u32 hi) { return ((u64)hi << 32) | lo; }
+// (1024 >> 4) | 1 << 30, plus the sign bit of a dimension, 0 in every launch that issues a
+// wgmma (M, N, K >= 1).
+__device__ __forceinline__ u32 desc_hi(int dim) { return ((1024u >> 4) | (1u << 30)) + ((u32)dim >> 31); }
 
 __device__ __forceinline__ u32 pack_f16x2(float lo, float hi) {
     u32 r;
@@ -1287,6 +1304,18 @@ KAAS_ENTRY(const __grid_constant__ TensorMap128 tmA, const __grid_constant__ Ten
         const int cw = wg - 1;
         const int warp = tid / 32;
         const int lane = tid % 32;
+#if KAAS_DESC_UNIFORM == 2
+        // The low words of this consumer's slot-0 descriptors (its rows of A, its columns of B).
+#if KAAS_COLSPLIT && KAAS_LAYOUT_TN
+        const u32 a_lo0 = desc_lo(sA, 16), b_lo0 = desc_lo(sB + cw * KAAS_WN * 128, 16);
+#elif KAAS_COLSPLIT
+        const u32 a_lo0 = desc_lo(sA, 16), b_lo0 = desc_lo(sB + cw * (KAAS_WN / 64) * BK * 128, BK * 128);
+#else
+        const u32 a_lo0 = desc_lo(sA + (KAAS_WHOLE_TILE ? 0 : cw * WG_M * 128), 16);
+        const u32 b_lo0 = desc_lo(sB, KAAS_LAYOUT_TN ? 16 : BK * 128);
+#endif
+        const u32 dhi_a = desc_hi(M), dhi_b = desc_hi(N);
+#endif
 #if KAAS_EPI_TMA
         if (tid == 0) asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<u64>(&tmC)) : "memory");
         u32 epi_n = 0;  // pieces this thread's warp has stored: their buffer is epi_n % KAAS_EPI_NB
@@ -1378,7 +1407,10 @@ KAAS_ENTRY(const __grid_constant__ TensorMap128 tmA, const __grid_constant__ Ten
                 wgmma_fence();
 #endif
 #if KAAS_PROBE_MATH
-#if KAAS_DESC_UNIFORM
+#if KAAS_DESC_UNIFORM == 2
+                const u32 a_lo = a_lo0 + (u32)s * (A_STAGE_BYTES >> 4);
+                const u32 b_lo = b_lo0 + (u32)s * (B_STAGE_BYTES >> 4);
+#elif KAAS_DESC_UNIFORM
 #if KAAS_LAYOUT_TN
                 const u64 db0 = smem_desc(b_base, 16, 1024);
 #else
@@ -1388,7 +1420,11 @@ KAAS_ENTRY(const __grid_constant__ TensorMap128 tmA, const __grid_constant__ Ten
 #endif
 #pragma unroll
                 for (int kk = 0; kk < BK / 16; ++kk) {
-#if KAAS_DESC_UNIFORM && KAAS_LAYOUT_TN
+#if KAAS_DESC_UNIFORM == 2 && KAAS_LAYOUT_TN
+                    const u64 db = desc_from_lo(b_lo + ((kk / 4) * BN * 128 + (kk % 4) * 32) / 16, dhi_b);
+#elif KAAS_DESC_UNIFORM == 2
+                    const u64 db = desc_from_lo(b_lo + kk * 2048 / 16, dhi_b);
+#elif KAAS_DESC_UNIFORM && KAAS_LAYOUT_TN
                     const u64 db = desc_add(db0, (kk / 4) * BN * 128 + (kk % 4) * 32);
 #elif KAAS_DESC_UNIFORM
                     const u64 db = desc_add(db0, kk * 2048);
@@ -1401,7 +1437,9 @@ KAAS_ENTRY(const __grid_constant__ TensorMap128 tmA, const __grid_constant__ Ten
 #endif
 #pragma unroll
                     for (int mi = 0; mi < MI; ++mi) {
-#if KAAS_DESC_UNIFORM
+#if KAAS_DESC_UNIFORM == 2
+                        const u64 da = desc_from_lo(a_lo + ((kk / 4) * BM * 128 + mi * 64 * 128 + (kk % 4) * 32) / 16, dhi_a);
+#elif KAAS_DESC_UNIFORM
                         const u64 da = desc_add(da0, (kk / 4) * BM * 128 + mi * 64 * 128 + (kk % 4) * 32);
 #elif KAAS_BK == 64
                         const u64 da = smem_desc(a_base + mi * 64 * 128 + kk * 32, 16, 1024);

@@ -132,6 +132,13 @@ pub struct HopperConfig {
     /// across consumers.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub wait0: bool,
+    /// With `desc_uniform`: only each descriptor's low word moves, one 32-bit add of the
+    /// slot's and k-step's offset to the consumer's slot-0 low word, the high word shared
+    /// (`KAAS_DESC_UNIFORM=2`, entries ending `_dr` in place of `_du`). cuBLASLt steps its
+    /// descriptors with one UIADD3 each per HGMMA; our `_du` code ran 1.6× cuBLASLt's
+    /// instructions on the same tile (ncu, session 22).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub desc_step: bool,
 }
 
 fn bk64() -> u32 {
@@ -152,7 +159,7 @@ pub(crate) fn is_one(v: &u32) -> bool {
 
 /// What tells two codes apart (one PTX each): every knob but the grid, the split count and
 /// the L2 promotion, with the uniform descriptors apart (a tuple has at most 12 to compare).
-pub type CodeKey = ((u32, u32, u32, u32, u8, bool, u32, u32, bool, u32, bool, u32), (bool, bool, bool));
+pub type CodeKey = ((u32, u32, u32, u32, u8, bool, u32, u32, bool, u32, bool, u32), (bool, bool, bool, bool));
 
 /// Units (output tiles × slices) the split counts of the search aim at, per SM of the
 /// device: a quarter, half, one and two waves (see [`split_space`]).
@@ -161,7 +168,7 @@ const UNIT_TARGETS: [(u32, u32); 4] = [(1, 4), (1, 2), (1, 1), (2, 1)];
 impl HopperConfig {
     /// A cooperative, unsplit configuration, one tile per block, without clusters.
     pub const fn new(bm: u32, bn: u32, stages: u32, consumers: u32) -> Self {
-        HopperConfig { bm, bn, stages, consumers, persistent: false, split: 1, atomic: false, pingpong: false, cluster_reduce: false, cluster_m: 1, cluster_n: 1, stream_k: false, ksplit: false, chains: 1, l2_256: false, tma_store: false, bk: BK, desc_uniform: false, col_split: false, wait0: false }
+        HopperConfig { bm, bn, stages, consumers, persistent: false, split: 1, atomic: false, pingpong: false, cluster_reduce: false, cluster_m: 1, cluster_n: 1, stream_k: false, ksplit: false, chains: 1, l2_256: false, tma_store: false, bk: BK, desc_uniform: false, col_split: false, wait0: false, desc_step: false }
     }
 
     pub fn validate(&self) -> Result<(), String> {
@@ -198,6 +205,9 @@ impl HopperConfig {
             && (self.consumers != 2 || !matches!(self.bn, 128 | 256) || self.pingpong || self.ksplit || self.chains > 1 || (self.split > 1 && (!self.atomic || self.cluster_reduce || self.stream_k)))
         {
             return Err(format!("consumers split the columns of a {}x{} tile: two consumers, BN 128 or 256, one chain, no ping-pong, no K split across them, unsplit or atomic split-K", self.bm, self.bn));
+        }
+        if self.desc_step && !self.desc_uniform {
+            return Err("stepped descriptors (`_dr`) are a mode of the uniform ones: desc_step needs desc_uniform".into());
         }
         if self.pingpong {
             if self.consumers != 2 || self.split > 1 {
@@ -353,7 +363,7 @@ impl HopperConfig {
         let cn = if self.cluster_n > 1 { format!("_n{}", self.cluster_n) } else { String::new() };
         let cn = if self.chains > 1 { format!("{cn}_x{}", self.chains) } else { cn };
         let ts = if self.tma_store { "_ts" } else { "" };
-        let du = if self.desc_uniform { "_du" } else { "" };
+        let du = if self.desc_step { "_dr" } else if self.desc_uniform { "_du" } else { "" };
         let du = if self.wait0 { format!("_w0{du}") } else { du.to_string() };
         format!("kaas_wgmma_{}_{}_{}x{}x{}_s{}_c{}_m{}_g{GROUP_M}{cn}{sk}{pp}{ts}{du}", acc.as_str(), layout.as_str(), self.bm, self.bn, self.bk, self.stages, self.consumers, self.cluster_m)
     }
@@ -381,14 +391,14 @@ impl HopperConfig {
         .chain(self.wait0.then_some(("KAAS_WAIT0", 1)))
         .chain((self.cluster_n > 1).then_some(("KAAS_CLUSTER_N", self.cluster_n)))
         .chain((self.chains > 1).then_some(("KAAS_CHAINS", self.chains)))
-        .chain(self.desc_uniform.then_some(("KAAS_DESC_UNIFORM", 1)))
+        .chain(self.desc_uniform.then_some(("KAAS_DESC_UNIFORM", if self.desc_step { 2 } else { 1 })))
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect()
     }
 
     /// The same code with the other grid (or another split count).
     pub fn code_key(&self) -> CodeKey {
-        ((self.bm, self.bn, self.stages, self.consumers, self.split_mode(), self.pingpong, self.cluster_m, self.cluster_n, self.ksplit, self.chains, self.tma_store, self.bk), (self.desc_uniform, self.col_split, self.wait0))
+        ((self.bm, self.bn, self.stages, self.consumers, self.split_mode(), self.pingpong, self.cluster_m, self.cluster_n, self.ksplit, self.chains, self.tma_store, self.bk), (self.desc_uniform, self.col_split, self.wait0, self.desc_step))
     }
 
     /// Blocks: a persistent grid takes one per SM, rounded down to whole clusters.
@@ -449,7 +459,8 @@ impl HopperConfig {
     /// [`HopperConfig::of_launch`]).
     pub fn from_entry(entry: &str) -> Option<(HopperConfig, Acc, Layout)> {
         let rest = entry.strip_prefix("kaas_wgmma_")?;
-        let (rest, desc_uniform) = rest.strip_suffix("_du").map_or((rest, false), |r| (r, true));
+        let (rest, desc_step) = rest.strip_suffix("_dr").map_or((rest, false), |r| (r, true));
+        let (rest, desc_uniform) = if desc_step { (rest, true) } else { rest.strip_suffix("_du").map_or((rest, false), |r| (r, true)) };
         let (rest, wait0) = rest.strip_suffix("_w0").map_or((rest, false), |r| (r, true));
         let (rest, tma_store) = rest.strip_suffix("_ts").map_or((rest, false), |r| (r, true));
         let (rest, pingpong) = rest.strip_suffix("_pp").map_or((rest, false), |r| (r, true));
@@ -505,6 +516,7 @@ impl HopperConfig {
             desc_uniform,
             col_split,
             wait0,
+            desc_step,
         };
         cfg.validate().ok()?;
         (cfg.entry(acc, layout) == entry).then_some((cfg, acc, layout))
@@ -544,7 +556,7 @@ impl HopperConfig {
         let l2 = if self.l2_256 { " l2-256B" } else { "" };
         let l2 = if self.tma_store { format!(" tma-store{l2}") } else { l2.to_string() };
         let bk = if self.bk != BK { format!(" k{}", self.bk) } else { String::new() };
-        let du = if self.desc_uniform { " du" } else { "" };
+        let du = if self.desc_step { " dr" } else if self.desc_uniform { " du" } else { "" };
         let du = if self.wait0 { format!(" wait0{du}") } else { du.to_string() };
         format!("{}x{}{bk} s{} c{}{cl}{pp}{}{split}{l2}{du}", self.bm, self.bn, self.stages, self.consumers, if self.persistent { " persistent" } else { "" })
     }
@@ -688,6 +700,11 @@ pub fn desc_twin(c: &HopperConfig) -> HopperConfig {
     HopperConfig { desc_uniform: !c.desc_uniform, ..*c }
 }
 
+/// The twin of a code with stepped descriptors (`_dr`): the same tile, ring and grid.
+pub fn step_twin(c: &HopperConfig) -> HopperConfig {
+    HopperConfig { desc_uniform: true, desc_step: true, ..*c }
+}
+
 /// The TMA-store twin of a code (`_ts`): the same tile and grid with the TMA-store epilogue,
 /// its ring cut where the second staging buffer leaves less room (e.g. 64×256 ping-pong: 5
 /// stages become 4). None for split-K codes and tiles whose BN is not a multiple of 64.
@@ -717,16 +734,17 @@ pub fn bk_twin(c: &HopperConfig, bk: u32) -> Option<HopperConfig> {
 /// tests' list), split-K's included, once each.
 pub fn bk_codes(bk: u32) -> Vec<HopperConfig> {
     let all: Vec<HopperConfig> = space().into_iter().chain(skinny_cluster_codes()).chain(skinny_chains_codes()).chain(multicast_codes()).chain(chains_codes()).chain(split_tiles()).chain(chains_split_tiles()).chain(tma_store_codes()).chain(narrow8_codes()).collect();
-    twin_codes(&all, false, &[bk], false)
+    twin_codes(&all, false, &[bk], false, false)
 }
 
 /// The twin codes (one module each) of `codes`, in the order [`space_for`] and the twin
 /// trials twin a problem's candidates: the TMA-store twins first where `tma_store`, then the
 /// K-`bk` twins ([`bk_twin`]) of the codes and of those, for each `bk` of `bks`, then the
 /// twins in the other descriptor mode ([`desc_twin`]) of all of them where `desc_uniform`.
+/// Then the stepped-descriptor twins ([`step_twin`]) of all of them where `desc_step`.
 /// Each once, and none that `codes` already holds (as a module: compared by
 /// [`HopperConfig::code_key`]).
-pub fn twin_codes(codes: &[HopperConfig], tma_store: bool, bks: &[u32], desc_uniform: bool) -> Vec<HopperConfig> {
+pub fn twin_codes(codes: &[HopperConfig], tma_store: bool, bks: &[u32], desc_uniform: bool, desc_step: bool) -> Vec<HopperConfig> {
     let mut all: Vec<HopperConfig> = codes.iter().map(|c| HopperConfig { persistent: false, l2_256: false, ..*c }).collect();
     let given = all.len();
     let add = |all: &mut Vec<HopperConfig>, twins: Vec<HopperConfig>| {
@@ -748,6 +766,10 @@ pub fn twin_codes(codes: &[HopperConfig], tma_store: bool, bks: &[u32], desc_uni
         let twins = all.iter().map(desc_twin).collect();
         add(&mut all, twins);
     }
+    if desc_step {
+        let twins = all.iter().map(step_twin).collect();
+        add(&mut all, twins);
+    }
     all.split_off(given)
 }
 
@@ -758,7 +780,7 @@ pub fn twin_codes(codes: &[HopperConfig], tma_store: bool, bks: &[u32], desc_uni
 /// candidates where [`takes_tma_store`].
 pub fn tma_store_codes() -> Vec<HopperConfig> {
     let all: Vec<HopperConfig> = space().into_iter().chain(skinny_cluster_codes()).chain(skinny_chains_codes()).chain(multicast_codes()).chain(ksplit_codes()).chain(chains_codes()).collect();
-    twin_codes(&all, true, &[], false)
+    twin_codes(&all, true, &[], false, false)
 }
 
 /// The 256×160 tile (tn; two consumers of 128 rows, 160 accumulators per thread, 4
@@ -1460,6 +1482,28 @@ mod tests {
         // Ping-pong consumers run in a cluster (both CTAs take the same tiles in the same
         // order, so the same consumer releases a slot in each).
         assert!(HopperConfig { pingpong: true, persistent: true, cluster_m: 2, ..HopperConfig::new(128, 128, 6, 2) }.validate().is_ok());
+    }
+
+    /// Stepped descriptors are a mode of the uniform ones: `_dr` in place of `_du` (after
+    /// `_w0`), `KAAS_DESC_UNIFORM=2`, a module of their own, and parse back.
+    #[test]
+    fn stepped_descriptors_name_and_define_their_mode() {
+        let c = step_twin(&HopperConfig { pingpong: true, ..HopperConfig::new(64, 256, 5, 2) });
+        assert!(c.desc_uniform && c.desc_step && c.validate().is_ok());
+        assert_eq!(c.entry(Acc::F32, Layout::Tn), "kaas_wgmma_f32_tn_64x256x64_s5_c2_m1_g16_pp_dr");
+        assert_eq!(c.label(), "64x256 s5 c2 ping-pong dr");
+        let w0 = step_twin(&HopperConfig { col_split: true, wait0: true, ..HopperConfig::new(64, 128, 8, 2) });
+        assert_eq!(w0.entry(Acc::F32, Layout::Nn), "kaas_wgmma_f32_nn_64x128x64_s8_c2_m1_g16_cs_w0_dr");
+        for (code, acc, layout) in [(c, Acc::F32, Layout::Tn), (w0, Acc::F32, Layout::Nn), (step_twin(&HopperConfig::new(128, 256, 4, 2)), Acc::F16, Layout::Tn)] {
+            assert_eq!(HopperConfig::from_entry(&code.entry(acc, layout)), Some((code, acc, layout)));
+            let defines = code.defines(acc, layout);
+            assert!(defines.contains(&("KAAS_DESC_UNIFORM".to_string(), "2".to_string())), "{defines:?}");
+            assert_ne!(code.code_key(), HopperConfig { desc_step: false, ..code }.code_key());
+        }
+        assert!(HopperConfig { desc_uniform: false, ..c }.validate().is_err(), "a mode of the uniform descriptors");
+        assert_eq!(HopperConfig::from_entry("kaas_wgmma_f32_tn_64x256x64_s5_c2_m1_g16_pp_dr_du"), None);
+        let twins = twin_codes(&[HopperConfig::new(128, 256, 4, 2), c], false, &[], false, true);
+        assert_eq!(twins, vec![step_twin(&HopperConfig::new(128, 256, 4, 2))], "one twin each, none of a stepped code");
     }
 
     /// Consumers that split the columns: two consumers on 64-row tiles (each 64 × BN/2, so

@@ -172,6 +172,11 @@ pub enum Trial {
     /// consumers, alone and in pairs, unsplit and with the atomic split-K), on every shape:
     /// [`hopper::col_split_codes`].
     ColSplit,
+    /// The stepped-descriptor twin (`_dr`: each wgmma descriptor's low word one 32-bit add
+    /// from the consumer's slot-0 low word, the high word shared) of every Hopper
+    /// candidate of the problem, the other trials' included, to time it beside the code it
+    /// twins.
+    Dr,
 }
 
 impl Trial {
@@ -193,7 +198,7 @@ impl Trial {
             Trial::L2 => Vec::new(),
             Trial::MmaDeep => return mma::deep_codes().into_iter().map(Candidate::Mma).collect(),
             // Twins of the codes loaded beside them: [`codes_with`].
-            Trial::TmaStore | Trial::Bk128 | Trial::Bk256 | Trial::Du => Vec::new(),
+            Trial::TmaStore | Trial::Bk128 | Trial::Bk256 | Trial::Du | Trial::Dr => Vec::new(),
             Trial::Narrow8 => hopper::narrow8_codes(),
             Trial::MulticastSplit => hopper::multicast_split_all(),
             Trial::ColSplit => hopper::col_split_codes(),
@@ -211,7 +216,7 @@ impl Trial {
             Trial::L2 => return hopper::space_for(p, sm_count).into_iter().map(|c| Candidate::Hopper(hopper::HopperConfig { l2_256: !c.l2_256, ..c })).collect(),
             Trial::MmaDeep => return mma::deep_space_for(p, sm_count).into_iter().map(Candidate::Mma).collect(),
             // Its twins are of the whole space, the other trials' included: [`space_with`].
-            Trial::TmaStore | Trial::Bk128 | Trial::Bk256 | Trial::Du => return Vec::new(),
+            Trial::TmaStore | Trial::Bk128 | Trial::Bk256 | Trial::Du | Trial::Dr => return Vec::new(),
             Trial::Ksplit => hopper::ksplit_codes().into_iter().chain(hopper::ksplit_pair_codes().into_iter().filter(|c| c.cluster_fits(p))).collect(),
             // And the skinny shapes' clusters (loaded with the search's codes anyway) on
             // every shape: cuBLASLt's autotuned pick runs in clusters of two on the skinny
@@ -251,7 +256,7 @@ fn codes_with(families: &[Family], trials: &[Trial], arch: Arch, acc: Acc, layou
         // K 128 and 256 with fp32 accumulators only (hopper::bk_twin_for).
         let bks: Vec<u32> = [(Trial::Bk128, 128), (Trial::Bk256, 256)].into_iter().filter(|(t, _)| acc == Acc::F32 && trials.contains(t)).map(|(_, bk)| bk).collect();
         let hopper: Vec<hopper::HopperConfig> = out.iter().filter_map(Candidate::hopper).collect();
-        let twins = hopper::twin_codes(&hopper, trials.contains(&Trial::TmaStore), &bks, trials.contains(&Trial::Du));
+        let twins = hopper::twin_codes(&hopper, trials.contains(&Trial::TmaStore), &bks, trials.contains(&Trial::Du), trials.contains(&Trial::Dr));
         out.extend(twins.into_iter().map(Candidate::Hopper).filter(suits));
     }
     out
@@ -278,11 +283,12 @@ fn space_with(p: &Problem, families: &[Family], trials: &[Trial], sm_count: u32)
     }
     // Twins of every Hopper candidate so far, the TMA store's first (so that K 128 twins
     // them too).
-    let twin_trials: [(Trial, TwinOf); 4] = [
+    let twin_trials: [(Trial, TwinOf); 5] = [
         (Trial::TmaStore, |h, _| hopper::tma_store_twin(h).filter(|_| !h.tma_store)),
         (Trial::Bk128, |h, p| hopper::bk_twin_for(h, p, 128)),
         (Trial::Bk256, |h, p| hopper::bk_twin_for(h, p, 256)),
         (Trial::Du, |h, _| Some(hopper::desc_twin(h))),
+        (Trial::Dr, |h, _| Some(hopper::step_twin(h)).filter(|_| !h.desc_step)),
     ];
     for (trial, twin) in twin_trials {
         if families.contains(&Family::Hopper) && trials.contains(&trial) {
@@ -319,7 +325,7 @@ fn codes(families: &[Family], arch: Arch, acc: Acc, layout: Layout) -> Vec<Candi
         if acc == Acc::F32 {
             let searched: Vec<hopper::HopperConfig> = out.iter().filter_map(Candidate::hopper).collect();
             let bks: &[u32] = if layout == Layout::Tn { &[128, 256] } else { &[128] };
-            out.extend(hopper::twin_codes(&searched, true, bks, false).into_iter().map(Candidate::Hopper));
+            out.extend(hopper::twin_codes(&searched, true, bks, false, false).into_iter().map(Candidate::Hopper));
             if layout == Layout::Tn {
                 out.extend(hopper::narrow8_search_codes().into_iter().map(Candidate::Hopper));
             }
@@ -396,7 +402,8 @@ pub struct TuneArgs {
     /// configurations missing there are compiled with NVRTC.
     #[arg(long)]
     pub ptx_dir: Option<PathBuf>,
-    /// Compile every configuration into this directory and exit (no GPU needed).
+    /// Compile every configuration into this directory and exit (no GPU needed); with
+    /// `--only`, those whose entry contains its text.
     #[arg(long)]
     pub emit_ptx: Option<PathBuf>,
     /// Also time every candidate three times on every n-th problem, for the search-efficiency study (0: never);
@@ -579,7 +586,8 @@ fn priors_for(p: &Problem, state: &TuneState, space: &[Candidate]) -> Vec<(usize
     out
 }
 
-/// `--emit-ptx DIR`: every configuration for the acc and layouts asked, as `<entry>.ptx`.
+/// `--emit-ptx DIR`: every configuration for the acc and layouts asked (with `--only`, each
+/// whose entry contains its text), as `<entry>.ptx`.
 fn emit_ptx(args: &TuneArgs, dir: &Path) -> anyhow::Result<()> {
     std::fs::create_dir_all(dir)?;
     let acc: Acc = args.acc.parse().map_err(|e| anyhow::anyhow!("{e}"))?;
@@ -590,7 +598,7 @@ fn emit_ptx(args: &TuneArgs, dir: &Path) -> anyhow::Result<()> {
         let layout: Layout = l.parse().map_err(|e| anyhow::anyhow!("{e}"))?;
         for c in codes_with(&args.families, &args.trial, arch, acc, layout) {
             let entry = c.entry(acc, layout);
-            if !done.insert(entry.clone()) {
+            if args.only.as_deref().is_some_and(|only| !entry.contains(only)) || !done.insert(entry.clone()) {
                 continue;
             }
             let t = Instant::now();
@@ -1098,7 +1106,9 @@ pub fn kind(c: &Candidate) -> String {
                 256 => tags.push("K 256"),
                 _ => {}
             }
-            if h.desc_uniform {
+            if h.desc_step {
+                tags.push("dr");
+            } else if h.desc_uniform {
                 tags.push("du");
             }
         }
@@ -1403,8 +1413,8 @@ mod tests {
         assert!(space_with(&nn, &hopper, &[Trial::Wide160], 132).iter().all(|c| !matches!(c, Candidate::Hopper(h) if h.bn == 160)), "tn only");
         // Every trial alone, each beside a twin trial, and all at once: each candidate has a
         // module (the twin trials twin the other trials' codes too).
-        let all = [Trial::Ksplit, Trial::Chains, Trial::Multicast, Trial::MulticastSplit, Trial::Wide160, Trial::L2, Trial::TmaStore, Trial::Bk128, Trial::Bk256, Trial::Narrow8, Trial::Du, Trial::ColSplit];
-        let twin_trials = [Trial::TmaStore, Trial::Bk128, Trial::Bk256, Trial::Du];
+        let all = [Trial::Ksplit, Trial::Chains, Trial::Multicast, Trial::MulticastSplit, Trial::Wide160, Trial::L2, Trial::TmaStore, Trial::Bk128, Trial::Bk256, Trial::Narrow8, Trial::Du, Trial::ColSplit, Trial::Dr];
+        let twin_trials = [Trial::TmaStore, Trial::Bk128, Trial::Bk256, Trial::Du, Trial::Dr];
         let mut sets: Vec<Vec<Trial>> = vec![all.to_vec()];
         sets.extend(all.iter().map(|&t| vec![t]));
         sets.extend(all.iter().flat_map(|&t| twin_trials.iter().filter(move |&&w| w != t).map(move |&w| vec![t, w])));
