@@ -1626,9 +1626,9 @@ fn uniform_descriptor_hopper_kernels_pass_the_verifier() {
         return;
     }
     let base: Vec<HopperConfig> = hopper::space().into_iter().chain(hopper::skinny_chains_codes()).chain(hopper::narrow8_search_codes()).collect();
-    let twins = hopper::twin_codes(&base, true, &[128], false, false);
+    let twins = hopper::twin_codes(&base, true, &[128], false);
     let split = hopper::split_tiles().into_iter().map(|c| HopperConfig { split: 5, atomic: true, ..c });
-    let codes = one_of_each_kind(base.into_iter().chain(twins).chain(split).filter(hopper::takes_desc_uniform).map(hopper::searched_desc).collect());
+    let codes = one_of_each_kind(base.into_iter().chain(twins).chain(split).map(|c| hopper::in_desc_mode(&c, true, false)).collect());
     assert!(codes.len() > 20 && codes.iter().all(|c| c.desc_uniform), "{}", codes.len());
     let runs = verify_in_turn("DESC-UNIFORM", &codes);
     println!("{} uniform-descriptor runs", runs.runs);
@@ -1678,7 +1678,7 @@ fn stepped_descriptor_hopper_kernels_pass_the_verifier() {
         .chain(hopper::col_split_codes())
         .chain(hopper::multicast_codes())
         .collect();
-    let twins = hopper::twin_codes(&base, true, &[128, 256], false, false);
+    let twins = hopper::twin_codes(&base, true, &[128, 256], false);
     let split = hopper::split_tiles().into_iter().map(|c| HopperConfig { split: 5, atomic: true, ..c });
     let codes = one_of_each_kind(base.into_iter().chain(twins).chain(split).map(|c| hopper::step_twin(&c)).collect());
     assert!(codes.len() > 40 && codes.iter().all(|c| c.desc_step && c.validate().is_ok()), "{}", codes.len());

@@ -121,7 +121,7 @@
 //     and then KAAS_CHAINS > 1 _x<CHAINS> (before any other suffix); KAAS_SPLITK=1 adds _sk, 2 adds _ska,
 //     3 adds _skc, KAAS_STREAMK=1 _sks;
 //     KAAS_PINGPONG=1 adds _pp, KAAS_KSPLIT=1 _kw, KAAS_COLSPLIT=1 _cs; then KAAS_EPILOGUE=2 _ts, then
-//     KAAS_DESC_UNIFORM=1 _du
+//     KAAS_DESC_UNIFORM=1 _du, 2 _dr
 //   KAAS_WAIT0      0 (default) or 1 (not with KAAS_KSPLIT): each consumer waits for a
 //                   K-tile's wgmmas right after issuing them and frees its slot at once,
 //                   instead of keeping one K-tile in flight and freeing the slot one K-tile
@@ -135,8 +135,12 @@
 //                   session 18: the per-thread masks, shifts, ors and register-to-uniform
 //                   moves were over half of a 64×256 ping-pong code's instructions); 1–6%
 //                   faster on the ping-pong codes and 1.9–2.8% (geomean) on the atomic
-//                   split-K ones, the same or slower on the cooperative ones, which the
-//                   tuner alone builds without it
+//                   split-K ones, the same or slower on the cooperative ones.
+//                   2 (entries _dr in place of _du): stepped descriptors, only the low word
+//                   moves, one 32-bit add per operand per wgmma, the high word a value
+//                   ptxas keeps in the pair (cuBLASLt's loop: two UIADD3 per HGMMA); the
+//                   tuner builds every code so (2.2% over plain on the cooperative codes,
+//                   session 23)
 //
 // ─── Launch (kaas.hgemm.v1) ─────────────────────────────────────────────────────────────
 // params: (tensor_map A, tensor_map B, ptr C, i32 M, i32 N, i32 K), in this order;

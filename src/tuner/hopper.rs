@@ -680,29 +680,28 @@ pub fn skinny_cluster_codes() -> Vec<HopperConfig> {
     out
 }
 
-/// Whether the search builds a code with uniform descriptors (`_du`): every code but the
-/// cooperative two-consumer ones. The best `_du` code beat the best plain one on 143 of 187
-/// nn ping-pong shapes (geomean 1.013) and on 160 of 178 atomic split-K shapes (tn 1.028,
-/// nn 1.019; BENCHMARKS, session 19); hopper-probe had the cooperative 128×256 code the
-/// same or slower with them (6% at 4096³; session 18).
-pub fn takes_desc_uniform(c: &HopperConfig) -> bool {
-    !(c.consumers == 2 && !c.pingpong && !c.ksplit)
-}
-
-/// A code in the search's descriptor mode ([`takes_desc_uniform`]).
+/// A code in the search's descriptor mode: stepped (`_dr`), every code. Each code timed in
+/// all three modes side by side on 8 shapes per layout (BENCHMARKS, session 23): `_dr` /
+/// plain 1.022 on the cooperative two-consumer codes (the search built them plain, as
+/// `_du` had been the same or slower there), `_dr` / `_du` 1.003 on the others.
 pub fn searched_desc(c: HopperConfig) -> HopperConfig {
-    HopperConfig { desc_uniform: takes_desc_uniform(&c), ..c }
+    step_twin(&c)
 }
 
-/// The twin of a code in the other descriptor mode (`_du` or not): the same tile, ring and
-/// grid.
-pub fn desc_twin(c: &HopperConfig) -> HopperConfig {
-    HopperConfig { desc_uniform: !c.desc_uniform, ..*c }
+/// The code in a descriptor mode: plain (neither), uniform (`_du`) or stepped (`_dr`, both).
+pub fn in_desc_mode(c: &HopperConfig, uniform: bool, step: bool) -> HopperConfig {
+    HopperConfig { desc_uniform: uniform || step, desc_step: step, ..*c }
+}
+
+/// The twins of a code in the two other descriptor modes (plain, `_du`, `_dr`): the same
+/// tile, ring and grid.
+pub fn desc_twins(c: &HopperConfig) -> Vec<HopperConfig> {
+    [(false, false), (true, false), (true, true)].into_iter().map(|(u, s)| in_desc_mode(c, u, s)).filter(|t| t != c).collect()
 }
 
 /// The twin of a code with stepped descriptors (`_dr`): the same tile, ring and grid.
 pub fn step_twin(c: &HopperConfig) -> HopperConfig {
-    HopperConfig { desc_uniform: true, desc_step: true, ..*c }
+    in_desc_mode(c, true, true)
 }
 
 /// The TMA-store twin of a code (`_ts`): the same tile and grid with the TMA-store epilogue,
@@ -734,17 +733,16 @@ pub fn bk_twin(c: &HopperConfig, bk: u32) -> Option<HopperConfig> {
 /// tests' list), split-K's included, once each.
 pub fn bk_codes(bk: u32) -> Vec<HopperConfig> {
     let all: Vec<HopperConfig> = space().into_iter().chain(skinny_cluster_codes()).chain(skinny_chains_codes()).chain(multicast_codes()).chain(chains_codes()).chain(split_tiles()).chain(chains_split_tiles()).chain(tma_store_codes()).chain(narrow8_codes()).collect();
-    twin_codes(&all, false, &[bk], false, false)
+    twin_codes(&all, false, &[bk], false)
 }
 
 /// The twin codes (one module each) of `codes`, in the order [`space_for`] and the twin
 /// trials twin a problem's candidates: the TMA-store twins first where `tma_store`, then the
 /// K-`bk` twins ([`bk_twin`]) of the codes and of those, for each `bk` of `bks`, then the
-/// twins in the other descriptor mode ([`desc_twin`]) of all of them where `desc_uniform`.
-/// Then the stepped-descriptor twins ([`step_twin`]) of all of them where `desc_step`.
-/// Each once, and none that `codes` already holds (as a module: compared by
+/// twins in the two other descriptor modes ([`desc_twins`]) of all of them where
+/// `desc_modes`. Each once, and none that `codes` already holds (as a module: compared by
 /// [`HopperConfig::code_key`]).
-pub fn twin_codes(codes: &[HopperConfig], tma_store: bool, bks: &[u32], desc_uniform: bool, desc_step: bool) -> Vec<HopperConfig> {
+pub fn twin_codes(codes: &[HopperConfig], tma_store: bool, bks: &[u32], desc_modes: bool) -> Vec<HopperConfig> {
     let mut all: Vec<HopperConfig> = codes.iter().map(|c| HopperConfig { persistent: false, l2_256: false, ..*c }).collect();
     let given = all.len();
     let add = |all: &mut Vec<HopperConfig>, twins: Vec<HopperConfig>| {
@@ -762,12 +760,8 @@ pub fn twin_codes(codes: &[HopperConfig], tma_store: bool, bks: &[u32], desc_uni
         let twins = all.iter().filter_map(|c| bk_twin(c, bk)).collect();
         add(&mut all, twins);
     }
-    if desc_uniform {
-        let twins = all.iter().map(desc_twin).collect();
-        add(&mut all, twins);
-    }
-    if desc_step {
-        let twins = all.iter().map(step_twin).collect();
+    if desc_modes {
+        let twins = all.iter().flat_map(desc_twins).collect();
         add(&mut all, twins);
     }
     all.split_off(given)
@@ -780,7 +774,7 @@ pub fn twin_codes(codes: &[HopperConfig], tma_store: bool, bks: &[u32], desc_uni
 /// candidates where [`takes_tma_store`].
 pub fn tma_store_codes() -> Vec<HopperConfig> {
     let all: Vec<HopperConfig> = space().into_iter().chain(skinny_cluster_codes()).chain(skinny_chains_codes()).chain(multicast_codes()).chain(ksplit_codes()).chain(chains_codes()).collect();
-    twin_codes(&all, true, &[], false, false)
+    twin_codes(&all, true, &[], false)
 }
 
 /// The 256×160 tile (tn; two consumers of 128 rows, 160 accumulators per thread, 4
@@ -1502,8 +1496,11 @@ mod tests {
         }
         assert!(HopperConfig { desc_uniform: false, ..c }.validate().is_err(), "a mode of the uniform descriptors");
         assert_eq!(HopperConfig::from_entry("kaas_wgmma_f32_tn_64x256x64_s5_c2_m1_g16_pp_dr_du"), None);
-        let twins = twin_codes(&[HopperConfig::new(128, 256, 4, 2), c], false, &[], false, true);
-        assert_eq!(twins, vec![step_twin(&HopperConfig::new(128, 256, 4, 2))], "one twin each, none of a stepped code");
+        let plain = HopperConfig::new(128, 256, 4, 2);
+        let twins = twin_codes(&[plain, c], false, &[], true);
+        let du = |c: &HopperConfig| in_desc_mode(c, true, false);
+        assert_eq!(twins, vec![du(&plain), step_twin(&plain), in_desc_mode(&c, false, false), du(&c)], "the two other modes of each, once");
+        assert_eq!(desc_twins(&du(&plain)), vec![plain, step_twin(&plain)]);
     }
 
     /// Consumers that split the columns: two consumers on 64-row tiles (each 64 × BN/2, so
@@ -2073,8 +2070,8 @@ mod tests {
     fn desc_twins_are_the_same_launch_under_their_own_entry() {
         let p = Problem::new(Arch::Sm90, Acc::F32, Layout::Tn, Shape::new(12288, 12288, 2048).unwrap());
         let c = HopperConfig { pingpong: true, persistent: true, tma_store: true, ..HopperConfig::new(64, 256, 4, 2) };
-        let t = desc_twin(&c);
-        assert_eq!(desc_twin(&t), c, "the twin's twin is the code");
+        let [t, dr] = desc_twins(&c)[..] else { panic!("two twins") };
+        assert_eq!((desc_twins(&t), dr), (vec![c, dr], step_twin(&c)));
         assert_eq!(t.entry(Acc::F32, Layout::Tn), "kaas_wgmma_f32_tn_64x256x64_s4_c2_m1_g16_pp_ts_du");
         assert_eq!(HopperConfig::from_entry(&t.entry(Acc::F32, Layout::Tn)), Some((HopperConfig { persistent: false, ..t }, Acc::F32, Layout::Tn)));
         assert!(t.defines(Acc::F32, Layout::Tn).contains(&("KAAS_DESC_UNIFORM".to_string(), "1".to_string())));

@@ -162,21 +162,17 @@ pub enum Trial {
     /// the skinny shapes: cuBLASLt's skinny long-K picks are this narrow. Built, not yet run
     /// on a GPU.
     Narrow8,
-    /// The twin in the other descriptor mode of every Hopper candidate of the problem, the
-    /// other trials' included: the search builds uniform descriptors (`_du`: each wgmma
-    /// descriptor one add to a warp-uniform base) into every code but the cooperative
-    /// two-consumer ones ([`hopper::takes_desc_uniform`]), so the trial adds the cooperative
-    /// codes' `_du` twins and the others' plain twins, to time both modes side by side.
+    /// The twins in the two other descriptor modes of every Hopper candidate of the
+    /// problem, the other trials' included: the search builds stepped descriptors (`_dr`:
+    /// one 32-bit add to a descriptor's low word per wgmma operand) into every code
+    /// ([`hopper::searched_desc`]), so the trial adds each code plain and with uniform
+    /// descriptors (`_du`: one 64-bit add to a warp-uniform base), to time the three modes
+    /// side by side (`scripts/desc-modes.py`).
     Du,
     /// Consumers that split the tile's columns (`_cs`: 64 × 128 and 64 × 256 with two
     /// consumers, alone and in pairs, unsplit and with the atomic split-K), on every shape:
     /// [`hopper::col_split_codes`].
     ColSplit,
-    /// The stepped-descriptor twin (`_dr`: each wgmma descriptor's low word one 32-bit add
-    /// from the consumer's slot-0 low word, the high word shared) of every Hopper
-    /// candidate of the problem, the other trials' included, to time it beside the code it
-    /// twins.
-    Dr,
 }
 
 impl Trial {
@@ -198,7 +194,7 @@ impl Trial {
             Trial::L2 => Vec::new(),
             Trial::MmaDeep => return mma::deep_codes().into_iter().map(Candidate::Mma).collect(),
             // Twins of the codes loaded beside them: [`codes_with`].
-            Trial::TmaStore | Trial::Bk128 | Trial::Bk256 | Trial::Du | Trial::Dr => Vec::new(),
+            Trial::TmaStore | Trial::Bk128 | Trial::Bk256 | Trial::Du => Vec::new(),
             Trial::Narrow8 => hopper::narrow8_codes(),
             Trial::MulticastSplit => hopper::multicast_split_all(),
             Trial::ColSplit => hopper::col_split_codes(),
@@ -216,7 +212,7 @@ impl Trial {
             Trial::L2 => return hopper::space_for(p, sm_count).into_iter().map(|c| Candidate::Hopper(hopper::HopperConfig { l2_256: !c.l2_256, ..c })).collect(),
             Trial::MmaDeep => return mma::deep_space_for(p, sm_count).into_iter().map(Candidate::Mma).collect(),
             // Its twins are of the whole space, the other trials' included: [`space_with`].
-            Trial::TmaStore | Trial::Bk128 | Trial::Bk256 | Trial::Du | Trial::Dr => return Vec::new(),
+            Trial::TmaStore | Trial::Bk128 | Trial::Bk256 | Trial::Du => return Vec::new(),
             Trial::Ksplit => hopper::ksplit_codes().into_iter().chain(hopper::ksplit_pair_codes().into_iter().filter(|c| c.cluster_fits(p))).collect(),
             // And the skinny shapes' clusters (loaded with the search's codes anyway) on
             // every shape: cuBLASLt's autotuned pick runs in clusters of two on the skinny
@@ -256,7 +252,7 @@ fn codes_with(families: &[Family], trials: &[Trial], arch: Arch, acc: Acc, layou
         // K 128 and 256 with fp32 accumulators only (hopper::bk_twin_for).
         let bks: Vec<u32> = [(Trial::Bk128, 128), (Trial::Bk256, 256)].into_iter().filter(|(t, _)| acc == Acc::F32 && trials.contains(t)).map(|(_, bk)| bk).collect();
         let hopper: Vec<hopper::HopperConfig> = out.iter().filter_map(Candidate::hopper).collect();
-        let twins = hopper::twin_codes(&hopper, trials.contains(&Trial::TmaStore), &bks, trials.contains(&Trial::Du), trials.contains(&Trial::Dr));
+        let twins = hopper::twin_codes(&hopper, trials.contains(&Trial::TmaStore), &bks, trials.contains(&Trial::Du));
         out.extend(twins.into_iter().map(Candidate::Hopper).filter(suits));
     }
     out
@@ -287,8 +283,9 @@ fn space_with(p: &Problem, families: &[Family], trials: &[Trial], sm_count: u32)
         (Trial::TmaStore, |h, _| hopper::tma_store_twin(h).filter(|_| !h.tma_store)),
         (Trial::Bk128, |h, p| hopper::bk_twin_for(h, p, 128)),
         (Trial::Bk256, |h, p| hopper::bk_twin_for(h, p, 256)),
-        (Trial::Du, |h, _| Some(hopper::desc_twin(h))),
-        (Trial::Dr, |h, _| Some(hopper::step_twin(h)).filter(|_| !h.desc_step)),
+        // Plain, then `_du` (the second twins the first's twins too: no new code).
+        (Trial::Du, |h, _| Some(hopper::in_desc_mode(h, false, false)).filter(|t| t != h)),
+        (Trial::Du, |h, _| Some(hopper::in_desc_mode(h, true, false)).filter(|t| t != h)),
     ];
     for (trial, twin) in twin_trials {
         if families.contains(&Family::Hopper) && trials.contains(&trial) {
@@ -325,7 +322,7 @@ fn codes(families: &[Family], arch: Arch, acc: Acc, layout: Layout) -> Vec<Candi
         if acc == Acc::F32 {
             let searched: Vec<hopper::HopperConfig> = out.iter().filter_map(Candidate::hopper).collect();
             let bks: &[u32] = if layout == Layout::Tn { &[128, 256] } else { &[128] };
-            out.extend(hopper::twin_codes(&searched, true, bks, false, false).into_iter().map(Candidate::Hopper));
+            out.extend(hopper::twin_codes(&searched, true, bks, false).into_iter().map(Candidate::Hopper));
             if layout == Layout::Tn {
                 out.extend(hopper::narrow8_search_codes().into_iter().map(Candidate::Hopper));
             }
@@ -342,7 +339,7 @@ fn codes(families: &[Family], arch: Arch, acc: Acc, layout: Layout) -> Vec<Candi
     out.into_iter().map(searched_desc).collect()
 }
 
-/// A candidate in the search's descriptor mode ([`hopper::takes_desc_uniform`]).
+/// A candidate in the search's descriptor mode ([`hopper::searched_desc`]).
 fn searched_desc(c: Candidate) -> Candidate {
     match c {
         Candidate::Hopper(h) => Candidate::Hopper(hopper::searched_desc(h)),
@@ -351,7 +348,7 @@ fn searched_desc(c: Candidate) -> Candidate {
 }
 
 /// The candidates of the families asked for, for one problem (the Hopper codes in the
-/// search's descriptor mode, [`hopper::takes_desc_uniform`]).
+/// search's descriptor mode, [`hopper::searched_desc`]).
 pub fn space_for(p: &Problem, families: &[Family], sm_count: u32) -> Vec<Candidate> {
     let mut out = Vec::new();
     if families.contains(&Family::Hopper) {
@@ -1368,31 +1365,31 @@ mod tests {
     /// `--trial` adds codes the search leaves out, and loads a module for each: K split
     /// across consumers on the skinny f32 shapes only, the 256×160 tile on tn only.
     #[test]
-    fn the_search_builds_uniform_descriptors_into_all_but_the_cooperative_codes() {
+    fn the_search_builds_stepped_descriptors_into_every_code() {
         let hopper = [Family::Hopper, Family::Mma];
         let p = |layout, m, n, k| Problem::new(Arch::Sm90, Acc::F32, layout, Shape::new(m, n, k).unwrap());
         for prob in [p(Layout::Tn, 8192, 8192, 8192), p(Layout::Nn, 2048, 512, 2048), p(Layout::Tn, 64, 512, 8192)] {
             let space: Vec<HopperConfig> = space_for(&prob, &hopper, 132).iter().filter_map(Candidate::hopper).collect();
-            assert!(space.iter().any(|h| h.desc_uniform), "{prob}");
-            for h in &space {
-                let cooperative = h.consumers == 2 && !h.pingpong && !h.ksplit;
-                assert_eq!(h.desc_uniform, !cooperative, "{prob}: {}", h.label());
+            assert!(space.iter().all(|h| h.desc_uniform && h.desc_step), "{prob}");
+            if prob.m == 8192 {
+                assert!(space.iter().any(|h| h.consumers == 2 && !h.pingpong && !h.ksplit), "{prob}: the cooperative codes too");
             }
-            // The trial adds each one's twin in the other mode, and only those.
+            // The trial adds each one's twins in the two other modes, and only those.
             let with = space_with(&prob, &hopper, &[Trial::Du], 132);
             let added: Vec<HopperConfig> = with.iter().filter_map(Candidate::hopper).filter(|h| !space.contains(h)).collect();
-            assert_eq!(added.len(), space.len(), "{prob}");
-            assert!(space.iter().all(|h| added.contains(&HopperConfig { desc_uniform: !h.desc_uniform, ..*h })), "{prob}");
+            assert_eq!(added.len(), 2 * space.len(), "{prob}");
+            assert!(space.iter().all(|h| hopper::desc_twins(h).iter().all(|t| added.contains(t))), "{prob}");
         }
         // The modules: every searched code is loaded in the search's mode, and the trial's
-        // twins beside them; the shipped catalog's plain codes still rebuild from their names.
+        // twins beside them; the shipped catalog's plain and `_du` codes still rebuild from
+        // their names.
         let loaded = codes(&hopper, Arch::Sm90, Acc::F32, Layout::Tn);
-        assert!(loaded.iter().filter_map(Candidate::hopper).all(|h| h.desc_uniform == hopper::takes_desc_uniform(&h)));
+        assert!(loaded.iter().filter_map(Candidate::hopper).all(|h| h.desc_step));
         let entries = |cs: &[Candidate]| cs.iter().map(|c| c.entry(Acc::F32, Layout::Tn)).collect::<std::collections::BTreeSet<_>>();
-        let toggled: Vec<Candidate> = loaded.iter().map(|c| c.hopper().map_or(*c, |h| Candidate::Hopper(hopper::desc_twin(&h)))).collect();
-        let both: std::collections::BTreeSet<String> = entries(&loaded).union(&entries(&toggled)).cloned().collect();
-        assert!(both.len() > entries(&loaded).len());
-        assert_eq!(entries(&codes_with(&hopper, &[Trial::Du], Arch::Sm90, Acc::F32, Layout::Tn)), both);
+        let twins: Vec<Candidate> = loaded.iter().flat_map(|c| c.hopper().map_or(vec![*c], |h| hopper::desc_twins(&h).into_iter().map(Candidate::Hopper).collect())).collect();
+        let all: std::collections::BTreeSet<String> = entries(&loaded).union(&entries(&twins)).cloned().collect();
+        assert!(all.len() > entries(&loaded).len());
+        assert_eq!(entries(&codes_with(&hopper, &[Trial::Du], Arch::Sm90, Acc::F32, Layout::Tn)), all);
     }
 
     #[test]
@@ -1413,8 +1410,8 @@ mod tests {
         assert!(space_with(&nn, &hopper, &[Trial::Wide160], 132).iter().all(|c| !matches!(c, Candidate::Hopper(h) if h.bn == 160)), "tn only");
         // Every trial alone, each beside a twin trial, and all at once: each candidate has a
         // module (the twin trials twin the other trials' codes too).
-        let all = [Trial::Ksplit, Trial::Chains, Trial::Multicast, Trial::MulticastSplit, Trial::Wide160, Trial::L2, Trial::TmaStore, Trial::Bk128, Trial::Bk256, Trial::Narrow8, Trial::Du, Trial::ColSplit, Trial::Dr];
-        let twin_trials = [Trial::TmaStore, Trial::Bk128, Trial::Bk256, Trial::Du, Trial::Dr];
+        let all = [Trial::Ksplit, Trial::Chains, Trial::Multicast, Trial::MulticastSplit, Trial::Wide160, Trial::L2, Trial::TmaStore, Trial::Bk128, Trial::Bk256, Trial::Narrow8, Trial::Du, Trial::ColSplit];
+        let twin_trials = [Trial::TmaStore, Trial::Bk128, Trial::Bk256, Trial::Du];
         let mut sets: Vec<Vec<Trial>> = vec![all.to_vec()];
         sets.extend(all.iter().map(|&t| vec![t]));
         sets.extend(all.iter().flat_map(|&t| twin_trials.iter().filter(move |&&w| w != t).map(move |&w| vec![t, w])));
@@ -1616,10 +1613,11 @@ mod tests {
         let pp = searched.iter().copied().find(|c| c.pingpong).expect("a ping-pong code");
         let twin = hopper::tma_store_twin(&coop).unwrap();
         let m2pp = HopperConfig { cluster_m: 2, pingpong: true, persistent: true, ..HopperConfig::new(64, 256, 5, 2) };
-        assert_eq!(kind(&Candidate::Hopper(twin)), "cooperative+TMA store");
+        assert_eq!(kind(&Candidate::Hopper(twin)), "cooperative+TMA store+dr");
         assert_eq!(kind(&Candidate::Hopper(hopper::bk_twin(&HopperConfig { split: 4, atomic: true, ..HopperConfig::new(64, 32, 16, 1) }, 128).unwrap())), "split-K+K 128");
         assert_eq!(kind(&Candidate::Hopper(m2pp)), "ping-pong+cluster");
-        assert_eq!(kind(&Candidate::Hopper(hopper::searched_desc(m2pp))), "ping-pong+cluster+du");
+        assert_eq!(kind(&Candidate::Hopper(hopper::searched_desc(m2pp))), "ping-pong+cluster+dr");
+        assert_eq!(kind(&Candidate::Hopper(hopper::in_desc_mode(&m2pp, true, false))), "ping-pong+cluster+du");
         assert_eq!(kind(&Candidate::Mma(mma::deep_codes()[0])), "mma deep ring");
         let result = |problem: Problem, samples: Vec<(HopperConfig, f64)>| ProblemResult {
             problem,
@@ -1643,8 +1641,8 @@ mod tests {
         state.results.insert(q.path(), result(q, vec![(pp, 1.02), (HopperConfig { tma_store: true, ..pp }, 0.99)]));
         let report = kinds_report(&state, 132);
         assert!(report.contains("over 2 problem(s) (1 best outside the search's own space"), "{report}");
-        assert!(report.contains("cooperative+TMA store") && report.contains("best on    1; × the search's best there: geomean 1.0500"), "{report}");
-        assert!(report.contains("ping-pong+du ") && report.contains("geomean 1.0000, at most 1.0000"), "{report}");
+        assert!(report.contains("cooperative+TMA store+dr") && report.contains("best on    1; × the search's best there: geomean 1.0500"), "{report}");
+        assert!(report.contains("ping-pong+dr ") && report.contains("geomean 1.0000, at most 1.0000"), "{report}");
         assert!(kinds_report(&TuneState::default(), 132).is_empty());
     }
 
@@ -1892,7 +1890,7 @@ mod tests {
         // 64 rows: one tile row, so of the pairs only those along N (two per layout).
         assert_eq!(missing.len(), 8 + 4 + 4, "every k-split code, tn and nn: {missing:?}");
         assert!(missing.iter().filter(|e| e.contains("_n2_kw")).count() == 4 && !missing.iter().any(|e| e.contains("_m2_")), "{missing:?}");
-        assert!(missing.iter().all(|e| e.ends_with("_kw_du")), "two consumers, each its own chains: uniform descriptors");
+        assert!(missing.iter().all(|e| e.ends_with("_kw_dr")), "two consumers, each its own chains: stepped descriptors");
         assert!(missing_codes(&skinny, &TuneArgs { only: Some("_pp".into()), ..trial.clone() }, 132, |e| plain.contains(e)).is_empty(), "--only leaves them out");
         let err = parse_problems(&TuneArgs { min_flops_log2: Some(50.0), ..args.clone() }).unwrap_err().to_string();
         assert!(err.contains("FLOP range"), "{err}");
