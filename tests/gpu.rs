@@ -1517,7 +1517,7 @@ fn ksplit_pair_hopper_kernels_pass_the_verifier() {
     if !hopper_or_skip() {
         return;
     }
-    // In the search's descriptor mode (uniform descriptors), as the trial times them.
+    // In the search's descriptor mode (stepped descriptors), as the trial times them.
     let codes: Vec<_> = hopper::ksplit_pair_codes().into_iter().filter(|c| !c.persistent).map(hopper::searched_desc).collect();
     assert_eq!(codes.len(), 4);
     let shapes = [(1024, 1024, 8192), (100, 200, 136), (64, 1000, 520), (300, 72, 4104), (1000, 1000, 64)];
@@ -1614,11 +1614,11 @@ fn pingpong_hopper_kernels_pass_the_verifier() {
     runs.assert_all_passed();
 }
 
-/// The codes the search builds with uniform descriptors (`_du`: every code but the
-/// cooperative two-consumer ones) pass the verifier: each of the search's own codes and its
-/// K-128 and TMA-store twins, the skinny chains and the 64×8 tiles in that mode, on shapes
-/// the tiles do not divide, both layouts where the code supports them, and the split-K
-/// tiles with uneven atomic slices.
+/// Uniform descriptors (`_du`: each wgmma descriptor one 64-bit add to a warp-uniform base;
+/// the search's mode before `_dr`, now `--trial du`'s twins) pass the verifier: each of the
+/// search's own codes and its K-128 and TMA-store twins, the skinny chains and the 64×8
+/// tiles in that mode, one ring depth of each kind, on shapes the tiles do not divide, tn
+/// and nn in turn, and the split-K tiles with uneven atomic slices.
 #[test]
 fn uniform_descriptor_hopper_kernels_pass_the_verifier() {
     use kaas::tuner::hopper::{self, HopperConfig};

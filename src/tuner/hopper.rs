@@ -158,7 +158,8 @@ pub(crate) fn is_one(v: &u32) -> bool {
 }
 
 /// What tells two codes apart (one PTX each): every knob but the grid, the split count and
-/// the L2 promotion, with the uniform descriptors apart (a tuple has at most 12 to compare).
+/// the L2 promotion, with the later knobs apart (column split, wait0 and the descriptor mode:
+/// a tuple has at most 12 to compare).
 pub type CodeKey = ((u32, u32, u32, u32, u8, bool, u32, u32, bool, u32, bool, u32), (bool, bool, bool, bool));
 
 /// Units (output tiles × slices) the split counts of the search aim at, per SM of the

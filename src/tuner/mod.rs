@@ -231,7 +231,7 @@ impl Trial {
 }
 
 /// [`codes`] and the trials' codes (each trial's only with its family asked for). The
-/// twin trials (TMA store, K 128, K 256, uniform descriptors) twin every Hopper code loaded so far, as
+/// twin trials (TMA store, K 128, K 256, the other descriptor modes) twin every Hopper code loaded so far, as
 /// [`space_with`] twins every candidate: so `--trial narrow8,bk256` loads the 64×8 tiles'
 /// K-256 twins, and a run without trials loads no twin the search never times.
 fn codes_with(families: &[Family], trials: &[Trial], arch: Arch, acc: Acc, layout: Layout) -> Vec<Candidate> {
@@ -1062,8 +1062,8 @@ pub fn efficiency_report(state: &TuneState, live: &UcbSettings) -> String {
 const REPORT_SM_COUNT: u32 = 132;
 
 /// What kind of code a candidate is, for the report: the family's features that a trial
-/// adds or the search varies, joined by `+` (e.g. `ping-pong+cluster+TMA store+du`, `du`
-/// for uniform descriptors).
+/// adds or the search varies, joined by `+` (e.g. `ping-pong+cluster+TMA store+dr`; `dr`
+/// for stepped descriptors, `du` for uniform ones).
 pub fn kind(c: &Candidate) -> String {
     let mut tags: Vec<&str> = Vec::new();
     match c {
