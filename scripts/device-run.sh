@@ -86,7 +86,7 @@ for line in sys.stdin:
     except ValueError: continue
     if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] == "gpu": print(m["executable"])' | tail -n 1)"
     [[ -x "$gpu_tests" ]] && cp "$gpu_tests" .dev/run/gpu-tests && cp "$here/gpu-check.sh" .dev/run/gpu-check.sh
-    .dev/run/kaas tune --emit-ptx .dev/run/tune-ptx --layouts tn,nn --trial ksplit,chains,multicast,multicast-split,wide160,mma-deep,tma-store,bk128,bk256,narrow8,du,col-split 2>"${TMPDIR:-/tmp}/kaas-emit-ptx.log" \
+    .dev/run/kaas tune --emit-ptx .dev/run/tune-ptx --layouts tn,nn --trial ksplit,chains,multicast,multicast-split,wide160,mma-deep,tma-store,bk128,bk256,narrow8,du,col-split,stream-k 2>"${TMPDIR:-/tmp}/kaas-emit-ptx.log" \
       || { tail -n 20 "${TMPDIR:-/tmp}/kaas-emit-ptx.log" >&2; exit 1; }
     # (Its last line: ptxas's registers and spills of every code, in tune-ptx/resources.tsv.)
     # Compressed (about 15 MB of PTX): the working tree and what it carries travel in 64 MiB.

@@ -1267,6 +1267,24 @@ fn stream_k_hopper_kernels_pass_the_verifier() {
     split_codes_pass_the_verifier("STREAMK", &codes, &[2, 7, 132, 264], &shapes, (&codes[0], (512, 512, 1024), 1));
 }
 
+/// Hybrid stream-K (`_skh`: whole tiles on the persistent order but for the last full wave
+/// and the partial one, whose K-iterations are cut into equal ranges) passes the verifier:
+/// the large cooperative tiles alone and in multicast pairs along M and N, in the search's
+/// descriptor mode, both layouts, on grids where every tile is whole (2: one unit), where
+/// tiles are whole and cut (8, and 132 on the large shapes) and where every tile is cut (264);
+/// then a grid one block short of S must fail fast.
+#[test]
+fn hybrid_stream_k_hopper_kernels_pass_the_verifier() {
+    use kaas::tuner::hopper;
+    if !hopper_or_skip() {
+        return;
+    }
+    let shapes = [(4000, 4104, 520), (1000, 1000, 4104), (4096, 4096, 512), (300, 600, 4104), (2000, 3000, 1000)];
+    let codes: Vec<_> = hopper::stream_k_trial_codes(132).into_iter().filter(|c| c.sk_hybrid).map(hopper::searched_desc).collect();
+    assert_eq!(codes.len(), 9);
+    split_codes_pass_the_verifier("STREAMK-HYBRID", &codes, &[2, 8, 132, 264], &shapes, (&codes[0], (4096, 4096, 512), 1));
+}
+
 /// Every code × layout × split count (the slices, the cluster size or the stream-K grid)
 /// through the verifier, the shapes taken in turn so that each code meets several; then
 /// `short_grid` (a code, a tn shape, how many blocks short) must fail fast.

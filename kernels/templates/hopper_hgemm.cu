@@ -72,15 +72,23 @@
 //                   on every run), the accumulator words w with w % S == r of all S partials
 //                   through distributed shared memory, and writes those elements of C. No
 //                   workspace, no global round trip; one tile per cluster (grid = tiles × S).
-//   KAAS_STREAMK    0 (default) or 1, with KAAS_SPLITK=2: stream-K. S is the grid (the
-//                   launch's block count, G); the tiles × ktiles K-iterations are cut into
-//                   G equal ranges, CTA g taking [g*W/G, (g+1)*W/G) of W = tiles * ktiles,
-//                   across tile boundaries. A tile one CTA covers alone is written
-//                   directly; the pieces of a tile shared by several CTAs are added into an
-//                   fp32 sum as with KAAS_SPLITK=2, and the last to arrive writes C. A split
-//                   tile's first CTA names its counter and sum (no CTA is first in two), so
-//                   the workspace is roundup(4 * G, 256) + 4 * G * BM * BN bytes whatever the
-//                   tile count. A grid other than S, or S above W, writes nothing.
+//   KAAS_STREAMK    0 (default), 1 or 2, with KAAS_SPLITK=2: stream-K. S is the grid (the
+//                   launch's block count), G = S / CL units (clusters; CTAs without one);
+//                   1: the tiles × ktiles K-iterations are cut into G equal ranges, unit g
+//                   taking [g*W/G, (g+1)*W/G) of W = tiles * ktiles, across tile boundaries.
+//                   2 (hybrid, entries `_skh`): where the tiles leave a partial last wave,
+//                   all but the last one or two waves run whole tiles as the persistent grid
+//                   does (unit g takes tiles g, g+G, …), and only the last full wave and the
+//                   partial one are cut into G equal ranges; so the tail is balanced and the
+//                   units still work on neighbouring tiles at any moment (L2 reuse).
+//                   A tile one unit covers alone is written directly; the pieces of a tile
+//                   shared by several units are added into an fp32 sum as with KAAS_SPLITK=2,
+//                   and the last to arrive writes C. In a cluster each CTA sums its own tile of
+//                   the cluster tile (the shared operand stays multicast: a cluster's CTAs take
+//                   the same K-ranges). A split tile's first unit names its counters and sums
+//                   (no unit is first in two), so the workspace is roundup(4 * S, 256) +
+//                   4 * S * BM * BN bytes whatever the tile count. A grid other than S, or G
+//                   above the K-iterations cut, writes nothing.
 //   KAAS_PINGPONG   0 (default) or 1: ping-pong consumers (needs KAAS_CONSUMERS=2, no split-K).
 //                   Each consumer owns whole BM×BN tiles (BM 64 or 128, at most 128
 //                   accumulators per thread: 64x128, 64x256, 128x64, 128x128), alternate
@@ -216,7 +224,17 @@
 //   cuBLASLt rarely splits K. It passes the verifier on the H100 (24 cases), and it is
 //   SLOWER: timed exhaustively on 351 tn shapes of 2^30-2^36 FLOP the catalog did not win,
 //   it was 4.4% or more behind the best other code on every one (2026-11-25), so the
-//   tuner does not search it.
+//   tuner does not search it. On the large shapes it is worse still (tn 8192³, 128x256:
+//   0.54 × the same tile's one-CTA-per-tile grid): at any moment the CTAs work on tiles
+//   spread over all of C, so A and B come from DRAM again and again.
+// * KAAS_STREAMK=2 (hybrid) keeps the persistent grid's order for all but the last full
+//   wave and the partial one. It passes the verifier (72 cases: alone and in multicast
+//   pairs, both layouts, grids of one unit to all tiles cut). Beside the same 128x256
+//   tile's other grids on the H100 (tn, 2026-11-26) it is 1.05 × the persistent grid at
+//   8192³ (1.00 × its TMA-store twin) but 0.75 × at 4096³, where the cut waves are half of
+//   the work: each unit adds two or three 128 KiB fp32 partials with red.add and the last
+//   reads them back. Beside the whole space on 8 large shapes it was never the best. The
+//   tuner offers it as a trial (--trial stream-k).
 // * Ping-pong (KAAS_PINGPONG=1) against the cooperative tiles, tn, graph mode, × cuBLAS's
 //   default algorithm: 4096×12288×512 1.11× (0.97×), 4096×4096×1024 1.13× (1.01×),
 //   2048×2048×512 1.10× with 64x256 (0.99×); no better at 1024³ or 2048³ (one tile per
@@ -319,6 +337,8 @@ typedef unsigned long long u64;
 #define KAAS_CODE_TAG _cs
 #elif KAAS_SPLITK == 3
 #define KAAS_CODE_TAG _skc
+#elif KAAS_SPLITK == 2 && KAAS_STREAMK == 2
+#define KAAS_CODE_TAG _skh
 #elif KAAS_SPLITK == 2 && KAAS_STREAMK
 #define KAAS_CODE_TAG _sks
 #elif KAAS_SPLITK == 2
@@ -460,8 +480,7 @@ static_assert(BM <= 256, "a TMA box is at most 256 rows");
 static_assert(STAGES >= 2 && STAGES <= 16, "KAAS_STAGES must be 2..16");
 static_assert(GROUP_M >= 1, "KAAS_GROUP_M must be >= 1");
 #if KAAS_SPLITK
-static_assert(CL == 1 || (KAAS_SPLITK == 2 && !KAAS_STREAMK),
-              "split-K in a multicast cluster is the atomic one, not stream-K");
+static_assert(CL == 1 || KAAS_SPLITK == 2, "split-K in a multicast cluster is the atomic one (or stream-K)");
 static_assert(KAAS_ACC_F32, "split-K partials are fp32: acc=f32 only");
 static_assert(KAAS_SPLITK >= 1 && KAAS_SPLITK <= 3, "KAAS_SPLITK must be 0, 1, 2 or 3");
 #endif
@@ -472,6 +491,7 @@ static_assert(!KAAS_EPI_TMA || (KAAS_BN % 64 == 0 && KAAS_SPLITK == 0),
 static_assert(KAAS_PROBE == 0 || (KAAS_SPLITK == 0 && CL == 1 && !KAAS_PINGPONG && !KAAS_KSPLIT),
               "KAAS_PROBE variants are plain one-CTA codes");
 static_assert(KAAS_STREAMK == 0 || KAAS_SPLITK == 2, "stream-K reduces with the atomic split-K (KAAS_SPLITK=2)");
+static_assert(KAAS_STREAMK >= 0 && KAAS_STREAMK <= 2, "KAAS_STREAMK must be 0, 1 or 2");
 #if KAAS_SPLITK == 3
 // The cluster reduction stores each CTA's fp32 partial tile in its drained ring.
 static_assert(STAGES * (BM + BN) * BK * 2 >= BM * BN * 4, "the ring cannot hold the tile's fp32 partial");
@@ -1075,10 +1095,14 @@ __device__ __forceinline__ void split_unit(int u, int S, int ktiles, int& t, int
 #if KAAS_STREAMK
 // Stream-K: the segment of a CTA's range [it, end) that starts at K-iteration `it`: tile t,
 // its K-tiles [kb, ke), up to the tile's end or the range's; returns where the next starts.
-__device__ __forceinline__ long long stream_unit(long long it, long long end, int ktiles, int& t, int& kb, int& ke) {
+// Unit iteration `it` of a range ending at `end`: its tile t and K-tiles [kb, ke), and the
+// next iteration. Below `dp_work` (the hybrid's whole tiles) the unit's next tile is `step`
+// iterations on (G tiles), and after its last whole tile comes its stream-K range at `sk`.
+__device__ __forceinline__ long long stream_unit(long long it, long long end, long long dp_work, long long step, long long sk, int ktiles, int& t, int& kb, int& ke) {
     t = (int)(it / ktiles);
     kb = (int)(it - (long long)t * ktiles);
     ke = (int)min((long long)ktiles, (long long)kb + (end - it));
+    if (it < dp_work) return it + step < dp_work ? it + step : sk;
     return it + (ke - kb);
 }
 // The CTA whose range holds K-iteration i: the largest g with g * W / S <= i.
@@ -1150,13 +1174,23 @@ KAAS_ENTRY(const __grid_constant__ TensorMap128 tmA, const __grid_constant__ Ten
     const int S = (int)cluster_size();
     if (S < 2 || gridDim.x != (unsigned)(tiles * S)) return;
 #elif KAAS_STREAMK
-    // CTA cid takes K-iterations [sk_begin, sk_end) of the sk_work = tiles * ktiles.
-    // S is the grid, at most one block per K-iteration (else a shared tile could count a
-    // block with an empty range among its own): any other launch writes nothing.
-    const long long sk_work = (long long)tiles * ktiles;
-    if (S < 1 || S != (int)gridDim.x || S > sk_work) return;
-    const long long sk_begin = (long long)cid * sk_work / S;
-    const long long sk_end = (long long)(cid + 1) * sk_work / S;
+    // Unit cid takes its whole tiles (the hybrid's: tiles below dp_tiles), then
+    // K-iterations [sk_begin, sk_end) of the sk_work after them. S is the grid, at most one
+    // unit per K-iteration cut (else a shared tile could count a unit with an empty range
+    // among its own): any other launch writes nothing.
+#if KAAS_STREAMK == 2
+    // Whole tiles for all but the last full wave and the partial one (none to cut where
+    // the waves are whole).
+    const int dp_tiles = tiles % ncl == 0 ? tiles : max(tiles / ncl - 1, 0) * ncl;
+#else
+    const int dp_tiles = 0;
+#endif
+    const long long dp_work = (long long)dp_tiles * ktiles;
+    const long long sk_work = (long long)tiles * ktiles - dp_work;
+    if (S < 1 || S != (int)gridDim.x || (sk_work > 0 && ncl > sk_work)) return;
+    const long long sk_begin = dp_work + (long long)cid * sk_work / ncl;
+    const long long sk_end = dp_work + (long long)(cid + 1) * sk_work / ncl;
+    const long long sk_start = dp_tiles > 0 ? (long long)cid * ktiles : sk_begin;
     u32* const sk_count = reinterpret_cast<u32*>(ws);  // one counter per CTA (see the top)
     float* const sk_part = reinterpret_cast<float*>(ws + ((4 * S + 255) & ~255));
 #elif KAAS_SPLITK
@@ -1202,9 +1236,9 @@ KAAS_ENTRY(const __grid_constant__ TensorMap128 tmA, const __grid_constant__ Ten
             (void)mask_a;
             (void)mask_b;
 #if KAAS_STREAMK
-            for (long long it = sk_begin, next; it < sk_end; it = next) {
+            for (long long it = sk_start, next; it < sk_end; it = next) {
                 int t, kb, ke;
-                next = stream_unit(it, sk_end, ktiles, t, kb, ke);
+                next = stream_unit(it, sk_end, dp_work, (long long)ncl * ktiles, sk_begin, ktiles, t, kb, ke);
 #elif KAAS_SPLITK
             for (int u = cid; u < tiles * S; u += ncl) {
                 int t, sp, kb, ke;
@@ -1346,9 +1380,9 @@ KAAS_ENTRY(const __grid_constant__ TensorMap128 tmA, const __grid_constant__ Ten
         int s = 0;
         u32 ph = 0;
 #if KAAS_STREAMK
-        for (long long it = sk_begin, next; it < sk_end; it = next) {
+        for (long long it = sk_start, next; it < sk_end; it = next) {
             int t, kb, ke;
-            next = stream_unit(it, sk_end, ktiles, t, kb, ke);
+            next = stream_unit(it, sk_end, dp_work, (long long)ncl * ktiles, sk_begin, ktiles, t, kb, ke);
 #elif KAAS_SPLITK
         for (int u = cid; u < tiles * S; u += ncl) {
             int t, sp, kb, ke;
@@ -1582,10 +1616,12 @@ KAAS_ENTRY(const __grid_constant__ TensorMap128 tmA, const __grid_constant__ Ten
             }
 #elif KAAS_SPLITK
 #if KAAS_STREAMK
-            // The tile's CTAs: its first one names the counter and the sum (SK_SLOT).
-            const int sk_first = stream_owner((long long)t * ktiles, sk_work, S);
-            const int sk_contrib = stream_owner((long long)(t + 1) * ktiles - 1, sk_work, S) - sk_first + 1;
-#define SK_SLOT sk_first
+            // The tile's units: a whole tile is its unit's alone; a cut tile's first unit names
+            // the counter and the sum of each of its CTAs (SK_SLOT).
+            const bool sk_whole = t < dp_tiles;
+            const int sk_first = sk_whole ? cid : stream_owner((long long)t * ktiles - dp_work, sk_work, ncl);
+            const int sk_contrib = sk_whole ? 1 : stream_owner((long long)(t + 1) * ktiles - 1 - dp_work, sk_work, ncl) - sk_first + 1;
+#define SK_SLOT (sk_first * CL + (int)rank)
 #define SK_UNITS sk_contrib
 #else
 // This CTA's tile: in a cluster, tile t's CTA of rank `rank` (each reduces its own tile).

@@ -84,6 +84,12 @@ pub struct HopperConfig {
     /// count.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub stream_k: bool,
+    /// Hybrid stream-K (`KAAS_STREAMK=2`, entries ending `_skh`; needs `stream_k`): whole
+    /// tiles on the persistent grid's order for all but the last full wave and the partial
+    /// one, whose K-iterations alone are cut into equal ranges. In clusters, each cluster
+    /// is one unit of the grid and the shared operand stays multicast.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub sk_hybrid: bool,
     /// K split across the two consumer warpgroups (`KAAS_KSPLIT`, entries ending `_kw`):
     /// each owns the whole tile and takes alternate K-tiles (the ring's slots of its
     /// parity), and consumer 1 hands its fp32 partial to consumer 0 through shared memory.
@@ -169,7 +175,7 @@ const UNIT_TARGETS: [(u32, u32); 4] = [(1, 4), (1, 2), (1, 1), (2, 1)];
 impl HopperConfig {
     /// A cooperative, unsplit configuration, one tile per block, without clusters.
     pub const fn new(bm: u32, bn: u32, stages: u32, consumers: u32) -> Self {
-        HopperConfig { bm, bn, stages, consumers, persistent: false, split: 1, atomic: false, pingpong: false, cluster_reduce: false, cluster_m: 1, cluster_n: 1, stream_k: false, ksplit: false, chains: 1, l2_256: false, tma_store: false, bk: BK, desc_uniform: false, col_split: false, wait0: false, desc_step: false }
+        HopperConfig { bm, bn, stages, consumers, persistent: false, split: 1, atomic: false, pingpong: false, cluster_reduce: false, cluster_m: 1, cluster_n: 1, stream_k: false, sk_hybrid: false, ksplit: false, chains: 1, l2_256: false, tma_store: false, bk: BK, desc_uniform: false, col_split: false, wait0: false, desc_step: false }
     }
 
     pub fn validate(&self) -> Result<(), String> {
@@ -239,8 +245,8 @@ impl HopperConfig {
         // stream-K's ranges cross tiles. (Ping-pong
         // consumers in a cluster passed hopper-probe's checks in session 6, and the
         // multicast GPU test runs them.)
-        if self.cluster_size() > 1 && self.split > 1 && (!self.atomic || self.cluster_reduce || self.stream_k) {
-            return Err("split-K in a multicast cluster reduces atomically: not in order, not as a cluster reduction, not stream-K".into());
+        if self.cluster_size() > 1 && self.split > 1 && (!self.atomic || self.cluster_reduce || (self.stream_k && !self.split.is_multiple_of(self.cluster_size()))) {
+            return Err("split-K in a multicast cluster reduces atomically (not in order, not as a cluster reduction), stream-K on a grid of whole clusters".into());
         }
         // Each CTA loads its share of the shared operand: whole 8-row swizzle atoms.
         if !(self.bm / self.cluster_n).is_multiple_of(8) || !(self.bn / self.cluster_m).is_multiple_of(8) {
@@ -269,6 +275,9 @@ impl HopperConfig {
         }
         if self.stream_k && (!self.atomic || self.split < 2 || self.cluster_reduce) {
             return Err(format!("stream-K needs the atomic reduction over a grid of 2 or more blocks; got split {}", self.split));
+        }
+        if self.sk_hybrid && !self.stream_k {
+            return Err("hybrid stream-K (`_skh`) is a mode of stream-K: sk_hybrid needs stream_k".into());
         }
         if self.shared_mem_bytes() + self.static_smem_bytes() > SMEM_LIMIT {
             return Err(format!("{} B of shared memory exceed {SMEM_LIMIT}", self.shared_mem_bytes() + self.static_smem_bytes()));
@@ -343,23 +352,28 @@ impl HopperConfig {
         split_workspace_bytes(self.tiles(p), self.bm * self.bn, self.split, self.atomic)
     }
 
-    /// Stream-K's grid: `split` blocks, but no more than the problem's K-iterations (tiles ×
-    /// K-tiles), so that every block's range holds at least one (the template counts a
-    /// shared tile's blocks as the owners of its first and last iterations and all between).
+    /// Stream-K's grid: `split` blocks, but no more units (clusters, or blocks without one)
+    /// than the problem's K-iterations (cluster tiles × K-tiles), so that every unit's range
+    /// holds at least one (the template counts a shared tile's units as the owners of its
+    /// first and last iterations and all between). The hybrid cuts fewer iterations, but
+    /// never fewer than its units where it cuts any (a full wave's tiles and more).
     fn stream_blocks(&self, p: &Problem) -> u32 {
-        let work = u64::from(self.tiles(p)) * u64::from(p.k.div_ceil(self.bk));
-        u32::try_from(work.min(u64::from(self.split))).unwrap_or(self.split).max(1)
+        let cl = self.cluster_size();
+        let work = u64::from(self.tiles(p) / cl) * u64::from(p.k.div_ceil(self.bk));
+        let units = u32::try_from(work.min(u64::from(self.split / cl))).unwrap_or(self.split / cl).max(1);
+        units * cl
     }
 
     /// The code's split mode: 0 unsplit, 1 in-order, 2 atomic, 3 cluster reduction (the
-    /// template's `KAAS_SPLITK`), 4 stream-K (`KAAS_SPLITK=2` with `KAAS_STREAMK=1`).
+    /// template's `KAAS_SPLITK`), 4 stream-K (`KAAS_SPLITK=2` with `KAAS_STREAMK=1`), 5 its
+    /// hybrid (`KAAS_STREAMK=2`).
     fn split_mode(&self) -> u8 {
-        if self.stream_k && self.split > 1 { 4 } else { split_mode(self.split, self.atomic, self.cluster_reduce) }
+        if self.stream_k && self.split > 1 { 4 + u8::from(self.sk_hybrid) } else { split_mode(self.split, self.atomic, self.cluster_reduce) }
     }
 
     /// The PTX entry; the persistent flag is a grid choice, not part of the code.
     pub fn entry(&self, acc: Acc, layout: Layout) -> String {
-        let sk = ["", "_sk", "_ska", "_skc", "_sks"][usize::from(self.split_mode())];
+        let sk = ["", "_sk", "_ska", "_skc", "_sks", "_skh"][usize::from(self.split_mode())];
         let pp = if self.pingpong { "_pp" } else if self.ksplit { "_kw" } else if self.col_split { "_cs" } else { "" };
         let cn = if self.cluster_n > 1 { format!("_n{}", self.cluster_n) } else { String::new() };
         let cn = if self.chains > 1 { format!("{cn}_x{}", self.chains) } else { cn };
@@ -385,7 +399,7 @@ impl HopperConfig {
         .into_iter()
         // Stream-K is the atomic split-K's code with KAAS_STREAMK.
         .chain((self.split > 1).then_some(("KAAS_SPLITK", if self.stream_k { 2 } else { u32::from(self.split_mode()) })))
-        .chain((self.stream_k && self.split > 1).then_some(("KAAS_STREAMK", 1)))
+        .chain((self.stream_k && self.split > 1).then_some(("KAAS_STREAMK", 1 + u32::from(self.sk_hybrid))))
         .chain(self.pingpong.then_some(("KAAS_PINGPONG", 1)))
         .chain(self.ksplit.then_some(("KAAS_KSPLIT", 1)))
         .chain(self.col_split.then_some(("KAAS_COLSPLIT", 1)))
@@ -468,11 +482,13 @@ impl HopperConfig {
         let (rest, ksplit) = rest.strip_suffix("_kw").map_or((rest, false), |r| (r, true));
         let (rest, col_split) = rest.strip_suffix("_cs").map_or((rest, false), |r| (r, true));
         // Stream-K is Hopper's own; the other reductions' suffixes both families share.
-        let (rest, split, atomic, cluster_reduce, stream_k) = if let Some(r) = rest.strip_suffix("_sks") {
-            (r, 2, true, false, true)
+        let (rest, split, atomic, cluster_reduce, stream_k, sk_hybrid) = if let Some(r) = rest.strip_suffix("_sks") {
+            (r, 2, true, false, true, false)
+        } else if let Some(r) = rest.strip_suffix("_skh") {
+            (r, 2, true, false, true, true)
         } else {
             let (r, split, atomic, cluster) = split_suffix(rest);
-            (r, split, atomic, cluster, false)
+            (r, split, atomic, cluster, false, false)
         };
         let mut parts: Vec<&str> = rest.split('_').collect();
         // `_x2`: accumulator chains, then `_n4`: a cluster along N (absent: 1 each).
@@ -493,6 +509,9 @@ impl HopperConfig {
         let layout: Layout = layout.parse().ok()?;
         let dims: Vec<u32> = tile.split('x').map(|d| d.parse().ok()).collect::<Option<_>>()?;
         let [bm, bn, bk] = dims[..] else { return None };
+        let cluster_m: u32 = cluster_m.strip_prefix('m')?.parse().ok()?;
+        // Stream-K's grid is a launch parameter; whole clusters of it.
+        let split = if stream_k { split.max(cluster_m * cluster_n) } else { split };
         if group != format!("g{GROUP_M}") {
             return None;
         }
@@ -506,9 +525,10 @@ impl HopperConfig {
             atomic,
             pingpong,
             cluster_reduce,
-            cluster_m: cluster_m.strip_prefix('m')?.parse().ok()?,
+            cluster_m,
             cluster_n,
             stream_k,
+            sk_hybrid,
             ksplit,
             chains,
             l2_256: false,
@@ -545,7 +565,7 @@ impl HopperConfig {
     /// Short label, e.g. `128x256 s4 c2 persistent`, `64x64 s8 c1 split 16 atomic`,
     /// `64x64 s8 c1 split 8 cluster`.
     pub fn label(&self) -> String {
-        let split = if self.stream_k { format!(" stream-K {}", self.split) } else { split_label(self.split, self.atomic, self.cluster_reduce) };
+        let split = if self.stream_k { format!(" stream-K{} {}", if self.sk_hybrid { " hybrid" } else { "" }, self.split) } else { split_label(self.split, self.atomic, self.cluster_reduce) };
         let pp = if self.pingpong { " ping-pong" } else if self.ksplit { " k-split" } else if self.col_split { " col-split" } else { "" };
         let pp = if self.chains > 1 { format!("{pp} x{}", self.chains) } else { pp.to_string() };
         let cl = match (self.cluster_m, self.cluster_n) {
@@ -801,6 +821,29 @@ pub fn stream_k_codes(sm_count: u32) -> Vec<HopperConfig> {
     for (bm, bn, consumers) in [(64, 128, 1), (128, 128, 2), (128, 256, 2)] {
         let c = HopperConfig { split: sm_count.max(2), atomic: true, stream_k: true, ..HopperConfig::new(bm, bn, 2, consumers) };
         out.extend(rings(c).into_iter().take(1));
+    }
+    out
+}
+
+/// The stream-K trial's codes on a grid of `sm_count` blocks: [`stream_k_codes`], and hybrid
+/// stream-K (`_skh`) of the large cooperative tiles, alone and in multicast pairs along M and
+/// along N, each with the deepest ring. The hybrid is meant for the large shapes' last wave:
+/// with 128×256 tiles, 8192³ makes 15.5 waves of 132, so the persistent grid idles half of
+/// its last wave (3%), and the 2^36–2^40 FLOP shapes lose 3.4% so (geomean, the best of four
+/// tiles each). They pass the verifier (`hybrid_stream_k_hopper_kernels_pass_the_verifier`)
+/// but are not in the search (H100, tn, session 24): timed beside the whole space on 8 large
+/// shapes, the best hybrid was 0.69–0.99 × the best code; timed beside the same 128×256
+/// tile's other grids alone, it was 1.05 × the persistent grid at 8192³ (1.00 × its TMA-store
+/// twin) but 0.75 × at 4096³, where the cut waves are half of the work and the fp32
+/// partials' round trips through L2 cost more than the idle half wave.
+pub fn stream_k_trial_codes(sm_count: u32) -> Vec<HopperConfig> {
+    let mut out = stream_k_codes(sm_count);
+    for (bm, bn, consumers) in [(128, 256, 2), (256, 128, 2), (128, 128, 2)] {
+        for (cluster_m, cluster_n) in [(1, 1), (2, 1), (1, 2)] {
+            let grid = sm_count.max(2) / (cluster_m * cluster_n) * (cluster_m * cluster_n);
+            let c = HopperConfig { split: grid, atomic: true, stream_k: true, sk_hybrid: true, cluster_m, cluster_n, ..HopperConfig::new(bm, bn, 2, consumers) };
+            out.extend(rings(c).into_iter().take(1));
+        }
     }
     out
 }
@@ -1471,9 +1514,11 @@ mod tests {
         // One-CTA manifests are what they were: the shipped catalog's manifests still match.
         let m1 = HopperConfig::new(128, 128, 6, 2);
         assert_eq!(m1.manifest(&p(Layout::Nn, 256, 256, 256), 132).launches[0].cluster, [1, 1, 1]);
-        for bad in [HopperConfig { cluster_m: 3, ..c }, HopperConfig { split: 4, ..c }, HopperConfig { split: 4, cluster_reduce: true, ..c }, HopperConfig { split: 4, atomic: true, stream_k: true, ..c }] {
+        for bad in [HopperConfig { cluster_m: 3, ..c }, HopperConfig { split: 4, ..c }, HopperConfig { split: 4, cluster_reduce: true, ..c }, HopperConfig { split: 3, atomic: true, stream_k: true, ..c }] {
             assert!(bad.validate().is_err(), "{bad:?}");
         }
+        // Stream-K runs in clusters on a grid of whole ones.
+        HopperConfig { split: 4, atomic: true, stream_k: true, ..c }.validate().unwrap();
         // Ping-pong consumers run in a cluster (both CTAs take the same tiles in the same
         // order, so the same consumer releases a slot in each).
         assert!(HopperConfig { pingpong: true, persistent: true, cluster_m: 2, ..HopperConfig::new(128, 128, 6, 2) }.validate().is_ok());
@@ -1977,13 +2022,82 @@ mod tests {
     }
 
     #[test]
+    fn hybrid_stream_k_names_its_mode_and_launches_whole_clusters() {
+        let prob = Problem::new(Arch::Sm90, Acc::F32, Layout::Tn, Shape::new(8192, 8192, 8192).unwrap());
+        let codes: Vec<HopperConfig> = stream_k_trial_codes(132).into_iter().filter(|c| c.sk_hybrid).collect();
+        assert_eq!(codes.len(), 9, "{codes:?}");
+        for c in &codes {
+            c.validate().unwrap();
+            let man = c.manifest(&prob, 132);
+            man.validate().unwrap_or_else(|e| panic!("{}: {e}", c.label()));
+            assert_eq!(man.launches[0].grid, [132, 1, 1], "{}", c.label());
+            assert_eq!(man.launches[0].params[7], Param::I32(I32Value::Const(132)));
+            assert_eq!(man.workspace_bytes, 768 + 4 * 132 * u64::from(c.bm * c.bn), "{}", c.label());
+            let entry = c.entry(Acc::F32, Layout::Tn);
+            assert!(entry.ends_with("_skh"), "{entry}");
+            let (parsed, ..) = HopperConfig::from_entry(&entry).unwrap_or_else(|| panic!("{entry}"));
+            assert!(parsed.stream_k && parsed.sk_hybrid && parsed.cluster_size() == c.cluster_size(), "{entry}");
+            assert_eq!(HopperConfig::of_launch(&man.launches[0], &prob), Some((*c, Acc::F32, Layout::Tn)));
+            let defines = c.defines(Acc::F32, Layout::Tn);
+            assert!(defines.contains(&("KAAS_STREAMK".into(), "2".into())), "{defines:?}");
+            assert!(c.label().contains(" stream-K hybrid 132"), "{}", c.label());
+            assert!(HopperConfig { stream_k: false, split: 1, atomic: false, ..*c }.validate().is_err(), "hybrid needs stream-K");
+            if c.cluster_size() > 1 {
+                assert!(HopperConfig { split: 7, ..*c }.validate().is_err(), "a grid of whole clusters");
+            }
+        }
+        // A pair's grid stays whole pairs where the problem has fewer K-iterations than units.
+        let pair = codes.iter().find(|c| c.cluster_m == 2).unwrap();
+        let small = Problem::new(Arch::Sm90, Acc::F32, Layout::Tn, Shape::new(256, 256, 128).unwrap());
+        assert_eq!(pair.manifest(&small, 132).launches[0].grid, [4, 1, 1], "1 pair tile × 2 K-tiles: 2 units of 2");
+        // The template's hybrid partition, modelled: G units; all but the last full wave and
+        // the partial one run whole tiles g, g+G, …; the rest's K-iterations are cut into G
+        // ranges. Each tile's K is covered exactly once, a whole tile by one unit, and no unit
+        // is the first of two cut tiles.
+        for (tiles, ktiles, g) in [(2048u64, 128u64, 132u64), (512, 8, 132), (264, 16, 132), (133, 64, 132), (100, 9, 132), (32, 65, 7), (10, 3, 1), (1024, 64, 66)] {
+            let dp = if tiles % g == 0 { tiles } else { (tiles / g).saturating_sub(1) * g };
+            let (dp_work, sk_work) = (dp * ktiles, (tiles - dp) * ktiles);
+            assert!(sk_work == 0 || g <= sk_work);
+            let start = |b: u64| dp_work + b * sk_work / g;
+            let owner = |i: u64| ((i - dp_work + 1) * g - 1) / sk_work;
+            let mut covered = vec![0u64; tiles as usize];
+            let mut units_of = vec![std::collections::BTreeSet::new(); tiles as usize];
+            for b in 0..g {
+                let (end, mut it) = (start(b + 1), if dp > 0 { b * ktiles } else { start(b) });
+                while it < end {
+                    let (t, kb) = (it / ktiles, it % ktiles);
+                    let ke = ktiles.min(kb + (end - it));
+                    covered[t as usize] += ke - kb;
+                    units_of[t as usize].insert(b);
+                    it = if it < dp_work { if it + g * ktiles < dp_work { it + g * ktiles } else { start(b) } } else { it + (ke - kb) };
+                }
+            }
+            let mut firsts = std::collections::BTreeSet::new();
+            for t in 0..tiles {
+                assert_eq!(covered[t as usize], ktiles, "tile {t} of {tiles}, ktiles {ktiles}, G {g}");
+                let units = &units_of[t as usize];
+                if t < dp {
+                    assert_eq!(units.len(), 1, "whole tile {t} of {tiles}, G {g}");
+                } else {
+                    let (lo, hi) = (t * ktiles, (t + 1) * ktiles);
+                    let (first, last) = (owner(lo), owner(hi - 1));
+                    assert_eq!(units.iter().copied().collect::<Vec<_>>(), (first..=last).collect::<Vec<_>>(), "cut tile {t} of {tiles}, G {g}");
+                    if last > first {
+                        assert!(firsts.insert(first), "unit {first} is the first of two cut tiles");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
     fn every_configuration_compiles_where_nvrtc_is_present() {
         if let Err(why) = nvrtc::available() {
             eprintln!("SKIP: no NVRTC ({why})");
             return;
         }
         let mut seen = std::collections::BTreeSet::new();
-        for c in space().into_iter().chain(split_tiles()).chain(cluster_tiles()).chain(multicast_codes()).chain(stream_k_codes(132)).chain(wide_160_codes()).chain(skinny_cluster_codes()).chain(ksplit_codes()).chain(chains_codes()).chain(chains_split_tiles()).chain(tma_store_codes()).chain(bk_codes(128)).chain(bk_codes(256)).chain(narrow8_codes()).chain(multicast_split_all()).chain(ksplit_pair_codes()).chain(col_split_codes()) {
+        for c in space().into_iter().chain(split_tiles()).chain(cluster_tiles()).chain(multicast_codes()).chain(stream_k_trial_codes(132)).chain(wide_160_codes()).chain(skinny_cluster_codes()).chain(ksplit_codes()).chain(chains_codes()).chain(chains_split_tiles()).chain(tma_store_codes()).chain(bk_codes(128)).chain(bk_codes(256)).chain(narrow8_codes()).chain(multicast_split_all()).chain(ksplit_pair_codes()).chain(col_split_codes()) {
             if !seen.insert(c.code_key()) {
                 continue;
             }

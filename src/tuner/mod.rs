@@ -173,6 +173,10 @@ pub enum Trial {
     /// consumers, alone and in pairs, unsplit and with the atomic split-K), on every shape:
     /// [`hopper::col_split_codes`].
     ColSplit,
+    /// Stream-K (`_sks`) and hybrid stream-K (`_skh`: whole tiles but for the last waves,
+    /// alone and in multicast pairs) on every shape, fp32 only:
+    /// [`hopper::stream_k_trial_codes`].
+    StreamK,
 }
 
 impl Trial {
@@ -198,6 +202,8 @@ impl Trial {
             Trial::Narrow8 => hopper::narrow8_codes(),
             Trial::MulticastSplit => hopper::multicast_split_all(),
             Trial::ColSplit => hopper::col_split_codes(),
+            // The entry does not carry the grid: any SM count names the same codes.
+            Trial::StreamK => hopper::stream_k_trial_codes(132),
         };
         hopper.into_iter().map(Candidate::Hopper).collect()
     }
@@ -205,6 +211,9 @@ impl Trial {
     /// The trial's candidates for one problem.
     fn space_for(self, p: &Problem, sm_count: u32) -> Vec<Candidate> {
         if matches!(self, Trial::Ksplit | Trial::Chains) && (p.acc != Acc::F32 || !hopper::skinny(p, sm_count)) {
+            return Vec::new();
+        }
+        if self == Trial::StreamK && p.acc != Acc::F32 {
             return Vec::new();
         }
         let codes: Vec<hopper::HopperConfig> = match self {
@@ -222,6 +231,7 @@ impl Trial {
             Trial::Narrow8 => hopper::narrow8_space(p, sm_count),
             Trial::MulticastSplit => hopper::multicast_split_space(hopper::multicast_split_all(), p, sm_count),
             Trial::ColSplit => hopper::col_split_space(p, sm_count),
+            Trial::StreamK => hopper::stream_k_trial_codes(sm_count).into_iter().filter(|c| c.cluster_fits(p)).collect(),
         };
         // With the search's L2 promotion, so that they time beside it on equal terms.
         let l2_256 = hopper::wide_l2_suits(p);
@@ -1410,7 +1420,7 @@ mod tests {
         assert!(space_with(&nn, &hopper, &[Trial::Wide160], 132).iter().all(|c| !matches!(c, Candidate::Hopper(h) if h.bn == 160)), "tn only");
         // Every trial alone, each beside a twin trial, and all at once: each candidate has a
         // module (the twin trials twin the other trials' codes too).
-        let all = [Trial::Ksplit, Trial::Chains, Trial::Multicast, Trial::MulticastSplit, Trial::Wide160, Trial::L2, Trial::TmaStore, Trial::Bk128, Trial::Bk256, Trial::Narrow8, Trial::Du, Trial::ColSplit];
+        let all = [Trial::Ksplit, Trial::Chains, Trial::Multicast, Trial::MulticastSplit, Trial::Wide160, Trial::L2, Trial::TmaStore, Trial::Bk128, Trial::Bk256, Trial::Narrow8, Trial::Du, Trial::ColSplit, Trial::StreamK];
         let twin_trials = [Trial::TmaStore, Trial::Bk128, Trial::Bk256, Trial::Du];
         let mut sets: Vec<Vec<Trial>> = vec![all.to_vec()];
         sets.extend(all.iter().map(|&t| vec![t]));
