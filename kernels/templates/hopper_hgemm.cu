@@ -1093,11 +1093,10 @@ __device__ __forceinline__ void split_unit(int u, int S, int ktiles, int& t, int
     ke = (int)((long long)(sp + 1) * ktiles / S);
 }
 #if KAAS_STREAMK
-// Stream-K: the segment of a CTA's range [it, end) that starts at K-iteration `it`: tile t,
+// Stream-K: the segment of a unit's range [it, end) that starts at K-iteration `it`: tile t,
 // its K-tiles [kb, ke), up to the tile's end or the range's; returns where the next starts.
-// Unit iteration `it` of a range ending at `end`: its tile t and K-tiles [kb, ke), and the
-// next iteration. Below `dp_work` (the hybrid's whole tiles) the unit's next tile is `step`
-// iterations on (G tiles), and after its last whole tile comes its stream-K range at `sk`.
+// Below `dp_work` (the hybrid's whole tiles) that is the unit's next whole tile, `step`
+// iterations on (G tiles), and after its last one the start of its cut range, `sk`.
 __device__ __forceinline__ long long stream_unit(long long it, long long end, long long dp_work, long long step, long long sk, int ktiles, int& t, int& kb, int& ke) {
     t = (int)(it / ktiles);
     kb = (int)(it - (long long)t * ktiles);
@@ -1105,7 +1104,8 @@ __device__ __forceinline__ long long stream_unit(long long it, long long end, lo
     if (it < dp_work) return it + step < dp_work ? it + step : sk;
     return it + (ke - kb);
 }
-// The CTA whose range holds K-iteration i: the largest g with g * W / S <= i.
+// The unit whose range holds K-iteration i (of the W cut into S ranges): the largest g
+// with g * W / S <= i.
 __device__ __forceinline__ int stream_owner(long long i, long long W, int S) {
     return (int)(((i + 1) * S - 1) / W);
 }
