@@ -1662,6 +1662,24 @@ fn one_of_each_kind(mut codes: Vec<kaas::tuner::hopper::HopperConfig>) -> Vec<ka
     codes
 }
 
+/// The Hopper codes of every kind that builds its descriptors or tiles its own way: the
+/// search's (cooperative, ping-pong, narrow, 64×8) and their K-128, K-256 and TMA-store
+/// twins, the skinny chains, K split across consumers, the column split (and its wait0
+/// twins) and the multicast pairs.
+fn kinds_of_code() -> Vec<kaas::tuner::hopper::HopperConfig> {
+    use kaas::tuner::hopper;
+    let base: Vec<hopper::HopperConfig> = hopper::space()
+        .into_iter()
+        .chain(hopper::skinny_chains_codes())
+        .chain(hopper::narrow8_search_codes())
+        .chain(hopper::ksplit_codes())
+        .chain(hopper::col_split_codes())
+        .chain(hopper::multicast_codes())
+        .collect();
+    let twins = hopper::twin_codes(&base, true, &[128, 256], false);
+    base.into_iter().chain(twins).collect()
+}
+
 /// Each code through the verifier once, in one layout, tn and nn in turn, on shapes the tiles
 /// do not divide (one K-tile, ragged K, long K), in turn too.
 fn verify_in_turn(label: &'static str, codes: &[kaas::tuner::hopper::HopperConfig]) -> VerifierRuns {
@@ -1688,20 +1706,55 @@ fn stepped_descriptor_hopper_kernels_pass_the_verifier() {
     if !hopper_or_skip() {
         return;
     }
-    let base: Vec<HopperConfig> = hopper::space()
-        .into_iter()
-        .chain(hopper::skinny_chains_codes())
-        .chain(hopper::narrow8_search_codes())
-        .chain(hopper::ksplit_codes())
-        .chain(hopper::col_split_codes())
-        .chain(hopper::multicast_codes())
-        .collect();
-    let twins = hopper::twin_codes(&base, true, &[128, 256], false);
     let split = hopper::split_tiles().into_iter().map(|c| HopperConfig { split: 5, atomic: true, ..c });
-    let codes = one_of_each_kind(base.into_iter().chain(twins).chain(split).map(|c| hopper::step_twin(&c)).collect());
+    let codes = one_of_each_kind(kinds_of_code().into_iter().chain(split).map(|c| hopper::step_twin(&c)).collect());
     assert!(codes.len() > 40 && codes.iter().all(|c| c.desc_step && c.validate().is_ok()), "{}", codes.len());
     let runs = verify_in_turn("DESC-STEP", &codes);
     println!("{} stepped-descriptor runs over {} codes", runs.runs, codes.len());
+    runs.assert_all_passed();
+}
+
+/// Every kind of code the stepped test covers, each in the search's modes (`_dr`, `_ec`),
+/// plus split-K in order and hybrid stream-K (whose units take tiles their own way).
+fn early_coords_codes() -> Vec<kaas::tuner::hopper::HopperConfig> {
+    use kaas::tuner::hopper::{self, HopperConfig};
+    let split = hopper::split_tiles().into_iter().flat_map(|c| [HopperConfig { split: 5, atomic: true, ..c }, HopperConfig { split: 5, atomic: false, ..c }]);
+    let stream_k = hopper::stream_k_trial_codes(132).into_iter().filter(|c| c.sk_hybrid);
+    let codes = one_of_each_kind(kinds_of_code().into_iter().chain(split).chain(stream_k).map(hopper::searched_desc).collect());
+    assert!(codes.len() > 100 && codes.iter().all(|c| c.early_coords && c.entry(Acc::F32, Layout::Tn).ends_with("_ec") && c.validate().is_ok()), "{}", codes.len());
+    codes
+}
+
+/// The tile's origin computed before the K loop (`_ec`, which the search builds into every
+/// code) passes the verifier in every kind of code ([`early_coords_codes`]), one tile per
+/// CTA; tn and nn in turn, shapes the tiles do not divide.
+#[test]
+fn early_coords_hopper_kernels_pass_the_verifier() {
+    if !hopper_or_skip() {
+        return;
+    }
+    let codes = early_coords_codes();
+    let runs = verify_in_turn("EARLY-COORDS", &codes);
+    println!("{} early-coordinates runs over {} codes", runs.runs, codes.len());
+    runs.assert_all_passed();
+}
+
+/// The same on the persistent grid, where a CTA takes several tiles and recomputes the
+/// origin per tile: the unsplit codes of the search's own tiles (cooperative, ping-pong,
+/// narrow) with one cluster size, one ring depth each.
+#[test]
+fn early_coords_persistent_hopper_kernels_pass_the_verifier() {
+    use kaas::tuner::hopper::{self, HopperConfig};
+    if !hopper_or_skip() {
+        return;
+    }
+    let kind = |c: &HopperConfig| HopperConfig { stages: 0, persistent: false, l2_256: false, ..*c };
+    let searched: Vec<HopperConfig> = hopper::space().into_iter().map(|c| kind(&hopper::searched_desc(c))).collect();
+    let codes: Vec<HopperConfig> =
+        early_coords_codes().into_iter().filter(|c| c.split == 1 && searched.contains(&kind(c))).map(|c| HopperConfig { persistent: true, ..c }).collect();
+    assert!(codes.len() >= 8, "{}", codes.len());
+    let runs = verify_in_turn("EARLY-COORDS-PERSISTENT", &codes);
+    println!("{} early-coordinates runs on the persistent grid over {} codes", runs.runs, codes.len());
     runs.assert_all_passed();
 }
 

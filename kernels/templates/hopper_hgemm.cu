@@ -129,7 +129,7 @@
 //     and then KAAS_CHAINS > 1 _x<CHAINS> (before any other suffix); KAAS_SPLITK=1 adds _sk, 2 adds _ska,
 //     3 adds _skc, KAAS_STREAMK=1 _sks;
 //     KAAS_PINGPONG=1 adds _pp, KAAS_KSPLIT=1 _kw, KAAS_COLSPLIT=1 _cs; then KAAS_EPILOGUE=2 _ts, then
-//     KAAS_DESC_UNIFORM=1 _du, 2 _dr
+//     KAAS_DESC_UNIFORM=1 _du, 2 _dr; then KAAS_EARLY_COORDS=1 _ec
 //   KAAS_WAIT0      0 (default) or 1 (not with KAAS_KSPLIT): each consumer waits for a
 //                   K-tile's wgmmas right after issuing them and frees its slot at once,
 //                   instead of keeping one K-tile in flight and freeing the slot one K-tile
@@ -149,6 +149,11 @@
 //                   ptxas keeps in the pair (cuBLASLt's loop: two UIADD3 per HGMMA); the
 //                   tuner builds every code so (2.2% over plain on the cooperative codes,
 //                   session 23)
+//   KAAS_EARLY_COORDS 0 (default) or 1 (entries end _ec): the consumers compute their tile's
+//                   origin before its K loop, and an empty asm keeps the compiler from
+//                   sinking the tile order's divisions to their one use in the epilogue,
+//                   after the last wgmma wait, where they lengthened the critical path by
+//                   ~0.1–0.15 µs a tile (session 25: 64x64 s4 on 64³ 2.02 → 1.88 µs).
 //
 // ─── Launch (kaas.hgemm.v1) ─────────────────────────────────────────────────────────────
 // params: (tensor_map A, tensor_map B, ptr C, i32 M, i32 N, i32 K), in this order;
@@ -306,7 +311,11 @@ typedef unsigned long long u64;
 // producer completes each full barrier with a plain arrive, no TMA: wgmmas read whatever
 // the ring holds); 3 neither (the barriers' round trips, with the wgmma fence, commit and
 // wait of each slot); 4 no C stores; 5 neither, and no wgmma fence, commit or wait (the
-// mbarrier round trips alone: 3 minus 5 is what the wgmma synchronisation costs a slot).
+// mbarrier round trips alone: 3 minus 5 is what the wgmma synchronisation costs a slot);
+// 6 returns at once (the launch of this many threads and this much shared memory); 7 returns
+// once the barriers are set up; 8 stages C in shared memory but stores none of it (the staged
+// epilogue only: whatever is not NaN); 9 no epilogue but one read of the last accumulator
+// (4 plus the wait for the math's result, should 4 let the warp leave before it).
 #ifndef KAAS_PROBE
 #define KAAS_PROBE 0
 #endif
@@ -323,6 +332,15 @@ typedef unsigned long long u64;
 #define KAAS_LAYOUT_TAG tn
 #else
 #define KAAS_LAYOUT_TAG nn
+#endif
+#ifndef KAAS_DESC_UNIFORM
+#define KAAS_DESC_UNIFORM 0
+#endif
+#ifndef KAAS_WAIT0
+#define KAAS_WAIT0 0
+#endif
+#ifndef KAAS_EARLY_COORDS
+#define KAAS_EARLY_COORDS 0
 #endif
 #ifndef KAAS_ENTRY
 // The code's suffix: _pp (ping-pong), _ska / _sk / _skc / _sks (split-K, atomic / in order /
@@ -373,13 +391,7 @@ typedef unsigned long long u64;
 #else
 #define KAAS_TS_TAG
 #endif
-// _du (KAAS_DESC_UNIFORM) or none.
-#ifndef KAAS_DESC_UNIFORM
-#define KAAS_DESC_UNIFORM 0
-#endif
-#ifndef KAAS_WAIT0
-#define KAAS_WAIT0 0
-#endif
+// _du / _dr (KAAS_DESC_UNIFORM), after _w0 (KAAS_WAIT0), or none.
 #if KAAS_DESC_UNIFORM == 2 && KAAS_WAIT0
 #define KAAS_DU_TAG _w0_dr
 #elif KAAS_DESC_UNIFORM == 2
@@ -393,13 +405,19 @@ typedef unsigned long long u64;
 #else
 #define KAAS_DU_TAG
 #endif
-#define KAAS_CATS_(a, b, c, d, e, f, g, h, i, j, k, l, m, n, o, p, q, r, s, t, u, v, w) \
-    a##b##c##d##e##f##g##h##i##j##k##l##m##n##o##p##q##r##s##t##u##v##w
+// _ec (KAAS_EARLY_COORDS) or none.
+#if KAAS_EARLY_COORDS
+#define KAAS_EC_TAG _ec
+#else
+#define KAAS_EC_TAG
+#endif
+#define KAAS_CATS_(a, b, c, d, e, f, g, h, i, j, k, l, m, n, o, p, q, r, s, t, u, v, w, x) \
+    a##b##c##d##e##f##g##h##i##j##k##l##m##n##o##p##q##r##s##t##u##v##w##x
 #define KAAS_CATS(...) KAAS_CATS_(__VA_ARGS__)
 #define KAAS_ENTRY                                                                                           \
     KAAS_CATS(kaas_wgmma_, KAAS_ACC_TAG, _, KAAS_LAYOUT_TAG, _, KAAS_BM, x, KAAS_BN, x, KAAS_BK, _s, KAAS_STAGES, \
               _c, KAAS_CONSUMERS, _m, KAAS_CLUSTER_M, _g, KAAS_GROUP_M, KAAS_CN_TAG, KAAS_CH_TAG, KAAS_CODE_TAG, KAAS_TS_TAG, \
-              KAAS_DU_TAG)
+              KAAS_DU_TAG, KAAS_EC_TAG)
 #endif
 
 constexpr int BM = KAAS_BM, BN = KAAS_BN, BK = KAAS_BK, STAGES = KAAS_STAGES;
@@ -484,7 +502,7 @@ static_assert(CL == 1 || KAAS_SPLITK == 2, "split-K in a multicast cluster is th
 static_assert(KAAS_ACC_F32, "split-K partials are fp32: acc=f32 only");
 static_assert(KAAS_SPLITK >= 1 && KAAS_SPLITK <= 3, "KAAS_SPLITK must be 0, 1, 2 or 3");
 #endif
-static_assert(KAAS_PROBE >= 0 && KAAS_PROBE <= 5, "KAAS_PROBE must be 0..5");
+static_assert(KAAS_PROBE >= 0 && KAAS_PROBE <= 9, "KAAS_PROBE must be 0..9");
 static_assert(KAAS_EPILOGUE >= 0 && KAAS_EPILOGUE <= 2, "KAAS_EPILOGUE must be 0, 1 or 2");
 static_assert(!KAAS_EPI_TMA || (KAAS_BN % 64 == 0 && KAAS_SPLITK == 0),
               "the TMA-store epilogue stores 64-column pieces of unsplit tiles");
@@ -1139,6 +1157,9 @@ KAAS_ENTRY(const __grid_constant__ TensorMap128 tmA, const __grid_constant__ Ten
 #endif
 
     if (CL > 1 && cluster_size() != (u32)CL) return;  // launched with the wrong cluster: write nothing
+#if KAAS_PROBE == 6
+    return;  // the launch alone, with this code's threads and shared memory
+#endif
 
     // 128B-swizzled TMA boxes and wgmma atoms need 1024-byte aligned stage buffers.
     const u32 base = (smem_u32(smem_raw) + 1023u) & ~1023u;
@@ -1214,6 +1235,9 @@ KAAS_ENTRY(const __grid_constant__ TensorMap128 tmA, const __grid_constant__ Ten
     cluster_sync_relaxed();
 #else
     __syncthreads();
+#endif
+#if KAAS_PROBE == 7
+    return;  // the launch and the barriers' set-up
 #endif
 
     if (wg == 0) {
@@ -1393,8 +1417,17 @@ KAAS_ENTRY(const __grid_constant__ TensorMap128 tmA, const __grid_constant__ Ten
 #endif
             int mc, nc;
             tile_coords(t, num_mc, mc, nc, num_nc);
+#if KAAS_EARLY_COORDS
+            // Only the epilogue reads the tile's origin: computed here and passed through an
+            // empty asm, so that the compiler cannot sink the divisions after the math, where
+            // they would lengthen the critical path of a short K loop.
+            int m0 = (mc * CLM + rm) * BM;
+            int n0 = (nc * CLN + rn) * BN;
+            asm volatile("" : "+r"(m0), "+r"(n0));
+#else
             const int m0 = (mc * CLM + rm) * BM;
             const int n0 = (nc * CLN + rn) * BN;
+#endif
 
             acc_t acc[MI][ACC_REGS];
 #pragma unroll
@@ -1690,6 +1723,10 @@ KAAS_ENTRY(const __grid_constant__ TensorMap128 tmA, const __grid_constant__ Ten
 
 #if KAAS_PROBE == 4
             continue;  // diagnostics: no C stores
+#elif KAAS_PROBE == 9
+            // diagnostics: no epilogue, but the last accumulator read (a store it never makes)
+            if (acc[MI - 1][ACC_REGS - 1] == (acc_t)12345) C[0] = 0;
+            continue;
 #endif
             // Epilogue: warp w of the warpgroup holds rows 16w..16w+15 of each m64 tile; lane
             // (g = lane/4, q = lane%4) holds rows g and g+8, columns 8j+2q, 8j+2q+1.
@@ -1770,7 +1807,7 @@ KAAS_ENTRY(const __grid_constant__ TensorMap128 tmA, const __grid_constant__ Ten
                         const uint4 v = *reinterpret_cast<const uint4*>(stg + r * EPI_LD + c8);
                         const int grow = row_base + r;
                         const int gcol = n0 + KAAS_COL_CW + cc * 64 + c8;
-                        if (grow < M) {
+                        if (grow < M && (KAAS_PROBE != 8 || v.x == 0x7fff7fffu)) {
                             u16* dst = C + (u64)grow * (u64)N + (u64)gcol;
                             if (vec16 && gcol + 8 <= N) {
                                 *reinterpret_cast<uint4*>(dst) = v;

@@ -5,15 +5,17 @@
 # usage: scripts/hopper-probe/run.sh [PLAN_FILE]      (default: plans/default.txt)
 # env: OUT (log dir), BUILD (binary dir), TIMEOUT (seconds per plan line, default 60), NVCC
 # Plan lines:  CONFIG LAYOUT ACC MODE GRID SHAPE...
-#   CONFIG  <BM>x<BN>_s<STAGES>_c<CONSUMERS>_m<CLUSTER_M>_g<GROUP_M>[_e0][_pp][_rc][_x<CHAINS>][_p<PROBE>][_k128],
+#   CONFIG  <BM>x<BN>_s<STAGES>_c<CONSUMERS>_m<CLUSTER_M>_g<GROUP_M>[_e0][_pp][_rc][_x<CHAINS>][_du][_p<PROBE>][_k128][_ec],
 #           e.g. 128x256_s4_c2_m1_g16
 #           (_e0: KAAS_EPILOGUE=0, direct 4-byte stores; _pp: KAAS_PINGPONG=1; _rc: the cluster
 #           release arrives with .release.cluster, KAAS_MC_ARRIVE_CTA=0; _x2, _x4: KAAS_CHAINS;
 #           _du: KAAS_DESC_UNIFORM=1, the wgmma descriptors as one add to a uniform base;
-#           _p1.._p5: KAAS_PROBE, a diagnostic variant whose results are wrong by design, so
+#           _p1.._p9: KAAS_PROBE, a diagnostic variant whose results are wrong by design, so
 #           bench mode only: 1 loads only, 2 math only, 3 neither, 4 no C stores, 5 neither
-#           and no wgmma fence/commit/wait; _k128:
-#           KAAS_BK=128, two swizzle atoms per ring slot; _k256: four); the entry is named
+#           and no wgmma fence/commit/wait, 6 return at once, 7 return after the barrier
+#           set-up, 8 C staged but not stored, 9 no epilogue but one accumulator read; _k128:
+#           KAAS_BK=128, two swizzle atoms per ring slot; _k256: four; _ec: KAAS_EARLY_COORDS=1,
+#           the consumers' tile origin computed before the K loop); the entry is named
 #           kaas_wgmma_<acc>_<layout>_<CONFIG>
 #   LAYOUT  tn | nn      ACC  f32 | f16      MODE  check | bench | both
 #   GRID    tiles | persistent | a CTA count      SHAPE  MxNxK
@@ -31,7 +33,7 @@ plan_file=${1:-$here/plans/default.txt}
 grep -v '^\s*#' "$plan_file" | awk 'NF>=5 {print $1, $2, $3}' | sort -u > "$out/builds.txt"
 build_one() {
   local cfg=$1 layout=$2 acc=$3
-  if [[ ! $cfg =~ ^([0-9]+)x([0-9]+)_s([0-9]+)_c([0-9]+)_m([0-9]+)_g([0-9]+)(_e0)?(_pp)?(_rc)?(_x[24])?(_du)?(_p[0-5])?(_k128|_k256)?$ ]]; then
+  if [[ ! $cfg =~ ^([0-9]+)x([0-9]+)_s([0-9]+)_c([0-9]+)_m([0-9]+)_g([0-9]+)(_e0)?(_pp)?(_rc)?(_x[24])?(_du)?(_p[0-9])?(_k128|_k256)?(_ec)?$ ]]; then
     echo "bad config $cfg" > "$build/build-$cfg-$layout-$acc.log"; return 1
   fi
   local tn=$([ "$layout" = tn ] && echo 1 || echo 0) f32=$([ "$acc" = f32 ] && echo 1 || echo 0)
@@ -44,6 +46,7 @@ build_one() {
   [ -n "${BASH_REMATCH[12]}" ] && flags="$flags -DKAAS_PROBE=${BASH_REMATCH[12]#_p}"
   local bk=64
   [ -n "${BASH_REMATCH[13]}" ] && bk=${BASH_REMATCH[13]#_k}
+  [ -n "${BASH_REMATCH[14]}" ] && flags="$flags -DKAAS_EARLY_COORDS=1"
   # One entry name per plan config, so every row of the table names what ran.
   "$NVCC" -std=c++17 -O3 -gencode arch=compute_90a,code=sm_90a -Xptxas -v \
     -DKAAS_BM=${BASH_REMATCH[1]} -DKAAS_BN=${BASH_REMATCH[2]} -DKAAS_BK=$bk -DKAAS_STAGES=${BASH_REMATCH[3]} \

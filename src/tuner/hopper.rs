@@ -145,6 +145,12 @@ pub struct HopperConfig {
     /// instructions on the same tile (ncu, session 22).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub desc_step: bool,
+    /// The consumers compute their tile's origin before its K loop (`KAAS_EARLY_COORDS`,
+    /// entries ending `_ec`), so that the tile order's divisions are not sunk after the last
+    /// wgmma wait onto the critical path (~0.1–0.15 µs a tile; session 25). The search
+    /// builds every code so ([`searched_desc`]).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub early_coords: bool,
 }
 
 fn bk64() -> u32 {
@@ -166,7 +172,7 @@ pub(crate) fn is_one(v: &u32) -> bool {
 /// What tells two codes apart (one PTX each): every knob but the grid, the split count and
 /// the L2 promotion, with the later knobs apart (column split, wait0 and the descriptor mode:
 /// a tuple has at most 12 to compare).
-pub type CodeKey = ((u32, u32, u32, u32, u8, bool, u32, u32, bool, u32, bool, u32), (bool, bool, bool, bool));
+pub type CodeKey = ((u32, u32, u32, u32, u8, bool, u32, u32, bool, u32, bool, u32), (bool, bool, bool, bool, bool));
 
 /// Units (output tiles × slices) the split counts of the search aim at, per SM of the
 /// device: a quarter, half, one and two waves (see [`split_space`]).
@@ -175,7 +181,7 @@ const UNIT_TARGETS: [(u32, u32); 4] = [(1, 4), (1, 2), (1, 1), (2, 1)];
 impl HopperConfig {
     /// A cooperative, unsplit configuration, one tile per block, without clusters.
     pub const fn new(bm: u32, bn: u32, stages: u32, consumers: u32) -> Self {
-        HopperConfig { bm, bn, stages, consumers, persistent: false, split: 1, atomic: false, pingpong: false, cluster_reduce: false, cluster_m: 1, cluster_n: 1, stream_k: false, sk_hybrid: false, ksplit: false, chains: 1, l2_256: false, tma_store: false, bk: BK, desc_uniform: false, col_split: false, wait0: false, desc_step: false }
+        HopperConfig { bm, bn, stages, consumers, persistent: false, split: 1, atomic: false, pingpong: false, cluster_reduce: false, cluster_m: 1, cluster_n: 1, stream_k: false, sk_hybrid: false, ksplit: false, chains: 1, l2_256: false, tma_store: false, bk: BK, desc_uniform: false, col_split: false, wait0: false, desc_step: false, early_coords: false }
     }
 
     pub fn validate(&self) -> Result<(), String> {
@@ -380,7 +386,8 @@ impl HopperConfig {
         let ts = if self.tma_store { "_ts" } else { "" };
         let du = if self.desc_step { "_dr" } else if self.desc_uniform { "_du" } else { "" };
         let du = if self.wait0 { format!("_w0{du}") } else { du.to_string() };
-        format!("kaas_wgmma_{}_{}_{}x{}x{}_s{}_c{}_m{}_g{GROUP_M}{cn}{sk}{pp}{ts}{du}", acc.as_str(), layout.as_str(), self.bm, self.bn, self.bk, self.stages, self.consumers, self.cluster_m)
+        let ec = if self.early_coords { "_ec" } else { "" };
+        format!("kaas_wgmma_{}_{}_{}x{}x{}_s{}_c{}_m{}_g{GROUP_M}{cn}{sk}{pp}{ts}{du}{ec}", acc.as_str(), layout.as_str(), self.bm, self.bn, self.bk, self.stages, self.consumers, self.cluster_m)
     }
 
     pub fn defines(&self, acc: Acc, layout: Layout) -> Vec<(String, String)> {
@@ -407,13 +414,14 @@ impl HopperConfig {
         .chain((self.cluster_n > 1).then_some(("KAAS_CLUSTER_N", self.cluster_n)))
         .chain((self.chains > 1).then_some(("KAAS_CHAINS", self.chains)))
         .chain(self.desc_uniform.then_some(("KAAS_DESC_UNIFORM", if self.desc_step { 2 } else { 1 })))
+        .chain(self.early_coords.then_some(("KAAS_EARLY_COORDS", 1)))
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect()
     }
 
     /// The same code with the other grid (or another split count).
     pub fn code_key(&self) -> CodeKey {
-        ((self.bm, self.bn, self.stages, self.consumers, self.split_mode(), self.pingpong, self.cluster_m, self.cluster_n, self.ksplit, self.chains, self.tma_store, self.bk), (self.desc_uniform, self.col_split, self.wait0, self.desc_step))
+        ((self.bm, self.bn, self.stages, self.consumers, self.split_mode(), self.pingpong, self.cluster_m, self.cluster_n, self.ksplit, self.chains, self.tma_store, self.bk), (self.desc_uniform, self.col_split, self.wait0, self.desc_step, self.early_coords))
     }
 
     /// Blocks: a persistent grid takes one per SM, rounded down to whole clusters.
@@ -474,6 +482,7 @@ impl HopperConfig {
     /// [`HopperConfig::of_launch`]).
     pub fn from_entry(entry: &str) -> Option<(HopperConfig, Acc, Layout)> {
         let rest = entry.strip_prefix("kaas_wgmma_")?;
+        let (rest, early_coords) = rest.strip_suffix("_ec").map_or((rest, false), |r| (r, true));
         let (rest, desc_step) = rest.strip_suffix("_dr").map_or((rest, false), |r| (r, true));
         let (rest, desc_uniform) = if desc_step { (rest, true) } else { rest.strip_suffix("_du").map_or((rest, false), |r| (r, true)) };
         let (rest, wait0) = rest.strip_suffix("_w0").map_or((rest, false), |r| (r, true));
@@ -538,6 +547,7 @@ impl HopperConfig {
             col_split,
             wait0,
             desc_step,
+            early_coords,
         };
         cfg.validate().ok()?;
         (cfg.entry(acc, layout) == entry).then_some((cfg, acc, layout))
@@ -579,6 +589,7 @@ impl HopperConfig {
         let bk = if self.bk != BK { format!(" k{}", self.bk) } else { String::new() };
         let du = if self.desc_step { " dr" } else if self.desc_uniform { " du" } else { "" };
         let du = if self.wait0 { format!(" wait0{du}") } else { du.to_string() };
+        let du = if self.early_coords { format!("{du} ec") } else { du };
         format!("{}x{}{bk} s{} c{}{cl}{pp}{}{split}{l2}{du}", self.bm, self.bn, self.stages, self.consumers, if self.persistent { " persistent" } else { "" })
     }
 }
@@ -701,12 +712,14 @@ pub fn skinny_cluster_codes() -> Vec<HopperConfig> {
     out
 }
 
-/// A code in the search's descriptor mode: stepped (`_dr`), every code. Each code timed in
-/// all three modes side by side on 8 shapes per layout (BENCHMARKS, session 23): `_dr` /
-/// plain 1.022 on the cooperative two-consumer codes (the search built them plain, as
-/// `_du` had been the same or slower there), `_dr` / `_du` 1.003 on the others.
+/// A code in the search's modes: stepped descriptors (`_dr`) and the tile's origin computed
+/// before the K loop (`_ec`), every code. Each code timed in all three descriptor modes side
+/// by side on 8 shapes per layout (BENCHMARKS, session 23): `_dr` / plain 1.022 on the
+/// cooperative two-consumer codes (the search built them plain, as `_du` had been the same
+/// or slower there), `_dr` / `_du` 1.003 on the others. `_ec` took 0.05–0.2 µs off every
+/// tile hopper-probe timed (session 25).
 pub fn searched_desc(c: HopperConfig) -> HopperConfig {
-    step_twin(&c)
+    HopperConfig { early_coords: true, ..step_twin(&c) }
 }
 
 /// The code in a descriptor mode: plain (neither), uniform (`_du`) or stepped (`_dr`, both).
@@ -1923,6 +1936,35 @@ mod tests {
         assert!(HopperConfig::from_entry("kaas_wgmma_f32_tn_64x64x64_s8_c1_m1_g16_ska_skc").is_none());
         assert!(HopperConfig::from_entry("kaas_wgmma_f32_tn_96x64x64_s4_c1_m1_g16").is_none());
         assert!(HopperConfig::from_entry("kaas_simple_hgemm_f32_tn_128x128x32_w2x4").is_none());
+        // The search's modes name themselves last: `_dr_ec`, and parse back.
+        for c in space().into_iter().chain(split_tiles()).map(searched_desc) {
+            let entry = c.entry(Acc::F32, Layout::Tn);
+            assert!(entry.ends_with("_dr_ec") && c.label().ends_with(" dr ec"), "{entry}");
+            assert_eq!(HopperConfig::from_entry(&entry), Some((HopperConfig { persistent: false, ..c }, Acc::F32, Layout::Tn)));
+        }
+        assert!(HopperConfig::from_entry("kaas_wgmma_f32_tn_64x64x64_s8_c1_m1_g16_ec_dr").is_none());
+    }
+
+    /// `_ec` codes build with the entry they name and differ from their plain twins' PTX (the
+    /// tile's origin is computed before the K loop), one code of each search tile per layout.
+    #[test]
+    fn early_coords_codes_compile_where_nvrtc_is_present() {
+        if let Err(why) = nvrtc::available() {
+            eprintln!("SKIP: no NVRTC ({why})");
+            return;
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        for c in space().into_iter().chain(split_tiles()).filter(|c| seen.insert((c.bm, c.bn, c.consumers, c.pingpong, c.split))) {
+            let ec = searched_desc(c);
+            let plain = HopperConfig { early_coords: false, ..ec };
+            for layout in Layout::ALL.into_iter().filter(|&l| c.supports(l)) {
+                let ptx = compile(&ec, Acc::F32, layout).unwrap_or_else(|e| panic!("{}: {e}", ec.label()));
+                assert!(ptx.contains(&format!(".entry {}(", ec.entry(Acc::F32, layout))), "{}", ec.label());
+                let other = compile(&plain, Acc::F32, layout).unwrap();
+                assert_ne!(ptx.replace("_ec(", "("), other, "{}: `_ec` changed nothing but the name", ec.label());
+            }
+        }
+        assert!(seen.len() > 10, "{}", seen.len());
     }
 
     /// The shipped catalog's Hopper kernels are what the template builds today: every

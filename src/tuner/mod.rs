@@ -452,6 +452,13 @@ pub struct TuneArgs {
     /// a state is not one to submit from or to mix with others.
     #[arg(long, value_name = "BUNDLE_DIR", conflicts_with = "submit")]
     pub reference_bundle: Option<PathBuf>,
+    /// Instead of searching, time each problem's entry in this catalog bundle (its served
+    /// Hopper code, launched as its manifest launches it) beside the same code built with the
+    /// tile's origin computed before the K loop (`_ec`, which the search builds into every
+    /// code): both three times, side by side, the faster the winner. Problems whose entry is
+    /// another family's or `_ec` already are left out. With `--emit-ptx`, compiles both.
+    #[arg(long, value_name = "BUNDLE_DIR")]
+    pub twins_of: Option<PathBuf>,
 }
 
 impl TuneArgs {
@@ -601,9 +608,14 @@ fn emit_ptx(args: &TuneArgs, dir: &Path) -> anyhow::Result<()> {
     let arch: Arch = args.arch.parse().map_err(|e| anyhow::anyhow!("{e}"))?;
     let mut done = std::collections::BTreeSet::new();
     let mut emitted = Vec::new();
+    let twins = args.twins_of.as_deref().map(catalog_twins).transpose()?;
     for l in &args.layouts {
         let layout: Layout = l.parse().map_err(|e| anyhow::anyhow!("{e}"))?;
-        for c in codes_with(&args.families, &args.trial, arch, acc, layout) {
+        let candidates = match &twins {
+            Some(t) => t.values().filter(|(p, _)| p.layout == layout && p.acc == acc).flat_map(|(_, pair)| pair.iter().copied()).collect(),
+            None => codes_with(&args.families, &args.trial, arch, acc, layout),
+        };
+        for c in candidates {
             let entry = c.entry(acc, layout);
             if args.only.as_deref().is_some_and(|only| !entry.contains(only)) || !done.insert(entry.clone()) {
                 continue;
@@ -736,6 +748,27 @@ fn autotuned_algos(dir: &Path) -> anyhow::Result<HashMap<String, LtAlgoConfig>> 
         out.insert(b.problem.path(), serde_json::from_value(algo).with_context(|| format!("{}: the recorded algorithm", b.problem))?);
     }
     Ok(out)
+}
+
+/// `--twins-of`: per problem (its path), the bundle's served Hopper entry (the latest
+/// measured, as the service serves it) as its launch runs it, and its `_ec` twin.
+fn catalog_twins(dir: &Path) -> anyhow::Result<HashMap<String, (Problem, [Candidate; 2])>> {
+    let (index, _) = crate::catalog::bundle::read_bundle(dir).with_context(|| format!("reading the bundle {}", dir.display()))?;
+    let mut served: HashMap<String, &crate::catalog::bundle::EntryRecord> = HashMap::new();
+    for e in &index.entries {
+        let key = e.problem.path();
+        if served.get(&key).is_none_or(|s| s.run.measured_at < e.run.measured_at) {
+            served.insert(key, e);
+        }
+    }
+    Ok(served
+        .into_iter()
+        .filter_map(|(key, e)| {
+            let [launch] = &e.manifest.launches[..] else { return None };
+            let (cfg, _, _) = hopper::HopperConfig::of_launch(launch, &e.problem)?;
+            (!cfg.early_coords).then_some((key, (e.problem, [Candidate::Hopper(cfg), Candidate::Hopper(hopper::HopperConfig { early_coords: true, ..cfg })])))
+        })
+        .collect())
 }
 
 /// Loaded modules by entry name (it names the code, accumulator and layout).
@@ -942,10 +975,16 @@ pub fn run_cli(args: TuneArgs) -> anyhow::Result<()> {
         let acc: Acc = args.acc.parse().map_err(|e| anyhow::anyhow!("{e}"))?;
         let arch: Arch = args.arch.parse().map_err(|e| anyhow::anyhow!("{e}"))?;
         let mut modules: Modules = HashMap::new();
+        let twins = args.twins_of.as_deref().map(catalog_twins).transpose()?;
         let layouts: std::collections::BTreeSet<Layout> = todo.iter().map(|p| p.layout).collect();
         let t = Instant::now();
         for layout in layouts {
-            for c in codes_with(&args.families, &args.trial, arch, acc, layout) {
+            // With --twins-of, only the twins of the problems to tune.
+            let candidates = match &twins {
+                Some(tw) => todo.iter().filter(|p| p.layout == layout).filter_map(|p| tw.get(&p.path())).flat_map(|(_, pair)| pair.iter().copied()).collect(),
+                None => codes_with(&args.families, &args.trial, arch, acc, layout),
+            };
+            for c in candidates {
                 let key = c.entry(acc, layout);
                 if modules.contains_key(&key) || !args.admits(&key) {
                     continue;
@@ -958,7 +997,7 @@ pub fn run_cli(args: TuneArgs) -> anyhow::Result<()> {
         eprintln!("{} modules loaded in {:.1} s", modules.len(), t.elapsed().as_secs_f64());
         // A candidate without a module would time as 0 on every problem: refuse to start
         // (sessions 9 and 11 each spent a device call on such a run).
-        let missing = missing_codes(&todo, &args, gpu.facts().sm_count, |e| modules.contains_key(e));
+        let missing = if twins.is_some() { Default::default() } else { missing_codes(&todo, &args, gpu.facts().sm_count, |e| modules.contains_key(e)) };
         if !missing.is_empty() {
             anyhow::bail!("{} candidate code(s) of the search have no module to load (not in tuner::codes): {}", missing.len(), missing.iter().take(5).cloned().collect::<Vec<_>>().join(", "));
         }
@@ -970,14 +1009,18 @@ pub fn run_cli(args: TuneArgs) -> anyhow::Result<()> {
                 eprintln!("time limit reached; {} problem(s) left for the next run", todo.len() - n);
                 break;
             }
-            let mut space = space_with(p, &args.families, &args.trial, gpu.facts().sm_count);
+            let mut space = match &twins {
+                Some(tw) => tw.get(&p.path()).map(|(_, pair)| pair.to_vec()).unwrap_or_default(),
+                None => space_with(p, &args.families, &args.trial, gpu.facts().sm_count),
+            };
             space.retain(|c| args.admits(&c.entry(p.acc, p.layout)));
             if space.is_empty() {
                 eprintln!("[{}/{}] {p}: no candidate of {:?} for this problem", n + 1, todo.len(), args.families);
                 continue;
             }
             let priors = priors_for(p, &state, &space);
-            let exhaustive = args.exhaustive_every > 0 && n % args.exhaustive_every == 0;
+            // Twins are timed side by side, each three times.
+            let exhaustive = twins.is_some() || (args.exhaustive_every > 0 && n % args.exhaustive_every == 0);
             let reference = match &autotuned {
                 Some(table) => Some(table.get(&p.path()).with_context(|| format!("{p}: the reference bundle has no cuBLASLt-autotune baseline of this layout"))?),
                 None => None,
@@ -1297,6 +1340,28 @@ mod tests {
         assert_eq!(priors.len(), 2, "only the near shape seeds: {priors:?}");
         assert_eq!(priors[0], (0, 1.1, 0.5));
         assert!(distance(&p(64, 64, 64), &p(16384, 64, 64)) == 8.0);
+    }
+
+    /// `--twins-of`: each served Hopper entry of the shipped bundle that is not `_ec` yet is
+    /// paired with the same code built with `_ec`: the same launch but for the entry's name,
+    /// the same configuration but for `early_coords`, both rebuilt from the bundle's names.
+    #[test]
+    fn catalog_twins_pair_served_entries_with_their_early_coords_twins() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("kernels/h100");
+        let twins = catalog_twins(&dir).unwrap();
+        assert!(twins.len() > 100, "{}", twins.len());
+        for (key, (p, [plain, twin])) in &twins {
+            assert_eq!(&p.path(), key);
+            let (Candidate::Hopper(a), Candidate::Hopper(b)) = (plain, twin) else { panic!("{key}: not Hopper codes") };
+            assert!(!a.early_coords && b.early_coords, "{key}");
+            assert_eq!(hopper::HopperConfig { early_coords: false, ..*b }, *a, "{key}");
+            let (ma, mb) = (a.manifest(p, 132), b.manifest(p, 132));
+            assert_eq!(mb.launches[0].entry, format!("{}_ec", ma.launches[0].entry), "{key}");
+            let mut renamed = mb.clone();
+            renamed.launches[0].entry.clone_from(&ma.launches[0].entry);
+            assert_eq!(renamed, ma, "{key}: the twin launches as the entry does");
+            assert_eq!(hopper::HopperConfig::from_entry(&mb.launches[0].entry).map(|(c, _, _)| c.early_coords), Some(true), "{key}");
+        }
     }
 
     /// Winners of one code that launch it differently are submitted apart, so each
@@ -1874,6 +1939,7 @@ mod tests {
             submit_limit: None,
             report: false,
             reference_bundle: None,
+            twins_of: None,
         };
         let ps = parse_problems(&args).unwrap();
         assert_eq!(ps.len(), 4);
@@ -1900,7 +1966,7 @@ mod tests {
         // 64 rows: one tile row, so of the pairs only those along N (two per layout).
         assert_eq!(missing.len(), 8 + 4 + 4, "every k-split code, tn and nn: {missing:?}");
         assert!(missing.iter().filter(|e| e.contains("_n2_kw")).count() == 4 && !missing.iter().any(|e| e.contains("_m2_")), "{missing:?}");
-        assert!(missing.iter().all(|e| e.ends_with("_kw_dr")), "two consumers, each its own chains: stepped descriptors");
+        assert!(missing.iter().all(|e| e.ends_with("_kw_dr_ec")), "two consumers, each its own chains: in the search's modes");
         assert!(missing_codes(&skinny, &TuneArgs { only: Some("_pp".into()), ..trial.clone() }, 132, |e| plain.contains(e)).is_empty(), "--only leaves them out");
         let err = parse_problems(&TuneArgs { min_flops_log2: Some(50.0), ..args.clone() }).unwrap_err().to_string();
         assert!(err.contains("FLOP range"), "{err}");
