@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """Keeps the problems of a `kaas tune --twins-of` state whose `_ec` twin won the tuner's
 side-by-side timing by at least 0.5% (median rewards of the three samples each), for a
-`device-run.sh verify` of them: `python3 scripts/twins-filter.py STATE.json.gz OUT.json`."""
+`device-run.sh verify` of them: `python3 scripts/twins-filter.py STATE[.json.gz] OUT.json`."""
 import gzip, json, sys
 
-st = json.load(gzip.open(sys.argv[1]))
+st = json.load(gzip.open(sys.argv[1]) if sys.argv[1].endswith(".gz") else open(sys.argv[1]))
 keep = {}
 for key, r in st["results"].items():
     winner = r["winner"].get("Hopper", r["winner"])
