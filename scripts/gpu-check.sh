@@ -113,16 +113,24 @@ baselines() {
     setup_libs
     nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv 2>&1 || true
     local rc=0
-    "$here/kaas" baselines "$@" || rc=$?
+    "$(staged_kaas)" baselines "$@" || rc=$?
     nvidia-smi --query-gpu=clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv 2>&1 || true
     return $rc
+}
+
+# The staged `kaas`: plain (.dev/gpu, .dev/bl, or one copied into .dev/run by hand), else
+# device-run.sh's stage's kaas.gz, unpacked afresh.
+staged_kaas() {
+    if [[ -x "$here/kaas" ]]; then echo "$here/kaas"; return; fi
+    mkdir -p /tmp/kaas-staged && gunzip -c "$here/kaas.gz" > /tmp/kaas-staged/kaas && chmod +x /tmp/kaas-staged/kaas
+    echo /tmp/kaas-staged/kaas
 }
 
 # Any `kaas ARGS…` command (e.g. `kaas run --ptx … --manifest … --bench`) with the
 # libraries found.
 kaas_cmd() {
     setup_libs
-    "$here/kaas" "$@"
+    "$(staged_kaas)" "$@"
 }
 
 remote() {
@@ -139,7 +147,8 @@ remote() {
     export KAAS_SHIPPED_CATALOG="${KAAS_SHIPPED_CATALOG:-$(cd "$here/../.." && pwd)/kernels}"
     local rc=0
     # The hostile-kernel tests spawn the staged `kaas sandbox`.
-    export KAAS_SANDBOX_EXE="$here/kaas"
+    KAAS_SANDBOX_EXE="$(staged_kaas)"
+    export KAAS_SANDBOX_EXE
     "$here/gpu-tests" --nocapture --test-threads=1 "$@" 2>&1 | tee "$out/gpu.log" || rc=$?
     nvidia-smi --query-gpu=clocks.sm,temperature.gpu,power.draw --format=csv 2>&1 | tee -a "$out/env.txt" || true
     echo "== summary"
