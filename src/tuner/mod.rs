@@ -1350,12 +1350,15 @@ mod tests {
         let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("kernels/h100");
         let twins = catalog_twins(&dir).unwrap();
         assert!(twins.len() > 100, "{}", twins.len());
+        let (index, _) = crate::catalog::bundle::read_bundle(&dir).unwrap();
         for (key, (p, [plain, twin])) in &twins {
             assert_eq!(&p.path(), key);
             let (Candidate::Hopper(a), Candidate::Hopper(b)) = (plain, twin) else { panic!("{key}: not Hopper codes") };
             assert!(!a.early_coords && b.early_coords, "{key}");
             assert_eq!(hopper::HopperConfig { early_coords: false, ..*b }, *a, "{key}");
             let (ma, mb) = (a.manifest(p, 132), b.manifest(p, 132));
+            let served = index.entries.iter().filter(|e| &e.problem.path() == key).max_by_key(|e| e.run.measured_at).unwrap();
+            assert_eq!(served.manifest, ma, "{key}: the entry's configuration launches as the shipped manifest does");
             assert_eq!(mb.launches[0].entry, format!("{}_ec", ma.launches[0].entry), "{key}");
             let mut renamed = mb.clone();
             renamed.launches[0].entry.clone_from(&ma.launches[0].entry);
