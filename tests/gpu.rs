@@ -1227,7 +1227,7 @@ fn multicast_split_k_hopper_kernels_pass_the_verifier() {
     if !hopper_or_skip() {
         return;
     }
-    let codes: Vec<HopperConfig> = hopper::multicast_split_all().into_iter().map(hopper::searched_desc).collect();
+    let codes: Vec<HopperConfig> = hopper::multicast_split_all().into_iter().map(hopper::searched_modes).collect();
     let shapes = [(1000, 1000, 4104), (200, 520, 2048), (640, 384, 4104), (130, 72, 200), (1024, 1024, 8192)];
     let mut runs = VerifierRuns::new("SPLITK-MULTICAST");
     for (i, code) in codes.iter().enumerate() {
@@ -1280,7 +1280,7 @@ fn hybrid_stream_k_hopper_kernels_pass_the_verifier() {
         return;
     }
     let shapes = [(4000, 4104, 520), (1000, 1000, 4104), (4096, 4096, 512), (300, 600, 4104), (2000, 3000, 1000)];
-    let codes: Vec<_> = hopper::stream_k_trial_codes(132).into_iter().filter(|c| c.sk_hybrid).map(hopper::searched_desc).collect();
+    let codes: Vec<_> = hopper::stream_k_trial_codes(132).into_iter().filter(|c| c.sk_hybrid).map(hopper::searched_modes).collect();
     assert_eq!(codes.len(), 9);
     split_codes_pass_the_verifier("STREAMK-HYBRID", &codes, &[2, 8, 132, 264], &shapes, (&codes[0], (4096, 4096, 512), 1));
 }
@@ -1536,7 +1536,7 @@ fn ksplit_pair_hopper_kernels_pass_the_verifier() {
         return;
     }
     // In the search's descriptor mode (stepped descriptors), as the trial times them.
-    let codes: Vec<_> = hopper::ksplit_pair_codes().into_iter().filter(|c| !c.persistent).map(hopper::searched_desc).collect();
+    let codes: Vec<_> = hopper::ksplit_pair_codes().into_iter().filter(|c| !c.persistent).map(hopper::searched_modes).collect();
     assert_eq!(codes.len(), 4);
     let shapes = [(1024, 1024, 8192), (100, 200, 136), (64, 1000, 520), (300, 72, 4104), (1000, 1000, 64)];
     let mut runs = VerifierRuns::new("KSPLIT-PAIR");
@@ -1656,10 +1656,14 @@ fn uniform_descriptor_hopper_kernels_pass_the_verifier() {
 /// One ring depth of each kind of code (about 1.3 s a run in the sandbox; all of them would
 /// take minutes).
 fn one_of_each_kind(mut codes: Vec<kaas::tuner::hopper::HopperConfig>) -> Vec<kaas::tuner::hopper::HopperConfig> {
-    let kind = |c: &kaas::tuner::hopper::HopperConfig| kaas::tuner::hopper::HopperConfig { stages: 0, persistent: false, l2_256: false, ..*c };
-    codes.sort_by_key(kind);
-    codes.dedup_by_key(|c| kind(c));
+    codes.sort_by_key(code_kind);
+    codes.dedup_by_key(|c| code_kind(c));
     codes
+}
+
+/// A code's kind: the code but for its ring depth and its launch choices (grid, L2 promotion).
+fn code_kind(c: &kaas::tuner::hopper::HopperConfig) -> kaas::tuner::hopper::HopperConfig {
+    kaas::tuner::hopper::HopperConfig { stages: 0, persistent: false, l2_256: false, ..*c }
 }
 
 /// The Hopper codes of every kind that builds its descriptors or tiles its own way: the
@@ -1720,7 +1724,7 @@ fn early_coords_codes() -> Vec<kaas::tuner::hopper::HopperConfig> {
     use kaas::tuner::hopper::{self, HopperConfig};
     let split = hopper::split_tiles().into_iter().flat_map(|c| [HopperConfig { split: 5, atomic: true, ..c }, HopperConfig { split: 5, atomic: false, ..c }]);
     let stream_k = hopper::stream_k_trial_codes(132).into_iter().filter(|c| c.sk_hybrid);
-    let codes = one_of_each_kind(kinds_of_code().into_iter().chain(split).chain(stream_k).map(hopper::searched_desc).collect());
+    let codes = one_of_each_kind(kinds_of_code().into_iter().chain(split).chain(stream_k).map(hopper::searched_modes).collect());
     assert!(codes.len() > 100 && codes.iter().all(|c| c.early_coords && c.entry(Acc::F32, Layout::Tn).ends_with("_ec") && c.validate().is_ok()), "{}", codes.len());
     codes
 }
@@ -1748,10 +1752,9 @@ fn early_coords_persistent_hopper_kernels_pass_the_verifier() {
     if !hopper_or_skip() {
         return;
     }
-    let kind = |c: &HopperConfig| HopperConfig { stages: 0, persistent: false, l2_256: false, ..*c };
-    let searched: Vec<HopperConfig> = hopper::space().into_iter().map(|c| kind(&hopper::searched_desc(c))).collect();
+    let searched: Vec<HopperConfig> = hopper::space().into_iter().map(|c| code_kind(&hopper::searched_modes(c))).collect();
     let codes: Vec<HopperConfig> =
-        early_coords_codes().into_iter().filter(|c| c.split == 1 && searched.contains(&kind(c))).map(|c| HopperConfig { persistent: true, ..c }).collect();
+        early_coords_codes().into_iter().filter(|c| c.split == 1 && searched.contains(&code_kind(c))).map(|c| HopperConfig { persistent: true, ..c }).collect();
     assert!(codes.len() >= 8, "{}", codes.len());
     let runs = verify_in_turn("EARLY-COORDS-PERSISTENT", &codes);
     println!("{} early-coordinates runs on the persistent grid over {} codes", runs.runs, codes.len());

@@ -508,6 +508,8 @@ static_assert(!KAAS_EPI_TMA || (KAAS_BN % 64 == 0 && KAAS_SPLITK == 0),
               "the TMA-store epilogue stores 64-column pieces of unsplit tiles");
 static_assert(KAAS_PROBE == 0 || (KAAS_SPLITK == 0 && CL == 1 && !KAAS_PINGPONG && !KAAS_KSPLIT),
               "KAAS_PROBE variants are plain one-CTA codes");
+static_assert((KAAS_PROBE != 8 && KAAS_PROBE != 9) || KAAS_EPI_STAGED,
+              "KAAS_PROBE 8 and 9 take the staged epilogue apart: KAAS_EPILOGUE=1, BN a multiple of 64");
 static_assert(KAAS_STREAMK == 0 || KAAS_SPLITK == 2, "stream-K reduces with the atomic split-K (KAAS_SPLITK=2)");
 static_assert(KAAS_STREAMK >= 0 && KAAS_STREAMK <= 2, "KAAS_STREAMK must be 0, 1 or 2");
 #if KAAS_SPLITK == 3

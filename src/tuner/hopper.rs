@@ -148,7 +148,7 @@ pub struct HopperConfig {
     /// The consumers compute their tile's origin before its K loop (`KAAS_EARLY_COORDS`,
     /// entries ending `_ec`), so that the tile order's divisions are not sunk after the last
     /// wgmma wait onto the critical path (~0.1–0.15 µs a tile; session 25). The search
-    /// builds every code so ([`searched_desc`]).
+    /// builds every code so ([`searched_modes`]).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub early_coords: bool,
 }
@@ -718,7 +718,7 @@ pub fn skinny_cluster_codes() -> Vec<HopperConfig> {
 /// cooperative two-consumer codes (the search built them plain, as `_du` had been the same
 /// or slower there), `_dr` / `_du` 1.003 on the others. `_ec` took 0.05–0.2 µs off every
 /// tile hopper-probe timed (session 25).
-pub fn searched_desc(c: HopperConfig) -> HopperConfig {
+pub fn searched_modes(c: HopperConfig) -> HopperConfig {
     HopperConfig { early_coords: true, ..step_twin(&c) }
 }
 
@@ -1937,7 +1937,7 @@ mod tests {
         assert!(HopperConfig::from_entry("kaas_wgmma_f32_tn_96x64x64_s4_c1_m1_g16").is_none());
         assert!(HopperConfig::from_entry("kaas_simple_hgemm_f32_tn_128x128x32_w2x4").is_none());
         // The search's modes name themselves last: `_dr_ec`, and parse back.
-        for c in space().into_iter().chain(split_tiles()).map(searched_desc) {
+        for c in space().into_iter().chain(split_tiles()).map(searched_modes) {
             let entry = c.entry(Acc::F32, Layout::Tn);
             assert!(entry.ends_with("_dr_ec") && c.label().ends_with(" dr ec"), "{entry}");
             assert_eq!(HopperConfig::from_entry(&entry), Some((HopperConfig { persistent: false, ..c }, Acc::F32, Layout::Tn)));
@@ -1955,7 +1955,7 @@ mod tests {
         }
         let mut seen = std::collections::BTreeSet::new();
         for c in space().into_iter().chain(split_tiles()).filter(|c| seen.insert((c.bm, c.bn, c.consumers, c.pingpong, c.split))) {
-            let ec = searched_desc(c);
+            let ec = searched_modes(c);
             let plain = HopperConfig { early_coords: false, ..ec };
             for layout in Layout::ALL.into_iter().filter(|&l| c.supports(l)) {
                 let ptx = compile(&ec, Acc::F32, layout).unwrap_or_else(|e| panic!("{}: {e}", ec.label()));

@@ -165,7 +165,7 @@ pub enum Trial {
     /// The twins in the two other descriptor modes of every Hopper candidate of the
     /// problem, the other trials' included: the search builds stepped descriptors (`_dr`:
     /// one 32-bit add to a descriptor's low word per wgmma operand) into every code
-    /// ([`hopper::searched_desc`]), so the trial adds each code plain and with uniform
+    /// ([`hopper::searched_modes`]), so the trial adds each code plain and with uniform
     /// descriptors (`_du`: one 64-bit add to a warp-uniform base), to time the three modes
     /// side by side (`scripts/desc-modes.py`).
     Du,
@@ -252,7 +252,7 @@ fn codes_with(families: &[Family], trials: &[Trial], arch: Arch, acc: Acc, layou
     };
     let suits = |c: &Candidate| c.supports(layout) && (acc == Acc::F32 || !f32_only(c));
     // In the search's descriptor mode, as `codes` has them.
-    let extra = trials.iter().filter(|t| families.contains(&t.family())).flat_map(|t| t.codes()).map(searched_desc);
+    let extra = trials.iter().filter(|t| families.contains(&t.family())).flat_map(|t| t.codes()).map(searched_modes);
     for c in extra.filter(suits) {
         if !out.contains(&c) {
             out.push(c);
@@ -284,7 +284,7 @@ fn space_with(p: &Problem, families: &[Family], trials: &[Trial], sm_count: u32)
     for t in trials.iter().filter(|t| families.contains(&t.family())) {
         // In the search's descriptor mode, as `space_for` has them.
         for c in t.space_for(p, sm_count) {
-            add(&mut out, searched_desc(c));
+            add(&mut out, searched_modes(c));
         }
     }
     // Twins of every Hopper candidate so far, the TMA store's first (so that K 128 twins
@@ -346,23 +346,23 @@ fn codes(families: &[Family], arch: Arch, acc: Acc, layout: Layout) -> Vec<Candi
         }
     }
     out.retain(|c| (acc == Acc::F32 || !c.split()) && c.supports(layout));
-    out.into_iter().map(searched_desc).collect()
+    out.into_iter().map(searched_modes).collect()
 }
 
-/// A candidate in the search's descriptor mode ([`hopper::searched_desc`]).
-fn searched_desc(c: Candidate) -> Candidate {
+/// A candidate in the search's descriptor mode ([`hopper::searched_modes`]).
+fn searched_modes(c: Candidate) -> Candidate {
     match c {
-        Candidate::Hopper(h) => Candidate::Hopper(hopper::searched_desc(h)),
+        Candidate::Hopper(h) => Candidate::Hopper(hopper::searched_modes(h)),
         mma => mma,
     }
 }
 
 /// The candidates of the families asked for, for one problem (the Hopper codes in the
-/// search's descriptor mode, [`hopper::searched_desc`]).
+/// search's descriptor mode, [`hopper::searched_modes`]).
 pub fn space_for(p: &Problem, families: &[Family], sm_count: u32) -> Vec<Candidate> {
     let mut out = Vec::new();
     if families.contains(&Family::Hopper) {
-        out.extend(hopper::space_for(p, sm_count).into_iter().map(hopper::searched_desc).map(Candidate::Hopper));
+        out.extend(hopper::space_for(p, sm_count).into_iter().map(hopper::searched_modes).map(Candidate::Hopper));
     }
     if families.contains(&Family::Mma) {
         out.extend(mma::space_for(p, sm_count).into_iter().map(Candidate::Mma));
@@ -1507,7 +1507,7 @@ mod tests {
         // A run without trials loads only the 64×8 tiles the search times (session 15
         // loaded a dozen more on tn), and none on nn or with fp16 accumulators.
         let eight = |acc, layout| codes(&hopper, Arch::Sm90, acc, layout).into_iter().filter_map(|c| c.hopper().filter(|h| h.bn == 8)).collect::<Vec<_>>();
-        assert_eq!(eight(Acc::F32, Layout::Tn), hopper::narrow8_search_codes().into_iter().map(hopper::searched_desc).collect::<Vec<_>>());
+        assert_eq!(eight(Acc::F32, Layout::Tn), hopper::narrow8_search_codes().into_iter().map(hopper::searched_modes).collect::<Vec<_>>());
         assert!(eight(Acc::F32, Layout::Nn).is_empty() && eight(Acc::F16, Layout::Tn).is_empty());
         assert!(codes_with(&hopper, &[Trial::Narrow8, Trial::Bk256], Arch::Sm90, Acc::F32, Layout::Tn).iter().any(|c| matches!(c, Candidate::Hopper(h) if h.bn == 8 && h.bk == 256)));
         assert!(codes_with(&hopper, &[Trial::Ksplit], Arch::Sm90, Acc::F16, Layout::Tn).iter().all(|c| !matches!(c, Candidate::Hopper(h) if h.ksplit)));
@@ -1545,7 +1545,7 @@ mod tests {
         assert!(!hopper::skinny(&mid_skinny, 132));
         let with = space_with(&mid_skinny, &hopper, &[Trial::Multicast], 132);
         for c in hopper::skinny_cluster_codes().into_iter().chain(hopper::multicast_codes()) {
-            assert!(with.contains(&Candidate::Hopper(hopper::searched_desc(HopperConfig { l2_256: hopper::wide_l2_suits(&mid_skinny), ..c }))), "{}", c.label());
+            assert!(with.contains(&Candidate::Hopper(hopper::searched_modes(HopperConfig { l2_256: hopper::wide_l2_suits(&mid_skinny), ..c }))), "{}", c.label());
         }
         assert_eq!(codes_with(&hopper, &[Trial::Multicast], Arch::Sm90, Acc::F32, Layout::Tn).len(), codes(&hopper, Arch::Sm90, Acc::F32, Layout::Tn).len() + hopper::multicast_codes().len());
         // The TMA-store trial twins the search's unsplit 64-column candidates, grid kept, where
@@ -1565,7 +1565,7 @@ mod tests {
         // With another trial, its candidates get twins too: clusters with the TMA store.
         let both_trials = space_with(&big, &hopper, &[Trial::Multicast, Trial::TmaStore], 132);
         let m2 = hopper::multicast_codes().into_iter().find(|c| c.cluster_m == 2 && !c.pingpong && c.persistent).unwrap();
-        let m2 = hopper::searched_desc(HopperConfig { l2_256: hopper::wide_l2_suits(&big), ..m2 });
+        let m2 = hopper::searched_modes(HopperConfig { l2_256: hopper::wide_l2_suits(&big), ..m2 });
         assert!(both_trials.contains(&Candidate::Hopper(hopper::tma_store_twin(&m2).unwrap())), "{}", m2.label());
         // The K-128 trial twins the small tiles, split-K's with two 128-deep K-tiles a slice,
         // where the search does not already (below K 1024 above 2^28 FLOP; at 1024 and up,
@@ -1686,7 +1686,7 @@ mod tests {
         // fp16 accumulators, where the TMA-store twins are a trial's, not the search's.
         let nn = |m, n, k| Problem::new(Arch::Sm90, Acc::F16, Layout::Nn, Shape::new(m, n, k).unwrap());
         let prob = nn(8192, 8192, 8192);
-        let searched: Vec<HopperConfig> = hopper::space_for(&prob, 132).into_iter().map(hopper::searched_desc).collect();
+        let searched: Vec<HopperConfig> = hopper::space_for(&prob, 132).into_iter().map(hopper::searched_modes).collect();
         let coop = searched.iter().copied().find(|c| !c.pingpong && c.bn == 256 && c.consumers == 2).expect("a cooperative 128x256");
         let pp = searched.iter().copied().find(|c| c.pingpong).expect("a ping-pong code");
         let twin = hopper::tma_store_twin(&coop).unwrap();
@@ -1694,7 +1694,7 @@ mod tests {
         assert_eq!(kind(&Candidate::Hopper(twin)), "cooperative+TMA store+dr");
         assert_eq!(kind(&Candidate::Hopper(hopper::bk_twin(&HopperConfig { split: 4, atomic: true, ..HopperConfig::new(64, 32, 16, 1) }, 128).unwrap())), "split-K+K 128");
         assert_eq!(kind(&Candidate::Hopper(m2pp)), "ping-pong+cluster");
-        assert_eq!(kind(&Candidate::Hopper(hopper::searched_desc(m2pp))), "ping-pong+cluster+dr");
+        assert_eq!(kind(&Candidate::Hopper(hopper::searched_modes(m2pp))), "ping-pong+cluster+dr");
         assert_eq!(kind(&Candidate::Hopper(hopper::in_desc_mode(&m2pp, true, false))), "ping-pong+cluster+du");
         assert_eq!(kind(&Candidate::Mma(mma::deep_codes()[0])), "mma deep ring");
         let result = |problem: Problem, samples: Vec<(HopperConfig, f64)>| ProblemResult {
