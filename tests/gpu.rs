@@ -1761,9 +1761,10 @@ fn early_coords_persistent_hopper_kernels_pass_the_verifier() {
     runs.assert_all_passed();
 }
 
-/// The narrow Hopper tiles (64 × 16, 24, 32, 48; tn only; C stored from registers) pass
-/// the verifier: every width with the deepest and the 4-stage ring on shapes whose N the
-/// widths do not divide, both accumulators, and the 64×32 atomic split-K with uneven slices.
+/// The narrow Hopper tiles (64 × 16, 24, 32, 48; nn 16 and 32; C stored from registers)
+/// pass the verifier: every width with the deepest and the 4-stage ring on shapes whose N
+/// the widths do not divide, in each layout it builds for, both accumulators (tn), and the
+/// 64×32 atomic split-K with uneven slices.
 #[test]
 fn narrow_hopper_tiles_pass_the_verifier() {
     use kaas::tuner::hopper::{self, HopperConfig};
@@ -1916,5 +1917,40 @@ fn mma_deep_ring_kernels_pass_the_verifier() {
             runs.run(&format!("{p} {}", cfg.label()), ptx, cfg.manifest(&p));
         }
     }
+    runs.assert_all_passed();
+}
+
+/// nn's narrow tiles (B in one N-major box of 8, 16 or 32 columns, swizzled at that width)
+/// pass the verifier in every kind of code the search offers them on skinny and small nn
+/// shapes (each width, K 64, 128 and 256, chains, atomic split-K, clusters along M and N),
+/// one ring depth each, in the search's modes, and the unsplit ones on the persistent grid
+/// too; nn, on shapes the tiles do not divide.
+#[test]
+fn nn_narrow_hopper_kernels_pass_the_verifier() {
+    use kaas::tuner::hopper::{self, HopperConfig};
+    if !hopper_or_skip() {
+        return;
+    }
+    let mut offered = Vec::new();
+    for (m, n, k) in [(64, 1024, 512), (256, 64, 1024), (64, 64, 16384), (128, 512, 4096), (64, 256, 256)] {
+        let p = Problem::new(Arch::Sm90, Acc::F32, Layout::Nn, Shape::new(m, n, k).expect("shape"));
+        // Split counts vary by problem: one count (uneven slices on these shapes) per kind.
+        offered.extend(hopper::space_for(&p, 132).into_iter().filter(|c| c.bn < 64).map(|c| hopper::searched_modes(HopperConfig { split: c.split.min(5), ..c })));
+    }
+    let codes = one_of_each_kind(offered);
+    for bn in [8, 16, 32] {
+        assert!(codes.iter().any(|c| c.bn == bn), "width {bn}: {codes:?}");
+    }
+    assert!([128, 256].iter().all(|&bk| codes.iter().any(|c| c.bk == bk)) && codes.iter().any(|c| c.split > 1) && codes.iter().any(|c| c.cluster_size() > 1), "{codes:?}");
+    let persistent: Vec<HopperConfig> = codes.iter().filter(|c| c.split == 1).map(|c| HopperConfig { persistent: true, ..*c }).collect();
+    let shapes = [(100, 200, 136), (64, 1000, 520), (300, 72, 4104), (1000, 1000, 1000), (200, 64, 256)];
+    let mut runs = VerifierRuns::new("NN-NARROW");
+    for (i, cfg) in codes.iter().chain(&persistent).enumerate() {
+        assert!(cfg.supports(Layout::Nn) && cfg.early_coords && cfg.desc_step, "{cfg:?}");
+        let (m, n, k) = shapes[i % shapes.len()];
+        let p = Problem::new(Arch::Sm90, Acc::F32, Layout::Nn, Shape::new(m, n, k).expect("shape"));
+        runs.run_code(&p, cfg, &hopper::compile(cfg, p.acc, p.layout).expect("compile"));
+    }
+    println!("{} nn narrow-tile runs over {} codes ({} of them persistent)", runs.runs, codes.len() + persistent.len(), persistent.len());
     runs.assert_all_passed();
 }

@@ -21,7 +21,9 @@
 //   KAAS_BN         block tile cols of C: 64, 128, 192 or 256 (one wgmma m64nBNk16 per 64 rows;
 //                   192 compiles but was never run on a GPU); tn also 8, 16, 24, 32 or 48
 //                   (the narrow tiles of the skinny shapes: more blocks; C stored from
-//                   registers; 8, one swizzle atom of B per slot, is a trial's)
+//                   registers; 8, one swizzle atom of B per slot, is a trial's); nn also
+//                   8, 16 and 32: B's slot is then one N-major box of BN columns, its rows
+//                   (BN * 2 bytes) swizzled at that width (32: 64B, 16: 32B, 8: none)
 //                   and 160 (BM 256 with two consumers: 160 accumulators per thread;
 //                   correct, and slower than the other tiles on 12 of 13 large shapes)
 //   KAAS_BK         64 (one 128-byte swizzle atom of fp16 along K); 128 (two atoms per ring
@@ -447,6 +449,13 @@ constexpr int MI = WG_M / 64;         // m64 wgmmas per consumer per k16 step
 constexpr int A_STAGE_BYTES = BM * BK * 2;
 constexpr int B_STAGE_BYTES = BN * BK * 2;
 constexpr u32 STAGE_TX = A_STAGE_BYTES + B_STAGE_BYTES;  // bytes TMA lands per stage per CTA
+// nn with a tile narrower than one 64-column box: B's rows are BN * 2 bytes (see smem_desc_nb).
+// (Macros and constants of these codes only: the other codes' PTX stays as it was.)
+#define KAAS_NN_NARROW (!KAAS_LAYOUT_TN && KAAS_BN < 64)
+#if KAAS_NN_NARROW
+constexpr u32 NB_ROW = BN * 2;
+constexpr u32 NB_SWIZZLE = BN == 32 ? 2 : BN == 16 ? 3 : 0;
+#endif
 constexpr int EPI_LD = 72;                                // halves per staged row: 64 + 8 pad (conflict-free)
 constexpr int EPI_WARP_BYTES = 16 * EPI_LD * 2;           // 2304 bytes per consumer warp
 // The staged epilogue writes 64-column pieces; narrower tiles store straight from registers.
@@ -490,7 +499,8 @@ static_assert(KAAS_SPLITK == 0, "ping-pong runs without split-K");
 #endif
 static_assert(BN == 8 || BN == 16 || BN == 24 || BN == 32 || BN == 48 || BN == 64 || BN == 128 || BN == 160 || BN == 192 || BN == 256,
               "KAAS_BN must be 8, 16, 24, 32, 48, 64, 128, 160, 192 or 256");
-static_assert(KAAS_LAYOUT_TN || BN % 64 == 0, "nn loads B in 64-column boxes: KAAS_BN must be a multiple of 64");
+static_assert(KAAS_LAYOUT_TN || BN % 64 == 0 || BN == 8 || BN == 16 || BN == 32,
+              "nn loads B in 64-column boxes, or one box of 8, 16 or 32 columns: KAAS_BN must be a multiple of 64, or 8, 16 or 32");
 static_assert((CLM == 1 || CLM == 2 || CLM == 4 || CLM == 8) && (CLN == 1 || CLN == 2 || CLN == 4 || CLN == 8) && CL <= 8,
               "KAAS_CLUSTER_M and KAAS_CLUSTER_N must be 1, 2, 4 or 8, and their product at most 8");
 static_assert((BM / CLN) % 8 == 0, "multicast A slices must be whole 8-row swizzle atoms");
@@ -676,6 +686,18 @@ __device__ __forceinline__ u64 desc_from_lo(u32 lo, u32 hi) { return ((u64)hi <<
 // (1024 >> 4) | 1 << 30, plus the sign bit of a dimension, 0 in every launch that issues a
 // wgmma (M, N, K >= 1).
 __device__ __forceinline__ u32 desc_hi(int dim) { return ((1024u >> 4) | (1u << 30)) + ((u32)dim >> 31); }
+#if KAAS_NN_NARROW
+// nn's narrow tiles (BN 8, 16 or 32): B's slot is one N-major box, rows of NB_ROW = BN * 2
+// bytes per k, swizzled at that width (64B mode 2, 32B mode 3; 8 columns, 16-byte rows, no
+// swizzle, mode 0). The tile is one swizzle atom (or core matrix) wide, so only the stride
+// between 8-row groups along K matters: 8 rows. Both offsets carry it, so the descriptor
+// reads the same whichever of the two the mode takes for the K direction.
+__device__ __forceinline__ u64 smem_desc_nb(u32 addr) {
+    return (u64)((addr & 0x3FFFF) >> 4) | ((u64)((8 * NB_ROW) >> 4) << 16) | ((u64)((8 * NB_ROW) >> 4) << 32) |
+           ((u64)NB_SWIZZLE << 62);
+}
+__device__ __forceinline__ u32 desc_hi_nb(int dim) { return (((8u * NB_ROW) >> 4) | ((u32)NB_SWIZZLE << 30)) + ((u32)dim >> 31); }
+#endif
 
 __device__ __forceinline__ u32 pack_f16x2(float lo, float hi) {
     u32 r;
@@ -1326,6 +1348,13 @@ KAAS_ENTRY(const __grid_constant__ TensorMap128 tmA, const __grid_constant__ Ten
                         tma_load(b_dst + at * BN * 128, &tmB, k0 + 64 * at, n0, fb);
 #endif
                     }
+#elif KAAS_NN_NARROW
+                    // One box of all BN columns by the slot's K rows (BN * 2 bytes a row).
+#if KAAS_CLUSTER_M > 1
+                    tma_load_mc(b_dst + rm * (BK / CLM) * NB_ROW, &tmB, n0, k0 + rm * (BK / CLM), fb, mask_b);
+#else
+                    tma_load(b_dst, &tmB, n0, k0, fb);
+#endif
 #else
 #pragma unroll
                     for (int c = 0; c < BN / 64; ++c) {
@@ -1376,9 +1405,17 @@ KAAS_ENTRY(const __grid_constant__ TensorMap128 tmA, const __grid_constant__ Ten
         const u32 a_lo0 = desc_lo(sA, 16), b_lo0 = desc_lo(sB + cw * (KAAS_WN / 64) * BK * 128, BK * 128);
 #else
         const u32 a_lo0 = desc_lo(sA + (KAAS_WHOLE_TILE ? 0 : cw * WG_M * 128), 16);
+#if KAAS_NN_NARROW
+        const u32 b_lo0 = desc_lo(sB, 8 * NB_ROW);
+#else
         const u32 b_lo0 = desc_lo(sB, KAAS_LAYOUT_TN ? 16 : BK * 128);
 #endif
+#endif
+#if KAAS_NN_NARROW
+        const u32 dhi_a = desc_hi(M), dhi_b = desc_hi_nb(N);
+#else
         const u32 dhi_a = desc_hi(M), dhi_b = desc_hi(N);
+#endif
 #endif
 #if KAAS_EPI_TMA
         if (tid == 0) asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<u64>(&tmC)) : "memory");
@@ -1486,6 +1523,8 @@ KAAS_ENTRY(const __grid_constant__ TensorMap128 tmA, const __grid_constant__ Ten
 #elif KAAS_DESC_UNIFORM
 #if KAAS_LAYOUT_TN
                 const u64 db0 = smem_desc(b_base, 16, 1024);
+#elif KAAS_NN_NARROW
+                const u64 db0 = smem_desc_nb(b_base);
 #else
                 const u64 db0 = smem_desc(b_base, BK * 128, 1024);
 #endif
@@ -1495,16 +1534,22 @@ KAAS_ENTRY(const __grid_constant__ TensorMap128 tmA, const __grid_constant__ Ten
                 for (int kk = 0; kk < BK / 16; ++kk) {
 #if KAAS_DESC_UNIFORM == 2 && KAAS_LAYOUT_TN
                     const u64 db = desc_from_lo(b_lo + ((kk / 4) * BN * 128 + (kk % 4) * 32) / 16, dhi_b);
+#elif KAAS_DESC_UNIFORM == 2 && KAAS_NN_NARROW
+                    const u64 db = desc_from_lo(b_lo + kk * NB_ROW, dhi_b);  // 16 rows of K, / 16
 #elif KAAS_DESC_UNIFORM == 2
                     const u64 db = desc_from_lo(b_lo + kk * 2048 / 16, dhi_b);
 #elif KAAS_DESC_UNIFORM && KAAS_LAYOUT_TN
                     const u64 db = desc_add(db0, (kk / 4) * BN * 128 + (kk % 4) * 32);
+#elif KAAS_DESC_UNIFORM && KAAS_NN_NARROW
+                    const u64 db = desc_add(db0, kk * 16 * NB_ROW);
 #elif KAAS_DESC_UNIFORM
                     const u64 db = desc_add(db0, kk * 2048);
 #elif KAAS_LAYOUT_TN && KAAS_BK == 64
                     const u64 db = smem_desc(b_base + kk * 32, 16, 1024);
 #elif KAAS_LAYOUT_TN
                     const u64 db = smem_desc(b_base + (kk / 4) * BN * 128 + (kk % 4) * 32, 16, 1024);
+#elif KAAS_NN_NARROW
+                    const u64 db = smem_desc_nb(b_base + kk * 16 * NB_ROW);
 #else
                     const u64 db = smem_desc(b_base + kk * 2048, BK * 128, 1024);
 #endif

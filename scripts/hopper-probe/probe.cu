@@ -116,7 +116,7 @@ __global__ void count_not(const unsigned char* a, size_t n, unsigned char v, uns
 
 // ─── tensor maps, exactly as src/gpu/launch.rs encodes them ─────────────────────────────
 static CUtensorMap encode(const void* base, unsigned long long cols, unsigned long long rows, unsigned box0,
-                          unsigned box1) {
+                          unsigned box1, CUtensorMapSwizzle swizzle = CU_TENSOR_MAP_SWIZZLE_128B) {
     CUtensorMap m;
     memset(&m, 0, sizeof m);
     cuuint64_t dims[2] = {cols, rows};
@@ -124,7 +124,7 @@ static CUtensorMap encode(const void* base, unsigned long long cols, unsigned lo
     cuuint32_t box[2] = {box0, box1};
     cuuint32_t es[2] = {1, 1};
     CUresult r = cuTensorMapEncodeTiled(&m, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 2, const_cast<void*>(base), dims, strides,
-                                        box, es, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                        box, es, CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
                                         CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     if (r != CUDA_SUCCESS) {
         fprintf(stderr, "cuTensorMapEncodeTiled failed (%d): dims [%llu,%llu] box [%u,%u]\n", (int)r, cols, rows, box0,
@@ -169,7 +169,11 @@ static Launch make_launch(const __half* A, const __half* B, __half* C, Problem p
     Launch l;
     l.ta = encode(A, p.K, p.M, 64, BM);
     if (TN) l.tb = encode(B, p.K, p.N, 64, BN / CL);
-    else l.tb = encode(B, p.N, p.K, 64, BK / CL);  // nn: 64 columns by the K-tile's rows
+    // nn: 64 columns by the K-tile's rows; a narrow tile's BN columns, swizzled at its width.
+    else if (BN >= 64) l.tb = encode(B, p.N, p.K, 64, BK / CL);
+    else
+        l.tb = encode(B, p.N, p.K, BN, BK / CL,
+                      BN == 32 ? CU_TENSOR_MAP_SWIZZLE_64B : BN == 16 ? CU_TENSOR_MAP_SWIZZLE_32B : CU_TENSOR_MAP_SWIZZLE_NONE);
     const long num_m = (p.M + BM - 1) / BM, num_n = (p.N + BN - 1) / BN;
     const long tiles = ((num_m + CL - 1) / CL) * CL * num_n;
     long g = tiles;

@@ -9,7 +9,8 @@
 #           e.g. 128x256_s4_c2_m1_g16
 #           (_e0: KAAS_EPILOGUE=0, direct 4-byte stores; _pp: KAAS_PINGPONG=1; _rc: the cluster
 #           release arrives with .release.cluster, KAAS_MC_ARRIVE_CTA=0; _x2, _x4: KAAS_CHAINS;
-#           _du: KAAS_DESC_UNIFORM=1, the wgmma descriptors as one add to a uniform base;
+#           _du: KAAS_DESC_UNIFORM=1, the wgmma descriptors as one add to a uniform base; _dr:
+#           KAAS_DESC_UNIFORM=2, one add to the descriptors' low words;
 #           _p1.._p9: KAAS_PROBE, a diagnostic variant whose results are wrong by design, so
 #           bench mode only: 1 loads only, 2 math only, 3 neither, 4 no C stores, 5 neither
 #           and no wgmma fence/commit/wait, 6 return at once, 7 return after the barrier
@@ -33,7 +34,7 @@ plan_file=${1:-$here/plans/default.txt}
 grep -v '^\s*#' "$plan_file" | awk 'NF>=5 {print $1, $2, $3}' | sort -u > "$out/builds.txt"
 build_one() {
   local cfg=$1 layout=$2 acc=$3
-  if [[ ! $cfg =~ ^([0-9]+)x([0-9]+)_s([0-9]+)_c([0-9]+)_m([0-9]+)_g([0-9]+)(_e0)?(_pp)?(_rc)?(_x[24])?(_du)?(_p[0-9])?(_k128|_k256)?(_ec)?$ ]]; then
+  if [[ ! $cfg =~ ^([0-9]+)x([0-9]+)_s([0-9]+)_c([0-9]+)_m([0-9]+)_g([0-9]+)(_e0)?(_pp)?(_rc)?(_x[24])?(_du|_dr)?(_p[0-9])?(_k128|_k256)?(_ec)?$ ]]; then
     echo "bad config $cfg" > "$build/build-$cfg-$layout-$acc.log"; return 1
   fi
   local tn=$([ "$layout" = tn ] && echo 1 || echo 0) f32=$([ "$acc" = f32 ] && echo 1 || echo 0)
@@ -42,7 +43,8 @@ build_one() {
   [ -n "${BASH_REMATCH[8]}" ] && flags="$flags -DKAAS_PINGPONG=1"
   [ -n "${BASH_REMATCH[9]}" ] && flags="$flags -DKAAS_MC_ARRIVE_CTA=0"
   [ -n "${BASH_REMATCH[10]}" ] && flags="$flags -DKAAS_CHAINS=${BASH_REMATCH[10]#_x}"
-  [ -n "${BASH_REMATCH[11]}" ] && flags="$flags -DKAAS_DESC_UNIFORM=1"
+  [ "${BASH_REMATCH[11]}" = _du ] && flags="$flags -DKAAS_DESC_UNIFORM=1"
+  [ "${BASH_REMATCH[11]}" = _dr ] && flags="$flags -DKAAS_DESC_UNIFORM=2"
   [ -n "${BASH_REMATCH[12]}" ] && flags="$flags -DKAAS_PROBE=${BASH_REMATCH[12]#_p}"
   local bk=64
   [ -n "${BASH_REMATCH[13]}" ] && bk=${BASH_REMATCH[13]#_k}

@@ -7,7 +7,7 @@
 //! count is a launch parameter, so one PTX serves every split. Ping-pong consumers
 //! (`KAAS_PINGPONG`, entries ending `_pp`: each consumer warpgroup owns whole tiles and
 //! the two take turns at the main loop) are codes of their own too. The narrow tiles (64 ×
-//! 16 to 48, tn only) are searched where 64×64 tiles make fewer than two waves, and so are
+//! 8 to 48; nn 8, 16 and 32) are searched where 64×64 tiles make fewer than two waves, and so are
 //! clusters of 2 to 8 CTAs along N (`_n4`, multicasting A) or M (`_m4`, multicasting B)
 //! of the small tiles ([`skinny_cluster_codes`]), and from K 8192 the atomic split-K in
 //! such pairs ([`multicast_split_tiles`]). Four codes the search leaves out, all
@@ -328,9 +328,21 @@ impl HopperConfig {
     }
 
     /// Whether the template builds this code for a layout: nn loads B in 64-column boxes,
-    /// so the tiles whose BN is not a multiple of 64 (the narrow ones, and 160) are tn only.
+    /// or, for the tiles of 8, 16 and 32 columns, in one box as wide as the tile (its rows
+    /// swizzled at that width, [`HopperConfig::nn_narrow_b`]); 24, 48 and 160 are tn only.
     pub fn supports(&self, layout: Layout) -> bool {
-        layout == Layout::Tn || self.bn.is_multiple_of(64)
+        layout == Layout::Tn || self.bn.is_multiple_of(64) || Self::nn_narrow_b(self.bn).is_some()
+    }
+
+    /// nn's B box swizzle for a tile narrower than one 64-column box: BN columns (16, 32
+    /// or 64 bytes a row of K) swizzled at that width, 8 without swizzle.
+    pub fn nn_narrow_b(bn: u32) -> Option<Swizzle> {
+        match bn {
+            8 => Some(Swizzle::None),
+            16 => Some(Swizzle::B32),
+            32 => Some(Swizzle::B64),
+            _ => None,
+        }
     }
 
     fn static_smem_bytes(&self) -> u32 {
@@ -440,12 +452,17 @@ impl HopperConfig {
         // Each CTA of a cluster loads its share of the tiles it shares and multicasts it: of
         // A, BM/CLUSTER_N rows; of B, tn BN/CLUSTER_M rows of K, nn 64 columns of N by
         // BK/CLUSTER_M rows of K. A and tn's B boxes are one swizzle atom (64) along K: a
-        // slot of K 128 takes two of each.
-        let b_box = if p.layout == Layout::Tn { [64, self.bn / self.cluster_m] } else { [64, self.bk / self.cluster_m] };
+        // slot of K 128 takes two of each. nn's narrow tiles load B in one box of BN
+        // columns, swizzled at their width.
+        let (b_box, b_swizzle) = match (p.layout, Self::nn_narrow_b(self.bn)) {
+            (Layout::Tn, _) => ([64, self.bn / self.cluster_m], Swizzle::B128),
+            (Layout::Nn, Some(swizzle)) => ([self.bn, self.bk / self.cluster_m], swizzle),
+            (Layout::Nn, None) => ([64, self.bk / self.cluster_m], Swizzle::B128),
+        };
         let l2_promotion = if self.l2_256 { L2Promotion::B256 } else { L2Promotion::B128 };
         let mut params = vec![
             Param::TensorMap(TensorMapSpec { operand: Operand::A, box_dims: [64, self.bm / self.cluster_n], swizzle: Swizzle::B128, l2_promotion }),
-            Param::TensorMap(TensorMapSpec { operand: Operand::B, box_dims: b_box, swizzle: Swizzle::B128, l2_promotion }),
+            Param::TensorMap(TensorMapSpec { operand: Operand::B, box_dims: b_box, swizzle: b_swizzle, l2_promotion }),
             if self.tma_store {
                 // 16 rows of 64 columns: one consumer warp's piece.
                 Param::TensorMap(TensorMapSpec { operand: Operand::C, box_dims: [64, 16], swizzle: Swizzle::B128, l2_promotion: L2Promotion::B128 })
@@ -1217,8 +1234,10 @@ pub fn narrow8_search_codes() -> Vec<HopperConfig> {
 /// code was the best on 42, every one of them at most 2^28 FLOP, faster there than the
 /// search's best by a geomean of 5%, 7% and 12% per sample (at most 19%); above 2^28 FLOP
 /// it was never the best, and at 2^29 already 0.54-0.78× the best. The K-64 ones never were.
+/// nn takes them too since it has narrow tiles (session 26): at 64×64×1024 and 128×128×512
+/// the nn 64×8 K-256 code ran 0.87× the time of the nn 64×64 K-128 one, as tn's does.
 pub fn takes_narrow8(p: &Problem) -> bool {
-    p.layout == Layout::Tn && p.acc == Acc::F32 && p.k >= 256 && small(p)
+    p.acc == Acc::F32 && p.k >= 256 && small(p)
 }
 
 /// At most 2^28 FLOP: where the shorter K of a wider K-tile ring, and the 8-column tiles,
@@ -1227,11 +1246,11 @@ fn small(p: &Problem) -> bool {
     p.shape().flops() <= 2f64.powi(28)
 }
 
-/// [`narrow8_codes`]' candidates for a problem: on the skinny tn shapes, the unsplit ones
+/// [`narrow8_codes`]' candidates for a problem: on the skinny shapes, the unsplit ones
 /// (chains with fp32 accumulators only) and, with fp32, the split-K ones at
 /// [`split_counts`].
 pub fn narrow8_space(p: &Problem, sm_count: u32) -> Vec<HopperConfig> {
-    if p.layout != Layout::Tn || !skinny(p, sm_count) {
+    if !skinny(p, sm_count) {
         return Vec::new();
     }
     let mut out = Vec::new();
@@ -1271,7 +1290,7 @@ pub fn space_for(p: &Problem, sm_count: u32) -> Vec<HopperConfig> {
     }
     for (bk, takes) in [(128, takes_bk128(p)), (256, takes_bk256(p))] {
         if takes {
-            let twins: Vec<HopperConfig> = out.iter().filter_map(|c| bk_twin_for(c, p, bk)).collect();
+            let twins: Vec<HopperConfig> = out.iter().filter(|c| bk != 256 || bk256_suits(c, p)).filter_map(|c| bk_twin_for(c, p, bk)).collect();
             extend_new(&mut out, twins);
         }
     }
@@ -1317,9 +1336,16 @@ pub fn takes_bk128(p: &Problem) -> bool {
 /// accumulators and K ≥ 1024. On an H100 (session 15, 99 skinny tn shapes of K ≥ 1024 timed
 /// exhaustively beside the K-128 twins) a K-256 code was the best on 16 (the narrow tiles,
 /// 16 to 48 columns, on 13), 3% faster there than the search's best, 0.4% over all 99; on
-/// the nn sample it was never the best (nn has no narrow tiles). Elsewhere: `--trial bk256`.
+/// the nn sample it was never the best (nn had no narrow tiles then): nn takes the K-256
+/// twins of its narrow tiles only ([`bk256_suits`]). Elsewhere: `--trial bk256`.
 pub fn takes_bk256(p: &Problem) -> bool {
-    p.layout == Layout::Tn && takes_bk128(p)
+    takes_bk128(p)
+}
+
+/// Whether a candidate of a problem that [`takes_bk256`] gets its K-256 twin: every tn one,
+/// and nn's narrow tiles (its 64-column ones never won with K 256, session 15).
+pub fn bk256_suits(c: &HopperConfig, p: &Problem) -> bool {
+    p.layout == Layout::Tn || c.bn < 64
 }
 
 /// [`bk_twin`] where the problem suits it: fp32 accumulators (with fp16 ones a K-128 code
@@ -1351,7 +1377,7 @@ pub fn wide_l2_suits(p: &Problem) -> bool {
 pub fn compile(cfg: &HopperConfig, acc: Acc, layout: Layout) -> Result<String, GpuError> {
     cfg.validate().map_err(|m| GpuError::refused("Hopper HGEMM", m))?;
     if !cfg.supports(layout) {
-        return Err(GpuError::refused("Hopper HGEMM", format!("BN {} is tn only (nn loads B in 64-column boxes)", cfg.bn)));
+        return Err(GpuError::refused("Hopper HGEMM", format!("BN {} is tn only (nn loads B in 64-column boxes, or one box of 8, 16 or 32)", cfg.bn)));
     }
     if cfg.ksplit && acc != Acc::F32 {
         return Err(GpuError::refused("Hopper HGEMM", "K split across consumers adds fp32 partials: acc=f32 only"));
@@ -1404,10 +1430,10 @@ mod tests {
         assert!(space.iter().filter(|c| c.pingpong).all(|c| c.persistent));
     }
 
-    /// The 64×8 K-256 tiles: on tn with fp32 accumulators, K ≥ 256 and at most 2^28 FLOP,
-    /// and nowhere else; the K-64 ones stay a trial.
+    /// The 64×8 K-256 tiles: with fp32 accumulators, K ≥ 256 and at most 2^28 FLOP, in
+    /// either layout, and nowhere else; the K-64 ones stay a trial.
     #[test]
-    fn the_8_column_tiles_are_offered_to_the_small_tn_shapes_only() {
+    fn the_8_column_tiles_are_offered_to_the_small_shapes_only() {
         let eight = |acc, layout, m, n, k| {
             let prob = Problem::new(Arch::Sm90, acc, layout, Shape::new(m, n, k).unwrap());
             space_for(&prob, 132).into_iter().filter(|c| c.bn == 8).map(|c| HopperConfig { l2_256: false, ..c }).collect::<Vec<_>>()
@@ -1421,15 +1447,16 @@ mod tests {
         // 2^24 to 2^28 FLOP, K 256 to 16384.
         for (m, n, k) in [(64, 64, 256), (64, 128, 1024), (128, 1024, 1024), (64, 64, 16384), (1024, 512, 256)] {
             assert_eq!(eight(Acc::F32, Layout::Tn, m, n, k), codes, "{m}x{n}x{k}");
+            assert_eq!(eight(Acc::F32, Layout::Nn, m, n, k), codes, "nn {m}x{n}x{k}");
         }
         assert!(eight(Acc::F32, Layout::Tn, 64, 1024, 128).is_empty(), "K 128 is half a K-256 slot");
         assert!(eight(Acc::F32, Layout::Tn, 128, 2048, 1024).is_empty(), "2^29 FLOP");
         assert!(eight(Acc::F16, Layout::Tn, 64, 128, 1024).is_empty(), "fp32 only, as the K-256 twins");
-        assert!(eight(Acc::F32, Layout::Nn, 64, 128, 1024).is_empty(), "nn loads B in 64-column boxes");
+        assert!(eight(Acc::F32, Layout::Nn, 128, 2048, 1024).is_empty(), "nn 2^29 FLOP");
     }
 
     #[test]
-    fn narrow_tiles_are_offered_to_the_skinny_tn_shapes_only() {
+    fn narrow_tiles_are_offered_to_the_skinny_shapes_only() {
         let p = |layout, m, n, k| Problem::new(Arch::Sm90, Acc::F32, layout, Shape::new(m, n, k).unwrap());
         // (K 64 and 16 columns or more: the 64×8 tiles and the K-128 twins have tests of
         // their own.)
@@ -1441,7 +1468,11 @@ mod tests {
         assert_eq!(unsplit, [(16, 16), (16, 4), (24, 16), (24, 4), (32, 16), (32, 4), (48, 16), (48, 4)], "{skinny:?}");
         assert!(skinny.iter().filter(|c| c.split > 1).all(|c| c.bn == 32 && c.atomic), "{skinny:?}");
         assert!(skinny.iter().any(|c| c.split > 1));
-        assert!(narrow(&p(Layout::Nn, 64, 1024, 512)).is_empty(), "nn loads B in 64-column boxes");
+        // nn: the widths it loads in one box (16 and 32), not 24 and 48.
+        let nn = narrow(&p(Layout::Nn, 64, 1024, 512));
+        let unsplit: Vec<(u32, u32)> = nn.iter().filter(|c| c.split == 1).map(|c| (c.bn, c.stages)).collect();
+        assert_eq!(unsplit, [(16, 16), (16, 4), (32, 16), (32, 4)], "{nn:?}");
+        assert!(nn.iter().any(|c| c.split > 1));
         // 2048² makes 1024 tiles of 64×64, more than two waves: no narrow tile.
         assert!(narrow(&p(Layout::Tn, 2048, 2048, 512)).is_empty());
         let c = HopperConfig::new(64, 24, 16, 1);
@@ -1455,6 +1486,19 @@ mod tests {
         assert_eq!(man.launches[0].grid, [43, 1, 1]);
         assert_eq!(HopperConfig::of_launch(&man.launches[0], &p(Layout::Tn, 64, 1024, 512)), Some((c, Acc::F32, Layout::Tn)));
         assert!(!c.supports(Layout::Nn) && c.supports(Layout::Tn));
+        // nn's 8, 16 and 32 load B in one box as wide as the tile, swizzled at its width (a
+        // cluster along M: each CTA its share of the slot's K rows).
+        for (bn, swizzle, cluster_m) in [(8, Swizzle::None, 1), (16, Swizzle::B32, 1), (32, Swizzle::B64, 1), (16, Swizzle::B32, 2)] {
+            let c = HopperConfig { bk: 256, cluster_m, ..HopperConfig::new(64, bn, 4, 1) };
+            c.validate().unwrap();
+            assert!(c.supports(Layout::Nn));
+            let prob = p(Layout::Nn, 256, 1024, 512);
+            let man = c.manifest(&prob, 132);
+            man.validate().unwrap();
+            let Param::TensorMap(b) = &man.launches[0].params[1] else { panic!("{man:?}") };
+            assert_eq!((b.box_dims, b.swizzle), ([bn, 256 / cluster_m], swizzle));
+            assert_eq!(HopperConfig::of_launch(&man.launches[0], &prob), Some((c, Acc::F32, Layout::Nn)));
+        }
         for bad in [
             HopperConfig { bn: 40, ..c },
             HopperConfig { stages: 17, ..c },
@@ -1784,9 +1828,12 @@ mod tests {
         let wide = offered(&p(Layout::Tn, 64, 4096, 1024));
         assert!(wide.contains(&HopperConfig { l2_256: true, ..c }) && wide.iter().all(|c| c.cluster_m == 1), "M = 64 has one tile row: {wide:?}");
         let tall = offered(&p(Layout::Nn, 4096, 64, 1024));
-        assert!(tall.contains(&m4) && tall.iter().all(|c| c.cluster_n == 1 && c.bn == 64), "{tall:?}");
+        // N = 64: one tile column of 64, so clusters along N only of nn's narrow tiles.
+        assert!(tall.contains(&m4) && tall.iter().all(|c| (c.cluster_n == 1 && c.bn == 64) || c.bn < 64), "{tall:?}");
+        assert!(tall.iter().any(|c| c.cluster_n > 1), "{tall:?}");
         assert!(offered(&p(Layout::Tn, 2048, 2048, 512)).is_empty(), "not skinny");
-        assert!(offered(&p(Layout::Nn, 64, 4096, 1024)).iter().all(|c| c.bn == 64), "nn: 64-column B boxes");
+        let nn = offered(&p(Layout::Nn, 64, 4096, 1024));
+        assert!(nn.iter().all(|c| [16, 32, 64].contains(&c.bn)) && nn.iter().any(|c| c.bn < 64), "nn: 64-column B boxes, or one of a narrow tile's width: {nn:?}");
         for bad in [
             HopperConfig { cluster_n: 3, ..c },
             HopperConfig { cluster_m: 2, ..c },
@@ -2163,7 +2210,8 @@ mod tests {
         }
     }
 
-    /// The 64×8 tiles build with both accumulators (m64n8k16), tn only.
+    /// The 64×8 tiles build with both accumulators (m64n8k16) in both layouts; nn's B is
+    /// one unswizzled box of 8 columns (descriptor mode 0).
     #[test]
     fn the_8_column_tiles_compile_with_both_accumulators_where_nvrtc_is_present() {
         if let Err(why) = nvrtc::available() {
@@ -2171,10 +2219,12 @@ mod tests {
             return;
         }
         for c in narrow8_codes().into_iter().filter(|c| c.chains == 1 && c.split <= 1) {
-            assert!(!c.supports(Layout::Nn));
-            for (acc, tag) in [(Acc::F32, "f32"), (Acc::F16, "f16")] {
-                let ptx = compile(&c, acc, Layout::Tn).unwrap_or_else(|e| panic!("{} {tag}: {e}", c.label()));
-                assert!(ptx.contains(&format!("wgmma.mma_async.sync.aligned.m64n8k16.{tag}.f16.f16")), "{} {tag}", c.label());
+            for layout in Layout::ALL {
+                assert!(c.supports(layout));
+                for (acc, tag) in [(Acc::F32, "f32"), (Acc::F16, "f16")] {
+                    let ptx = compile(&c, acc, layout).unwrap_or_else(|e| panic!("{} {layout} {tag}: {e}", c.label()));
+                    assert!(ptx.contains(&format!("wgmma.mma_async.sync.aligned.m64n8k16.{tag}.f16.f16")), "{} {layout} {tag}", c.label());
+                }
             }
         }
     }

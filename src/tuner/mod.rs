@@ -326,16 +326,19 @@ fn codes(families: &[Family], arch: Arch, acc: Acc, layout: Layout) -> Vec<Candi
             out.extend(hopper::skinny_chains_codes().into_iter().chain(hopper::chains_split_tiles()).map(Candidate::Hopper));
         }
         // The twins the search takes with fp32 accumulators (hopper::takes_tma_store,
-        // hopper::takes_bk128; hopper::takes_bk256 on tn only), of these codes only: the
-        // trials' codes get theirs in `codes_with`. And on tn the 64×8 tiles of
-        // hopper::takes_narrow8.
+        // hopper::takes_bk128; hopper::takes_bk256 where hopper::bk256_suits: nn's narrow
+        // tiles only), of these codes only: the trials' codes get theirs in `codes_with`.
+        // And the 64×8 tiles of hopper::takes_narrow8.
         if acc == Acc::F32 {
             let searched: Vec<hopper::HopperConfig> = out.iter().filter_map(Candidate::hopper).collect();
-            let bks: &[u32] = if layout == Layout::Tn { &[128, 256] } else { &[128] };
-            out.extend(hopper::twin_codes(&searched, true, bks, false).into_iter().map(Candidate::Hopper));
             if layout == Layout::Tn {
-                out.extend(hopper::narrow8_search_codes().into_iter().map(Candidate::Hopper));
+                out.extend(hopper::twin_codes(&searched, true, &[128, 256], false).into_iter().map(Candidate::Hopper));
+            } else {
+                out.extend(hopper::twin_codes(&searched, true, &[128], false).into_iter().map(Candidate::Hopper));
+                let narrow: Vec<hopper::HopperConfig> = searched.into_iter().filter(|c| c.bn < 64).collect();
+                out.extend(hopper::twin_codes(&narrow, false, &[256], false).into_iter().map(Candidate::Hopper));
             }
+            out.extend(hopper::narrow8_search_codes().into_iter().map(Candidate::Hopper));
         }
     }
     if families.contains(&Family::Mma) {
@@ -395,7 +398,8 @@ pub struct TuneArgs {
     #[arg(long, value_enum, value_delimiter = ',', default_value = "hopper,mma")]
     pub families: Vec<Family>,
     /// Search only the candidates whose entry name contains this text (e.g. `_pp`, the
-    /// ping-pong codes), to try a new part of the space on problems already tuned.
+    /// ping-pong codes), or one of these, comma-separated (`_nn_64x8x,_nn_64x16x`), to try
+    /// a new part of the space on problems already tuned.
     #[arg(long)]
     pub only: Option<String>,
     /// Add codes the search leaves out, comma-separated (e.g. `ksplit`), to time them
@@ -462,9 +466,9 @@ pub struct TuneArgs {
 }
 
 impl TuneArgs {
-    /// Whether `--only` lets this entry into the search.
+    /// Whether `--only` lets this entry into the search: it contains one of the texts.
     fn admits(&self, entry: &str) -> bool {
-        self.only.as_deref().is_none_or(|o| entry.contains(o))
+        self.only.as_deref().is_none_or(|o| o.split(',').any(|part| entry.contains(part)))
     }
 
     /// The bandit's settings of a live run (and of `--report`'s replay of one).
@@ -1505,10 +1509,11 @@ mod tests {
             }
         }
         // A run without trials loads only the 64×8 tiles the search times (session 15
-        // loaded a dozen more on tn), and none on nn or with fp16 accumulators.
+        // loaded a dozen more on tn), in either layout, and none with fp16 accumulators.
         let eight = |acc, layout| codes(&hopper, Arch::Sm90, acc, layout).into_iter().filter_map(|c| c.hopper().filter(|h| h.bn == 8)).collect::<Vec<_>>();
-        assert_eq!(eight(Acc::F32, Layout::Tn), hopper::narrow8_search_codes().into_iter().map(hopper::searched_modes).collect::<Vec<_>>());
-        assert!(eight(Acc::F32, Layout::Nn).is_empty() && eight(Acc::F16, Layout::Tn).is_empty());
+        let searched_eight: Vec<HopperConfig> = hopper::narrow8_search_codes().into_iter().map(hopper::searched_modes).collect();
+        assert!(eight(Acc::F32, Layout::Tn) == searched_eight && eight(Acc::F32, Layout::Nn) == searched_eight);
+        assert!(eight(Acc::F16, Layout::Tn).is_empty() && eight(Acc::F16, Layout::Nn).is_empty());
         assert!(codes_with(&hopper, &[Trial::Narrow8, Trial::Bk256], Arch::Sm90, Acc::F32, Layout::Tn).iter().any(|c| matches!(c, Candidate::Hopper(h) if h.bn == 8 && h.bk == 256)));
         assert!(codes_with(&hopper, &[Trial::Ksplit], Arch::Sm90, Acc::F16, Layout::Tn).iter().all(|c| !matches!(c, Candidate::Hopper(h) if h.ksplit)));
         // Chains come unsplit and with the split counts split-K takes on the problem.
@@ -1582,19 +1587,20 @@ mod tests {
         assert!(twins.iter().any(|h| h.split > 1) && twins.iter().any(|h| h.split <= 1), "{twins:?}");
         let f16 = Problem::new(Arch::Sm90, Acc::F16, Layout::Tn, Shape::new(64, 512, 8192).unwrap());
         assert_eq!(space_with(&f16, &hopper, &[Trial::Bk128], 132), space_for(&f16, &hopper, 132), "fp32 only");
-        // K 256: the search takes it on tn at K 1024 and up; below, the trial twins the
+        // K 256: the search takes it at K 1024 and up (nn: of its narrow tiles); below, the trial twins the
         // search's K-64 small tiles (not its K-128 twins), BM 64 only.
         let k256 = |c: &Candidate| matches!(c, Candidate::Hopper(h) if h.bk == 256);
         let skinny_long = p(64, 512, 8192);
         assert!(space_for(&skinny_long, &hopper, 132).iter().any(k256));
         let nn_long = Problem::new(Arch::Sm90, Acc::F32, Layout::Nn, Shape::new(64, 512, 8192).unwrap());
-        assert!(!space_for(&nn_long, &hopper, 132).iter().any(k256), "tn only");
+        let nn_k256: Vec<Candidate> = space_for(&nn_long, &hopper, 132).into_iter().filter(k256).collect();
+        assert!(!nn_k256.is_empty() && nn_k256.iter().all(|c| matches!(c, Candidate::Hopper(h) if h.bn < 64)), "nn: the narrow tiles' only: {nn_k256:?}");
         let plain = space_for(&long, &hopper, 132);
         let added: Vec<Candidate> = space_with(&long, &hopper, &[Trial::Bk256], 132).into_iter().filter(|c| !plain.contains(c)).collect();
         assert!(!added.is_empty() && added.iter().all(|c| matches!(c, Candidate::Hopper(h) if h.bk == 256 && h.bm == 64)), "{added:?}");
         assert!(added.iter().any(|c| matches!(c, Candidate::Hopper(h) if h.split > 1)));
-        // The 8-column tiles: on the skinny tn shapes only, split-K at the search's counts
-        // and chains with fp32 accumulators only.
+        // The 8-column tiles: on the skinny shapes only (both layouts), split-K at the
+        // search's counts and chains with fp32 accumulators only.
         let n8: Vec<HopperConfig> = space_with(&skinny_long, &hopper, &[Trial::Narrow8], 132).into_iter().filter_map(|c| match c {
             Candidate::Hopper(h) if h.bn == 8 => Some(h),
             _ => None,
@@ -1603,7 +1609,8 @@ mod tests {
         assert!(n8.iter().all(|h| h.split <= 1 || (h.atomic && 8192u32.div_ceil(64) >= 2 * h.split)), "{n8:?}");
         let f16_n8 = space_with(&Problem { acc: Acc::F16, ..skinny_long }, &hopper, &[Trial::Narrow8], 132);
         assert!(f16_n8.iter().any(|c| matches!(c, Candidate::Hopper(h) if h.bn == 8)) && !f16_n8.iter().any(|c| matches!(c, Candidate::Hopper(h) if h.bn == 8 && (h.split > 1 || h.chains > 1))));
-        assert!(!space_with(&nn_long, &hopper, &[Trial::Narrow8], 132).iter().any(|c| matches!(c, Candidate::Hopper(h) if h.bn == 8)), "tn only");
+        let nn_n8 = space_with(&nn_long, &hopper, &[Trial::Narrow8], 132);
+        assert!(nn_n8.iter().any(|c| matches!(c, Candidate::Hopper(h) if h.bn == 8 && h.split > 1)), "nn has them too");
         assert!(!space_with(&p(4096, 4096, 4096), &hopper, &[Trial::Narrow8], 132).iter().any(|c| matches!(c, Candidate::Hopper(h) if h.bn == 8)), "skinny only");
         // The mma trial adds the deep-ring codes with the mma family, and loads each once;
         // 8192×256×2048 is past the family's search, within the trial's reach.
@@ -1966,11 +1973,18 @@ mod tests {
         let trial = TuneArgs { problems: "64x512x1024".into(), trial: vec![Trial::Ksplit], ..args.clone() };
         let skinny = parse_problems(&trial).unwrap();
         let missing = missing_codes(&skinny, &trial, 132, |e| plain.contains(e));
-        // 64 rows: one tile row, so of the pairs only those along N (two per layout).
-        assert_eq!(missing.len(), 8 + 4 + 4, "every k-split code, tn and nn: {missing:?}");
+        // Per layout: 64×128 and 64×64 with two rings each and one pair along N (64 rows:
+        // one tile row, so of the pairs only those along N), and the narrow 16 and 32 with
+        // two rings each (nn too, now that it has them).
+        assert_eq!(missing.len(), 2 * (6 + 4), "every k-split code, tn and nn: {missing:?}");
         assert!(missing.iter().filter(|e| e.contains("_n2_kw")).count() == 4 && !missing.iter().any(|e| e.contains("_m2_")), "{missing:?}");
         assert!(missing.iter().all(|e| e.ends_with("_kw_dr_ec")), "two consumers, each its own chains: in the search's modes");
         assert!(missing_codes(&skinny, &TuneArgs { only: Some("_pp".into()), ..trial.clone() }, 132, |e| plain.contains(e)).is_empty(), "--only leaves them out");
+        // --only with several texts admits an entry that holds any one of them.
+        let only = TuneArgs { only: Some("_nn_64x8x,_n2_kw".into()), ..trial.clone() };
+        assert!(only.admits("kaas_wgmma_f32_nn_64x8x256_s4_c1_m1_g16_dr_ec") && only.admits("kaas_wgmma_f32_tn_64x64x64_s4_c1_m1_g16_n2_kw_dr_ec"));
+        assert!(!only.admits("kaas_wgmma_f32_nn_64x16x256_s4_c1_m1_g16_dr_ec"));
+        assert_eq!(missing_codes(&skinny, &only, 132, |e| plain.contains(e)).len(), 4, "the pairs' k-split codes along N");
         let err = parse_problems(&TuneArgs { min_flops_log2: Some(50.0), ..args.clone() }).unwrap_err().to_string();
         assert!(err.contains("FLOP range"), "{err}");
         // A layout before a shape takes it in that layout only.
