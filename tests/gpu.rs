@@ -1954,3 +1954,21 @@ fn nn_narrow_hopper_kernels_pass_the_verifier() {
     println!("{} nn narrow-tile runs over {} codes ({} of them persistent)", runs.runs, codes.len() + persistent.len(), persistent.len());
     runs.assert_all_passed();
 }
+
+/// The 2-D grid (`_2d`: one tile per CTA, the tile its block index) passes the verifier in
+/// every kind of code that takes it (unsplit, no ping-pong, no cluster: the early-coords
+/// codes' kinds, narrow and nn narrow tiles included), tn and nn in turn, on shapes the
+/// tiles do not divide.
+#[test]
+fn grid2d_hopper_kernels_pass_the_verifier() {
+    use kaas::tuner::hopper::{self, HopperConfig};
+    if !hopper_or_skip() {
+        return;
+    }
+    let nn_narrow = hopper::space().into_iter().filter(|c| c.bn < 64 && c.supports(Layout::Nn)).map(hopper::searched_modes);
+    let codes: Vec<HopperConfig> = one_of_each_kind(early_coords_codes().into_iter().chain(nn_narrow).filter(HopperConfig::takes_grid2d).map(|c| hopper::latency_twin(&c)).collect());
+    assert!(codes.len() > 40 && codes.iter().all(|c| c.grid2d && c.validate().is_ok()), "{}", codes.len());
+    let runs = verify_in_turn("GRID-2D", &codes);
+    println!("{} 2-D grid runs over {} codes", runs.runs, codes.len());
+    runs.assert_all_passed();
+}

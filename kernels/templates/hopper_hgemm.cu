@@ -131,7 +131,7 @@
 //     and then KAAS_CHAINS > 1 _x<CHAINS> (before any other suffix); KAAS_SPLITK=1 adds _sk, 2 adds _ska,
 //     3 adds _skc, KAAS_STREAMK=1 _sks;
 //     KAAS_PINGPONG=1 adds _pp, KAAS_KSPLIT=1 _kw, KAAS_COLSPLIT=1 _cs; then KAAS_EPILOGUE=2 _ts, then
-//     KAAS_DESC_UNIFORM=1 _du, 2 _dr; then KAAS_EARLY_COORDS=1 _ec
+//     KAAS_DESC_UNIFORM=1 _du, 2 _dr; then KAAS_EARLY_COORDS=1 _ec, then KAAS_GRID2D=1 _2d
 //   KAAS_WAIT0      0 (default) or 1 (not with KAAS_KSPLIT): each consumer waits for a
 //                   K-tile's wgmmas right after issuing them and frees its slot at once,
 //                   instead of keeping one K-tile in flight and freeing the slot one K-tile
@@ -341,6 +341,9 @@ typedef unsigned long long u64;
 #ifndef KAAS_WAIT0
 #define KAAS_WAIT0 0
 #endif
+#ifndef KAAS_GRID2D
+#define KAAS_GRID2D 0
+#endif
 #ifndef KAAS_EARLY_COORDS
 #define KAAS_EARLY_COORDS 0
 #endif
@@ -408,7 +411,11 @@ typedef unsigned long long u64;
 #define KAAS_DU_TAG
 #endif
 // _ec (KAAS_EARLY_COORDS) or none.
-#if KAAS_EARLY_COORDS
+#if KAAS_EARLY_COORDS && KAAS_GRID2D
+#define KAAS_EC_TAG _ec_2d
+#elif KAAS_GRID2D
+#define KAAS_EC_TAG _2d
+#elif KAAS_EARLY_COORDS
 #define KAAS_EC_TAG _ec
 #else
 #define KAAS_EC_TAG
@@ -521,6 +528,8 @@ static_assert(KAAS_PROBE == 0 || (KAAS_SPLITK == 0 && CL == 1 && !KAAS_PINGPONG 
 static_assert((KAAS_PROBE != 8 && KAAS_PROBE != 9) || KAAS_EPI_STAGED,
               "KAAS_PROBE 8 and 9 take the staged epilogue apart: KAAS_EPILOGUE=1, BN a multiple of 64");
 static_assert(KAAS_STREAMK == 0 || KAAS_SPLITK == 2, "stream-K reduces with the atomic split-K (KAAS_SPLITK=2)");
+static_assert(!KAAS_GRID2D || (KAAS_SPLITK == 0 && !KAAS_PINGPONG && CL == 1),
+              "the 2-D grid is one tile per CTA: no split-K, no ping-pong, no cluster");
 static_assert(KAAS_STREAMK >= 0 && KAAS_STREAMK <= 2, "KAAS_STREAMK must be 0, 1 or 2");
 #if KAAS_SPLITK == 3
 // The cluster reduction stores each CTA's fp32 partial tile in its drained ring.
@@ -1043,6 +1052,12 @@ __device__ __forceinline__ void tile_coords(int t, int num_mc, int& mc, int& nb,
     nb = r / h;
 }
 
+#if KAAS_GRID2D
+#define KAAS_TILE_COORDS(t, mc, nc) ((void)(t), (mc) = (int)blockIdx.y, (nc) = (int)blockIdx.x)
+#else
+#define KAAS_TILE_COORDS(t, mc, nc) tile_coords(t, num_mc, mc, nc, num_nc)
+#endif
+
 __device__ __forceinline__ void store_pair(u16* __restrict__ C, int M, int N, int row, int col, u32 v, bool fast,
                                            bool pairs) {
     if (fast) {
@@ -1207,12 +1222,24 @@ KAAS_ENTRY(const __grid_constant__ TensorMap128 tmA, const __grid_constant__ Ten
     const int num_mc = (num_m + CLM - 1) / CLM;
     const int num_n = (N + BN - 1) / BN;
     const int num_nc = (num_n + CLN - 1) / CLN;
+#if KAAS_GRID2D
+    // One tile per CTA, the grid [tile columns, tile rows]: the CTA's tile is its block
+    // index, with no division on the way to its first loads.
+    const int tiles = 1;
+    (void)num_mc;
+    (void)num_nc;
+#else
     const int tiles = num_mc * num_nc;  // cluster tiles (CL CTA tiles each)
+#endif
     // This CTA's tile in its cluster's CLM × CLN block of tiles.
     const int rm = (int)rank % CLM, rn = (int)rank / CLM;
     const int ktiles = (K + BK - 1) / BK;
+#if KAAS_GRID2D
+    const int cid = 0, ncl = 1;
+#else
     const int cid = blockIdx.x / CL;
     const int ncl = gridDim.x / CL;
+#endif
 #if KAAS_SPLITK == 3
     // S is the cluster size; one tile per cluster, its slices the cluster's CTAs. The
     // condition is the same in every CTA, so no CTA waits on a barrier another skips.
@@ -1295,11 +1322,16 @@ KAAS_ENTRY(const __grid_constant__ TensorMap128 tmA, const __grid_constant__ Ten
             for (int t = cid; t < tiles; t += ncl) {
 #endif
                 int mc, nc;
-                tile_coords(t, num_mc, mc, nc, num_nc);
+                KAAS_TILE_COORDS(t, mc, nc);
                 const int m0 = (mc * CLM + rm) * BM;
                 const int n0 = (nc * CLN + rn) * BN;
                 for (int kt = KAAS_KB; kt < KAAS_KE; ++kt) {
+#if KAAS_GRID2D
+                    // One tile: the ring's first pass finds every slot empty.
+                    if (kt >= STAGES) mbar_wait(empty0 + 8 * s, ph ^ 1u);
+#else
                     mbar_wait(empty0 + 8 * s, ph ^ 1u);
+#endif
                     const u32 fb = full0 + 8 * s;
 #if !KAAS_PROBE_LOADS
                     asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(fb) : "memory");
@@ -1455,7 +1487,7 @@ KAAS_ENTRY(const __grid_constant__ TensorMap128 tmA, const __grid_constant__ Ten
 #endif
 #endif
             int mc, nc;
-            tile_coords(t, num_mc, mc, nc, num_nc);
+            KAAS_TILE_COORDS(t, mc, nc);
 #if KAAS_EARLY_COORDS
             // Only the epilogue reads the tile's origin: computed here and passed through an
             // empty asm, so that the compiler cannot sink the divisions after the math, where

@@ -5,7 +5,10 @@
 // service's graph mode times a candidate: a CUDA graph of back-to-back launches, device time
 // per launch, median of the replays. The differences between rows are what each step adds
 // to a launch: the launch alone, storing C, loading an operand with plain loads, cp.async or
-// TMA, and storing C with a TMA store.
+// TMA, and storing C with a TMA store; then a whole 64×64×64 tile as the template's small
+// codes compute it (TMA, four wgmmas, C staged), with one warpgroup or with a producer
+// warpgroup, and the latter with the template's other pieces one at a time (k_pieces: the
+// tile order's divisions, the empty-barrier wait, dynamic shared memory; session 26).
 //
 // build: nvcc -std=c++17 -O3 -gencode arch=compute_90a,code=sm_90a -o latency latency.cu -lcuda
 // usage: latency [GRID ...]          (CTAs per launch; default 1 16 64 132)
@@ -45,6 +48,20 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
             : "r"(bar), "r"(parity)
             : "memory");
     } while (!done);
+}
+
+// Thread 0's loads: A's and B's 64-row tiles at `row` into a and b, both on barrier bar.
+__device__ __forceinline__ void load_ab(uint32_t a, uint32_t b, const CUtensorMap* tmA, const CUtensorMap* tmB, int row,
+                                        uint32_t bar) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(2 * TILE_BYTES) : "memory");
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];" ::"r"(a),
+        "l"(reinterpret_cast<uint64_t>(tmA)), "r"(0), "r"(row), "r"(bar)
+        : "memory");
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];" ::"r"(b),
+        "l"(reinterpret_cast<uint64_t>(tmB)), "r"(0), "r"(row), "r"(bar)
+        : "memory");
 }
 
 __global__ void k_empty() {}
@@ -110,17 +127,7 @@ __global__ void k_tma(const __grid_constant__ CUtensorMap tmA, const __grid_cons
         }
         asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(b) : "memory");
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-        asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(b), "r"(2 * TILE_BYTES) : "memory");
-        asm volatile(
-            "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];" ::"r"(
-                smem_u32(sa)),
-            "l"(reinterpret_cast<uint64_t>(&tmA)), "r"(0), "r"(row), "r"(b)
-            : "memory");
-        asm volatile(
-            "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];" ::"r"(
-                smem_u32(sb)),
-            "l"(reinterpret_cast<uint64_t>(&tmB)), "r"(0), "r"(row), "r"(b)
-            : "memory");
+        load_ab(smem_u32(sa), smem_u32(sb), &tmA, &tmB, row, b);
     }
     __syncthreads();
     mbar_wait(b, 0);
@@ -149,6 +156,158 @@ __global__ void k_tma(const __grid_constant__ CUtensorMap tmA, const __grid_cons
             asm volatile("cp.async.bulk.commit_group;\ncp.async.bulk.wait_group.read 0;" ::: "memory");
         }
     }
+}
+
+// One 64×64 tile of C = A·Bᵀ with K = 64 as the template's small codes compute it: TMA loads
+// of A and B (each 64 rows × 64 K, 128B swizzle), four wgmma m64n64k16 (fp32), then C
+// staged through shared memory by each warp and written with 16-byte stores (STORE 1: not
+// stored unless an accumulator is a sentinel it never is: no epilogue). WS 1: 256 threads,
+// the template's layout: warpgroup 0's thread 0 issues the loads after the CTA's barrier
+// set-up, warpgroup 1 multiplies; WS 0: 128 threads, thread 0 issues the loads before the
+// CTA barrier and then multiplies with the rest of its warpgroup.
+__device__ __forceinline__ uint64_t desc128(uint32_t addr) {
+    return (uint64_t)((addr & 0x3FFFF) >> 4) | ((uint64_t)1 << 16) | ((uint64_t)(1024 >> 4) << 32) | (1ull << 62);
+}
+// Once barrier bar has the operands: the tile's four k16 steps (A and B K-major, 128B
+// swizzle, at a and b) into d from zero, waited for.
+__device__ __forceinline__ void tile_mma(uint32_t bar, uint32_t a, uint32_t b, float (&d)[32]) {
+#pragma unroll
+    for (int i = 0; i < 32; ++i) d[i] = 0.f;
+    mbar_wait(bar, 0);
+    asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+        const uint64_t da = desc128(a + kk * 32), db = desc128(b + kk * 32);
+        asm volatile(
+            "{\n"
+            "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
+            "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+            "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, 1, 1, 1, 0, 0;\n"
+            "}\n"
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
+              "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),
+              "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
+              "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+            : "l"(da), "l"(db));
+    }
+    asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+    asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+}
+// A warp's 16 rows of the 64×64 tile through its padded staging rows w, then 16-byte stores.
+__device__ __forceinline__ void store_staged(const float (&d)[32], uint16_t* c, uint16_t* w, int warp, int lane) {
+    const int g = lane >> 2, q = lane & 3;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+        __half2 v0 = __floats2half2_rn(d[4 * j], d[4 * j + 1]), v1 = __floats2half2_rn(d[4 * j + 2], d[4 * j + 3]);
+        *reinterpret_cast<__half2*>(w + g * 72 + j * 8 + 2 * q) = v0;
+        *reinterpret_cast<__half2*>(w + (g + 8) * 72 + j * 8 + 2 * q) = v1;
+    }
+    __syncwarp();
+#pragma unroll
+    for (int it = 0; it < 4; ++it) {
+        const int r = it * 4 + (lane >> 3), c8 = (lane & 7) * 8;
+        *reinterpret_cast<uint4*>(c + (warp * 16 + r) * 64 + c8) = *reinterpret_cast<const uint4*>(w + r * 72 + c8);
+    }
+}
+template <int WS, int STORE>
+__global__ void k_wgmma(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB, uint16_t* C) {
+    __shared__ __align__(1024) uint4 sa[TILE_BYTES / 16];
+    __shared__ __align__(1024) uint4 sb[TILE_BYTES / 16];
+    __shared__ __align__(16) uint16_t stg[4][16 * 72];
+    __shared__ __align__(8) uint64_t bar;
+    const uint32_t b = smem_u32(&bar);
+    const int row = blockIdx.x * 64;
+    auto issue = [&] {
+        load_ab(smem_u32(sa), smem_u32(sb), &tmA, &tmB, row, b);
+    };
+    if (threadIdx.x == 0) {
+        asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(b) : "memory");
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+        if (!WS) issue();
+    }
+    __syncthreads();
+    if (WS && threadIdx.x < 128) {
+        if (threadIdx.x == 0) issue();
+        return;
+    }
+    const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32;
+    float d[32];
+    tile_mma(b, smem_u32(sa), smem_u32(sb), d);
+    uint16_t* c = C + (size_t)row * 64;
+    if (STORE == 1) {
+        if (d[0] == 12345.f) c[tid] = 1;
+        return;
+    }
+    store_staged(d, c, stg[warp], warp, lane);
+}
+
+// k_wgmma<1, 0> (producer warpgroup, staged C) with the template's other pieces, one at a
+// time (bits of PIECES): 1, the grouped tile order's two divisions (group height 16) by
+// runtime tile counts in both warpgroups before their first barrier wait, the loads' row
+// taken from it; 2, the producer first waits on an empty barrier (a fresh one, parity 1,
+// as the ring's first pass does); 4, the operands in 80 KiB of dynamic shared memory,
+// aligned to 1024 at run time; 8, the divisions in the producer only; 16, in the consumers
+// only; 32, both through the fp32 quotient and one correction (fdiv); 64, the producer
+// reads a kernel parameter (adds 0 from it to the row); 128, the producer divides by 16.
+__device__ __forceinline__ void coords16(int t, int num_m, int num_n, int& m, int& n) {
+    const int per_group = 16 * num_n, group = t / per_group, first = group * 16;
+    const int h = min(16, num_m - first), r = t - group * per_group;
+    m = first + r % h;
+    n = r / h;
+}
+// a / b for 0 <= a < 2^22, 1 <= b < 2^22: the fp32 quotient, then one correction.
+__device__ __forceinline__ int fdiv(int a, int b) {
+    int q = __float2int_rz(__fdividef((float)a, (float)b));
+    const int r = a - q * b;
+    q += (r >= b) - (r < 0);
+    return q;
+}
+__device__ __forceinline__ void coords16_fast(int t, int num_m, int num_n, int& m, int& n) {
+    const int per_group = 16 * num_n, group = fdiv(t, per_group), first = group * 16;
+    const int h = min(16, num_m - first), r = t - group * per_group;
+    n = fdiv(r, h);
+    m = first + r - n * h;
+}
+template <int PIECES>
+__global__ void __launch_bounds__(256, 1) k_pieces(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB,
+                                                   uint16_t* C, int num_m, int num_n) {
+    __shared__ __align__(1024) uint4 sa_s[(PIECES & 4) ? 1 : TILE_BYTES / 16];
+    __shared__ __align__(1024) uint4 sb_s[(PIECES & 4) ? 1 : TILE_BYTES / 16];
+    extern __shared__ __align__(16) unsigned char dyn[];
+    __shared__ __align__(16) uint16_t stg[4][16 * 72];
+    __shared__ __align__(8) uint64_t bar, ebar;
+    uint32_t a_addr = smem_u32(sa_s), b_addr = smem_u32(sb_s);
+    if (PIECES & 4) {
+        a_addr = (smem_u32(dyn) + 1023u) & ~1023u;
+        b_addr = a_addr + 4 * TILE_BYTES;
+    }
+    const uint32_t b = smem_u32(&bar), eb = smem_u32(&ebar);
+    if (threadIdx.x == 0) {
+        asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(b) : "memory");
+        asm volatile("mbarrier.init.shared::cta.b64 [%0], 4;" ::"r"(eb) : "memory");
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+    int tm = blockIdx.x, tn = 0;
+    const bool producer = threadIdx.x < 128;
+    if ((PIECES & 1) || ((PIECES & 8) && producer) || ((PIECES & 16) && !producer)) coords16(blockIdx.x, num_m, num_n, tm, tn);
+    if (PIECES & 32) coords16_fast(blockIdx.x, num_m, num_n, tm, tn);
+    if ((PIECES & 64) && producer) tm += num_m >> 31;  // a kernel parameter read, no arithmetic
+    if ((PIECES & 128) && producer) tm = (tm / 16) * 16 + tm % 16;  // constant divisors only
+    const int row = tm * 64 + tn;
+    if (threadIdx.x < 128) {
+        if (threadIdx.x == 0) {
+            if (PIECES & 2) mbar_wait(eb, 1);
+            load_ab(a_addr, b_addr, &tmA, &tmB, row, b);
+        }
+        return;
+    }
+    const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32;
+    float d[32];
+    tile_mma(b, a_addr, b_addr, d);
+    if ((PIECES & 2) && lane == 0) asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(eb) : "memory");
+    uint16_t* c = C + (size_t)row * 64;
+    store_staged(d, c, stg[warp], warp, lane);
 }
 
 static CUtensorMap encode(const void* base, unsigned long long rows) {
@@ -232,7 +391,21 @@ int main(int argc, char** argv) {
                              {"TMA A, B", {}},
                              {"TMA A, B; store C", {}},
                              {"prefetch, TMA A, B; store C", {}},
-                             {"TMA A, B; TMA store C", {}}};
+                             {"TMA A, B; TMA store C", {}},
+                             {"TMA, 4 wgmma (128 thr); no C", {}},
+                             {"TMA, 4 wgmma (128 thr); staged C", {}},
+                             {"TMA, 4 wgmma (producer WG); no C", {}},
+                             {"TMA, 4 wgmma (producer WG); staged C", {}},
+                             {"  the same, k_pieces<0>", {}},
+                             {"  + tile-order divisions", {}},
+                             {"  + empty-barrier wait", {}},
+                             {"  + 80 KiB dynamic smem", {}},
+                             {"  + all three", {}},
+                             {"  + divisions, producer only", {}},
+                             {"  + divisions, consumer only", {}},
+                             {"  + fp32-quotient divisions, both", {}},
+                             {"  + a parameter read (producer)", {}},
+                             {"  + divisions by 16 (producer)", {}}};
     for (int g : grids) {
         rows[0].us.push_back(time_graph(st, [&] { k_empty<<<g, 128, 0, st>>>(); }));
         rows[1].us.push_back(time_graph(st, [&] { k_store<<<g, 128, 0, st>>>(C); }));
@@ -243,6 +416,24 @@ int main(int argc, char** argv) {
         rows[6].us.push_back(time_graph(st, [&] { k_tma<0, 0><<<g, 128, 0, st>>>(ta, tb, tc, C); }));
         rows[7].us.push_back(time_graph(st, [&] { k_tma<1, 0><<<g, 128, 0, st>>>(ta, tb, tc, C); }));
         rows[8].us.push_back(time_graph(st, [&] { k_tma<0, 1><<<g, 128, 0, st>>>(ta, tb, tc, C); }));
+        uint16_t* c16 = reinterpret_cast<uint16_t*>(C);
+        rows[9].us.push_back(time_graph(st, [&] { k_wgmma<0, 1><<<g, 128, 0, st>>>(ta, tb, c16); }));
+        rows[10].us.push_back(time_graph(st, [&] { k_wgmma<0, 0><<<g, 128, 0, st>>>(ta, tb, c16); }));
+        rows[11].us.push_back(time_graph(st, [&] { k_wgmma<1, 1><<<g, 256, 0, st>>>(ta, tb, c16); }));
+        rows[12].us.push_back(time_graph(st, [&] { k_wgmma<1, 0><<<g, 256, 0, st>>>(ta, tb, c16); }));
+        const int dyn = 80 * 1024;
+        CK(cudaFuncSetAttribute(k_pieces<4>, cudaFuncAttributeMaxDynamicSharedMemorySize, dyn));
+        CK(cudaFuncSetAttribute(k_pieces<7>, cudaFuncAttributeMaxDynamicSharedMemorySize, dyn));
+        rows[13].us.push_back(time_graph(st, [&] { k_pieces<0><<<g, 256, 0, st>>>(ta, tb, c16, g, 1); }));
+        rows[14].us.push_back(time_graph(st, [&] { k_pieces<1><<<g, 256, 0, st>>>(ta, tb, c16, g, 1); }));
+        rows[15].us.push_back(time_graph(st, [&] { k_pieces<2><<<g, 256, 0, st>>>(ta, tb, c16, g, 1); }));
+        rows[16].us.push_back(time_graph(st, [&] { k_pieces<4><<<g, 256, dyn, st>>>(ta, tb, c16, g, 1); }));
+        rows[17].us.push_back(time_graph(st, [&] { k_pieces<7><<<g, 256, dyn, st>>>(ta, tb, c16, g, 1); }));
+        rows[18].us.push_back(time_graph(st, [&] { k_pieces<8><<<g, 256, 0, st>>>(ta, tb, c16, g, 1); }));
+        rows[19].us.push_back(time_graph(st, [&] { k_pieces<16><<<g, 256, 0, st>>>(ta, tb, c16, g, 1); }));
+        rows[20].us.push_back(time_graph(st, [&] { k_pieces<32><<<g, 256, 0, st>>>(ta, tb, c16, g, 1); }));
+        rows[21].us.push_back(time_graph(st, [&] { k_pieces<64><<<g, 256, 0, st>>>(ta, tb, c16, g, 1); }));
+        rows[22].us.push_back(time_graph(st, [&] { k_pieces<128><<<g, 256, 0, st>>>(ta, tb, c16, g, 1); }));
     }
     for (const Row& r : rows) {
         printf("%-34s", r.name);

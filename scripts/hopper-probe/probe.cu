@@ -142,12 +142,12 @@ static int g_sms = 132;
 
 struct Launch {
     CUtensorMap ta, tb;
-    unsigned grid, block, smem;
+    unsigned grid, grid_y = 1, block, smem;
     __half* C;
     int M, N, K;
     void enqueue(cudaStream_t s) const {
         cudaLaunchConfig_t cfg = {};
-        cfg.gridDim = dim3(grid, 1, 1);
+        cfg.gridDim = dim3(grid, grid_y, 1);
         cfg.blockDim = dim3(block, 1, 1);
         cfg.dynamicSmemBytes = smem;
         cfg.stream = s;
@@ -180,6 +180,11 @@ static Launch make_launch(const __half* A, const __half* B, __half* C, Problem p
     if (persistent) g = std::min<long>(tiles, (g_sms / CL) * CL);
     if (fixed > 0) g = std::min<long>(tiles, fixed / CL * CL);
     l.grid = (unsigned)g;
+#if KAAS_GRID2D
+    // The 2-D grid: [tile columns, tile rows], one tile per CTA (the --grid choice is ignored).
+    l.grid = (unsigned)num_n;
+    l.grid_y = (unsigned)num_m;
+#endif
     l.block = THREADS;
     l.smem = SMEM_BYTES;  // STAGES*(BM+BN)*BK*2 + 1024 + staging (see the template's header)
     l.C = C;

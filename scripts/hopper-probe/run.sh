@@ -16,7 +16,8 @@
 #           and no wgmma fence/commit/wait, 6 return at once, 7 return after the barrier
 #           set-up, 8 C staged but not stored, 9 no epilogue but one accumulator read; _k128:
 #           KAAS_BK=128, two swizzle atoms per ring slot; _k256: four; _ec: KAAS_EARLY_COORDS=1,
-#           the consumers' tile origin computed before the K loop); the entry is named
+#           the consumers' tile origin computed before the K loop; _2d: KAAS_GRID2D=1, one tile
+#           per CTA on a [tile columns, tile rows] grid, no tile-order divisions); the entry is named
 #           kaas_wgmma_<acc>_<layout>_<CONFIG>
 #   LAYOUT  tn | nn      ACC  f32 | f16      MODE  check | bench | both
 #   GRID    tiles | persistent | a CTA count      SHAPE  MxNxK
@@ -34,7 +35,7 @@ plan_file=${1:-$here/plans/default.txt}
 grep -v '^\s*#' "$plan_file" | awk 'NF>=5 {print $1, $2, $3}' | sort -u > "$out/builds.txt"
 build_one() {
   local cfg=$1 layout=$2 acc=$3
-  if [[ ! $cfg =~ ^([0-9]+)x([0-9]+)_s([0-9]+)_c([0-9]+)_m([0-9]+)_g([0-9]+)(_e0)?(_pp)?(_rc)?(_x[24])?(_du|_dr)?(_p[0-9])?(_k128|_k256)?(_ec)?$ ]]; then
+  if [[ ! $cfg =~ ^([0-9]+)x([0-9]+)_s([0-9]+)_c([0-9]+)_m([0-9]+)_g([0-9]+)(_e0)?(_pp)?(_rc)?(_x[24])?(_du|_dr)?(_p[0-9])?(_k128|_k256)?(_ec)?(_2d)?$ ]]; then
     echo "bad config $cfg" > "$build/build-$cfg-$layout-$acc.log"; return 1
   fi
   local tn=$([ "$layout" = tn ] && echo 1 || echo 0) f32=$([ "$acc" = f32 ] && echo 1 || echo 0)
@@ -49,6 +50,7 @@ build_one() {
   local bk=64
   [ -n "${BASH_REMATCH[13]}" ] && bk=${BASH_REMATCH[13]#_k}
   [ -n "${BASH_REMATCH[14]}" ] && flags="$flags -DKAAS_EARLY_COORDS=1"
+  [ -n "${BASH_REMATCH[15]}" ] && flags="$flags -DKAAS_GRID2D=1"
   # One entry name per plan config, so every row of the table names what ran.
   "$NVCC" -std=c++17 -O3 -gencode arch=compute_90a,code=sm_90a -Xptxas -v \
     -DKAAS_BM=${BASH_REMATCH[1]} -DKAAS_BN=${BASH_REMATCH[2]} -DKAAS_BK=$bk -DKAAS_STAGES=${BASH_REMATCH[3]} \

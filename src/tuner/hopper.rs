@@ -18,7 +18,9 @@
 //! [`stream_k_codes`] and [`wide_160_codes`]. On the skinny shapes the search also offers two
 //! independent accumulator chains per consumer (`_x2`, [`skinny_chains_codes`]); four chains
 //! and K split across the two consumers (`_kw`, [`ksplit_codes`]) pass the verifier too but
-//! seldom win, so only `kaas tune --trial` times them.
+//! seldom win, so only `kaas tune --trial` times them. A one-tile-per-CTA code without a
+//! cluster can run on a 2-D grid (`_2d`, [`HopperConfig::grid2d`]), which `kaas tune
+//! --twins-of` offers the shipped entries ([`latency_twin`]); the search does not build it yet.
 
 use serde::{Deserialize, Serialize};
 
@@ -151,6 +153,13 @@ pub struct HopperConfig {
     /// builds every code so ([`searched_modes`]).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub early_coords: bool,
+    /// One tile per CTA on a 2-D grid, [tile columns, tile rows] (`KAAS_GRID2D`, entries
+    /// ending `_2d`): the CTA's tile is its block index, so the producer issues its first
+    /// loads without the tile order's two integer divisions (0.15–0.2 µs on the critical
+    /// path of a small shape, session 26). Unsplit codes without ping-pong or a cluster on
+    /// their one-tile-per-CTA grid only ([`HopperConfig::takes_grid2d`]).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub grid2d: bool,
 }
 
 fn bk64() -> u32 {
@@ -172,7 +181,7 @@ pub(crate) fn is_one(v: &u32) -> bool {
 /// What tells two codes apart (one PTX each): every knob but the grid, the split count and
 /// the L2 promotion, with the later knobs apart (column split, wait0 and the descriptor mode:
 /// a tuple has at most 12 to compare).
-pub type CodeKey = ((u32, u32, u32, u32, u8, bool, u32, u32, bool, u32, bool, u32), (bool, bool, bool, bool, bool));
+pub type CodeKey = ((u32, u32, u32, u32, u8, bool, u32, u32, bool, u32, bool, u32), (bool, bool, bool, bool, bool, bool));
 
 /// Units (output tiles × slices) the split counts of the search aim at, per SM of the
 /// device: a quarter, half, one and two waves (see [`split_space`]).
@@ -181,7 +190,7 @@ const UNIT_TARGETS: [(u32, u32); 4] = [(1, 4), (1, 2), (1, 1), (2, 1)];
 impl HopperConfig {
     /// A cooperative, unsplit configuration, one tile per block, without clusters.
     pub const fn new(bm: u32, bn: u32, stages: u32, consumers: u32) -> Self {
-        HopperConfig { bm, bn, stages, consumers, persistent: false, split: 1, atomic: false, pingpong: false, cluster_reduce: false, cluster_m: 1, cluster_n: 1, stream_k: false, sk_hybrid: false, ksplit: false, chains: 1, l2_256: false, tma_store: false, bk: BK, desc_uniform: false, col_split: false, wait0: false, desc_step: false, early_coords: false }
+        HopperConfig { bm, bn, stages, consumers, persistent: false, split: 1, atomic: false, pingpong: false, cluster_reduce: false, cluster_m: 1, cluster_n: 1, stream_k: false, sk_hybrid: false, ksplit: false, chains: 1, l2_256: false, tma_store: false, bk: BK, desc_uniform: false, col_split: false, wait0: false, desc_step: false, early_coords: false, grid2d: false }
     }
 
     pub fn validate(&self) -> Result<(), String> {
@@ -284,6 +293,9 @@ impl HopperConfig {
         }
         if self.sk_hybrid && !self.stream_k {
             return Err("hybrid stream-K (`_skh`) is a mode of stream-K: sk_hybrid needs stream_k".into());
+        }
+        if self.grid2d && !self.takes_grid2d() {
+            return Err("the 2-D grid (`_2d`) is one unsplit tile per CTA: no persistent grid, split-K, stream-K, ping-pong or cluster".into());
         }
         if self.shared_mem_bytes() + self.static_smem_bytes() > SMEM_LIMIT {
             return Err(format!("{} B of shared memory exceed {SMEM_LIMIT}", self.shared_mem_bytes() + self.static_smem_bytes()));
@@ -399,6 +411,7 @@ impl HopperConfig {
         let du = if self.desc_step { "_dr" } else if self.desc_uniform { "_du" } else { "" };
         let du = if self.wait0 { format!("_w0{du}") } else { du.to_string() };
         let ec = if self.early_coords { "_ec" } else { "" };
+        let ec = if self.grid2d { format!("{ec}_2d") } else { ec.to_string() };
         format!("kaas_wgmma_{}_{}_{}x{}x{}_s{}_c{}_m{}_g{GROUP_M}{cn}{sk}{pp}{ts}{du}{ec}", acc.as_str(), layout.as_str(), self.bm, self.bn, self.bk, self.stages, self.consumers, self.cluster_m)
     }
 
@@ -427,13 +440,30 @@ impl HopperConfig {
         .chain((self.chains > 1).then_some(("KAAS_CHAINS", self.chains)))
         .chain(self.desc_uniform.then_some(("KAAS_DESC_UNIFORM", if self.desc_step { 2 } else { 1 })))
         .chain(self.early_coords.then_some(("KAAS_EARLY_COORDS", 1)))
+        .chain(self.grid2d.then_some(("KAAS_GRID2D", 1)))
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect()
     }
 
     /// The same code with the other grid (or another split count).
     pub fn code_key(&self) -> CodeKey {
-        ((self.bm, self.bn, self.stages, self.consumers, self.split_mode(), self.pingpong, self.cluster_m, self.cluster_n, self.ksplit, self.chains, self.tma_store, self.bk), (self.desc_uniform, self.col_split, self.wait0, self.desc_step, self.early_coords))
+        ((self.bm, self.bn, self.stages, self.consumers, self.split_mode(), self.pingpong, self.cluster_m, self.cluster_n, self.ksplit, self.chains, self.tma_store, self.bk), (self.desc_uniform, self.col_split, self.wait0, self.desc_step, self.early_coords, self.grid2d))
+    }
+
+    /// Whether the code can take the 2-D grid ([`HopperConfig::grid2d`]): one unsplit tile
+    /// per CTA, no ping-pong, no cluster, no stream-K.
+    pub fn takes_grid2d(&self) -> bool {
+        !self.persistent && self.split <= 1 && !self.stream_k && !self.pingpong && self.cluster_size() == 1
+    }
+
+    /// The launch's grid: the 2-D one ([tile columns, tile rows]) with `grid2d`, else
+    /// [`HopperConfig::grid`] blocks along x.
+    pub fn launch_grid(&self, p: &Problem, sm_count: u32) -> [u32; 3] {
+        if self.grid2d {
+            [p.n.div_ceil(self.bn), p.m.div_ceil(self.bm), 1]
+        } else {
+            [self.grid(p, sm_count), 1, 1]
+        }
     }
 
     /// Blocks: a persistent grid takes one per SM, rounded down to whole clusters.
@@ -484,7 +514,7 @@ impl HopperConfig {
             workspace_bytes: self.workspace_bytes(p),
             launches: vec![Launch {
                 entry: self.entry(p.acc, p.layout),
-                grid: [self.grid(p, sm_count), 1, 1],
+                grid: self.launch_grid(p, sm_count),
                 block: [self.threads(), 1, 1],
                 cluster: [if self.cluster_reduce { self.split } else { self.cluster_size() }, 1, 1],
                 shared_mem_bytes: self.shared_mem_bytes(),
@@ -499,6 +529,7 @@ impl HopperConfig {
     /// [`HopperConfig::of_launch`]).
     pub fn from_entry(entry: &str) -> Option<(HopperConfig, Acc, Layout)> {
         let rest = entry.strip_prefix("kaas_wgmma_")?;
+        let (rest, grid2d) = rest.strip_suffix("_2d").map_or((rest, false), |r| (r, true));
         let (rest, early_coords) = rest.strip_suffix("_ec").map_or((rest, false), |r| (r, true));
         let (rest, desc_step) = rest.strip_suffix("_dr").map_or((rest, false), |r| (r, true));
         let (rest, desc_uniform) = if desc_step { (rest, true) } else { rest.strip_suffix("_du").map_or((rest, false), |r| (r, true)) };
@@ -565,6 +596,7 @@ impl HopperConfig {
             wait0,
             desc_step,
             early_coords,
+            grid2d,
         };
         cfg.validate().ok()?;
         (cfg.entry(acc, layout) == entry).then_some((cfg, acc, layout))
@@ -581,6 +613,11 @@ impl HopperConfig {
         } else if cfg.split > 1 {
             let Some(Param::I32(I32Value::Const(s))) = launch.params.get(7) else { return None };
             cfg.split = u32::try_from(*s).ok()?;
+        } else if cfg.grid2d {
+            // One tile per CTA, exactly the problem's tiles: any other grid is not this code's.
+            if launch.grid != cfg.launch_grid(p, 0) {
+                return None;
+            }
         } else {
             cfg.persistent = launch.grid[0] < cfg.tiles(p);
         }
@@ -607,6 +644,7 @@ impl HopperConfig {
         let du = if self.desc_step { " dr" } else if self.desc_uniform { " du" } else { "" };
         let du = if self.wait0 { format!(" wait0{du}") } else { du.to_string() };
         let du = if self.early_coords { format!("{du} ec") } else { du };
+        let du = if self.grid2d { format!("{du} 2d") } else { du };
         format!("{}x{}{bk} s{} c{}{cl}{pp}{}{split}{l2}{du}", self.bm, self.bn, self.stages, self.consumers, if self.persistent { " persistent" } else { "" })
     }
 }
@@ -737,6 +775,14 @@ pub fn skinny_cluster_codes() -> Vec<HopperConfig> {
 /// tile hopper-probe timed (session 25).
 pub fn searched_modes(c: HopperConfig) -> HopperConfig {
     HopperConfig { early_coords: true, ..step_twin(&c) }
+}
+
+/// A served code's twin in the latency modes: `_ec`, and the 2-D grid where the code takes
+/// it ([`HopperConfig::takes_grid2d`]); `kaas tune --twins-of` times the two side by side.
+/// (The search itself does not build `_2d` codes yet: the same code serves the persistent
+/// grid there.)
+pub fn latency_twin(c: &HopperConfig) -> HopperConfig {
+    HopperConfig { early_coords: true, grid2d: c.grid2d || c.takes_grid2d(), ..*c }
 }
 
 /// The code in a descriptor mode: plain (neither), uniform (`_du`) or stepped (`_dr`, both).
@@ -1957,6 +2003,38 @@ mod tests {
             let e = compile(&c, Acc::F16, Layout::Tn).expect_err("f16");
             assert!(e.to_string().contains("acc=f32 only"), "{e}");
         }
+    }
+
+    /// The 2-D grid (`_2d`): named last, defined, launched on [tile columns, tile rows],
+    /// parsed back from its launch (and only from that grid), refused where a CTA takes
+    /// more than one tile or a cluster; the latency twin takes it where the code can.
+    #[test]
+    fn the_2d_grid_names_defines_and_launches_one_tile_per_cta() {
+        let p = Problem::new(Arch::Sm90, Acc::F32, Layout::Nn, Shape::new(1000, 200, 512).unwrap());
+        let c = latency_twin(&searched_modes(HopperConfig::new(64, 32, 4, 1)));
+        assert!(c.grid2d && c.early_coords && c.desc_step);
+        assert_eq!(c.entry(Acc::F32, Layout::Nn), "kaas_wgmma_f32_nn_64x32x64_s4_c1_m1_g16_dr_ec_2d");
+        assert!(c.defines(Acc::F32, Layout::Nn).contains(&("KAAS_GRID2D".to_string(), "1".to_string())));
+        assert_eq!(c.label(), "64x32 s4 c1 dr ec 2d");
+        let man = c.manifest(&p, 132);
+        man.validate().unwrap();
+        assert_eq!(man.launches[0].grid, [7, 16, 1], "200 / 32 columns, 1000 / 64 rows");
+        assert_eq!(HopperConfig::of_launch(&man.launches[0], &p), Some((c, Acc::F32, Layout::Nn)));
+        let mut flat = man.launches[0].clone();
+        flat.grid = [7 * 16, 1, 1];
+        assert_eq!(HopperConfig::of_launch(&flat, &p), None, "a 1-D grid is not this code's");
+        for bad in [
+            HopperConfig { persistent: true, ..c },
+            HopperConfig { split: 4, atomic: true, ..c },
+            HopperConfig { cluster_n: 2, ..c },
+            HopperConfig { pingpong: true, consumers: 2, bm: 128, bn: 128, stages: 4, ..c },
+        ] {
+            assert!(bad.validate().is_err(), "{bad:?}");
+            assert!(!latency_twin(&HopperConfig { grid2d: false, ..bad }).grid2d, "{bad:?}");
+        }
+        assert_eq!(HopperConfig::from_entry("kaas_wgmma_f32_tn_64x64x64_s4_c1_m1_g16_dr_ec_2d").map(|(c, _, _)| c.grid2d), Some(true));
+        assert!(HopperConfig::from_entry("kaas_wgmma_f32_tn_64x64x64_s4_c1_m1_g16_dr_2d_ec").is_none());
+        assert!(HopperConfig::from_entry("kaas_wgmma_f32_tn_64x64x64_s4_c1_m1_g16_ska_dr_ec_2d").is_none(), "split-K takes no 2-D grid");
     }
 
     #[test]

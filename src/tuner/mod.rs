@@ -457,10 +457,12 @@ pub struct TuneArgs {
     #[arg(long, value_name = "BUNDLE_DIR", conflicts_with = "submit")]
     pub reference_bundle: Option<PathBuf>,
     /// Instead of searching, time each problem's entry in this catalog bundle (its served
-    /// Hopper code, launched as its manifest launches it) beside the same code built with the
-    /// tile's origin computed before the K loop (`_ec`, which the search builds into every
-    /// code): both three times, side by side, the faster the winner. Problems whose entry is
-    /// another family's or `_ec` already are left out. With `--emit-ptx`, compiles both.
+    /// Hopper code, launched as its manifest launches it) beside the same code in the
+    /// latency modes: the tile's origin computed before the K loop (`_ec`, which the search
+    /// builds into every code) and, for one unsplit tile per CTA without a cluster, the 2-D
+    /// grid (`_2d`): both three times, side by side, the faster the winner. Problems whose
+    /// entry is another family's or in those modes already are left out. With `--emit-ptx`,
+    /// compiles both.
     #[arg(long, value_name = "BUNDLE_DIR")]
     pub twins_of: Option<PathBuf>,
 }
@@ -621,7 +623,7 @@ fn emit_ptx(args: &TuneArgs, dir: &Path) -> anyhow::Result<()> {
         };
         for c in candidates {
             let entry = c.entry(acc, layout);
-            if args.only.as_deref().is_some_and(|only| !entry.contains(only)) || !done.insert(entry.clone()) {
+            if !args.admits(&entry) || !done.insert(entry.clone()) {
                 continue;
             }
             let t = Instant::now();
@@ -755,7 +757,8 @@ fn autotuned_algos(dir: &Path) -> anyhow::Result<HashMap<String, LtAlgoConfig>> 
 }
 
 /// `--twins-of`: per problem (its path), the bundle's served Hopper entry (the latest
-/// measured, as the service serves it) as its launch runs it, and its `_ec` twin.
+/// measured, as the service serves it) as its launch runs it, and its twin in the latency
+/// modes (`_ec`, and `_2d` where it takes it: [`hopper::latency_twin`]).
 fn catalog_twins(dir: &Path) -> anyhow::Result<HashMap<String, (Problem, [Candidate; 2])>> {
     let (index, _) = crate::catalog::bundle::read_bundle(dir).with_context(|| format!("reading the bundle {}", dir.display()))?;
     let mut served: HashMap<String, &crate::catalog::bundle::EntryRecord> = HashMap::new();
@@ -770,7 +773,8 @@ fn catalog_twins(dir: &Path) -> anyhow::Result<HashMap<String, (Problem, [Candid
         .filter_map(|(key, e)| {
             let [launch] = &e.manifest.launches[..] else { return None };
             let (cfg, _, _) = hopper::HopperConfig::of_launch(launch, &e.problem)?;
-            (!cfg.early_coords).then_some((key, (e.problem, [Candidate::Hopper(cfg), Candidate::Hopper(hopper::HopperConfig { early_coords: true, ..cfg })])))
+            let twin = hopper::latency_twin(&cfg);
+            (twin != cfg).then_some((key, (e.problem, [Candidate::Hopper(cfg), Candidate::Hopper(twin)])))
         })
         .collect())
 }
@@ -1346,11 +1350,12 @@ mod tests {
         assert!(distance(&p(64, 64, 64), &p(16384, 64, 64)) == 8.0);
     }
 
-    /// `--twins-of`: each served Hopper entry of the shipped bundle that is not `_ec` yet is
-    /// paired with the same code built with `_ec`: the same launch but for the entry's name,
-    /// the same configuration but for `early_coords`, both rebuilt from the bundle's names.
+    /// `--twins-of`: each served Hopper entry of the shipped bundle not in the latency modes
+    /// yet is paired with the same code built with `_ec` and, where it takes it, `_2d`: the
+    /// same launch but for the entry's name (and the 2-D grid), the same configuration but
+    /// for those modes, both rebuilt from the bundle's names.
     #[test]
-    fn catalog_twins_pair_served_entries_with_their_early_coords_twins() {
+    fn catalog_twins_pair_served_entries_with_their_latency_twins() {
         let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("kernels/h100");
         let twins = catalog_twins(&dir).unwrap();
         assert!(twins.len() > 100, "{}", twins.len());
@@ -1358,17 +1363,25 @@ mod tests {
         for (key, (p, [plain, twin])) in &twins {
             assert_eq!(&p.path(), key);
             let (Candidate::Hopper(a), Candidate::Hopper(b)) = (plain, twin) else { panic!("{key}: not Hopper codes") };
-            assert!(!a.early_coords && b.early_coords, "{key}");
-            assert_eq!(hopper::HopperConfig { early_coords: false, ..*b }, *a, "{key}");
+            assert!(b.early_coords && b.grid2d == a.takes_grid2d() && !a.grid2d, "{key}");
+            assert_eq!(hopper::HopperConfig { early_coords: a.early_coords, grid2d: false, ..*b }, *a, "{key}");
             let (ma, mb) = (a.manifest(p, 132), b.manifest(p, 132));
             let served = index.entries.iter().filter(|e| &e.problem.path() == key).max_by_key(|e| e.run.measured_at).unwrap();
             assert_eq!(served.manifest, ma, "{key}: the entry's configuration launches as the shipped manifest does");
-            assert_eq!(mb.launches[0].entry, format!("{}_ec", ma.launches[0].entry), "{key}");
+            let base = ma.launches[0].entry.strip_suffix("_ec").unwrap_or(&ma.launches[0].entry);
+            assert_eq!(mb.launches[0].entry, format!("{base}_ec{}", if b.grid2d { "_2d" } else { "" }), "{key}");
             let mut renamed = mb.clone();
             renamed.launches[0].entry.clone_from(&ma.launches[0].entry);
+            if b.grid2d {
+                // The same CTAs on the 2-D grid: [tile columns, tile rows].
+                assert_eq!(renamed.launches[0].grid, [p.n.div_ceil(a.bn), p.m.div_ceil(a.bm), 1], "{key}");
+                assert_eq!(renamed.launches[0].grid[0] * renamed.launches[0].grid[1], ma.launches[0].grid[0], "{key}");
+                renamed.launches[0].grid = ma.launches[0].grid;
+            }
             assert_eq!(renamed, ma, "{key}: the twin launches as the entry does");
-            assert_eq!(hopper::HopperConfig::from_entry(&mb.launches[0].entry).map(|(c, _, _)| c.early_coords), Some(true), "{key}");
+            assert_eq!(hopper::HopperConfig::of_launch(&mb.launches[0], p).map(|(c, _, _)| c), Some(*b), "{key}");
         }
+        assert!(twins.values().any(|(_, [_, t])| matches!(t, Candidate::Hopper(h) if h.grid2d)), "the one-tile codes take the 2-D grid");
     }
 
     /// Winners of one code that launch it differently are submitted apart, so each
