@@ -410,7 +410,7 @@ typedef unsigned long long u64;
 #else
 #define KAAS_DU_TAG
 #endif
-// _ec (KAAS_EARLY_COORDS) or none.
+// _ec (KAAS_EARLY_COORDS), then _2d (KAAS_GRID2D), or none.
 #if KAAS_EARLY_COORDS && KAAS_GRID2D
 #define KAAS_EC_TAG _ec_2d
 #elif KAAS_GRID2D

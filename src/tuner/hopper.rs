@@ -777,8 +777,13 @@ pub fn searched_modes(c: HopperConfig) -> HopperConfig {
     HopperConfig { early_coords: true, ..step_twin(&c) }
 }
 
+// The 2-D grid's y is the tile rows: the largest M a problem may have makes 1,024 of 64,
+// where a grid's y takes 65,535.
+const _: () = assert!(crate::problem::MAX_DIM.div_ceil(64) <= 65_535);
+
 /// A served code's twin in the latency modes: `_ec`, and the 2-D grid where the code takes
-/// it ([`HopperConfig::takes_grid2d`]); `kaas tune --twins-of` times the two side by side.
+/// it ([`HopperConfig::takes_grid2d`]; a problem's M of at most 65,536 makes at most 1,024
+/// tile rows, well inside a grid's y); `kaas tune --twins-of` times the two side by side.
 /// (The search itself does not build `_2d` codes yet: the same code serves the persistent
 /// grid there.)
 pub fn latency_twin(c: &HopperConfig) -> HopperConfig {
