@@ -788,7 +788,7 @@ const _: () = assert!(crate::problem::MAX_DIM.div_ceil(64) <= 65_535);
 /// (The search itself does not build `_2d` codes yet: the same code serves the persistent
 /// grid there.)
 pub fn latency_twin(c: &HopperConfig) -> HopperConfig {
-    HopperConfig { early_coords: true, grid2d: c.grid2d || c.takes_grid2d(), ..*c }
+    HopperConfig { early_coords: true, grid2d: c.takes_grid2d(), ..*c }
 }
 
 /// The code in a descriptor mode: plain (neither), uniform (`_du`) or stepped (`_dr`, both).
