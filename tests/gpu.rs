@@ -1687,7 +1687,11 @@ fn kinds_of_code() -> Vec<kaas::tuner::hopper::HopperConfig> {
 /// Each code through the verifier once, in one layout, tn and nn in turn, on shapes the tiles
 /// do not divide (one K-tile, ragged K, long K), in turn too.
 fn verify_in_turn(label: &'static str, codes: &[kaas::tuner::hopper::HopperConfig]) -> VerifierRuns {
-    let shapes = [(100, 200, 136), (1000, 1000, 1000), (64, 1000, 520), (640, 384, 4104), (300, 72, 4104), (256, 256, 8192)];
+    verify_in_turn_on(label, codes, &[(100, 200, 136), (1000, 1000, 1000), (64, 1000, 520), (640, 384, 4104), (300, 72, 4104), (256, 256, 8192)])
+}
+
+/// [`verify_in_turn`] on shapes of one's own, each code on the next.
+fn verify_in_turn_on(label: &'static str, codes: &[kaas::tuner::hopper::HopperConfig], shapes: &[(u32, u32, u32)]) -> VerifierRuns {
     let mut runs = VerifierRuns::new(label);
     for (i, cfg) in codes.iter().enumerate() {
         let layout = [Layout::Tn, Layout::Nn].into_iter().cycle().skip(i).take(2).find(|&l| cfg.supports(l)).expect("a layout");
@@ -1955,20 +1959,43 @@ fn nn_narrow_hopper_kernels_pass_the_verifier() {
     runs.assert_all_passed();
 }
 
+/// Every kind of code that takes a one-tile grid (unsplit, no ping-pong, no cluster: the
+/// early-coords codes' kinds, narrow and nn narrow tiles included), on the grid `on` puts
+/// it on (`_2d` or `_2g`).
+fn one_tile_grid_codes(on: fn(kaas::tuner::hopper::HopperConfig) -> kaas::tuner::hopper::HopperConfig) -> Vec<kaas::tuner::hopper::HopperConfig> {
+    use kaas::tuner::hopper::{self, HopperConfig};
+    let nn_narrow = hopper::space().into_iter().filter(|c| c.bn < 64 && c.supports(Layout::Nn)).map(hopper::searched_modes);
+    let codes = one_of_each_kind(early_coords_codes().into_iter().chain(nn_narrow).filter(HopperConfig::takes_grid2d).map(on).collect());
+    assert!(codes.len() > 40 && codes.iter().all(|c| (c.grid2d || c.grid_grouped) && c.validate().is_ok()), "{}", codes.len());
+    codes
+}
+
 /// The 2-D grid (`_2d`: one tile per CTA, the tile its block index) passes the verifier in
-/// every kind of code that takes it (unsplit, no ping-pong, no cluster: the early-coords
-/// codes' kinds, narrow and nn narrow tiles included), tn and nn in turn, on shapes the
-/// tiles do not divide.
+/// every kind of code that takes it, tn and nn in turn, on shapes the tiles do not divide.
 #[test]
 fn grid2d_hopper_kernels_pass_the_verifier() {
-    use kaas::tuner::hopper::{self, HopperConfig};
     if !hopper_or_skip() {
         return;
     }
-    let nn_narrow = hopper::space().into_iter().filter(|c| c.bn < 64 && c.supports(Layout::Nn)).map(hopper::searched_modes);
-    let codes: Vec<HopperConfig> = one_of_each_kind(early_coords_codes().into_iter().chain(nn_narrow).filter(HopperConfig::takes_grid2d).map(|c| HopperConfig { grid2d: true, ..c }).collect());
-    assert!(codes.len() > 40 && codes.iter().all(|c| c.grid2d && c.validate().is_ok()), "{}", codes.len());
+    let codes = one_tile_grid_codes(|c| kaas::tuner::hopper::HopperConfig { grid2d: true, ..c });
     let runs = verify_in_turn("GRID-2D", &codes);
     println!("{} 2-D grid runs over {} codes", runs.runs, codes.len());
+    runs.assert_all_passed();
+}
+
+/// The grouped grid (`_2g`: one tile per CTA, tile row z·16 + x, column y) passes the
+/// verifier in every kind of code that takes it, tn and nn in turn, on shapes whose last
+/// 16-row group is partial (the CTAs past M must write nothing) or whole, and that the
+/// tiles do not divide.
+#[test]
+fn grouped_grid_hopper_kernels_pass_the_verifier() {
+    if !hopper_or_skip() {
+        return;
+    }
+    let codes = one_tile_grid_codes(|c| kaas::tuner::hopper::HopperConfig { grid_grouped: true, ..c });
+    // Tile rows of 64 / 128: 18 / 9, 33 / 17, 66 / 33, 2 / 1, 21 / 11, 16 / 8.
+    let shapes = [(1100, 200, 136), (2100, 1000, 520), (4200, 136, 264), (100, 4000, 1000), (1300, 72, 4104), (1024, 384, 256)];
+    let runs = verify_in_turn_on("GRID-GROUPED", &codes, &shapes);
+    println!("{} grouped-grid runs over {} codes", runs.runs, codes.len());
     runs.assert_all_passed();
 }

@@ -131,7 +131,7 @@
 //     and then KAAS_CHAINS > 1 _x<CHAINS> (before any other suffix); KAAS_SPLITK=1 adds _sk, 2 adds _ska,
 //     3 adds _skc, KAAS_STREAMK=1 _sks;
 //     KAAS_PINGPONG=1 adds _pp, KAAS_KSPLIT=1 _kw, KAAS_COLSPLIT=1 _cs; then KAAS_EPILOGUE=2 _ts, then
-//     KAAS_DESC_UNIFORM=1 _du, 2 _dr; then KAAS_EARLY_COORDS=1 _ec, then KAAS_GRID2D=1 _2d
+//     KAAS_DESC_UNIFORM=1 _du, 2 _dr; then KAAS_EARLY_COORDS=1 _ec, then KAAS_GRID2D=1 _2d, 2 _2g
 //   KAAS_WAIT0      0 (default) or 1 (not with KAAS_KSPLIT): each consumer waits for a
 //                   K-tile's wgmmas right after issuing them and frees its slot at once,
 //                   instead of keeping one K-tile in flight and freeing the slot one K-tile
@@ -180,6 +180,10 @@
 //                      (132 on H100 SXM; any G that is a multiple of CL is correct:
 //                      each cluster loops over tiles with stride G/CL)
 // The same PTX serves both grid choices; the tile order is grouped by KAAS_GROUP_M.
+//   KAAS_GRID2D=1 (_2d): one tile per CTA, grid [ceil(N/BN), ceil(M/BM), 1], tile (y, x)
+//   KAAS_GRID2D=2 (_2g): one tile per CTA, grid [min(GROUP_M, rows), ceil(N/BN), ceil(rows/GROUP_M)]
+//                        with rows = ceil(M/BM), tile row z * GROUP_M + x, column y (the
+//                        grouped order; a CTA past the last row returns)
 //
 // Split-K: unit u = tile * S + slice (the slices of a tile are neighbours in the grid).
 //
@@ -410,8 +414,12 @@ typedef unsigned long long u64;
 #else
 #define KAAS_DU_TAG
 #endif
-// _ec (KAAS_EARLY_COORDS), then _2d (KAAS_GRID2D), or none.
-#if KAAS_EARLY_COORDS && KAAS_GRID2D
+// _ec (KAAS_EARLY_COORDS), then _2d or _2g (KAAS_GRID2D 1 or 2), or none.
+#if KAAS_EARLY_COORDS && KAAS_GRID2D == 2
+#define KAAS_EC_TAG _ec_2g
+#elif KAAS_GRID2D == 2
+#define KAAS_EC_TAG _2g
+#elif KAAS_EARLY_COORDS && KAAS_GRID2D
 #define KAAS_EC_TAG _ec_2d
 #elif KAAS_GRID2D
 #define KAAS_EC_TAG _2d
@@ -528,6 +536,7 @@ static_assert(KAAS_PROBE == 0 || (KAAS_SPLITK == 0 && CL == 1 && !KAAS_PINGPONG 
 static_assert((KAAS_PROBE != 8 && KAAS_PROBE != 9) || KAAS_EPI_STAGED,
               "KAAS_PROBE 8 and 9 take the staged epilogue apart: KAAS_EPILOGUE=1, BN a multiple of 64");
 static_assert(KAAS_STREAMK == 0 || KAAS_SPLITK == 2, "stream-K reduces with the atomic split-K (KAAS_SPLITK=2)");
+static_assert(KAAS_GRID2D >= 0 && KAAS_GRID2D <= 2, "KAAS_GRID2D must be 0, 1 or 2");
 static_assert(!KAAS_GRID2D || (KAAS_SPLITK == 0 && !KAAS_PINGPONG && CL == 1),
               "the 2-D grid is one tile per CTA: no split-K, no ping-pong, no cluster");
 static_assert(KAAS_STREAMK >= 0 && KAAS_STREAMK <= 2, "KAAS_STREAMK must be 0, 1 or 2");
@@ -1052,7 +1061,12 @@ __device__ __forceinline__ void tile_coords(int t, int num_mc, int& mc, int& nb,
     nb = r / h;
 }
 
-#if KAAS_GRID2D
+#if KAAS_GRID2D == 2
+// The grouped order's 16-row groups on a 3-D grid [min(16, tile rows), tile columns, groups]:
+// tile rows fastest, as the 1-D grid's order takes them, without its divisions.
+#define KAAS_TILE_COORDS(t, mc, nc) \
+    ((void)(t), (mc) = (int)(blockIdx.z * GROUP_M + blockIdx.x), (nc) = (int)blockIdx.y)
+#elif KAAS_GRID2D
 #define KAAS_TILE_COORDS(t, mc, nc) ((void)(t), (mc) = (int)blockIdx.y, (nc) = (int)blockIdx.x)
 #else
 #define KAAS_TILE_COORDS(t, mc, nc) tile_coords(t, num_mc, mc, nc, num_nc)
@@ -1196,6 +1210,10 @@ KAAS_ENTRY(const __grid_constant__ TensorMap128 tmA, const __grid_constant__ Ten
 #endif
 
     if (CL > 1 && cluster_size() != (u32)CL) return;  // launched with the wrong cluster: write nothing
+#if KAAS_GRID2D == 2
+    // The last group's rows past the problem's: nothing to do (before any barrier is set up).
+    if ((int)(blockIdx.z * GROUP_M + blockIdx.x) * BM >= M) return;
+#endif
 #if KAAS_PROBE == 6
     return;  // the launch alone, with this code's threads and shared memory
 #endif

@@ -19,8 +19,9 @@
 //! independent accumulator chains per consumer (`_x2`, [`skinny_chains_codes`]); four chains
 //! and K split across the two consumers (`_kw`, [`ksplit_codes`]) pass the verifier too but
 //! seldom win, so only `kaas tune --trial` times them. A one-tile-per-CTA code without a
-//! cluster can run on a 2-D grid (`_2d`, [`HopperConfig::grid2d`]), which `kaas tune
-//! --twins-of` offers the shipped entries ([`latency_twin`]); the search does not build it yet.
+//! cluster can run on a 2-D grid (`_2d`, [`HopperConfig::grid2d`]) or a grouped 3-D one (`_2g`,
+//! [`HopperConfig::grid_grouped`]), which `kaas tune --twins-of` offers the shipped entries
+//! ([`latency_twins`]); the search does not build them yet.
 
 use serde::{Deserialize, Serialize};
 
@@ -161,6 +162,15 @@ pub struct HopperConfig {
     /// ([`HopperConfig::takes_grid2d`]).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub grid2d: bool,
+    /// One tile per CTA in the grouped order (`KAAS_GRID2D=2`, entries ending `_2g`): a 3-D
+    /// grid [min(16, tile rows), tile columns, ⌈tile rows / 16⌉], the tile row
+    /// `z·16 + x` (a CTA past the last row returns at once) and the column `y`, so the
+    /// CTAs that start together share B's columns as the 1-D grid's 16-row groups do, with
+    /// no division. The raster of `_2d` (columns fastest) lost up to a third on wide
+    /// shapes of one wave (tn 512×2048×2048: 0.65×) and won a fifth on tall ones (session
+    /// 27): each order is a code of its own. The same codes take it as take `_2d`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub grid_grouped: bool,
 }
 
 fn bk64() -> u32 {
@@ -182,7 +192,7 @@ pub(crate) fn is_one(v: &u32) -> bool {
 /// What tells two codes apart (one PTX each): every knob but the grid, the split count and
 /// the L2 promotion, with the later knobs apart (column split, wait0 and the descriptor mode:
 /// a tuple has at most 12 to compare).
-pub type CodeKey = ((u32, u32, u32, u32, u8, bool, u32, u32, bool, u32, bool, u32), (bool, bool, bool, bool, bool, bool));
+pub type CodeKey = ((u32, u32, u32, u32, u8, bool, u32, u32, bool, u32, bool, u32), (bool, bool, bool, bool, bool, bool, bool));
 
 /// Units (output tiles × slices) the split counts of the search aim at, per SM of the
 /// device: a quarter, half, one and two waves (see [`split_space`]).
@@ -191,7 +201,7 @@ const UNIT_TARGETS: [(u32, u32); 4] = [(1, 4), (1, 2), (1, 1), (2, 1)];
 impl HopperConfig {
     /// A cooperative, unsplit configuration, one tile per block, without clusters.
     pub const fn new(bm: u32, bn: u32, stages: u32, consumers: u32) -> Self {
-        HopperConfig { bm, bn, stages, consumers, persistent: false, split: 1, atomic: false, pingpong: false, cluster_reduce: false, cluster_m: 1, cluster_n: 1, stream_k: false, sk_hybrid: false, ksplit: false, chains: 1, l2_256: false, tma_store: false, bk: BK, desc_uniform: false, col_split: false, wait0: false, desc_step: false, early_coords: false, grid2d: false }
+        HopperConfig { bm, bn, stages, consumers, persistent: false, split: 1, atomic: false, pingpong: false, cluster_reduce: false, cluster_m: 1, cluster_n: 1, stream_k: false, sk_hybrid: false, ksplit: false, chains: 1, l2_256: false, tma_store: false, bk: BK, desc_uniform: false, col_split: false, wait0: false, desc_step: false, early_coords: false, grid2d: false, grid_grouped: false }
     }
 
     pub fn validate(&self) -> Result<(), String> {
@@ -295,8 +305,11 @@ impl HopperConfig {
         if self.sk_hybrid && !self.stream_k {
             return Err("hybrid stream-K (`_skh`) is a mode of stream-K: sk_hybrid needs stream_k".into());
         }
-        if self.grid2d && !self.takes_grid2d() {
-            return Err("the 2-D grid (`_2d`) is one unsplit tile per CTA: no persistent grid, split-K, stream-K, ping-pong or cluster".into());
+        if (self.grid2d || self.grid_grouped) && !self.takes_grid2d() {
+            return Err("the 2-D grids (`_2d`, `_2g`) are one unsplit tile per CTA: no persistent grid, split-K, stream-K, ping-pong or cluster".into());
+        }
+        if self.grid2d && self.grid_grouped {
+            return Err("a code takes one grid: `_2d` or `_2g`, not both".into());
         }
         if self.shared_mem_bytes() + self.static_smem_bytes() > SMEM_LIMIT {
             return Err(format!("{} B of shared memory exceed {SMEM_LIMIT}", self.shared_mem_bytes() + self.static_smem_bytes()));
@@ -412,7 +425,7 @@ impl HopperConfig {
         let du = if self.desc_step { "_dr" } else if self.desc_uniform { "_du" } else { "" };
         let du = if self.wait0 { format!("_w0{du}") } else { du.to_string() };
         let ec = if self.early_coords { "_ec" } else { "" };
-        let ec = if self.grid2d { format!("{ec}_2d") } else { ec.to_string() };
+        let ec = if self.grid2d { format!("{ec}_2d") } else if self.grid_grouped { format!("{ec}_2g") } else { ec.to_string() };
         format!("kaas_wgmma_{}_{}_{}x{}x{}_s{}_c{}_m{}_g{GROUP_M}{cn}{sk}{pp}{ts}{du}{ec}", acc.as_str(), layout.as_str(), self.bm, self.bn, self.bk, self.stages, self.consumers, self.cluster_m)
     }
 
@@ -442,13 +455,14 @@ impl HopperConfig {
         .chain(self.desc_uniform.then_some(("KAAS_DESC_UNIFORM", if self.desc_step { 2 } else { 1 })))
         .chain(self.early_coords.then_some(("KAAS_EARLY_COORDS", 1)))
         .chain(self.grid2d.then_some(("KAAS_GRID2D", 1)))
+        .chain(self.grid_grouped.then_some(("KAAS_GRID2D", 2)))
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect()
     }
 
     /// The same code with the other grid (or another split count).
     pub fn code_key(&self) -> CodeKey {
-        ((self.bm, self.bn, self.stages, self.consumers, self.split_mode(), self.pingpong, self.cluster_m, self.cluster_n, self.ksplit, self.chains, self.tma_store, self.bk), (self.desc_uniform, self.col_split, self.wait0, self.desc_step, self.early_coords, self.grid2d))
+        ((self.bm, self.bn, self.stages, self.consumers, self.split_mode(), self.pingpong, self.cluster_m, self.cluster_n, self.ksplit, self.chains, self.tma_store, self.bk), (self.desc_uniform, self.col_split, self.wait0, self.desc_step, self.early_coords, self.grid2d, self.grid_grouped))
     }
 
     /// Whether the code can take the 2-D grid ([`HopperConfig::grid2d`]): one unsplit tile
@@ -457,11 +471,15 @@ impl HopperConfig {
         !self.persistent && self.split <= 1 && !self.stream_k && !self.pingpong && self.cluster_size() == 1
     }
 
-    /// The launch's grid: the 2-D one ([tile columns, tile rows]) with `grid2d`, else
+    /// The launch's grid: the 2-D one ([tile columns, tile rows]) with `grid2d`, the grouped
+    /// one ([min(16, tile rows), tile columns, ⌈tile rows / 16⌉]) with `grid_grouped`, else
     /// [`HopperConfig::grid`] blocks along x.
     pub fn launch_grid(&self, p: &Problem, sm_count: u32) -> [u32; 3] {
+        let rows = p.m.div_ceil(self.bm);
         if self.grid2d {
-            [p.n.div_ceil(self.bn), p.m.div_ceil(self.bm), 1]
+            [p.n.div_ceil(self.bn), rows, 1]
+        } else if self.grid_grouped {
+            [rows.min(GROUP_M), p.n.div_ceil(self.bn), rows.div_ceil(GROUP_M)]
         } else {
             [self.grid(p, sm_count), 1, 1]
         }
@@ -531,6 +549,7 @@ impl HopperConfig {
     pub fn from_entry(entry: &str) -> Option<(HopperConfig, Acc, Layout)> {
         let rest = entry.strip_prefix("kaas_wgmma_")?;
         let (rest, grid2d) = rest.strip_suffix("_2d").map_or((rest, false), |r| (r, true));
+        let (rest, grid_grouped) = if grid2d { (rest, false) } else { rest.strip_suffix("_2g").map_or((rest, false), |r| (r, true)) };
         let (rest, early_coords) = rest.strip_suffix("_ec").map_or((rest, false), |r| (r, true));
         let (rest, desc_step) = rest.strip_suffix("_dr").map_or((rest, false), |r| (r, true));
         let (rest, desc_uniform) = if desc_step { (rest, true) } else { rest.strip_suffix("_du").map_or((rest, false), |r| (r, true)) };
@@ -598,6 +617,7 @@ impl HopperConfig {
             desc_step,
             early_coords,
             grid2d,
+            grid_grouped,
         };
         cfg.validate().ok()?;
         (cfg.entry(acc, layout) == entry).then_some((cfg, acc, layout))
@@ -614,7 +634,7 @@ impl HopperConfig {
         } else if cfg.split > 1 {
             let Some(Param::I32(I32Value::Const(s))) = launch.params.get(7) else { return None };
             cfg.split = u32::try_from(*s).ok()?;
-        } else if cfg.grid2d {
+        } else if cfg.grid2d || cfg.grid_grouped {
             // One tile per CTA, exactly the problem's tiles: any other grid is not this code's.
             if launch.grid != cfg.launch_grid(p, 0) {
                 return None;
@@ -645,7 +665,7 @@ impl HopperConfig {
         let du = if self.desc_step { " dr" } else if self.desc_uniform { " du" } else { "" };
         let du = if self.wait0 { format!(" wait0{du}") } else { du.to_string() };
         let du = if self.early_coords { format!("{du} ec") } else { du };
-        let du = if self.grid2d { format!("{du} 2d") } else { du };
+        let du = if self.grid2d { format!("{du} 2d") } else if self.grid_grouped { format!("{du} 2g") } else { du };
         format!("{}x{}{bk} s{} c{}{cl}{pp}{}{split}{l2}{du}", self.bm, self.bn, self.stages, self.consumers, if self.persistent { " persistent" } else { "" })
     }
 }
@@ -779,16 +799,19 @@ pub fn searched_modes(c: HopperConfig) -> HopperConfig {
 }
 
 // The 2-D grid's y is the tile rows: the largest M a problem may have makes 1,024 of 64,
-// where a grid's y takes 65,535.
-const _: () = assert!(crate::problem::MAX_DIM.div_ceil(64) <= 65_535);
+// where a grid's y takes 65,535; the grouped grid's y is the tile columns (8,192 of 8 at
+// most) and its z the groups (64).
+const _: () = assert!(crate::problem::MAX_DIM.div_ceil(64) <= 65_535 && crate::problem::MAX_DIM.div_ceil(8) <= 65_535);
 
-/// A served code's twin in the latency modes: `_ec`, and the 2-D grid where the code takes
-/// it ([`HopperConfig::takes_grid2d`]; a problem's M of at most 65,536 makes at most 1,024
-/// tile rows, well inside a grid's y); `kaas tune --twins-of` times the two side by side.
-/// (The search itself does not build `_2d` codes yet: the same code serves the persistent
-/// grid there.)
-pub fn latency_twin(c: &HopperConfig) -> HopperConfig {
-    HopperConfig { early_coords: true, grid2d: c.takes_grid2d(), ..*c }
+/// A served code's twins in the latency modes, the code itself left out: with `_ec`, on the
+/// 2-D grid and on the grouped one where the code takes them
+/// ([`HopperConfig::takes_grid2d`]), else on its own grid; `kaas tune --twins-of` times
+/// them side by side with the code. (The search itself does not build the one-tile grids
+/// yet: the same code serves the persistent grid there.)
+pub fn latency_twins(c: &HopperConfig) -> Vec<HopperConfig> {
+    let base = HopperConfig { early_coords: true, grid2d: false, grid_grouped: false, ..*c };
+    let grids: &[(bool, bool)] = if base.takes_grid2d() { &[(true, false), (false, true)] } else { &[(false, false)] };
+    grids.iter().map(|&(grid2d, grid_grouped)| HopperConfig { grid2d, grid_grouped, ..base }).filter(|t| t != c).collect()
 }
 
 /// The code in a descriptor mode: plain (neither), uniform (`_du`) or stepped (`_dr`, both).
@@ -2013,11 +2036,11 @@ mod tests {
 
     /// The 2-D grid (`_2d`): named last, defined, launched on [tile columns, tile rows],
     /// parsed back from its launch (and only from that grid), refused where a CTA takes
-    /// more than one tile or a cluster; the latency twin takes it where the code can.
+    /// more than one tile or a cluster; the latency twins take it where the code can.
     #[test]
     fn the_2d_grid_names_defines_and_launches_one_tile_per_cta() {
         let p = Problem::new(Arch::Sm90, Acc::F32, Layout::Nn, Shape::new(1000, 200, 512).unwrap());
-        let c = latency_twin(&searched_modes(HopperConfig::new(64, 32, 4, 1)));
+        let c = latency_twins(&searched_modes(HopperConfig::new(64, 32, 4, 1)))[0];
         assert!(c.grid2d && c.early_coords && c.desc_step);
         assert_eq!(c.entry(Acc::F32, Layout::Nn), "kaas_wgmma_f32_nn_64x32x64_s4_c1_m1_g16_dr_ec_2d");
         assert!(c.defines(Acc::F32, Layout::Nn).contains(&("KAAS_GRID2D".to_string(), "1".to_string())));
@@ -2036,11 +2059,54 @@ mod tests {
             HopperConfig { pingpong: true, consumers: 2, bm: 128, bn: 128, stages: 4, ..c },
         ] {
             assert!(bad.validate().is_err(), "{bad:?}");
-            assert!(!latency_twin(&HopperConfig { grid2d: false, ..bad }).grid2d, "{bad:?}");
+            let plain = HopperConfig { grid2d: false, ..bad };
+            assert_eq!(latency_twins(&plain), vec![HopperConfig { early_coords: true, ..plain }].into_iter().filter(|t| *t != plain).collect::<Vec<_>>(), "{bad:?}");
         }
         assert_eq!(HopperConfig::from_entry("kaas_wgmma_f32_tn_64x64x64_s4_c1_m1_g16_dr_ec_2d").map(|(c, _, _)| c.grid2d), Some(true));
         assert!(HopperConfig::from_entry("kaas_wgmma_f32_tn_64x64x64_s4_c1_m1_g16_dr_2d_ec").is_none());
         assert!(HopperConfig::from_entry("kaas_wgmma_f32_tn_64x64x64_s4_c1_m1_g16_ska_dr_ec_2d").is_none(), "split-K takes no 2-D grid");
+    }
+
+    /// The grouped grid (`_2g`): named last, defined as KAAS_GRID2D=2, launched on
+    /// [min(16, tile rows), tile columns, groups] (a last group of fewer rows keeps 16 CTAs
+    /// along x: those past M return), parsed back from that grid only; never with `_2d`.
+    #[test]
+    fn the_grouped_grid_names_defines_and_launches_one_tile_per_cta() {
+        let plain = searched_modes(HopperConfig::new(64, 128, 4, 1));
+        let [d, g] = latency_twins(&plain)[..] else { panic!("two twins: {:?}", latency_twins(&plain)) };
+        assert!(d.grid2d && !d.grid_grouped && g.grid_grouped && !g.grid2d && g.early_coords);
+        assert_eq!(latency_twins(&d), vec![g], "a `_2d` entry's twin is its `_2g` code");
+        assert_eq!(latency_twins(&g), vec![d]);
+        assert_eq!(g.entry(Acc::F32, Layout::Tn), "kaas_wgmma_f32_tn_64x128x64_s4_c1_m1_g16_dr_ec_2g");
+        assert!(g.defines(Acc::F32, Layout::Tn).contains(&("KAAS_GRID2D".to_string(), "2".to_string())));
+        assert_eq!(g.label(), "64x128 s4 c1 dr ec 2g");
+        for (m, n, grid) in [(1100, 1000, [16, 8, 2]), (256, 4096, [4, 32, 1]), (2048, 512, [16, 4, 2]), (64, 64, [1, 1, 1])] {
+            let p = Problem::new(Arch::Sm90, Acc::F32, Layout::Tn, Shape::new(m, n, 512).unwrap());
+            let man = g.manifest(&p, 132);
+            man.validate().unwrap();
+            assert_eq!(man.launches[0].grid, grid, "{m}x{n}");
+            assert_eq!(HopperConfig::of_launch(&man.launches[0], &p), Some((g, Acc::F32, Layout::Tn)));
+            let mut other = man.launches[0].clone();
+            other.grid = d.launch_grid(&p, 132);
+            if other.grid != grid {
+                assert_eq!(HopperConfig::of_launch(&other, &p), None, "{m}x{n}: the 2-D grid is not this code's");
+            }
+        }
+        assert!(HopperConfig { grid2d: true, ..g }.validate().is_err());
+        assert!(HopperConfig { persistent: true, ..g }.validate().is_err());
+        assert_eq!(HopperConfig::from_entry("kaas_wgmma_f32_tn_64x128x64_s4_c1_m1_g16_dr_ec_2g"), Some((g, Acc::F32, Layout::Tn)));
+        assert!(HopperConfig::from_entry("kaas_wgmma_f32_tn_64x128x64_s4_c1_m1_g16_dr_ec_2g_2d").is_none());
+        assert!(HopperConfig::from_entry("kaas_wgmma_f32_tn_64x128x64_s4_c1_m1_g16_pp_dr_ec_2g").is_none(), "ping-pong takes no grouped grid");
+        if let Err(why) = nvrtc::available() {
+            eprintln!("SKIP the compile: no NVRTC ({why})");
+            return;
+        }
+        for layout in Layout::ALL {
+            let ptx = compile(&g, Acc::F32, layout).unwrap();
+            assert!(ptx.contains(&format!(".entry {}(", g.entry(Acc::F32, layout))), "{layout:?}");
+            assert!(ptx.contains("%ctaid.z"), "{layout:?}: the tile row comes from the grid's z");
+            assert_ne!(ptx.replace("_2g(", "("), compile(&d, Acc::F32, layout).unwrap().replace("_2d(", "("), "{layout:?}");
+        }
     }
 
     #[test]

@@ -757,9 +757,10 @@ fn autotuned_algos(dir: &Path) -> anyhow::Result<HashMap<String, LtAlgoConfig>> 
 }
 
 /// `--twins-of`: per problem (its path), the bundle's served Hopper entry (the latest
-/// measured, as the service serves it) as its launch runs it, and its twin in the latency
-/// modes (`_ec`, and `_2d` where it takes it: [`hopper::latency_twin`]).
-fn catalog_twins(dir: &Path) -> anyhow::Result<HashMap<String, (Problem, [Candidate; 2])>> {
+/// measured, as the service serves it) as its launch runs it, first, then its twins in the
+/// latency modes (`_ec`, and the `_2d` and `_2g` grids where it takes them:
+/// [`hopper::latency_twins`]).
+fn catalog_twins(dir: &Path) -> anyhow::Result<HashMap<String, (Problem, Vec<Candidate>)>> {
     let (index, _) = crate::catalog::bundle::read_bundle(dir).with_context(|| format!("reading the bundle {}", dir.display()))?;
     let mut served: HashMap<String, &crate::catalog::bundle::EntryRecord> = HashMap::new();
     for e in &index.entries {
@@ -773,8 +774,8 @@ fn catalog_twins(dir: &Path) -> anyhow::Result<HashMap<String, (Problem, [Candid
         .filter_map(|(key, e)| {
             let [launch] = &e.manifest.launches[..] else { return None };
             let (cfg, _, _) = hopper::HopperConfig::of_launch(launch, &e.problem)?;
-            let twin = hopper::latency_twin(&cfg);
-            (twin != cfg).then_some((key, (e.problem, [Candidate::Hopper(cfg), Candidate::Hopper(twin)])))
+            let twins = hopper::latency_twins(&cfg);
+            (!twins.is_empty()).then(|| (key, (e.problem, std::iter::once(cfg).chain(twins).map(Candidate::Hopper).collect())))
         })
         .collect())
 }
@@ -989,7 +990,7 @@ pub fn run_cli(args: TuneArgs) -> anyhow::Result<()> {
         for layout in layouts {
             // With --twins-of, only the twins of the problems to tune.
             let candidates = match &twins {
-                Some(tw) => todo.iter().filter(|p| p.layout == layout).filter_map(|p| tw.get(&p.path())).flat_map(|(_, pair)| pair.iter().copied()).collect(),
+                Some(tw) => todo.iter().filter(|p| p.layout == layout).filter_map(|p| tw.get(&p.path())).flat_map(|(_, codes)| codes.iter().copied()).collect(),
                 None => codes_with(&args.families, &args.trial, arch, acc, layout),
             };
             for c in candidates {
@@ -1018,7 +1019,7 @@ pub fn run_cli(args: TuneArgs) -> anyhow::Result<()> {
                 break;
             }
             let mut space = match &twins {
-                Some(tw) => tw.get(&p.path()).map(|(_, pair)| pair.to_vec()).unwrap_or_default(),
+                Some(tw) => tw.get(&p.path()).map(|(_, codes)| codes.clone()).unwrap_or_default(),
                 None => space_with(p, &args.families, &args.trial, gpu.facts().sm_count),
             };
             space.retain(|c| args.admits(&c.entry(p.acc, p.layout)));
@@ -1350,38 +1351,48 @@ mod tests {
         assert!(distance(&p(64, 64, 64), &p(16384, 64, 64)) == 8.0);
     }
 
-    /// `--twins-of`: each served Hopper entry of the shipped bundle not in the latency modes
-    /// yet is paired with the same code built with `_ec` and, where it takes it, `_2d`: the
-    /// same launch but for the entry's name (and the 2-D grid), the same configuration but
-    /// for those modes, both rebuilt from the bundle's names.
+    /// `--twins-of`: each served Hopper entry of the shipped bundle is followed by the same
+    /// code in the latency modes: with `_ec`, on the 2-D and grouped grids where it takes
+    /// them (an entry already on one of them gets the other), the same launch but for the
+    /// entry's name and grid, the same configuration but for those modes, all rebuilt from
+    /// the bundle's names.
     #[test]
     fn catalog_twins_pair_served_entries_with_their_latency_twins() {
         let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("kernels/h100");
         let twins = catalog_twins(&dir).unwrap();
         assert!(twins.len() > 100, "{}", twins.len());
         let (index, _) = crate::catalog::bundle::read_bundle(&dir).unwrap();
-        for (key, (p, [plain, twin])) in &twins {
+        let (mut on_2d, mut to_2g) = (0, 0);
+        for (key, (p, codes)) in &twins {
             assert_eq!(&p.path(), key);
-            let (Candidate::Hopper(a), Candidate::Hopper(b)) = (plain, twin) else { panic!("{key}: not Hopper codes") };
-            assert!(b.early_coords && b.grid2d == a.takes_grid2d() && !a.grid2d, "{key}");
-            assert_eq!(hopper::HopperConfig { early_coords: a.early_coords, grid2d: false, ..*b }, *a, "{key}");
-            let (ma, mb) = (a.manifest(p, 132), b.manifest(p, 132));
-            let served = index.entries.iter().filter(|e| &e.problem.path() == key).max_by_key(|e| e.run.measured_at).unwrap();
+            let hopper: Vec<HopperConfig> = codes.iter().map(|c| c.hopper().unwrap_or_else(|| panic!("{key}: not Hopper codes"))).collect();
+            let (a, rest) = hopper.split_first().unwrap();
+            let one_tile = HopperConfig { grid2d: false, grid_grouped: false, ..*a }.takes_grid2d();
+            assert_eq!(rest.len(), if one_tile { 2 - usize::from(a.grid2d || a.grid_grouped) } else { 1 }, "{key}");
+            on_2d += usize::from(a.grid2d);
+            let (ma, served) = (a.manifest(p, 132), index.entries.iter().filter(|e| &e.problem.path() == key).max_by_key(|e| e.run.measured_at).unwrap());
             assert_eq!(served.manifest, ma, "{key}: the entry's configuration launches as the shipped manifest does");
-            let base = ma.launches[0].entry.strip_suffix("_ec").unwrap_or(&ma.launches[0].entry);
-            assert_eq!(mb.launches[0].entry, format!("{base}_ec{}", if b.grid2d { "_2d" } else { "" }), "{key}");
-            let mut renamed = mb.clone();
-            renamed.launches[0].entry.clone_from(&ma.launches[0].entry);
-            if b.grid2d {
-                // The same CTAs on the 2-D grid: [tile columns, tile rows].
-                assert_eq!(renamed.launches[0].grid, [p.n.div_ceil(a.bn), p.m.div_ceil(a.bm), 1], "{key}");
-                assert_eq!(renamed.launches[0].grid[0] * renamed.launches[0].grid[1], ma.launches[0].grid[0], "{key}");
+            let base = ma.launches[0].entry.trim_end_matches("_2d").trim_end_matches("_2g").trim_end_matches("_ec").to_string();
+            for b in rest {
+                assert!(b.early_coords && b != a && (b.grid2d || b.grid_grouped) == one_tile, "{key}");
+                assert_eq!(HopperConfig { early_coords: a.early_coords, grid2d: a.grid2d, grid_grouped: a.grid_grouped, ..*b }, *a, "{key}");
+                to_2g += usize::from(b.grid_grouped);
+                let mb = b.manifest(p, 132);
+                let grid = if b.grid2d { "_2d" } else if b.grid_grouped { "_2g" } else { "" };
+                assert_eq!(mb.launches[0].entry, format!("{base}_ec{grid}"), "{key}");
+                if b.grid2d || b.grid_grouped {
+                    // The same tiles, one a CTA (the grouped grid's last group may add idle CTAs).
+                    let [x, y, z] = mb.launches[0].grid;
+                    assert!(x * y * z >= p.m.div_ceil(a.bm) * p.n.div_ceil(a.bn), "{key}");
+                }
+                let mut renamed = mb.clone();
+                renamed.launches[0].entry.clone_from(&ma.launches[0].entry);
                 renamed.launches[0].grid = ma.launches[0].grid;
+                assert_eq!(renamed, ma, "{key}: the twin launches as the entry does");
+                assert_eq!(HopperConfig::of_launch(&mb.launches[0], p).map(|(c, _, _)| c), Some(*b), "{key}");
             }
-            assert_eq!(renamed, ma, "{key}: the twin launches as the entry does");
-            assert_eq!(hopper::HopperConfig::of_launch(&mb.launches[0], p).map(|(c, _, _)| c), Some(*b), "{key}");
         }
-        assert!(twins.values().any(|(_, [_, t])| matches!(t, Candidate::Hopper(h) if h.grid2d)), "the one-tile codes take the 2-D grid");
+        assert!(on_2d > 100 && to_2g > on_2d, "the one-tile codes take both grids: {on_2d} entries on `_2d`, {to_2g} `_2g` twins");
     }
 
     /// Winners of one code that launch it differently are submitted apart, so each
