@@ -465,8 +465,9 @@ impl HopperConfig {
         ((self.bm, self.bn, self.stages, self.consumers, self.split_mode(), self.pingpong, self.cluster_m, self.cluster_n, self.ksplit, self.chains, self.tma_store, self.bk), (self.desc_uniform, self.col_split, self.wait0, self.desc_step, self.early_coords, self.grid2d, self.grid_grouped))
     }
 
-    /// Whether the code can take the 2-D grid ([`HopperConfig::grid2d`]): one unsplit tile
-    /// per CTA, no ping-pong, no cluster, no stream-K.
+    /// Whether the code can take the one-tile grids ([`HopperConfig::grid2d`],
+    /// [`HopperConfig::grid_grouped`]): one unsplit tile per CTA, no ping-pong, no cluster,
+    /// no stream-K.
     pub fn takes_grid2d(&self) -> bool {
         !self.persistent && self.split <= 1 && !self.stream_k && !self.pingpong && self.cluster_size() == 1
     }

@@ -460,9 +460,9 @@ pub struct TuneArgs {
     /// Hopper code, launched as its manifest launches it) beside the same code in the
     /// latency modes: the tile's origin computed before the K loop (`_ec`, which the search
     /// builds into every code) and, for one unsplit tile per CTA without a cluster, the 2-D
-    /// grid (`_2d`): both three times, side by side, the faster the winner. Problems whose
-    /// entry is another family's or in those modes already are left out. With `--emit-ptx`,
-    /// compiles both.
+    /// grid (`_2d`) and the grouped one (`_2g`): each three times, side by side, the fastest
+    /// the winner. Problems whose entry is another family's or has no twin left are left
+    /// out. With `--emit-ptx`, compiles the entries and their twins.
     #[arg(long, value_name = "BUNDLE_DIR")]
     pub twins_of: Option<PathBuf>,
 }
