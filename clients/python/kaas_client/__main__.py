@@ -1,4 +1,5 @@
-"""Command line: `python -m kaas_client pull URL ... -o DIR` and `python -m kaas_client check DIR`."""
+"""Command line: `python -m kaas_client pull URL ... -o DIR`, `python -m kaas_client check DIR`,
+and `python -m kaas_client lock ...` (the same as `kaas-lock ...`)."""
 
 from __future__ import annotations
 
@@ -8,12 +9,14 @@ import sys
 from pathlib import Path
 
 from . import Kernel, KaasError, NoKernelError, pull
+from .errors import run_cli
+from .catalog import has_index
 from .manifest import Problem, parse_shape
 
 
 def _kernels(path: str, problem: str | None, device_class: str | None) -> list[Kernel]:
     """A pulled directory (kernel.ptx + manifest.json) or a catalog bundle (index.json)."""
-    if (Path(path) / "index.json").exists():
+    if has_index(path):
         kernels = Kernel.bundle_entries(path, device=device_class)
     else:
         kernels = [Kernel.from_dir(path)]
@@ -60,6 +63,10 @@ def cmd_check(args) -> int:
 
 
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["lock"]:  # `python -m kaas_client lock ...` is `kaas-lock ...`
+        from .locking import main as lock_main
+        return lock_main(argv[1:])
     ap = argparse.ArgumentParser(prog="python -m kaas_client", description=__doc__)
     sub = ap.add_subparsers(dest="command", required=True)
     p = sub.add_parser("pull", help="download the best kernel for a problem into a directory")
@@ -78,12 +85,7 @@ def main(argv=None) -> int:
     c.add_argument("--gpu", type=int, default=0, help="CUDA device ordinal")
     c.add_argument("--seed", type=int, default=0)
     c.set_defaults(run=cmd_check)
-    args = ap.parse_args(argv)
-    try:
-        return args.run(args)
-    except KaasError as e:
-        print(f"kaas: {e}", file=sys.stderr)
-        return 2
+    return run_cli(ap.parse_args(argv), "kaas")
 
 
 if __name__ == "__main__":

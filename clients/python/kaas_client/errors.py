@@ -1,5 +1,7 @@
 """Exceptions raised by the kaas client."""
 
+import sys
+
 
 class KaasError(Exception):
     """Base class of every error this package raises."""
@@ -50,3 +52,27 @@ class NoKernelError(ApiError):
         super().__init__(status, problem, url)
         self.use_instead = problem.get("use_instead")
         self.device_class = problem.get("device_class")
+
+
+class LockError(KaasError):
+    """A lock file that is unreadable, malformed, for another device class, or whose
+    artifacts are missing from the cache; the message names the file and the fault."""
+
+
+class FallbackError(KaasError):
+    """Strict mode: a call that would have fallen back to torch. `reason` is one of
+    `kaas_client.dispatch.REASONS`."""
+
+    def __init__(self, reason: str, message: str):
+        self.reason = reason
+        super().__init__(message)
+
+
+def run_cli(args, prog: str, also: tuple = ()) -> int:
+    """Runs a parsed subcommand (`args.run`); a KaasError (or one of `also`) becomes one
+    line on stderr and exit status 2, never a traceback."""
+    try:
+        return args.run(args)
+    except (KaasError, *also) as e:
+        print(f"{prog}: {e}", file=sys.stderr)
+        return 2

@@ -338,10 +338,14 @@ class Kernel:
 
     @classmethod
     def bundle_entries(cls, path, *, device: Optional[str] = None) -> list["Kernel"]:
-        """Every kernel of a catalog bundle (`index.json` + `ptx/<sha256>.ptx`, as in the
-        repo's kernels/), optionally only those of one device class."""
+        """Every kernel of a catalog bundle (`index.json` or `index.json.gz` +
+        `ptx/<sha256>.ptx`, as in the repo's kernels/ and kernels/h100/), optionally only
+        those of one device class. Raw entries: whether the service would serve each one
+        is `kaas_client.catalog.Catalog.lookup`'s question."""
+        from .catalog import read_index
+
         p = Path(path)
-        index = json.loads((p / "index.json").read_text())
+        index = read_index(p)
         out = []
         for i, e in enumerate(index.get("entries", [])):
             if device is not None and e.get("device_class") != device:
@@ -355,7 +359,8 @@ class Kernel:
 
     @classmethod
     def from_bundle(cls, path, *, m: int, n: int, k: int, acc: str = "f32", layout: str = "tn", arch: str = "sm_90", device: Optional[str] = None) -> "Kernel":
-        """The bundle's kernel for one problem (and device class, if given)."""
+        """The bundle's kernel for one problem (and device class, if given), as filed,
+        whether or not a baseline beats it (`Catalog.lookup` applies the service's rule)."""
         want = Problem(arch, acc, layout, m, n, k)
         for kernel in cls.bundle_entries(path, device=device):
             if kernel.problem == want:

@@ -12,7 +12,7 @@ from .errors import ApiError, IntegrityError, KaasError, NoKernelError
 from .kernel import Kernel
 from .manifest import Manifest, Problem
 
-USER_AGENT = "kaas-client-python/0.1"
+USER_AGENT = "kaas-client-python/0.2"
 
 
 def kernel_url(base_url: str, problem: Problem, device: Optional[str] = None, ptx: bool = False) -> str:

@@ -1,0 +1,265 @@
+"""Catalog bundles read offline, answered by the service's own rule.
+
+A bundle is `index.json` (or `index.json.gz`: large baseline tables ship compressed) plus
+`ptx/<sha256>.ptx`, format `kaas.catalog.v1` (src/catalog/bundle.rs). The service imports
+`kernels/` and then every sub-folder holding an index, in name order; a later entry for the
+same (problem, device class) replaces an earlier one, and the newest baseline per
+(library, layout, mode) is the one that counts. `Catalog.from_tree` reads the same folders
+in the same order so that an offline answer is the answer the service would give.
+
+The rule (src/catalog/mod.rs `best_kernel`): among the entries for the problem (of one
+device class, or of any, fastest graph-mode median first, unbenchmarked last), the first
+one is served unless its graph-mode speedup table exists, is not empty, and has some
+baseline it does not beat (a value not > 1.0) *and* a graph-mode baseline was measured for
+the problem on that device class: then the answer is `baseline_faster`, naming the fastest
+graph-mode baseline to use instead. No entry at all is `kernel_not_found`.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Optional, Union
+
+from .errors import IntegrityError, KaasError, NoKernelError
+from .manifest import Problem
+
+FORMAT = "kaas.catalog.v1"
+# The largest decompressed index accepted, as the service (MAX_INDEX_BYTES).
+MAX_INDEX_BYTES = 256 << 20
+# The speedup key kaas ranks against (AUTOTUNE_MAX in src/catalog/mod.rs).
+AUTOTUNE_MAX = "cublaslt_autotune_max"
+
+PathLike = Union[str, Path]
+
+
+def has_index(path: PathLike) -> bool:
+    """Whether a folder holds a bundle index (`index.json` or `index.json.gz`)."""
+    p = Path(path)
+    return (p / "index.json").is_file() or (p / "index.json.gz").is_file()
+
+
+def read_index(path: PathLike) -> dict:
+    """A bundle's decoded index: `index.json`, or else `index.json.gz`, with the service's
+    precedence and size limit. Raises KaasError naming the file on any fault."""
+    p = Path(path)
+    plain, gz = p / "index.json", p / "index.json.gz"
+    try:
+        if plain.exists() or not gz.exists():
+            if not plain.exists():
+                raise KaasError(f"{p}: not a catalog bundle (no index.json or index.json.gz)")
+            if plain.stat().st_size > MAX_INDEX_BYTES:
+                raise KaasError(f"{plain}: larger than {MAX_INDEX_BYTES} bytes")
+            text, where = plain.read_bytes(), plain
+        else:
+            with gzip.open(gz, "rb") as f:
+                text = f.read(MAX_INDEX_BYTES + 1)
+            if len(text) > MAX_INDEX_BYTES:
+                raise KaasError(f"{gz}: decompresses to more than {MAX_INDEX_BYTES} bytes")
+            where = gz
+        index = json.loads(text)
+    except (OSError, EOFError, ValueError) as e:  # gzip.BadGzipFile is an OSError
+        raise KaasError(f"{p}: unreadable bundle index: {e}") from None
+    if not isinstance(index, dict) or index.get("format") != FORMAT:
+        got = index.get("format") if isinstance(index, dict) else type(index).__name__
+        raise KaasError(f"{where}: format is `{got}`; expected `{FORMAT}`")
+    return index
+
+
+def bundle_dirs(path: PathLike) -> list[Path]:
+    """The folders the service imports for a tree: the folder itself if it has an index,
+    then each direct sub-folder with one, in name order."""
+    p = Path(path)
+    if not p.is_dir():
+        raise KaasError(f"{p}: no such catalog folder")
+    dirs = [p] if has_index(p) else []
+    dirs += sorted(d for d in p.iterdir() if d.is_dir() and has_index(d))
+    if not dirs:
+        raise KaasError(f"{p}: no catalog bundle here or directly under it")
+    return dirs
+
+
+def beats_all(speedups: Any) -> Optional[bool]:
+    """The service's `beats_all`: True when every value of a graph-mode speedup table is a
+    number > 1.0, False when one is not, None when there is no (or an empty) table."""
+    if not isinstance(speedups, dict) or not speedups:
+        return None
+    return all(_number(v) is not None and _number(v) > 1.0 for v in speedups.values())  # type: ignore[operator]
+
+
+def _number(v: Any) -> Optional[float]:
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return None
+    return float(v)
+
+
+def graph_speedups(entry: dict) -> Optional[dict]:
+    """An entry's graph-mode speedup table, or None when it was not benchmarked."""
+    s = (entry.get("run") or {}).get("speedups")
+    g = s.get("graph") if isinstance(s, dict) else None
+    return g if isinstance(g, dict) else None
+
+
+def graph_median_us(entry: dict) -> float:
+    """An entry's graph-mode median (µs); infinity when unbenchmarked (sorts last)."""
+    t = (entry.get("run") or {}).get("timings")
+    g = t.get("graph") if isinstance(t, dict) else None
+    v = _number(g.get("median_us")) if isinstance(g, dict) else None
+    return v if v is not None else math.inf
+
+
+@dataclass
+class CatalogEntry:
+    """One served (problem, device class) entry and the bundle folder its PTX is in."""
+
+    problem: Problem
+    device_class: str
+    record: dict
+    bundle: Path
+
+    @property
+    def sha256(self) -> str:
+        return self.record["artifact"]
+
+    @property
+    def ptx_path(self) -> Path:
+        return self.bundle / "ptx" / f"{self.sha256}.ptx"
+
+    @property
+    def speedups(self) -> Optional[dict]:
+        return graph_speedups(self.record)
+
+    @property
+    def speedup(self) -> Optional[float]:
+        """Graph-mode speedup over cuBLASLt-autotune-max, the figure kaas ranks by."""
+        s = self.speedups
+        return _number(s.get(AUTOTUNE_MAX)) if s else None
+
+    @property
+    def worst_speedup(self) -> Optional[float]:
+        """The smallest graph-mode speedup over any baseline (> 1.0 for a served entry
+        that was benchmarked)."""
+        s = self.speedups
+        vals = [v for v in (_number(x) for x in s.values()) if v is not None] if s else []
+        return min(vals) if vals else None
+
+    def kernel(self):
+        """The entry as a Kernel, its PTX read from the bundle and checked against the
+        sha256 it is filed under."""
+        from .kernel import Kernel
+        from .manifest import Manifest
+
+        try:
+            ptx = self.ptx_path.read_text(encoding="utf-8")
+        except OSError as e:
+            raise KaasError(f"{self.ptx_path}: {e.strerror or e}") from None
+        return Kernel(Manifest.from_dict(self.record["manifest"]), ptx, sha256=self.sha256, view=self.record, source=str(self.ptx_path))
+
+
+@dataclass
+class Catalog:
+    """Bundles merged as the service imports them; `lookup` answers as `GET /v1/kernels`."""
+
+    entries: dict = field(default_factory=dict)  # (Problem, device class) -> CatalogEntry
+    baselines: dict = field(default_factory=dict)  # (problem tuple, device class) -> {(library, layout, mode): record}
+    sources: list = field(default_factory=list)
+
+    @classmethod
+    def from_tree(cls, path: PathLike) -> "Catalog":
+        """`kernels/` as the service imports it: the folder's own bundle, then each
+        sub-folder bundle in name order (e.g. baselines-h100, baselines-h200, h100)."""
+        return cls.from_bundles(bundle_dirs(path))
+
+    @classmethod
+    def from_bundles(cls, dirs: Iterable[PathLike]) -> "Catalog":
+        cat = cls()
+        for d in dirs:
+            cat.add_bundle(d)
+        return cat
+
+    def add_bundle(self, path: PathLike) -> None:
+        """Merges one bundle: its entries replace earlier ones of the same (problem,
+        device class); its baselines replace earlier ones of the same key."""
+        p = Path(path)
+        index = read_index(p)
+        for i, e in enumerate(index.get("entries") or []):
+            try:
+                problem = Problem.from_dict(e["problem"])
+                sha = e["artifact"]
+                dc = e["device_class"]
+            except (KeyError, TypeError) as err:
+                raise KaasError(f"{p}: entries[{i}] is malformed ({err})") from None
+            if not isinstance(sha, str) or not re.fullmatch(r"[0-9a-f]{64}", sha):
+                raise IntegrityError(f"{p}: entries[{i}].artifact `{sha}` is not a sha256")
+            if (e.get("run") or {}).get("verdict") != "pass":
+                continue  # the service refuses such a bundle; never serve one offline
+            self.entries[(problem, dc)] = CatalogEntry(problem, dc, e, p)
+        for b in index.get("baselines") or []:
+            try:  # 24,000 rows a bundle: keyed by a plain tuple, no Problem objects
+                key = (_pkey(b["problem"]), b["device_class"])
+                self.baselines.setdefault(key, {})[(b["library"], b["layout"], b["mode"])] = b
+            except (KeyError, TypeError) as err:
+                raise KaasError(f"{p}: a baseline is malformed ({err})") from None
+        self.sources.append(p)
+
+    def device_classes(self) -> list[str]:
+        return sorted({dc for _, dc in self.entries})
+
+    def fastest_baseline(self, problem: Problem, device_class: str) -> Optional[dict]:
+        """The fastest graph-mode baseline measured for a problem on a device class."""
+        rows = [b for b in self.baselines.get((_pkey(problem.to_dict()), device_class), {}).values() if b.get("mode") == "graph"]
+        rows = [b for b in rows if _number(b.get("median_us")) is not None]
+        return min(rows, key=lambda b: b["median_us"], default=None)
+
+    def lookup(self, problem: Problem, device: Optional[str] = None) -> CatalogEntry:
+        """The entry the service would serve, or NoKernelError with the code the service
+        would answer (`kernel_not_found` or `baseline_faster`) and its `use_instead`."""
+        where = "bundle:" + ",".join(str(s) for s in self.sources)
+        candidates = [e for (p, dc), e in self.entries.items() if p == problem and (device is None or dc == device)]
+        candidates.sort(key=lambda e: (graph_median_us(e.record), e.device_class))
+        if not candidates:
+            use = None
+            pk = _pkey(problem.to_dict())
+            devices = [device] if device is not None else sorted({dc for (p, dc) in self.baselines if p == pk})
+            best: Optional[tuple] = None
+            for d in devices:
+                b = self.fastest_baseline(problem, d)
+                if b is not None and (best is None or b["median_us"] < best[1]["median_us"]):
+                    best = (d, b)
+            if best is not None:
+                use = _baseline_view(best[1])
+            on = f" on {device}" if device else ""
+            raise NoKernelError(404, {"code": "kernel_not_found", "detail": f"no catalog kernel for {problem}{on}",
+                                      "use_instead": use, "device_class": best[0] if best else device}, where)
+        entry = candidates[0]
+        if beats_all(entry.speedups) is False:
+            b = self.fastest_baseline(problem, entry.device_class)
+            if b is not None:
+                raise NoKernelError(404, {"code": "baseline_faster",
+                                          "detail": f"{b['library']} ({b['layout']}) is faster than every kernel for {problem} on {entry.device_class}",
+                                          "use_instead": _baseline_view(b), "device_class": entry.device_class}, where)
+        return entry
+
+    def served(self, device: Optional[str] = None) -> list[CatalogEntry]:
+        """Every entry the rule serves (of one device class, if given)."""
+        out = []
+        for problem in sorted({p for p, dc in self.entries if device is None or dc == device}, key=lambda p: p.path):
+            try:
+                out.append(self.lookup(problem, device))
+            except NoKernelError:
+                pass
+        return out
+
+
+def _pkey(d: dict) -> tuple:
+    """(arch, acc, layout, m, n, k) of a problem object: the baselines' key."""
+    return (d["arch"], d["acc"], d["layout"], d["m"], d["n"], d["k"])
+
+
+def _baseline_view(b: dict) -> dict:
+    """The service's BaselineView of a baseline record (what `use_instead` carries)."""
+    return {k: b.get(k) for k in ("library", "layout", "mode", "median_us", "timing", "config")}

@@ -1,0 +1,351 @@
+"""Lock files: a model's GEMM problems resolved once to verified kernels, so that a
+deployment runs the same PTX every time and needs no kaas service.
+
+    kaas-lock resolve --source kernels --device-class H100-SXM --model llama-3.1-8b --tokens 1,64,512 -o kaas.lock
+    kaas-lock download kaas.lock --source kernels        # fills the cache (or from http://host:8080)
+    kaas-lock verify kaas.lock                           # every artifact present, every sha256 right
+
+A lock (`kaas.lock.v1`, JSON) names the device class it was resolved for and, per problem,
+the artifact's sha256, the launch manifest, and the graph-mode speedups measured against
+the baselines; problems with no kernel (none, or a baseline is faster: the service's rule,
+see `catalog.py`) are listed under `fallback` with the baseline to use instead. PTX lives in
+a cache folder as `<sha256>.ptx` (`$KAAS_CACHE`, default `~/.cache/kaas/ptx`); loading a
+lock reads only the lock and the cache, and checks every sha256.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+import tempfile
+import urllib.parse
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Optional, Union
+
+from .catalog import AUTOTUNE_MAX, Catalog, bundle_dirs, graph_speedups
+from .errors import IntegrityError, LockError, ManifestError, NoKernelError, run_cli
+from .kernel import Kernel, sha256_hex
+from .manifest import Manifest, Problem, parse_shape
+from .models import MODELS, model as model_config
+
+FORMAT = "kaas.lock.v1"
+PathLike = Union[str, Path]
+
+
+def default_cache() -> Path:
+    """`$KAAS_CACHE`, else `~/.cache/kaas/ptx`."""
+    env = os.environ.get("KAAS_CACHE")
+    return Path(env) if env else Path.home() / ".cache" / "kaas" / "ptx"
+
+
+def parse_problem(text: str, arch: str = "sm_90", acc: str = "f32") -> Problem:
+    """`tn/64x4096x4096` (arch and acc from the arguments) or a full
+    `sm_90/f32/tn/64x4096x4096`."""
+    parts = text.strip("/").split("/")
+    if len(parts) == 2:
+        m, n, k = parse_shape(parts[1])
+        return Problem(arch, acc, parts[0], m, n, k)
+    return Problem.parse(text)
+
+
+def is_url(source: str) -> bool:
+    return str(source).startswith(("http://", "https://"))
+
+
+@dataclass(frozen=True)
+class LockedKernel:
+    problem: Problem
+    sha256: str
+    manifest: Manifest
+    name: str = ""
+    speedups: Optional[dict] = None  # graph mode, by baseline, as measured
+
+    @property
+    def speedup(self) -> Optional[float]:
+        """Graph-mode speedup over cuBLASLt-autotune-max, the figure kaas ranks by."""
+        v = (self.speedups or {}).get(AUTOTUNE_MAX)
+        return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+    def to_dict(self) -> dict:
+        return {"problem": self.problem.path, "sha256": self.sha256, "name": self.name, "speedup": self.speedup,
+                "speedups": self.speedups, "manifest": self.manifest.to_dict()}
+
+
+@dataclass
+class Lock:
+    device_class: Optional[str]
+    source: str
+    kernels: list = field(default_factory=list)  # LockedKernel
+    fallback: list = field(default_factory=list)  # {"problem", "code", "use_instead"}
+
+    def to_dict(self) -> dict:
+        return {"format": FORMAT, "device_class": self.device_class, "source": self.source,
+                "kernels": [k.to_dict() for k in self.kernels], "fallback": self.fallback}
+
+    def write(self, path: PathLike) -> Path:
+        p = Path(path)
+        _atomic_write(p, (json.dumps(self.to_dict(), indent=1) + "\n").encode())
+        return p
+
+    @classmethod
+    def read(cls, path: PathLike) -> "Lock":
+        """Reads and checks a lock file; LockError names the file and the first fault."""
+        p = Path(path)
+        try:
+            d = json.loads(p.read_text(encoding="utf-8"))
+        except OSError as e:
+            raise LockError(f"{p}: cannot read the lock file: {e.strerror or e}") from None
+        except ValueError as e:
+            raise LockError(f"{p}: not JSON: {e}") from None
+        return cls.from_dict(d, str(p))
+
+    @classmethod
+    def from_dict(cls, d: Any, where: str = "lock") -> "Lock":
+        if not isinstance(d, dict) or d.get("format") != FORMAT:
+            got = d.get("format") if isinstance(d, dict) else type(d).__name__
+            raise LockError(f"{where}: format is `{got}`; expected `{FORMAT}`")
+        kernels, seen = [], set()
+        for i, e in enumerate(d.get("kernels") or []):
+            at = f"{where}: kernels[{i}]"
+            try:
+                problem = Problem.parse(e["problem"])
+                manifest = Manifest.from_dict(e["manifest"])
+                sha = e["sha256"]
+            except (KeyError, TypeError) as err:
+                raise LockError(f"{at}: missing or malformed field {err}") from None
+            except ManifestError as err:
+                raise LockError(f"{at}: {err}") from None
+            if manifest.problem != problem:
+                raise LockError(f"{at}: the manifest is for {manifest.problem}, the entry says {problem}")
+            if not isinstance(sha, str) or not re.fullmatch(r"[0-9a-f]{64}", sha):
+                raise LockError(f"{at}: sha256 `{sha}` is not 64 lowercase hex digits")
+            if problem in seen:
+                raise LockError(f"{at}: {problem} is locked twice")
+            seen.add(problem)
+            speedups = e.get("speedups")
+            kernels.append(LockedKernel(problem, sha, manifest, str(e.get("name", "")), speedups if isinstance(speedups, dict) else None))
+        dc = d.get("device_class")
+        return cls(dc if isinstance(dc, str) else None, str(d.get("source", "")), kernels, list(d.get("fallback") or []))
+
+    def problems(self) -> list[Problem]:
+        return [k.problem for k in self.kernels]
+
+    def load(self, cache: Optional[PathLike] = None) -> dict:
+        """{Problem: Kernel} from the cache alone, each PTX checked against its sha256.
+        A missing file is a LockError saying how to fill the cache; a PTX whose sha256
+        differs is an IntegrityError naming the file."""
+        c = Path(cache) if cache is not None else default_cache()
+        out = {}
+        missing = [k for k in self.kernels if not (c / f"{k.sha256}.ptx").is_file()]
+        if missing:
+            raise LockError(
+                f"{len(missing)} of {len(self.kernels)} locked kernels are not in the cache {c} "
+                f"(first: {missing[0].problem}, {missing[0].sha256}.ptx); fill it with "
+                f"`kaas-lock download LOCK --source {self.source or 'BUNDLE_OR_URL'} --cache {c}`"
+            )
+        for k in self.kernels:
+            path = c / f"{k.sha256}.ptx"
+            ptx = path.read_text(encoding="utf-8")
+            out[k.problem] = Kernel(k.manifest, ptx, sha256=k.sha256, view={"device_class": self.device_class, "speedups": k.speedups}, source=str(path))
+        return out
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _store_ptx(cache: Path, sha: str, ptx: str, source: str) -> Path:
+    got = sha256_hex(ptx)
+    if got != sha:
+        raise IntegrityError(f"{source}: sha256 is {got}, the lock says {sha}")
+    path = cache / f"{sha}.ptx"
+    if not path.is_file() or sha256_hex(path.read_text(encoding="utf-8")) != sha:
+        _atomic_write(path, ptx.encode("utf-8"))
+    return path
+
+
+def resolve(problems: Iterable[Problem], source: str, device_class: Optional[str], *,
+            cache: Optional[PathLike] = None, catalog: Optional[Catalog] = None, timeout: float = 30.0) -> Lock:
+    """Resolves each problem to the kernel the service serves (from a bundle folder, read
+    with the service's rule, or from a server at `source`), filling the cache with the
+    PTX on the way; problems with no kernel go to `fallback`."""
+    c = Path(cache) if cache is not None else default_cache()
+    lock = Lock(device_class, str(source))
+    problems = list(dict.fromkeys(problems))
+    if not is_url(source) and catalog is None:
+        catalog = Catalog.from_tree(source)
+    for p in problems:
+        try:
+            if catalog is not None:
+                entry = catalog.lookup(p, device_class)
+                kernel = entry.kernel()
+                dc, speedups, name = entry.device_class, entry.speedups, entry.record.get("name", "")
+            else:
+                from .remote import pull
+                kernel = pull(str(source), device=device_class, m=p.m, n=p.n, k=p.k, acc=p.acc, layout=p.layout, arch=p.arch, timeout=timeout)
+                view = kernel.view or {}
+                dc, speedups, name = view.get("device_class"), graph_speedups(view), view.get("name", "")
+        except NoKernelError as e:
+            lock.fallback.append({"problem": p.path, "code": e.code, "use_instead": e.use_instead})
+            continue
+        if lock.device_class is None:
+            lock.device_class = dc
+        elif dc != lock.device_class:
+            raise LockError(f"{p}: resolved on {dc}, the lock is for {lock.device_class}; name one --device-class")
+        _store_ptx(c, kernel.sha256, kernel.ptx, kernel.source)
+        lock.kernels.append(LockedKernel(p, kernel.sha256, kernel.manifest, str(name), speedups))
+    return lock
+
+
+def download(lock: Lock, source: Optional[str] = None, cache: Optional[PathLike] = None, timeout: float = 30.0) -> list[Path]:
+    """Fills the cache with every locked artifact not yet there (from a bundle folder's
+    `ptx/`, or a server's `/v1/artifacts/<sha256>`), checking each sha256."""
+    c = Path(cache) if cache is not None else default_cache()
+    src = source or lock.source
+    if not src:
+        raise LockError("no source to download from: pass --source BUNDLE_DIR_OR_URL")
+    dirs = [] if is_url(src) else bundle_dirs(src)
+    out = []
+    for k in lock.kernels:
+        path = c / f"{k.sha256}.ptx"
+        if path.is_file() and sha256_hex(path.read_text(encoding="utf-8")) == k.sha256:
+            out.append(path)
+            continue
+        if is_url(src):
+            from .remote import _get
+            url = urllib.parse.urljoin(src.rstrip("/") + "/", f"v1/artifacts/{k.sha256}")
+            ptx, where = _get(url, "text/plain", timeout).decode("utf-8"), url
+        else:
+            found = [d / "ptx" / f"{k.sha256}.ptx" for d in dirs if (d / "ptx" / f"{k.sha256}.ptx").is_file()]
+            if not found:
+                raise LockError(f"{k.problem}: artifact {k.sha256} is in no bundle under {src}")
+            ptx, where = found[0].read_text(encoding="utf-8"), str(found[0])
+        out.append(_store_ptx(c, k.sha256, ptx, where))
+    return out
+
+
+def trace_problems(model: Any, *example_inputs: Any, arch: str = "sm_90", acc: str = "f32") -> list[Problem]:
+    """The `tn` problems of every fp16 `nn.Linear` a forward pass on the example inputs
+    runs (forward pre-hooks record each call's rows); needs torch."""
+    import torch
+
+    seen: dict = {}
+
+    def hook(module: Any, args: tuple) -> None:
+        x = args[0] if args else None
+        if isinstance(x, torch.Tensor) and x.dtype == torch.float16 and module.weight.dtype == torch.float16:
+            k = module.in_features
+            m = x.numel() // k if k else 0
+            if m:
+                seen.setdefault(Problem(arch, acc, "tn", m, module.out_features, k), None)
+
+    handles = [mod.register_forward_pre_hook(hook) for mod in model.modules() if isinstance(mod, torch.nn.Linear)]
+    try:
+        with torch.no_grad():
+            model(*example_inputs)
+    finally:
+        for h in handles:
+            h.remove()
+    return list(seen)
+
+
+def lock(problems: Optional[Iterable[Union[Problem, str]]] = None, *, source: str, device_class: Optional[str],
+         model: Any = None, example_inputs: tuple = (), path: Optional[PathLike] = None,
+         cache: Optional[PathLike] = None) -> Lock:
+    """Resolves a model's problems (given, as Problems or `tn/MxNxK` text, or traced from
+    `model(*example_inputs)`) to kernels, fills the cache, and writes the lock to `path`
+    if given. `source`: a bundle folder (e.g. the repo's `kernels`) or a server URL."""
+    todo = [p if isinstance(p, Problem) else parse_problem(p) for p in (problems or [])]
+    if model is not None:
+        todo += trace_problems(model, *example_inputs)
+    if not todo:
+        raise LockError("nothing to lock: give problems, or a model and example inputs")
+    result = resolve(todo, source, device_class, cache=cache)
+    if path is not None:
+        result.write(path)
+    return result
+
+
+# --------------------------------------------------------------------------------------
+# kaas-lock
+
+
+def _problems_from_args(args: argparse.Namespace) -> list[Problem]:
+    out = [parse_problem(p, args.arch) for p in args.problem or []]
+    tokens = [int(t) for t in args.tokens.split(",")] if args.tokens else []
+    for name in args.model or []:
+        if not tokens:
+            raise LockError("--model needs --tokens, e.g. --tokens 1,64,512")
+        for t in tokens:
+            out += model_config(name).problems(t, arch=args.arch)
+    return out
+
+
+def cmd_resolve(args: argparse.Namespace) -> int:
+    problems = _problems_from_args(args)
+    if not problems:
+        raise LockError("nothing to resolve: give --problem and/or --model with --tokens")
+    result = resolve(problems, args.source, args.device_class, cache=args.cache)
+    result.write(args.output)
+    print(f"{args.output}: {len(result.kernels)} kernels for {result.device_class}, "
+          f"{len(result.fallback)} problems fall back to torch; PTX cached in {args.cache or default_cache()}")
+    for k in result.kernels:
+        print(f"  {k.problem}  {k.sha256[:12]}  {k.speedup and f'{k.speedup:.3f}x'}  {k.name}")
+    for f in result.fallback:
+        print(f"  {f['problem']}  -> torch ({f['code']})")
+    return 0
+
+
+def cmd_download(args: argparse.Namespace) -> int:
+    lk = Lock.read(args.lock)
+    paths = download(lk, args.source, args.cache)
+    print(f"{len(paths)} artifacts in {args.cache or default_cache()}")
+    return 0
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    lk = Lock.read(args.lock)
+    kernels = lk.load(args.cache)
+    print(f"{args.lock}: {len(kernels)} kernels for {lk.device_class}, every sha256 checked")
+    return 0
+
+
+def main(argv: Optional[list] = None) -> int:
+    ap = argparse.ArgumentParser(prog="kaas-lock", description="Lock a model's GEMM problems to verified kaas kernels, for offline use.")
+    sub = ap.add_subparsers(dest="command", required=True)
+    r = sub.add_parser("resolve", help="resolve problems to kernels, write a lock file and fill the cache")
+    r.add_argument("--source", required=True, help="a catalog bundle folder (e.g. kernels) or a server URL")
+    r.add_argument("--device-class", help="e.g. H100-SXM (default: the fastest of any)")
+    r.add_argument("--problem", action="append", help="tn/MxNxK or arch/acc/layout/MxNxK; repeatable")
+    r.add_argument("--model", action="append", help=f"one of {', '.join(MODELS)}; repeatable")
+    r.add_argument("--tokens", help="comma-separated token counts (M) for --model, e.g. 1,64,512")
+    r.add_argument("--arch", default="sm_90")
+    r.add_argument("--cache", help="PTX cache folder (default $KAAS_CACHE or ~/.cache/kaas/ptx)")
+    r.add_argument("-o", "--output", default="kaas.lock")
+    r.set_defaults(run=cmd_resolve)
+    d = sub.add_parser("download", help="fill the cache with a lock's artifacts")
+    d.add_argument("lock")
+    d.add_argument("--source", help="bundle folder or server URL (default: the lock's own source)")
+    d.add_argument("--cache")
+    d.set_defaults(run=cmd_download)
+    v = sub.add_parser("verify", help="check that every locked artifact is cached with its sha256")
+    v.add_argument("lock")
+    v.add_argument("--cache")
+    v.set_defaults(run=cmd_verify)
+    return run_cli(ap.parse_args(argv), "kaas-lock", also=(ValueError,))  # ValueError: e.g. an unknown --model
+
+
+if __name__ == "__main__":
+    sys.exit(main())

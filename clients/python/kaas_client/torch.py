@@ -1,0 +1,435 @@
+"""Drop-in PyTorch calls that run verified kaas kernels where they beat cuBLAS, and torch
+everywhere else.
+
+    import kaas_client.torch as kt
+    kt.use(bundle="kernels")          # or kt.use(lock="kaas.lock") -- offline, sha256-checked
+    kt.patch(model)                   # every fp16 nn.Linear on CUDA now dispatches through kt.linear
+
+`matmul(a, b)` and `linear(x, weight, bias=None)` map the call to a kaas problem by its
+exact shape (see `kaas_client.dispatch`), and launch the kernel only when the loaded
+kernels (a lock, or a bundle read with the service's "beats the baselines" rule, for this
+GPU's device class) have one. Anything else -- another dtype, strides, device, alignment,
+or a problem with no winning kernel -- runs the plain torch call, so a patched model is
+never wrong and never meaningfully slower. Each kind of fallback warns once
+(`KaasFallbackWarning`); `strict=True` turns every fallback into a `FallbackError`.
+
+Launch cost: a kernel is prepared once per device (PTX JIT, function, parameter buffer,
+workspace) on first use, or up front by `prepare()` / `patch()`; a call then costs the
+checks, an output allocation, and the libcuda launch on torch's current stream. First use
+inside a CUDA-graph capture cannot JIT, so it falls back (warned; strict: error): warm up
+before capturing, as torch itself asks. Under `torch.compile` the kernel is the custom op
+`kaas::mm` (with a fake implementation, so `fullgraph=True` traces without breaks, and an
+autograd formula computed with torch, so training graphs work too).
+
+Bias: `linear` adds the bias after the GEMM (one fp16 add), where cuBLASLt fuses it in the
+fp32 epilogue; results differ from `F.linear` by at most one fp16 rounding.
+
+Concurrency: one prepared kernel has one workspace; do not run the same problem on two
+streams at once (kernels with no workspace, most of them, have no such limit).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import types
+import warnings
+from pathlib import Path
+from typing import Any, Optional, Union
+
+import torch
+import torch.nn.functional as F
+
+from . import dispatch as dp
+from .catalog import Catalog
+from .errors import FallbackError, KaasError, LockError
+from .kernel import Kernel
+from .launcher import Prepared
+from .locking import Lock
+from .manifest import Problem
+
+__all__ = [
+    "KaasFallbackWarning", "use", "reset", "prepare", "matmul", "linear", "patch", "unpatch", "status", "set_strict",
+]
+
+F16 = torch.float16
+PathLike = Union[str, Path]
+
+
+class KaasFallbackWarning(UserWarning):
+    """A call ran plain torch instead of a kaas kernel (warned once per reason)."""
+
+
+class _Slot:
+    """One problem's kernel on one device: the Kernel until first use, then Prepared."""
+
+    __slots__ = ("kernel", "prepared", "workspace", "lock")
+
+    def __init__(self, kernel: Kernel):
+        self.kernel = kernel
+        self.prepared: Optional[Prepared] = None
+        self.workspace: Optional[torch.Tensor] = None
+        self.lock = threading.Lock()
+
+
+class _State:
+    def __init__(self) -> None:
+        self.kernels: dict = {}  # (layout, m, n, k) -> Kernel, for `device_class`
+        self.device_class: Optional[str] = None
+        self.source = ""
+        self.slots: dict = {}  # (device index, key) -> _Slot
+        self.classes: dict = {}  # device index -> device class
+        self.strict = os.environ.get("KAAS_STRICT", "") not in ("", "0")
+        self.warned: set = set()
+
+
+_S = _State()
+
+
+# --------------------------------------------------------------------------------------
+# Configuration
+
+
+def use(*, lock: Optional[PathLike] = None, bundle: Optional[PathLike] = None, cache: Optional[PathLike] = None,
+        device: Any = None, strict: Optional[bool] = None) -> int:
+    """Chooses the kernels to dispatch to and returns how many there are.
+
+    `lock`: a `kaas.lock.v1` file; the kernels come from the cache alone (`cache`, default
+    `$KAAS_CACHE` or ~/.cache/kaas/ptx), every sha256 checked (a missing or altered
+    artifact raises). `bundle`: a catalog folder such as the repo's `kernels/`, read as
+    the service reads it, keeping what the service would serve for this GPU's device
+    class. With neither, `$KAAS_LOCK` or `$KAAS_BUNDLE` is used. A lock for another
+    device class than this GPU's is not used: a one-time warning and torch everywhere
+    (strict: LockError). `device`: whose device class to match (default: current)."""
+    if strict is not None:
+        _S.strict = strict
+    lock = lock if lock is not None else (None if bundle is not None else os.environ.get("KAAS_LOCK"))
+    bundle = bundle if bundle is not None else (None if lock is not None else os.environ.get("KAAS_BUNDLE"))
+    if lock is None and bundle is None:
+        raise KaasError("kaas_client.torch.use: give lock= or bundle= (or set KAAS_LOCK / KAAS_BUNDLE)")
+    index = _device_index(device)
+    here = _device_class(index)
+    kernels: dict = {}
+    if lock is not None:
+        lk = Lock.read(lock)
+        if lk.device_class != here:
+            msg = f"{lock} was resolved for {lk.device_class}; this GPU (cuda:{index}) is {here}: torch everywhere"
+            if _S.strict:
+                raise LockError(msg)
+            _warn_once(dp.DEVICE_CLASS, msg)
+            loaded: dict = {}
+        else:
+            loaded = lk.load(cache)
+        source = str(lock)
+    else:
+        loaded = {e.problem: e.kernel() for e in Catalog.from_tree(bundle).served(here)}  # type: ignore[arg-type]
+        source = str(bundle)
+    cc = torch.cuda.get_device_capability(index)
+    for p, k in loaded.items():
+        if p.acc == "f32" and p.runs_on(cc):  # torch's fp16 matmul accumulates in fp32
+            kernels.setdefault((p.layout, p.m, p.n, p.k), k)
+    _S.kernels, _S.device_class, _S.source = kernels, here, source
+    _S.slots.clear()
+    return len(kernels)
+
+
+def reset() -> None:
+    """Forgets every kernel (all calls run torch) and the warnings already given."""
+    _S.kernels, _S.device_class, _S.source = {}, None, ""
+    _S.slots.clear()
+    _S.warned.clear()
+
+
+def set_strict(strict: bool = True) -> None:
+    """Strict mode: every fallback raises FallbackError instead of running torch."""
+    _S.strict = strict
+
+
+def status() -> dict:
+    """What is loaded: source, device class, kernel count, prepared kernels, warnings given."""
+    return {"source": _S.source, "device_class": _S.device_class, "kernels": len(_S.kernels),
+            "prepared": sum(1 for s in _S.slots.values() if s.prepared is not None), "strict": _S.strict,
+            "fallbacks_warned": sorted(_S.warned)}
+
+
+def problems() -> list:
+    """The (layout, M, N, K) problems that have a kernel."""
+    return sorted(_S.kernels)
+
+
+def _device_index(device: Any) -> int:
+    if device is None:
+        return torch.cuda.current_device()
+    if isinstance(device, int):
+        return device
+    d = torch.device(device)
+    return d.index if d.index is not None else torch.cuda.current_device()
+
+
+def _device_class(index: int) -> str:
+    dc = _S.classes.get(index)
+    if dc is None:
+        dc = _S.classes[index] = dp.device_class(torch.cuda.get_device_name(index))
+    return dc
+
+
+def prepare(device: Any = None, where: Any = None) -> int:
+    """JIT-loads and prepares kernels on a device now (all of them, or those whose
+    (N, K) is in `where`, a set), so that no first call pays for it and CUDA-graph
+    capture finds them ready. Returns how many are prepared."""
+    index = _device_index(device)
+    n = 0
+    for key in _S.kernels:
+        if where is None or (key[2], key[3]) in where:
+            if _slot(index, key, capturing=False) is not None:
+                n += 1
+    return n
+
+
+def _slot(index: int, key: tuple, capturing: Optional[bool] = None) -> Optional[_Slot]:
+    """The prepared kernel for a problem on a device, preparing it on first use; None
+    when there is no kernel (or it cannot be prepared now: inside a graph capture)."""
+    slot = _S.slots.get((index, key))
+    if slot is not None and slot.prepared is not None:
+        return slot
+    kernel = _S.kernels.get(key)
+    if kernel is None:
+        return None
+    if _S.device_class != _device_class(index):
+        return None
+    if capturing is None:
+        capturing = torch.cuda.is_current_stream_capturing()
+    if capturing:
+        _fallback(dp.UNPREPARED, str(kernel.problem))
+        return None
+    if slot is None:
+        slot = _S.slots.setdefault((index, key), _Slot(kernel.__class__(kernel.manifest, kernel.ptx, view=kernel.view, source=kernel.source)))
+    with slot.lock:
+        if slot.prepared is None:
+            k = slot.kernel
+            k.load(index)
+            ws = 0
+            if k.manifest.workspace_bytes:
+                slot.workspace = torch.zeros(k.manifest.workspace_bytes, dtype=torch.uint8, device=torch.device("cuda", index))
+                torch.cuda.synchronize(index)  # zeroed before any stream uses it
+                ws = slot.workspace.data_ptr()
+            slot.prepared = Prepared.from_kernel(k, ws)
+    return slot
+
+
+# --------------------------------------------------------------------------------------
+# Fallbacks
+
+
+def _warn_once(reason: str, detail: str) -> None:
+    if reason not in _S.warned:
+        _S.warned.add(reason)
+        warnings.warn(f"kaas: running torch instead: {dp.describe(reason, detail)} (warned once per reason)",
+                      KaasFallbackWarning, stacklevel=4)
+
+
+def _fallback(reason: str, detail: str = "") -> None:
+    """Records a fallback: raises in strict mode, warns once per reason otherwise."""
+    if _S.strict:
+        raise FallbackError(reason, f"kaas (strict): {dp.describe(reason, detail)}")
+    _warn_once(reason, detail)
+
+
+def _problem_text(key: tuple) -> str:
+    layout, m, n, k = key
+    return f"{layout} {m}x{n}x{k}"
+
+
+# --------------------------------------------------------------------------------------
+# Running
+
+
+def _stream(index: int) -> int:
+    return torch._C._cuda_getCurrentRawStream(index)
+
+
+def _launch(plan: dp.Plan, slot: _Slot, device: torch.device) -> torch.Tensor:
+    _, m, n, _ = plan.key
+    c = torch.empty((m, n), dtype=F16, device=device)
+    slot.prepared.run(plan.a.data_ptr(), plan.b.data_ptr(), c.data_ptr(), _stream(device.index))  # type: ignore[union-attr]
+    return c
+
+
+def _needs_grad(*ts: Any) -> bool:
+    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in ts)
+
+
+def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """`torch.matmul(a, b)`: a kaas kernel for fp16 CUDA a (…, K) row-major and b (K, N)
+    row-major (`nn`) or the transpose view of a row-major (N, K) weight (`tn`), when one
+    beats the baselines for that exact problem; torch otherwise."""
+    if torch.compiler.is_compiling():
+        return _traced(dp.plan_mm(a, b, F16, check_pointers=False), a, b, None, lambda: torch.matmul(a, b))
+    plan = dp.plan_mm(a, b, F16)
+    if plan.__class__ is str:
+        if plan != dp.SHAPE:  # shape errors are torch's to report
+            _fallback(plan)  # type: ignore[arg-type]
+        return torch.matmul(a, b)
+    return _run(plan, a, b, None, lambda: torch.matmul(a, b))  # type: ignore[arg-type]
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """`F.linear(x, weight, bias)`: the `tn` kaas kernel for M = x.numel() / K,
+    N = out_features, K = in_features when one beats the baselines; the bias is added
+    after. torch otherwise."""
+    if torch.compiler.is_compiling():
+        plan_t = dp.plan_linear(x, weight, F16, check_pointers=False)
+        if bias is not None and plan_t.__class__ is not str and (bias.dtype is not F16 or bias.device != x.device):
+            plan_t = dp.DTYPE
+        return _traced(plan_t, x, weight, bias, lambda: F.linear(x, weight, bias))
+    plan = dp.plan_linear(x, weight, F16)
+    if plan.__class__ is not str and bias is not None and (bias.dtype is not F16 or bias.device != x.device):
+        plan = dp.DTYPE if bias.dtype is not F16 else dp.DEVICE
+    if plan.__class__ is str:
+        if plan != dp.SHAPE:
+            _fallback(plan)  # type: ignore[arg-type]
+        return F.linear(x, weight, bias)
+    return _run(plan, x, weight, bias, lambda: F.linear(x, weight, bias))  # type: ignore[arg-type]
+
+
+def _run(plan: dp.Plan, a: torch.Tensor, b: torch.Tensor, bias: Optional[torch.Tensor], plain: Any) -> torch.Tensor:
+    device = a.device
+    slot = _S.slots.get((device.index, plan.key))
+    if slot is None or slot.prepared is None:
+        slot = _slot(device.index, plan.key)
+        if slot is None:
+            if plan.key in _S.kernels:  # device class mismatch or capture: _slot warned
+                return plain()
+            _fallback(dp.NO_KERNEL, _problem_text(plan.key))
+            return plain()
+    if _needs_grad(a, b, bias):  # autograd through the op's formula
+        out = torch.ops.kaas.mm(plan.a, plan.b, plan.key[0] == "tn")
+    else:
+        out = _launch(plan, slot, device)
+    if bias is not None:
+        out = out + bias if _needs_grad(bias, out) else out.add_(bias)
+    return out.view(plan.out_shape)
+
+
+def _has_kernel_impl(index: int, key: tuple) -> bool:
+    return key in _S.kernels and _S.device_class == _device_class(index)
+
+
+_has_kernel = torch.compiler.assume_constant_result(_has_kernel_impl)
+
+
+def _traced(plan: Any, a: torch.Tensor, b: torch.Tensor, bias: Optional[torch.Tensor], plain: Any) -> torch.Tensor:
+    """Under torch.compile: the op where the static shape has a kernel, else torch (no
+    warnings: they would break the graph; the op re-checks pointers when it runs)."""
+    if plan.__class__ is str or not all(isinstance(v, int) for v in plan.key[1:]):
+        return plain()
+    if not _has_kernel(a.device.index, plan.key):
+        return plain()
+    out = torch.ops.kaas.mm(plan.a, plan.b, plan.key[0] == "tn")
+    if bias is not None:
+        out = out + bias
+    return out.view(plan.out_shape)
+
+
+# --------------------------------------------------------------------------------------
+# The custom op: kaas::mm(a (M, K), b (K, N) or, transposed, (N, K)) -> (M, N)
+
+
+@torch.library.custom_op("kaas::mm", mutates_args=())
+def _kaas_mm(a: torch.Tensor, b: torch.Tensor, b_transposed: bool) -> torch.Tensor:
+    """C = A·B with B stored (N, K) when `b_transposed` (layout tn), else (K, N) (nn):
+    the kaas kernel when one is prepared for the problem here, else torch."""
+    plain = (lambda: torch.matmul(a, b.t())) if b_transposed else (lambda: torch.matmul(a, b))
+    if a.device.type != "cuda" or a.dtype is not F16 or b.dtype is not F16 or not a.is_contiguous() or not b.is_contiguous():
+        return plain()
+    m, k = a.shape
+    n = b.shape[0] if b_transposed else b.shape[1]
+    key = ("tn" if b_transposed else "nn", m, n, k)
+    if a.data_ptr() % 16 or b.data_ptr() % 16:
+        _fallback(dp.ALIGNMENT)
+        return plain()
+    slot = _slot(a.device.index, key)
+    if slot is None:
+        return plain()
+    return _launch(dp.Plan(key, a, b, (m, n)), slot, a.device)
+
+
+@_kaas_mm.register_fake
+def _kaas_mm_fake(a: torch.Tensor, b: torch.Tensor, b_transposed: bool) -> torch.Tensor:
+    return a.new_empty((a.shape[0], b.shape[0] if b_transposed else b.shape[1]))
+
+
+def _mm_setup(ctx: Any, inputs: tuple, output: Any) -> None:
+    a, b, t = inputs
+    ctx.save_for_backward(a, b)
+    ctx.b_transposed = t
+
+
+def _mm_backward(ctx: Any, grad: torch.Tensor) -> tuple:
+    a, b = ctx.saved_tensors
+    ga = gb = None
+    if ctx.b_transposed:  # C = A·Bsᵀ, Bs (N, K)
+        if ctx.needs_input_grad[0]:
+            ga = grad @ b
+        if ctx.needs_input_grad[1]:
+            gb = grad.t() @ a
+    else:  # C = A·B, B (K, N)
+        if ctx.needs_input_grad[0]:
+            ga = grad @ b.t()
+        if ctx.needs_input_grad[1]:
+            gb = a.t() @ grad
+    return ga, gb, None
+
+
+_kaas_mm.register_autograd(_mm_backward, setup_context=_mm_setup)
+
+
+# --------------------------------------------------------------------------------------
+# Patching models
+
+
+def _eligible(m: Any) -> bool:
+    w = getattr(m, "weight", None)
+    return isinstance(m, torch.nn.Linear) and isinstance(w, torch.Tensor) and w.dtype is F16 and w.is_cuda
+
+
+def _linear_forward(self: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
+    return linear(x, self.weight, self.bias)
+
+
+def patch(model: torch.nn.Module, *, prepare_kernels: bool = True) -> torch.nn.Module:
+    """Makes every fp16 CUDA `nn.Linear` in `model` run `linear` (the instance's forward
+    is replaced; the class is untouched) and, unless `prepare_kernels=False`, prepares
+    now every loaded kernel whose (N, K) one of them has. Returns the model."""
+    shapes = {}
+    for m in model.modules():
+        if _eligible(m) and not hasattr(m, "_kaas_patched"):
+            m._kaas_patched = m.__dict__.get("forward")  # type: ignore[assignment]  # an instance override to restore
+            m.forward = types.MethodType(_linear_forward, m)  # type: ignore[method-assign]
+            shapes[(m.out_features, m.in_features)] = m.weight.device
+    if prepare_kernels:
+        for device in set(shapes.values()):
+            prepare(device, where=set(shapes))
+    return model
+
+
+def unpatch(model: torch.nn.Module) -> torch.nn.Module:
+    """Undoes `patch`: each patched layer gets its own forward back."""
+    for m in model.modules():
+        if hasattr(m, "_kaas_patched"):
+            original = m.__dict__.pop("_kaas_patched")
+            if original is None:
+                m.__dict__.pop("forward", None)
+            else:
+                m.forward = original  # type: ignore[method-assign]
+    return model
+
+
+def patched(model: torch.nn.Module) -> list:
+    """Names of the layers `patch` swapped."""
+    return [name for name, m in model.named_modules() if hasattr(m, "_kaas_patched")]
+
+
+def problem_key(problem: Problem) -> tuple:
+    """A Problem's dispatch key (layout, M, N, K)."""
+    return (problem.layout, problem.m, problem.n, problem.k)
