@@ -91,7 +91,7 @@ _S = _State()
 
 
 def use(*, lock: Optional[PathLike] = None, bundle: Optional[PathLike] = None, cache: Optional[PathLike] = None,
-        device: Any = None, strict: Optional[bool] = None) -> int:
+        device: Any = None, strict: Optional[bool] = None, device_class: Optional[str] = None) -> int:
     """Chooses the kernels to dispatch to and returns how many there are.
 
     `lock`: a `kaas.lock.v1` file; the kernels come from the cache alone (`cache`, default
@@ -100,7 +100,10 @@ def use(*, lock: Optional[PathLike] = None, bundle: Optional[PathLike] = None, c
     the service reads it, keeping what the service would serve for this GPU's device
     class. With neither, `$KAAS_LOCK` or `$KAAS_BUNDLE` is used. A lock for another
     device class than this GPU's is not used: a one-time warning and torch everywhere
-    (strict: LockError). `device`: whose device class to match (default: current)."""
+    (strict: LockError). `device`: whose device class to match (default: current).
+    `device_class`: treat this GPU as that class instead of its own -- for testing the
+    kernels on a sibling GPU (e.g. an H200 with the H100-SXM catalog); a kernel's speedup
+    was measured on its own class only."""
     if strict is not None:
         _S.strict = strict
     lock = lock if lock is not None else (None if bundle is not None else os.environ.get("KAAS_LOCK"))
@@ -108,6 +111,8 @@ def use(*, lock: Optional[PathLike] = None, bundle: Optional[PathLike] = None, c
     if lock is None and bundle is None:
         raise KaasError("kaas_client.torch.use: give lock= or bundle= (or set KAAS_LOCK / KAAS_BUNDLE)")
     index = _device_index(device)
+    if device_class is not None:
+        _S.classes[index] = device_class
     here = _device_class(index)
     kernels: dict = {}
     if lock is not None:
@@ -134,9 +139,11 @@ def use(*, lock: Optional[PathLike] = None, bundle: Optional[PathLike] = None, c
 
 
 def reset() -> None:
-    """Forgets every kernel (all calls run torch) and the warnings already given."""
+    """Forgets every kernel (all calls run torch), device-class overrides and the
+    warnings already given."""
     _S.kernels, _S.device_class, _S.source = {}, None, ""
     _S.slots.clear()
+    _S.classes.clear()
     _S.warned.clear()
 
 

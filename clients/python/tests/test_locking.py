@@ -1,0 +1,174 @@
+"""Lock files: resolving problems (from a bundle or a server), writing and reading the
+lock, filling the cache, and loading offline with every sha256 checked; the model
+configs' problems; the kaas-lock command line."""
+
+import contextlib
+import io
+import json
+import sys
+import tempfile
+import threading
+import unittest
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from fixtures import LOSE, WIN, baseline, entry, problem, ptx, write_bundle  # noqa: E402
+
+import kaas_client  # noqa: E402
+from kaas_client.errors import IntegrityError, LockError  # noqa: E402
+from kaas_client.locking import Lock, download, main, parse_problem, resolve  # noqa: E402
+from kaas_client.manifest import Problem  # noqa: E402
+from kaas_client.models import MODELS, model  # noqa: E402
+
+WINS, LOSES, NONE = problem(m=64), problem(m=128), problem(m=256)
+T_WIN, T_LOSE = ptx("k_win"), ptx("k_lose")
+
+
+def make_bundle(root: Path) -> Path:
+    return write_bundle(root / "kernels", [entry(T_WIN, WINS, speedups=WIN, entry_name="k_win"),
+                                           entry(T_LOSE, LOSES, speedups=LOSE, entry_name="k_lose")],
+                        [baseline(WINS, "cublas", 9.0), baseline(LOSES, "cublas", 3.0), baseline(NONE, "cublas", 2.0)],
+                        [T_WIN, T_LOSE], gz=True)
+
+
+class Locks(unittest.TestCase):
+    def setUp(self):
+        self.tmp = Path(tempfile.mkdtemp())
+        self.bundle = make_bundle(self.tmp)
+        self.cache = self.tmp / "cache"
+        self.problems = [Problem.from_dict(p) for p in (WINS, LOSES, NONE)]
+
+    def locked(self) -> Lock:
+        return kaas_client.lock(self.problems, source=str(self.bundle), device_class="H100-SXM",
+                                path=self.tmp / "kaas.lock", cache=self.cache)
+
+    def test_only_winning_kernels_are_locked_the_rest_fall_back_with_the_reason(self):
+        lk = self.locked()
+        self.assertEqual([k.problem for k in lk.kernels], [self.problems[0]])
+        self.assertEqual(lk.kernels[0].speedup, 1.1)
+        self.assertEqual([(f["problem"], f["code"]) for f in lk.fallback],
+                         [(self.problems[1].path, "baseline_faster"), (self.problems[2].path, "kernel_not_found")])
+        self.assertEqual(lk.fallback[1]["use_instead"]["library"], "cublas")
+        self.assertTrue((self.cache / f"{lk.kernels[0].sha256}.ptx").is_file())
+
+    def test_the_lock_round_trips_and_loads_from_the_cache_alone(self):
+        self.locked()
+        lk = Lock.read(self.tmp / "kaas.lock")
+        self.assertEqual(lk.device_class, "H100-SXM")
+        self.bundle.rename(self.tmp / "gone")  # no bundle, no server: the cache is enough
+        kernels = lk.load(self.cache)
+        self.assertEqual(list(kernels), [self.problems[0]])
+        self.assertEqual(kernels[self.problems[0]].manifest.entries(), ["k_win"])
+
+    def test_an_altered_cached_artifact_is_refused_by_name(self):
+        lk = self.locked()
+        path = self.cache / f"{lk.kernels[0].sha256}.ptx"
+        path.write_text(T_WIN + "// changed\n")
+        with self.assertRaises(IntegrityError) as cm:
+            Lock.read(self.tmp / "kaas.lock").load(self.cache)
+        self.assertIn(str(path), str(cm.exception))
+
+    def test_a_missing_cache_says_how_to_fill_it_and_download_does(self):
+        self.locked()
+        lk = Lock.read(self.tmp / "kaas.lock")
+        empty = self.tmp / "empty"
+        with self.assertRaisesRegex(LockError, "not in the cache .*kaas-lock download"):
+            lk.load(empty)
+        paths = download(lk, str(self.bundle), empty)
+        self.assertEqual(len(paths), 1)
+        self.assertEqual(len(lk.load(empty)), 1)
+
+    def test_a_lock_that_does_not_match_is_refused_with_the_fault(self):
+        good = self.locked().to_dict()
+        cases = {
+            "format is `kaas.lock.v0`": dict(good, format="kaas.lock.v0"),
+            "the manifest is for": dict(good, kernels=[dict(good["kernels"][0], problem="sm_90/f32/tn/1x128x256")]),
+            "is not 64 lowercase hex": dict(good, kernels=[dict(good["kernels"][0], sha256="ABC")]),
+            "locked twice": dict(good, kernels=good["kernels"] * 2),
+            "missing or malformed field": dict(good, kernels=[{"problem": "sm_90/f32/tn/64x128x256"}]),
+        }
+        for fault, d in cases.items():
+            path = self.tmp / "bad.lock"
+            path.write_text(json.dumps(d))
+            with self.assertRaisesRegex(LockError, fault):
+                Lock.read(path)
+        (self.tmp / "bad.lock").write_text("{")
+        with self.assertRaisesRegex(LockError, "not JSON"):
+            Lock.read(self.tmp / "bad.lock")
+        with self.assertRaisesRegex(LockError, "cannot read"):
+            Lock.read(self.tmp / "none.lock")
+
+    def test_resolving_from_a_server_and_downloading_from_one(self):
+        e = entry(T_WIN, WINS, entry_name="k_win")
+        view = {"device_class": "H100-SXM", "name": "k_win", "manifest": e["manifest"],
+                "artifact": {"sha256": e["artifact"], "url": f"/v1/artifacts/{e['artifact']}"},
+                "run": {"speedups": {"graph": WIN}}}
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *a):
+                pass
+
+            def do_GET(self):
+                if self.path.startswith("/v1/kernels/sm_90/f32/tn/64x128x256"):
+                    body, code, ctype = json.dumps(view).encode(), 200, "application/json"
+                elif self.path == view["artifact"]["url"]:
+                    body, code, ctype = T_WIN.encode(), 200, "text/plain"
+                else:
+                    body, code, ctype = json.dumps({"code": "kernel_not_found", "detail": "none"}).encode(), 404, "application/problem+json"
+                self.send_response(code)
+                self.send_header("Content-Type", ctype)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+        server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        try:
+            url = f"http://127.0.0.1:{server.server_address[1]}"
+            lk = resolve(self.problems[::2], url, "H100-SXM", cache=self.cache)
+            self.assertEqual([k.speedup for k in lk.kernels], [1.1])
+            self.assertEqual([f["code"] for f in lk.fallback], ["kernel_not_found"])
+            fresh = self.tmp / "fresh"
+            download(lk, url, fresh)
+            self.assertEqual(len(lk.load(fresh)), 1)
+        finally:
+            server.shutdown()
+            server.server_close()
+
+    def test_the_command_line_resolves_downloads_and_verifies(self):
+        out = io.StringIO()
+        lock_path, cache = self.tmp / "cli.lock", self.tmp / "cli-cache"
+        with contextlib.redirect_stdout(out):
+            self.assertEqual(main(["resolve", "--source", str(self.bundle), "--device-class", "H100-SXM",
+                                   "--problem", "tn/64x128x256", "--problem", "tn/128x128x256",
+                                   "--cache", str(cache), "-o", str(lock_path)]), 0)
+            self.assertEqual(main(["verify", str(lock_path), "--cache", str(cache)]), 0)
+        self.assertIn("1 kernels for H100-SXM, 1 problems fall back", out.getvalue())
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err):
+            self.assertEqual(main(["verify", str(lock_path), "--cache", str(self.tmp / "nothing")]), 2)
+            self.assertEqual(main(["resolve", "--source", str(self.bundle), "--model", "gpt-9", "--tokens", "1"]), 2)
+        self.assertIn("kaas-lock download", err.getvalue())
+        self.assertIn("unknown model `gpt-9`", err.getvalue())
+
+
+class Models(unittest.TestCase):
+    def test_llama_3_1_8b_layer_problems(self):
+        got = [p.path for p in model("llama-3.1-8b").problems(64)]
+        self.assertEqual(got, ["sm_90/f32/tn/64x4096x4096", "sm_90/f32/tn/64x1024x4096",
+                               "sm_90/f32/tn/64x14336x4096", "sm_90/f32/tn/64x4096x14336"])
+
+    def test_every_config_is_consistent(self):
+        for name, c in MODELS.items():
+            self.assertEqual(c.heads % c.kv_heads, 0, name)
+            self.assertEqual(len(c.linears()), 7, name)
+        self.assertTrue(MODELS["qwen2.5-7b"].linears()[0][3])  # q_proj has a bias
+
+    def test_problem_text(self):
+        self.assertEqual(parse_problem("tn/64x128x256"), Problem.from_dict(WINS))
+        self.assertEqual(parse_problem("sm_90/f32/nn/1x2x3").layout, "nn")
+
+
+if __name__ == "__main__":
+    unittest.main()
