@@ -14,6 +14,10 @@ from __future__ import annotations
 import re
 from typing import Any, NamedTuple, Union
 
+# The device type kernels run on. (The CPU tests set "cpu" to drive the kernel path of
+# kaas_client.torch through a fake launcher; nothing else should change it.)
+ACCELERATOR = "cuda"
+
 # Why a call is not sent to a kaas kernel. Each is warned about once (or raised, in strict mode).
 DTYPE = "dtype"            # not float16 (kaas serves fp16 in, fp16 out, fp32 accumulate)
 DEVICE = "device"          # not a CUDA tensor, or operands on different devices
@@ -43,7 +47,7 @@ def plan_mm(a: Any, b: Any, f16: Any, check_pointers: bool = True) -> Union[Plan
     torch.compile tracing there are no pointers yet; the op checks them when it runs)."""
     if a.dtype is not f16 or b.dtype is not f16:
         return DTYPE
-    if a.device.type != "cuda" or b.device != a.device:
+    if a.device.type != ACCELERATOR or b.device != a.device:
         return DEVICE
     if a.dim() < 2 or b.dim() != 2:
         return LAYOUT
@@ -65,7 +69,7 @@ def plan_linear(x: Any, weight: Any, f16: Any, check_pointers: bool = True) -> U
     """`F.linear(x, weight)` (no bias) for x (…, K) and weight (N, K) as a `tn` problem."""
     if x.dtype is not f16 or weight.dtype is not f16:
         return DTYPE
-    if x.device.type != "cuda" or weight.device != x.device:
+    if x.device.type != ACCELERATOR or weight.device != x.device:
         return DEVICE
     if weight.dim() != 2 or x.dim() < 1:
         return LAYOUT

@@ -347,7 +347,7 @@ def _kaas_mm(a: torch.Tensor, b: torch.Tensor, b_transposed: bool) -> torch.Tens
     """C = A·B with B stored (N, K) when `b_transposed` (layout tn), else (K, N) (nn):
     the kaas kernel when one is prepared for the problem here, else torch."""
     plain = (lambda: torch.matmul(a, b.t())) if b_transposed else (lambda: torch.matmul(a, b))
-    if a.device.type != "cuda" or a.dtype is not F16 or b.dtype is not F16 or not a.is_contiguous() or not b.is_contiguous():
+    if a.device.type != dp.ACCELERATOR or a.dtype is not F16 or b.dtype is not F16 or not a.is_contiguous() or not b.is_contiguous():
         return plain()
     m, k = a.shape
     n = b.shape[0] if b_transposed else b.shape[1]

@@ -2,8 +2,16 @@
 patching and unpatching, the `kaas::mm` custom op (schema, fake tensor, autograd) and
 torch.compile(fullgraph=True) tracing through matmul/linear. Skipped without torch."""
 
+import ctypes
+import sys
+import tempfile
+import threading
 import unittest
 import warnings
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from fixtures import WIN, entry, problem, ptx, write_bundle  # noqa: E402
 
 try:
     import torch
@@ -104,6 +112,129 @@ class TorchCPU(unittest.TestCase):
         model = torch.nn.Linear(16, 4).half()
         self.kt.patch(model)
         self.assertEqual(self.kt.patched(model), [])
+
+
+class FakePrepared:
+    """Stands in for launcher.Prepared on CPU: computes the product of the tensors whose
+    pointers it is given (fp32 accumulate, fp16 out) and writes it at C's address."""
+
+    def __init__(self, layout, tensors):
+        self.layout, self.tensors, self.calls = layout, tensors, []
+
+    def run(self, a, b, c, stream):
+        A, B = self.tensors[a], self.tensors[b]
+        out = (A.float() @ (B.float().t() if self.layout == "tn" else B.float())).half().contiguous()
+        ctypes.memmove(c, out.data_ptr(), out.numel() * 2)
+        self.calls.append((a, b, c, stream))
+
+
+@unittest.skipIf(torch is None, "needs torch (pip install torch)")
+class KernelPathOnCPU(unittest.TestCase):
+    """The kernel branch of matmul/linear/the op/compile, with CPU standing in for CUDA and
+    a fake prepared kernel for tn 8x4x16."""
+
+    KEY = ("tn", 8, 4, 16)
+
+    def setUp(self):
+        import kaas_client.torch as kt
+        from kaas_client import dispatch
+        self.kt, self.dp = kt, dispatch
+        kt.reset()
+        dispatch.ACCELERATOR = "cpu"
+        self.stream = kt._stream
+        kt._stream = lambda index: 0
+        kt._S.classes[None] = kt._S.device_class = "FAKE"  # CPU tensors have device index None
+        torch.manual_seed(0)
+        self.x = (torch.rand(2, 4, 16) * 2 - 1).half()
+        self.w = (torch.rand(4, 16) * 2 - 1).half()
+        self.bias = (torch.rand(4) * 2 - 1).half()
+        self.fake = FakePrepared("tn", {self.x.data_ptr(): self.x, self.w.data_ptr(): self.w})
+        slot = kt._Slot(None)
+        slot.prepared = self.fake
+        kt._S.kernels[self.KEY] = None
+        kt._S.slots[(None, self.KEY)] = slot
+
+    def tearDown(self):
+        self.dp.ACCELERATOR = "cuda"
+        self.kt._stream = self.stream
+        self.kt.reset()
+        self.kt.set_strict(False)
+
+    def want(self, bias=None):
+        return torch.nn.functional.linear(self.x.float(), self.w.float(), None if bias is None else bias.float())
+
+    def test_linear_and_matmul_launch_the_kernel_and_add_the_bias_after(self):
+        kt = self.kt
+        kt.set_strict(True)  # a fallback would raise
+        y = kt.linear(self.x, self.w, self.bias)
+        self.assertEqual(y.shape, (2, 4, 4))
+        self.assertLess(float((y.float() - self.want(self.bias)).abs().max()), 2e-2)
+        z = kt.matmul(self.x, self.w.t())
+        self.assertLess(float((z.float() - self.want()).abs().max()), 1e-2)
+        self.assertEqual(len(self.fake.calls), 2)
+        self.assertEqual(self.fake.calls[0][:2], (self.x.data_ptr(), self.w.data_ptr()))
+
+    def test_a_problem_without_a_kernel_runs_torch_warned_once_or_raises_in_strict(self):
+        from kaas_client.errors import FallbackError
+        x = torch.rand(3, 16).half()
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            self.kt.linear(x, self.w)
+            self.kt.linear(x, self.w)
+        self.assertEqual([str(m.message).count("tn 3x4x16") for m in w], [1])
+        self.kt.set_strict(True)
+        with self.assertRaises(FallbackError) as cm:
+            self.kt.linear(x, self.w)
+        self.assertEqual(cm.exception.reason, "no_kernel")
+        self.assertEqual(self.fake.calls, [])
+
+    def test_with_grad_the_kernel_runs_through_the_op_and_gradients_are_torchs(self):
+        w = self.w.clone().requires_grad_()
+        self.fake.tensors[w.data_ptr()] = w.detach()
+        self.kt.linear(self.x, w).float().sum().backward()
+        self.assertEqual(len(self.fake.calls), 1)
+        g = w.grad.clone()
+        w.grad = None
+        torch.nn.functional.linear(self.x, w).float().sum().backward()
+        self.assertTrue(torch.allclose(g, w.grad))
+
+    def test_compile_fullgraph_puts_the_op_in_the_graph_and_runs_the_kernel(self):
+        kt, seen = self.kt, []
+
+        def backend(gm, inputs):
+            seen.extend(str(n.target) for n in gm.graph.nodes if "kaas" in str(n.target))
+            return gm.forward
+
+        torch._dynamo.reset()
+        y = torch.compile(lambda x: kt.linear(x, self.w, self.bias), fullgraph=True, backend=backend)(self.x)
+        torch._dynamo.reset()
+        self.assertEqual(len(seen), 1)
+        self.assertEqual(len(self.fake.calls), 1)
+        self.assertLess(float((y.float() - self.want(self.bias)).abs().max()), 2e-2)
+
+    def test_use_a_lock_matches_the_device_class(self):
+        from kaas_client import lock as make_lock
+        from kaas_client.errors import LockError
+        kt, tmp = self.kt, Path(tempfile.mkdtemp())
+        text, p = ptx("k_lock"), problem(m=8, n=4, k=16)
+        bundle = write_bundle(tmp / "kernels", [entry(text, p, speedups=WIN, entry_name="k_lock")], [], [text])
+        make_lock(["tn/8x4x16", "tn/9x4x16"], source=str(bundle), device_class="H100-SXM", path=tmp / "kaas.lock", cache=tmp / "c")
+        saved = torch.cuda.get_device_capability, torch.cuda.get_device_name
+        torch.cuda.get_device_capability, torch.cuda.get_device_name = (lambda i=None: (9, 0)), (lambda i=None: "NVIDIA H100 80GB HBM3")
+        try:
+            kt.reset()
+            self.assertEqual(kt.use(lock=tmp / "kaas.lock", cache=tmp / "c", device=0), 1)
+            self.assertEqual(kt.problems(), [self.KEY])
+            kt.reset()
+            with warnings.catch_warnings(record=True) as w:
+                warnings.simplefilter("always")
+                self.assertEqual(kt.use(lock=tmp / "kaas.lock", cache=tmp / "c", device=0, device_class="H200"), 0)
+            self.assertIn("resolved for H100-SXM", str(w[0].message))
+            kt.reset()
+            with self.assertRaisesRegex(LockError, "this GPU .* is H200"):
+                kt.use(lock=tmp / "kaas.lock", cache=tmp / "c", device=0, device_class="H200", strict=True)
+        finally:
+            torch.cuda.get_device_capability, torch.cuda.get_device_name = saved
 
 
 if __name__ == "__main__":
