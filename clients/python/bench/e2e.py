@@ -37,6 +37,8 @@ import torch.nn.functional as F  # noqa: E402
 from torch import nn  # noqa: E402
 
 import kaas_client.torch as kt  # noqa: E402
+from kaas_client.errors import KaasError  # noqa: E402
+from kaas_client.kernel import import_driver  # noqa: E402
 from kaas_client.models import MODELS, ModelConfig  # noqa: E402
 
 DEFAULT_MODELS = "llama-3.1-8b,qwen2.5-7b,mistral-7b,llama-3.2-1b"
@@ -123,7 +125,6 @@ def bench_gemms(cfg: ModelConfig, tokens: int, reps: int) -> list:
         rows.append({"model": cfg.name, "tokens": tokens, "m": tokens, "n": n, "k": k, "kaas": key in have,
                      "torch_us": plain, "patched_us": patched, "speedup": plain / patched,
                      "max_abs_diff_vs_torch": err})
-        del x, w
     return rows
 
 
@@ -195,6 +196,11 @@ def main() -> int:
     args = ap.parse_args()
     out = Path(os.environ.get("OUT", "out"))
     out.mkdir(parents=True, exist_ok=True)
+    try:
+        import_driver()
+    except KaasError as e:
+        print(f"{e}\n(e.g. pip install --no-deps cuda_bindings-13.0.3-cp312-*.whl cuda_pathfinder-1.9.1-py3-none-any.whl)")
+        return 2
     warnings.simplefilter("ignore", kt.KaasFallbackWarning)  # problems without a kernel are expected here
     t0 = time.perf_counter()
     n = kt.use(lock=args.lock, device_class=args.device_class) if args.lock else kt.use(bundle=args.bundle, device_class=args.device_class)

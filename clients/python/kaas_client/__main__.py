@@ -6,10 +6,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
+from typing import Optional
 
 from . import Kernel, KaasError, NoKernelError, pull
 from .errors import run_cli
+from .kernel import CheckResult
 from .catalog import has_index
 from .manifest import Problem, parse_shape
 
@@ -43,7 +44,7 @@ def cmd_pull(args) -> int:
 
 
 def cmd_check(args) -> int:
-    rows = []
+    rows: list[tuple[str, Optional[CheckResult]]] = []
     for kernel in _kernels(args.dir, args.problem, args.device_class):
         try:
             kernel.load(args.gpu)

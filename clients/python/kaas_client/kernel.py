@@ -15,6 +15,7 @@ from typing import Optional
 
 from .errors import CudaError, IntegrityError, KaasError, LaunchError, ManifestError
 from .manifest import (
+    Launch,
     Manifest,
     Problem,
     TensorMapRequest,
@@ -122,7 +123,7 @@ def encode_tensor_map(driver: Driver, req: TensorMapRequest) -> bytes:
 @dataclass
 class _Prepared:
     function: object
-    launch: object  # manifest.Launch
+    launch: Launch
 
 
 class Loaded:
@@ -192,7 +193,7 @@ class Loaded:
         cu = self.driver.cu
         if not hasattr(cu, "cuFuncGetParamInfo"):
             return None
-        sizes = []
+        sizes: list[int] = []
         for i in range(4096):
             err, *rest = cu.cuFuncGetParamInfo(function, i)
             if err == cu.CUresult.CUDA_ERROR_INVALID_VALUE:
@@ -419,6 +420,7 @@ class Kernel:
         torch = _torch()
         if self._loaded is None or (device is not None and _ordinal_of(device) != self._loaded.ordinal):
             self.load(0 if device is None else device)
+        assert self._loaded is not None
         p, dev = self.problem, torch.device("cuda", self._loaded.ordinal)
         gen = torch.Generator(device=dev).manual_seed(seed)
         rand = lambda shape: torch.rand(shape, generator=gen, device=dev)  # noqa: E731

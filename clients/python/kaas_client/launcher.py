@@ -87,6 +87,8 @@ def libcuda() -> Any:
         lib.cuLaunchKernelEx.restype = i
         lib.cuCtxSetCurrent.argtypes = [vp]
         lib.cuCtxSetCurrent.restype = i
+        lib.cuCtxGetCurrent.argtypes = [ctypes.POINTER(vp)]
+        lib.cuCtxGetCurrent.restype = i
         u32p, u64p = ctypes.POINTER(ctypes.c_uint32), ctypes.POINTER(ctypes.c_uint64)
         lib.cuTensorMapEncodeTiled.argtypes = [vp, i, ctypes.c_uint32, vp, u64p, u64p, u32p, u32p, i, i, i, i]
         lib.cuTensorMapEncodeTiled.restype = i
@@ -214,8 +216,10 @@ class Prepared:
     than writing changed pointers (and re-encoding their tensor maps) and the launches.
 
     `functions` are the CUfunction handles in launch order (from `Loaded.launches`);
-    `context` the primary context's handle, made current before launching (other
-    threads may have none current); `workspace` a device address of at least the
+    `context` the primary context's handle: where another is current (torch's current
+    device is another GPU) it is made current for the launches and the other one
+    restored, since torch reads its current device from the current context; where
+    none is (a fresh thread), it is made current and left so; `workspace` a device address of at least the
     manifest's `workspace_bytes`, zeroed, or 0 when it asks for none."""
 
     def __init__(self, manifest: Any, functions: list, context: int, workspace: int = 0, lib: Any = None):
@@ -225,6 +229,8 @@ class Prepared:
             raise LaunchError(f"{self.problem}: the kernel needs a {manifest.workspace_bytes}-byte workspace")
         self.context = context
         self.launches = [_Launch(self.lib, f, l, self.problem, workspace) for f, l in zip(functions, manifest.launches)]
+        self._current = ctypes.c_void_p()
+        self._current_ref = ctypes.byref(self._current)
         self._last = (0, 0, 0)
         self._pointers = {"A": 0, "B": 0, "C": 0}
         self.encodes = 0  # tensor-map encodes so far (what the tests watch)
@@ -242,11 +248,20 @@ class Prepared:
         last = self._last
         if a != last[0] or b != last[1] or c != last[2]:
             self._repoint(a, b, c)
-        rc = self.lib.cuCtxSetCurrent(self.context)
-        if rc:
-            _check(self.lib, rc, "cuCtxSetCurrent")
-        for launch in self.launches:
-            launch(stream)
+        lib = self.lib
+        _check(lib, lib.cuCtxGetCurrent(self._current_ref), "cuCtxGetCurrent")
+        previous = self._current.value
+        if previous == self.context:
+            for launch in self.launches:
+                launch(stream)
+            return
+        _check(lib, lib.cuCtxSetCurrent(self.context), "cuCtxSetCurrent")
+        try:
+            for launch in self.launches:
+                launch(stream)
+        finally:
+            if previous:
+                _check(lib, lib.cuCtxSetCurrent(previous), "cuCtxSetCurrent (restoring the caller's context)")
 
     def _repoint(self, a: int, b: int, c: int) -> None:
         self._last = (0, 0, 0)  # a failed encode must not leave a half-updated state trusted

@@ -196,7 +196,7 @@ def resolve(problems: Iterable[Problem], source: str, device_class: Optional[str
                 from .remote import pull
                 kernel = pull(str(source), device=device_class, m=p.m, n=p.n, k=p.k, acc=p.acc, layout=p.layout, arch=p.arch, timeout=timeout)
                 view = kernel.view or {}
-                dc, speedups, name = view.get("device_class"), graph_speedups(view), view.get("name", "")
+                dc, speedups, name = str(view.get("device_class") or ""), graph_speedups(view), view.get("name", "")
         except NoKernelError as e:
             lock.fallback.append({"problem": p.path, "code": e.code, "use_instead": e.use_instead})
             continue

@@ -214,7 +214,8 @@ def _slot(index: int, key: tuple, capturing: Optional[bool] = None) -> Optional[
     with slot.lock:
         if slot.prepared is None:
             k = slot.kernel
-            k.load(index)
+            with torch.cuda.device(index):  # load makes the device's context current; torch's is restored
+                k.load(index)
             ws = 0
             if k.manifest.workspace_bytes:
                 slot.workspace = torch.zeros(k.manifest.workspace_bytes, dtype=torch.uint8, device=torch.device("cuda", index))

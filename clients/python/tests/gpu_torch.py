@@ -44,7 +44,8 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 import kaas_client.torch as kt  # noqa: E402
-from kaas_client.catalog import Catalog  # noqa: E402
+from kaas_client.errors import KaasError  # noqa: E402
+from kaas_client.kernel import import_driver  # noqa: E402
 from kaas_client.errors import FallbackError, IntegrityError  # noqa: E402
 from kaas_client.kernel import tolerance  # noqa: E402
 from kaas_client.locking import Lock, resolve  # noqa: E402
@@ -308,6 +309,11 @@ def main() -> int:
     if not torch.cuda.is_available():
         print("SKIP: no CUDA device")
         return 0
+    try:
+        import_driver()
+    except KaasError as e:
+        print(f"{e}\n(e.g. pip install --no-deps cuda_bindings-13.0.3-cp312-*.whl cuda_pathfinder-1.9.1-py3-none-any.whl)")
+        return 2
     name = torch.cuda.get_device_name()
     t0 = time.perf_counter()
     n = kt.use(bundle=args.bundle, device_class=args.device_class)

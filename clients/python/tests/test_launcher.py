@@ -32,8 +32,8 @@ PLAIN = {
 class FakeLib:
     """The libcuda entry points Prepared calls; records launches with their parameter bytes."""
 
-    def __init__(self, sizes, fail=0):
-        self.sizes, self.fail = sizes, fail
+    def __init__(self, sizes, fail=0, current=0xC7):
+        self.sizes, self.fail, self.current = sizes, fail, current
         self.launches, self.encodes, self.contexts = [], [], []
 
     def _params(self, params):
@@ -57,6 +57,11 @@ class FakeLib:
 
     def cuCtxSetCurrent(self, ctx):
         self.contexts.append(ctx)
+        self.current = ctx
+        return 0
+
+    def cuCtxGetCurrent(self, ref):
+        ref._obj.value = self.current
         return 0
 
     def cuGetErrorName(self, rc, ref):
@@ -89,7 +94,16 @@ class Hot(unittest.TestCase):
         # the geometry the service's launcher uses: A [K, M], B tn [K, N], 128B swizzle, L2 promotion
         self.assertEqual(lib.encodes[0], (0x1000, (512, 128), 1024, (64, 64), 3, 2, 6))
         self.assertEqual(lib.encodes[1], (0x2000, (512, 256), 1024, (64, 128), 3, 3, 6))
-        self.assertEqual(lib.contexts, [0xC7])
+        self.assertEqual(lib.contexts, [])  # the kernel's context is current already: left alone
+
+    def test_another_current_context_is_switched_for_the_launch_and_restored(self):
+        p, lib = prepared(PLAIN, [8, 8, 8, 8, 4], workspace=0x9000)
+        lib.current = 0xD1  # torch's current device is another GPU
+        p.run(0x1000, 0x2000, 0x3000, 0)
+        self.assertEqual((lib.contexts, lib.current, len(lib.launches)), ([0xC7, 0xD1], 0xD1, 1))
+        lib.current = None  # a fresh thread: none current; ours is made current and kept
+        p.run(0x1000, 0x2000, 0x3000, 0)
+        self.assertEqual((lib.contexts[2:], lib.current), ([0xC7], 0xC7))
 
     def test_tensor_maps_are_re_encoded_only_when_their_pointer_changes(self):
         p, lib = prepared(TMA, [128, 128, 8, 4, 4, 4, 4])

@@ -5,7 +5,6 @@ torch.compile(fullgraph=True) tracing through matmul/linear. Skipped without tor
 import ctypes
 import sys
 import tempfile
-import threading
 import unittest
 import warnings
 from pathlib import Path
