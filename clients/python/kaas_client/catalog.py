@@ -219,7 +219,8 @@ class Catalog:
         """The entry the service would serve, or NoKernelError with the code the service
         would answer (`kernel_not_found` or `baseline_faster`) and its `use_instead`."""
         where = "bundle:" + ",".join(str(s) for s in self.sources)
-        candidates = [e for (p, dc), e in self.entries.items() if p == problem and (device is None or dc == device)]
+        classes = [device] if device is not None else sorted({dc for _, dc in self.entries})
+        candidates = [self.entries[(problem, dc)] for dc in classes if (problem, dc) in self.entries]
         candidates.sort(key=lambda e: (graph_median_us(e.record), e.device_class))
         if not candidates:
             use = None

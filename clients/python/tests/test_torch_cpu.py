@@ -107,6 +107,13 @@ class TorchCPU(unittest.TestCase):
         self.assertNotIn("forward", model[0].__dict__)
         self.assertIs(model[2].__dict__["forward"], own)
 
+    def test_lock_traces_a_models_linear_problems(self):
+        from kaas_client.locking import trace_problems
+        model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4)).half()
+        got = [p.path for p in trace_problems(model, torch.rand(2, 3, 16).half())]
+        self.assertEqual(got, ["sm_90/f32/tn/6x32x16", "sm_90/f32/tn/6x4x32"])
+        self.assertEqual(model[0]._forward_pre_hooks, {})  # hooks removed
+
     def test_a_cpu_model_is_left_alone(self):
         model = torch.nn.Linear(16, 4).half()
         self.kt.patch(model)
