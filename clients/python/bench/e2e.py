@@ -164,9 +164,13 @@ def launch_overhead(n_calls: int) -> dict:
     def raw():
         slot.prepared.run(x.data_ptr(), w.data_ptr(), c.data_ptr(), stream)
 
+    w_none = (torch.rand(1000, k, device="cuda") * 2 - 1).half()  # (1000, K): a shape no kernel has
+
     calls = {"torch.matmul": lambda: torch.matmul(x, wt), "F.linear": lambda: F.linear(x, w),
              "kt.matmul": lambda: kt.matmul(x, wt), "kt.linear": lambda: kt.linear(x, w),
-             "Prepared.run (no checks, no alloc)": raw}
+             "Prepared.run (no checks, no alloc)": raw,
+             f"F.linear tn {m}x1000x{k}": lambda: F.linear(x, w_none),
+             f"kt.linear tn {m}x1000x{k} (no kernel: torch)": lambda: kt.linear(x, w_none)}
     out = {"problem": f"tn {m}x{n}x{k}", "us_per_call": {}}
     for name, fn in calls.items():
         for _ in range(200):

@@ -127,8 +127,15 @@ def use(*, lock: Optional[PathLike] = None, bundle: Optional[PathLike] = None, c
             loaded = lk.load(cache)
         source = str(lock)
     else:
-        loaded = {e.problem: e.kernel() for e in Catalog.from_tree(bundle).served(here)}  # type: ignore[arg-type]
+        catalog = Catalog.from_tree(bundle)  # type: ignore[arg-type]
+        loaded = {e.problem: e.kernel() for e in catalog.served(here)}
         source = str(bundle)
+        if not loaded:
+            msg = (f"{bundle} serves no kernel for {here} (cuda:{index}); it has {', '.join(catalog.device_classes()) or 'none'}"
+                   f": torch everywhere")
+            if _S.strict:
+                raise LockError(msg)
+            _warn_once(dp.DEVICE_CLASS, msg)
     cc = torch.cuda.get_device_capability(index)
     for p, k in loaded.items():
         if p.acc == "f32" and p.runs_on(cc):  # torch's fp16 matmul accumulates in fp32
@@ -203,6 +210,7 @@ def _slot(index: int, key: tuple, capturing: Optional[bool] = None) -> Optional[
     if kernel is None:
         return None
     if _S.device_class != _device_class(index):
+        _fallback(dp.DEVICE_CLASS, f"cuda:{index} is {_device_class(index)}, the kernels are for {_S.device_class}")
         return None
     if capturing is None:
         capturing = torch.cuda.is_current_stream_capturing()
@@ -401,17 +409,26 @@ def _eligible(m: Any) -> bool:
     return isinstance(m, torch.nn.Linear) and isinstance(w, torch.Tensor) and w.dtype is F16 and w.is_cuda
 
 
+def _shapes() -> set:
+    """(N, K) of every loaded kernel: a layer of another shape can never use one."""
+    return {(key[2], key[3]) for key in _S.kernels}
+
+
 def _linear_forward(self: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
     return linear(x, self.weight, self.bias)
 
 
-def patch(model: torch.nn.Module, *, prepare_kernels: bool = True) -> torch.nn.Module:
-    """Makes every fp16 CUDA `nn.Linear` in `model` run `linear` (the instance's forward
-    is replaced; the class is untouched) and, unless `prepare_kernels=False`, prepares
-    now every loaded kernel whose (N, K) one of them has. Returns the model."""
+def patch(model: torch.nn.Module, *, prepare_kernels: bool = True, every_layer: bool = False) -> torch.nn.Module:
+    """Makes every eligible `nn.Linear` in `model` run `linear` (the instance's forward is
+    replaced; the class is untouched) and, unless `prepare_kernels=False`, prepares now
+    every loaded kernel whose (N, K) one of them has. Eligible: fp16 weights on CUDA and
+    -- unless `every_layer=True` -- an (out_features, in_features) that some loaded kernel
+    has, so that layers no kernel can serve keep torch's forward and pay nothing (call
+    `use` first). Returns the model."""
     shapes = {}
+    served = _shapes()
     for m in model.modules():
-        if _eligible(m) and not hasattr(m, "_kaas_patched"):
+        if _eligible(m) and not hasattr(m, "_kaas_patched") and (every_layer or (m.out_features, m.in_features) in served):
             m._kaas_patched = m.__dict__.get("forward")  # type: ignore[assignment]  # an instance override to restore
             m.forward = types.MethodType(_linear_forward, m)  # type: ignore[method-assign]
             shapes[(m.out_features, m.in_features)] = m.weight.device

@@ -94,10 +94,14 @@ class TorchCPU(unittest.TestCase):
         want = model(x)
         eligible = kt._eligible
         kt._eligible = lambda m: isinstance(m, torch.nn.Linear) and m.weight.dtype is torch.float16  # CPU stands in
+        kt._S.kernels[("tn", 8, 32, 16)] = None  # a kernel of layer 0's shape (never run here)
         try:
             kt.patch(model, prepare_kernels=False)
+            self.assertEqual(kt.patched(model), ["0"])  # layer 2's shape has no kernel: left alone
+            kt.patch(model, prepare_kernels=False, every_layer=True)
         finally:
             kt._eligible = eligible
+            kt.reset()
         self.assertEqual(kt.patched(model), ["0", "2"])
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
