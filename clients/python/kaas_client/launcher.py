@@ -249,7 +249,9 @@ class Prepared:
         if a != last[0] or b != last[1] or c != last[2]:
             self._repoint(a, b, c)
         lib = self.lib
-        _check(lib, lib.cuCtxGetCurrent(self._current_ref), "cuCtxGetCurrent")
+        rc = lib.cuCtxGetCurrent(self._current_ref)
+        if rc:
+            _check(lib, rc, "cuCtxGetCurrent")
         previous = self._current.value
         if previous == self.context:
             for launch in self.launches:

@@ -331,7 +331,9 @@ def _has_kernel_impl(index: int, key: tuple) -> bool:
     return key in _S.kernels and _S.device_class == _device_class(index)
 
 
-_has_kernel = torch.compiler.assume_constant_result(_has_kernel_impl)
+# Traced as a constant: the kernel table is fixed while a graph runs (call `use` before compiling).
+_has_kernel = getattr(torch.compiler, "assume_constant_result", None) or torch._dynamo.assume_constant_result
+_has_kernel = _has_kernel(_has_kernel_impl)
 
 
 def _traced(plan: Any, a: torch.Tensor, b: torch.Tensor, bias: Optional[torch.Tensor], plain: Any) -> torch.Tensor:
