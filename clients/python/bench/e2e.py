@@ -39,7 +39,7 @@ from torch import nn  # noqa: E402
 import kaas_client.torch as kt  # noqa: E402
 from kaas_client.errors import KaasError  # noqa: E402
 from kaas_client.kernel import import_driver  # noqa: E402
-from kaas_client.models import MODELS, ModelConfig  # noqa: E402
+from kaas_client.models import MODELS, ModelConfig, model as model_config  # noqa: E402
 
 DEFAULT_MODELS = "llama-3.1-8b,qwen2.5-7b,mistral-7b,llama-3.2-1b"
 
@@ -211,11 +211,14 @@ def main() -> int:
     name = torch.cuda.get_device_name()
     print(f"{name} as {kt.status()['device_class']}: {n} kernels from {args.lock or args.bundle} "
           f"({time.perf_counter() - t0:.1f} s); torch {torch.__version__}", flush=True)
+    if n == 0:
+        print("no kernels for this device class: pass --device-class H100-SXM to run the H100 catalog here")
+        return 1
     tokens = [("decode", int(t)) for t in args.decode.split(",") if t] + [("prefill", int(t)) for t in args.prefill.split(",") if t]
     reps_small, reps_big = (7, 3) if args.quick else (25, 9)
     layers, gemms = [], []
     for model_name in args.models.split(","):
-        cfg = MODELS[model_name]
+        cfg = model_config(model_name)
         torch.manual_seed(0)
         layer = DecoderLayer(cfg).half().cuda()
         with torch.no_grad():
