@@ -24,8 +24,9 @@ autograd formula computed with torch, so training graphs work too).
 Bias: `linear` adds the bias after the GEMM (one fp16 add), where cuBLASLt fuses it in the
 fp32 epilogue; results differ from `F.linear` by at most one fp16 rounding.
 
-Concurrency: one prepared kernel has one workspace; do not run the same problem on two
-streams at once (kernels with no workspace, most of them, have no such limit).
+Concurrency: one prepared kernel has one parameter buffer and one workspace per device:
+do not run the same problem from two threads at once, nor, for a kernel with a workspace,
+on two streams at once.
 """
 
 from __future__ import annotations
