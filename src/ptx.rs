@@ -278,6 +278,10 @@ pub enum StaticError {
     Ptxas { log: String },
     #[error("launch {launch}: {message}")]
     DeviceLimit { launch: usize, message: String },
+    #[error(
+        "line {line}: `{opcode}` uses the module-scope `.global` variable `{name}` other than by loading it; a kernel may not keep state in module memory between launches (state that outlives a launch lets a kernel behave differently when it is timed than when it is verified). Tables belong in `.const` (`__constant__`), scratch in the manifest's workspace"
+    )]
+    ModuleState { line: u32, name: String, opcode: String },
 }
 
 /// Checks size and encoding, then parses the module header and entry signatures.
@@ -289,7 +293,87 @@ pub fn parse(bytes: &[u8], limits: &StaticLimits) -> Result<PtxInfo, StaticError
     if let Some(offset) = bytes.iter().position(|&b| b == 0) {
         return Err(StaticError::NulByte { offset });
     }
-    Parser::new(text).module()
+    let info = Parser::new(text).module()?;
+    check_module_state(text)?;
+    Ok(info)
+}
+
+/// Refuses module-scope `.global` variables that the kernels may write.
+///
+/// Invariant: the only device memory a verified kernel can change between launches is C
+/// and its workspace, both of which the verifier and the timed-sequence check control
+/// (poison, perturbation, zeroing). A module-scope `.global` variable would be memory no
+/// one checks: a flag "already computed", a cache, the time of the previous launch. So
+/// such a variable may appear only as the address of a load (`ld`, `ldu`); any other use
+/// — a store, an atomic, or taking its address into a register (`mov`, `cvta`), through
+/// which it could be written — is refused, as is an initializer naming another symbol.
+/// Read-only tables that the compiler leaves in `.global` (unreferenced constants, a
+/// table loaded at a fixed offset) still pass.
+fn check_module_state(text: &str) -> Result<(), StaticError> {
+    // Cheap pre-test: most kernels declare no module-scope `.global` variable at all.
+    let declares = text.lines().any(|l| {
+        let l = l.trim_start();
+        l.starts_with(".global") || ((l.starts_with(".visible") || l.starts_with(".weak")) && l.contains(".global"))
+    });
+    if !declares {
+        return Ok(());
+    }
+    let mut lexer = Lexer::new(text);
+    let mut globals: Vec<&str> = Vec::new();
+    let mut depth = 0u32;
+    // The statement being read inside a body: its first word (the opcode, after any
+    // `@%p` guard) and the global it names, if any.
+    let mut opcode: Option<&str> = None;
+    let mut named: Option<(&str, u32)> = None;
+    let mut guard = false;
+    while let Some(Token { tok, line }) = lexer.next_token()? {
+        match tok {
+            // Braces open and close scopes only between statements; inside one they
+            // group a vector operand (`st.global.v2.u32 [x], {%r1, %r2};`).
+            Tok::Punct('{') if opcode.is_none() => depth += 1,
+            Tok::Punct('}') if opcode.is_none() => depth = depth.saturating_sub(1),
+            Tok::Word(".global") if depth == 0 => {
+                // `.global [.align N] .type name[dims] [= initializer];`
+                let mut name: Option<&str> = None;
+                let mut in_initializer = false;
+                while let Some(Token { tok, line }) = lexer.next_token()? {
+                    match tok {
+                        Tok::Punct(';') => break,
+                        Tok::Punct('=') => in_initializer = true,
+                        Tok::Word(w) if !w.starts_with('.') && !w.starts_with('%') && w != "generic" => {
+                            if in_initializer {
+                                return Err(StaticError::ModuleState { line, name: w.to_string(), opcode: format!("the initializer of `{}`", name.unwrap_or("?")) });
+                            }
+                            name.get_or_insert(w);
+                        }
+                        _ => {}
+                    }
+                }
+                globals.extend(name);
+            }
+            _ if depth == 0 => {}
+            Tok::Punct(';' | ':') => {
+                if let (Some((name, line)), Some(op)) = (named, opcode)
+                    && !(op == "ld" || op.starts_with("ld.") || op.starts_with("ldu"))
+                {
+                    return Err(StaticError::ModuleState { line, name: name.to_string(), opcode: op.to_string() });
+                }
+                (opcode, named, guard) = (None, None, false);
+            }
+            Tok::Punct('@') if opcode.is_none() => guard = true,
+            Tok::Word(w) if opcode.is_none() => {
+                // The word after `@` is the guard predicate (`@%p1`, `@!%p1`).
+                if guard {
+                    guard = false;
+                } else {
+                    opcode = Some(w);
+                }
+            }
+            Tok::Word(w) if named.is_none() && globals.contains(&w) => named = Some((w, line)),
+            _ => {}
+        }
+    }
+    Ok(())
 }
 
 /// Checks a parsed module against the manifest that will launch it, with the
@@ -1115,5 +1199,44 @@ mod tests {
         let info = parse_ok(text);
         assert_eq!(info.entries.len(), 1);
         assert!(info.entries[0].defined);
+    }
+
+    /// A module with one module-scope variable and `body` as its kernel's body.
+    fn with_global(decl: &str, body: &str) -> String {
+        format!(".version 8.0\n.target sm_90\n.address_size 64\n{decl}\n.visible .entry k(.param .u64 a)\n{{\n\t.reg .b64 %rd<4>;\n\t.reg .b32 %r<4>;\n\t.reg .pred %p<2>;\n{body}\n\tret;\n}}\n")
+    }
+
+    #[test]
+    fn module_variables_may_be_loaded_but_never_written_or_addressed() {
+        let decl = ".global .align 4 .u32 kaas_done[64];";
+        // Loads are fine, so are constants the compiler left in `.global` unused.
+        for body in ["\tld.global.u32 %r1, [kaas_done+8];", "\t@%p1 ld.global.nc.u32 %r1, [kaas_done];", "\tmov.u32 %r1, 0;"] {
+            parse_ok(&with_global(decl, body));
+        }
+        parse_ok(&with_global(".global .align 4 .u32 BK = 64;", "\tmov.u32 %r1, 1;"));
+        // Writes, atomics, and taking the address (through which it could be written).
+        for (body, op) in [
+            ("\tst.global.u32 [kaas_done+4], %r1;", "st.global.u32"),
+            ("\t@%p1 st.global.u32 [kaas_done], %r1;", "st.global.u32"),
+            ("\t@!%p1 atom.global.add.u32 %r1, [kaas_done], 1;", "atom.global.add.u32"),
+            ("\tred.global.max.u32 [kaas_done], %r1;", "red.global.max.u32"),
+            ("\tmov.u64 %rd1, kaas_done;", "mov.u64"),
+            ("\tcvta.global.u64 %rd1, kaas_done;", "cvta.global.u64"),
+            ("\tst.global.v2.u32 [kaas_done], {%r1, %r2};", "st.global.v2.u32"),
+        ] {
+            match parse(with_global(decl, body).as_bytes(), &StaticLimits::default()) {
+                Err(StaticError::ModuleState { name, opcode, line }) => {
+                    assert_eq!((name.as_str(), opcode.as_str(), line), ("kaas_done", op, 10), "{body}");
+                }
+                other => panic!("{body}: {other:?}"),
+            }
+        }
+        // A vector operand's braces do not end the statement early.
+        let vector = with_global(decl, "\tmov.b64 {%r1, %r2}, %rd1;\n\tst.global.u32 [kaas_done], %r1;");
+        assert!(matches!(parse(vector.as_bytes(), &StaticLimits::default()), Err(StaticError::ModuleState { line: 11, .. })));
+        // An initializer that stores another variable's address.
+        let alias = with_global(".global .align 4 .u32 x[4];\n.global .align 8 .u64 p = generic(x);", "\tmov.u32 %r1, 0;");
+        let e = parse(alias.as_bytes(), &StaticLimits::default()).expect_err("an address in an initializer");
+        assert!(e.to_string().contains("module-scope `.global` variable"), "{e}");
     }
 }

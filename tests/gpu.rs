@@ -720,20 +720,46 @@ struct Suspect {
     /// Extra rows of blocks beyond what C needs.
     extra_grid_rows: u32,
     split_k: u32,
+    /// Workspace bytes per output of C, and beside that; passed as a last parameter
+    /// when not zero.
+    workspace: (u64, u64),
+    /// Whether the job also asks for the benchmark (the timed-sequence check runs there).
+    bench: bool,
+    /// M, N, K, when not [`hostile_problem`]'s.
+    shape: Option<(u32, u32, u32)>,
     expect: &'static [Verdict],
 }
 
+const fn suspect(name: &'static str, source: &'static str, entry: &'static str, expect: &'static [Verdict]) -> Suspect {
+    Suspect { name, source, entry, acc: Acc::F32, extra_grid_rows: 0, split_k: 1, workspace: (0, 0), bench: false, shape: None, expect }
+}
+
+/// Verdicts that count as catching a race between blocks: the race stage's, or a wrong
+/// output that already shows on an idle GPU.
+const RACE_CAUGHT: &[Verdict] = &[Verdict::ScheduleDependent, Verdict::ExactMismatch, Verdict::NonFinite, Verdict::UnwrittenOutput];
+
 const SUSPECTS: &[Suspect] = &[
-    Suspect { name: "hang", source: include_str!("kernels/hostile/hang.cu"), entry: "kaas_hang", acc: Acc::F32, extra_grid_rows: 0, split_k: 1, expect: &[Verdict::Timeout] },
-    Suspect { name: "oob_write", source: include_str!("kernels/hostile/oob_write.cu"), entry: "kaas_oob_write", acc: Acc::F32, extra_grid_rows: 0, split_k: 1, expect: &[Verdict::OutOfBoundsWrite] },
-    Suspect { name: "partial_c", source: include_str!("kernels/hostile/partial_c.cu"), entry: "kaas_partial_c", acc: Acc::F32, extra_grid_rows: 0, split_k: 1, expect: &[Verdict::UnwrittenOutput] },
-    Suspect { name: "modify_a", source: include_str!("kernels/hostile/modify_a.cu"), entry: "kaas_modify_a", acc: Acc::F32, extra_grid_rows: 0, split_k: 1, expect: &[Verdict::InputModified] },
-    Suspect { name: "cached", source: include_str!("kernels/hostile/cached.cu"), entry: "kaas_cached", acc: Acc::F32, extra_grid_rows: 0, split_k: 1, expect: &[Verdict::ExactMismatch] },
-    Suspect { name: "first_launch_only", source: include_str!("kernels/hostile/first_launch_only.cu"), entry: "kaas_first_launch_only", acc: Acc::F32, extra_grid_rows: 0, split_k: 1, expect: &[Verdict::UnwrittenOutput] },
-    Suspect { name: "fp16_accumulate", source: include_str!("kernels/hostile/fp16_accumulate.cu"), entry: "kaas_fp16_accumulate", acc: Acc::F32, extra_grid_rows: 0, split_k: 1, expect: &[Verdict::DeviationExceeded] },
-    Suspect { name: "splitk_race", source: include_str!("kernels/hostile/splitk_race.cu"), entry: "kaas_splitk_race", acc: Acc::F32, extra_grid_rows: 0, split_k: 2, expect: &[Verdict::NonFinite, Verdict::ExactMismatch] },
-    Suspect { name: "unguarded_grid", source: include_str!("kernels/hostile/unguarded_grid.cu"), entry: "kaas_unguarded_grid", acc: Acc::F32, extra_grid_rows: 2, split_k: 1, expect: &[Verdict::OutOfBoundsWrite] },
-    Suspect { name: "correct_naive", source: include_str!("kernels/hostile/correct_naive.cu"), entry: "kaas_naive", acc: Acc::F32, extra_grid_rows: 0, split_k: 1, expect: &[Verdict::Pass] },
+    suspect("hang", include_str!("kernels/hostile/hang.cu"), "kaas_hang", &[Verdict::Timeout]),
+    suspect("oob_write", include_str!("kernels/hostile/oob_write.cu"), "kaas_oob_write", &[Verdict::OutOfBoundsWrite]),
+    suspect("partial_c", include_str!("kernels/hostile/partial_c.cu"), "kaas_partial_c", &[Verdict::UnwrittenOutput]),
+    suspect("modify_a", include_str!("kernels/hostile/modify_a.cu"), "kaas_modify_a", &[Verdict::InputModified]),
+    suspect("cached", include_str!("kernels/hostile/cached.cu"), "kaas_cached", &[Verdict::StaticInvalid]),
+    Suspect { workspace: (10, 0), ..suspect("cached_ws", include_str!("kernels/hostile/cached_ws.cu"), "kaas_cached_ws", &[Verdict::ExactMismatch]) },
+    suspect("first_launch_only", include_str!("kernels/hostile/first_launch_only.cu"), "kaas_first_launch_only", &[Verdict::StaticInvalid]),
+    Suspect { workspace: (4, 0), ..suspect("first_launch_only_ws", include_str!("kernels/hostile/first_launch_only_ws.cu"), "kaas_first_launch_only_ws", &[Verdict::UnwrittenOutput]) },
+    suspect("fp16_accumulate", include_str!("kernels/hostile/fp16_accumulate.cu"), "kaas_fp16_accumulate", &[Verdict::DeviationExceeded]),
+    Suspect { split_k: 2, ..suspect("splitk_race", include_str!("kernels/hostile/splitk_race.cu"), "kaas_splitk_race", RACE_CAUGHT) },
+    Suspect { split_k: 2, ..suspect("splitk_late_read", include_str!("kernels/hostile/splitk_late_read.cu"), "kaas_splitk_late_read", RACE_CAUGHT) },
+    Suspect { split_k: 4, ..suspect("splitk_chain", include_str!("kernels/hostile/splitk_chain.cu"), "kaas_splitk_chain", RACE_CAUGHT) },
+    Suspect { extra_grid_rows: 2, ..suspect("unguarded_grid", include_str!("kernels/hostile/unguarded_grid.cu"), "kaas_unguarded_grid", &[Verdict::OutOfBoundsWrite]) },
+    suspect("timer_skip_global", include_str!("kernels/hostile/timer_skip_global.cu"), "kaas_timer_skip_global", &[Verdict::StaticInvalid]),
+    // A small problem, so that the benchmark launches it many times back to back.
+    Suspect { workspace: (0, 32), bench: true, shape: Some((128, 128, 512)), ..suspect("timer_skip", include_str!("kernels/hostile/timer_skip.cu"), "kaas_timer_skip", &[Verdict::TimingDependent]) },
+    Suspect { bench: true, ..suspect("poison_reader", include_str!("kernels/hostile/poison_reader.cu"), "kaas_poison_reader", &[Verdict::TimingDependent, Verdict::Unstable]) },
+    // Correct controls: a plain kernel, and atomic split-K, through the race stage and
+    // the benchmark's timed-sequence check.
+    Suspect { bench: true, ..suspect("correct_naive", include_str!("kernels/hostile/correct_naive.cu"), "kaas_naive", &[Verdict::Pass]) },
+    Suspect { split_k: 4, workspace: (8, 0), bench: true, ..suspect("splitk_atomic", include_str!("kernels/hostile/splitk_atomic.cu"), "kaas_splitk_atomic", &[Verdict::Pass]) },
 ];
 
 /// The manifest of a hostile kernel: block 16×16, one thread per output.
@@ -753,11 +779,25 @@ fn naive_manifest(p: &Problem, entry: &str, extra_grid_rows: u32, split_k: u32) 
     }
 }
 
+/// A short benchmark: enough for the timed-sequence check, which runs after it.
+fn short_bench() -> serde_json::Value {
+    serde_json::json!({"modes": ["graph", "offline"], "budget_ms": 300, "sets": 3, "autotune_max": 8})
+}
+
 fn suspect_job(s: &Suspect) -> Result<Job, GpuError> {
-    let p = hostile_problem(s.acc, Layout::Tn);
+    let p = match s.shape {
+        Some(shape) => problem(s.acc, Layout::Tn, shape),
+        None => hostile_problem(s.acc, Layout::Tn),
+    };
     let source = format!("{HOSTILE_COMMON}\n{}", s.source);
     let ptx = gpu::nvrtc::compile(&source, &format!("{}.cu", s.name), kernels::SIMPLE_HGEMM_TARGET, &[])?;
-    Ok(Job { ptx, manifest: naive_manifest(&p, s.entry, s.extra_grid_rows, s.split_k), secret_seed: rand::random(), watchdog_ms: None, bench: None })
+    let mut manifest = naive_manifest(&p, s.entry, s.extra_grid_rows, s.split_k);
+    let workspace = s.workspace.0 * p.m as u64 * p.n as u64 + s.workspace.1;
+    if workspace > 0 {
+        manifest.workspace_bytes = workspace;
+        manifest.launches[0].params.push(kaas::manifest::Param::Ptr(kaas::manifest::Buffer::Workspace));
+    }
+    Ok(Job { ptx, manifest, secret_seed: rand::random(), watchdog_ms: None, bench: s.bench.then(short_bench) })
 }
 
 fn simple_job(acc: Acc, layout: Layout) -> Result<Job, GpuError> {
@@ -780,8 +820,9 @@ fn first_line(s: &str, max: usize) -> String {
     if line.chars().count() > max { format!("{}…", line.chars().take(max).collect::<String>()) } else { line.to_string() }
 }
 
-/// Where NVRTC loads (no GPU needed): every hostile kernel compiles and passes the
-/// static checks against its manifest, so the suite tests the later stages.
+/// Where NVRTC loads (no GPU needed): every hostile kernel compiles; those that keep
+/// state in module memory are refused by the static checks, and the others pass them
+/// against their manifests, so the suite tests the later stages.
 #[test]
 fn hostile_kernels_compile_and_match_their_manifests() {
     if let Err(why) = gpu::nvrtc::available() {
@@ -792,7 +833,16 @@ fn hostile_kernels_compile_and_match_their_manifests() {
         let job = suspect_job(s).unwrap_or_else(|e| panic!("{}: {e}", s.name));
         // Limits as the worker would set them for the newest driver.
         let limits = kaas::ptx::StaticLimits { max_version: kaas::harness::max_ptx_version_for_driver("13.0"), ..Default::default() };
-        kaas::ptx::check(job.ptx.as_bytes(), &job.manifest, &limits).unwrap_or_else(|e| panic!("{}: {e}", s.name));
+        let checked = kaas::ptx::check(job.ptx.as_bytes(), &job.manifest, &limits);
+        if s.expect == [Verdict::StaticInvalid] {
+            // Kernels that keep state in module memory are refused before any GPU work.
+            match checked {
+                Err(e @ kaas::ptx::StaticError::ModuleState { .. }) => println!("{}: refused: {e}", s.name),
+                other => panic!("{}: expected the module-state refusal, got {other:?}", s.name),
+            }
+            continue;
+        }
+        checked.unwrap_or_else(|e| panic!("{}: {e}", s.name));
         match kaas::ptx::ptxas::check(&job.ptx, "sm_90") {
             Ok(report) => println!("{}: ptxas: {:?}", s.name, report.entry(s.entry).map(|r| r.registers)),
             Err(kaas::ptx::ptxas::PtxasError::NotAvailable(why)) => println!("{}: ptxas skipped ({why})", s.name),
@@ -866,11 +916,17 @@ fn hostile_kernels_get_their_verdicts_and_the_next_job_still_runs() {
     jobs.push(("broken_body".into(), broken_body_job(), vec![if with_ptxas { Verdict::StaticInvalid } else { Verdict::LoadFailed }]));
     let no_ptxas = cmd.clone().env(kaas::ptx::ptxas::PTXAS_ENV, "/nonexistent/ptxas");
     jobs.push(("broken_body, no ptxas".into(), broken_body_job(), vec![Verdict::LoadFailed]));
-    for s in SUSPECTS {
-        jobs.push((s.name.to_string(), suspect_job(s).unwrap_or_else(|e| panic!("{}: {e}", s.name)), s.expect.to_vec()));
-        if s.name == "hang" {
-            // Right after a hung kernel was abandoned, the GPU serves the next job.
-            jobs.push(("simple after hang".into(), simple_job(Acc::F32, Layout::Tn).expect("compile simple"), vec![Verdict::Pass]));
+    // KAAS_HOSTILE_ROUNDS=N judges the suite N times (each round with fresh seeds); the
+    // hang, which costs its whole watchdog, only in the first.
+    let rounds: usize = std::env::var("KAAS_HOSTILE_ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(1).max(1);
+    for round in 1..=rounds {
+        for s in SUSPECTS.iter().filter(|s| round == 1 || s.name != "hang") {
+            let name = if rounds > 1 { format!("{} (round {round})", s.name) } else { s.name.to_string() };
+            jobs.push((name, suspect_job(s).unwrap_or_else(|e| panic!("{}: {e}", s.name)), s.expect.to_vec()));
+            if s.name == "hang" {
+                // Right after a hung kernel was abandoned, the GPU serves the next job.
+                jobs.push(("simple after hang".into(), simple_job(Acc::F32, Layout::Tn).expect("compile simple"), vec![Verdict::Pass]));
+            }
         }
     }
     jobs.push(("simple f32 tn again".into(), simple_job(Acc::F32, Layout::Tn).expect("compile simple"), vec![Verdict::Pass]));

@@ -174,3 +174,36 @@ extern "C" __global__ void kaas_fp16_chain(const u16 *a, const u16 *b, const u64
         out[s] = __half_as_ushort(__float2half_rn((float)acc));
     }
 }
+
+// Scheduling pressure for the race stage (src/harness/pressure.rs). A block on an SM whose
+// bit is set in `mask` (bit s of mask[s / 64]) spins for `duration_ns` of the global
+// timer, issuing FMAs and shared-memory traffic so that it competes with whatever else
+// runs there; a block on
+// any other SM returns at once. `resident` counts the spinning blocks, so the host knows
+// when the pressure is in place. Launched with most of an SM's shared memory, one block
+// keeps every kernel that needs shared memory off its SM until it ends. The duration is
+// bounded, so a kernel that waits for SMs the hog holds is delayed, never deadlocked.
+extern "C" __global__ void kaas_hog(const u64 *mask, u64 duration_ns, u32 *resident, float *sink) {
+    u32 smid;
+    asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
+    if (smid >= 256 || !((mask[smid >> 6] >> (smid & 63)) & 1)) return;
+    u64 t0, now;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+    if (threadIdx.x == 0) atomicAdd(resident, 1u);
+    // Dependent FMAs load the arithmetic pipes, shared-memory traffic the load/store
+    // path that memory-bound blocks wait on; 32 KiB of the block's shared memory (every
+    // pressure launches with more).
+    extern __shared__ float hog_smem[];
+    volatile float *buf = hog_smem;
+    float x = (float)threadIdx.x, y = 1.0f;
+    now = t0;
+    while (now - t0 < duration_ns) {
+        for (int i = 0; i < 64; ++i) {
+            u32 at = (threadIdx.x * 33u + (u32)i * 97u) & 8191u;
+            buf[at] = fmaf(buf[at], 0.999f, x);
+            x = fmaf(x, 0.999f, y);
+        }
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+    }
+    if (x == 12345.0f) sink[0] = x;  // keeps the arithmetic
+}

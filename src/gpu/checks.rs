@@ -39,11 +39,16 @@ impl Gpu {
         })?;
         Ok(self.checks.get_or_init(|| module))
     }
+
+    /// One of the verifier's kernels.
+    pub(crate) fn check_function(&self, name: &str) -> Result<ffi::Function, GpuError> {
+        self.check_module()?.function(name).map_err(at(name))
+    }
 }
 
 /// Queues one grid-stride kernel over `work` items.
 fn launch(gpu: &Gpu, name: &str, work: u64, args: Vec<Arg>) -> Result<(), GpuError> {
-    let function = gpu.check_module()?.function(name).map_err(at(name))?;
+    let function = gpu.check_function(name)?;
     let most = (gpu.facts().sm_count.max(1) as u64) * 16;
     let blocks = work.div_ceil(THREADS as u64).clamp(1, most) as u32;
     let call = KernelCall::new(function, [blocks, 1, 1], [THREADS, 1, 1], [1, 1, 1], 0, args).map_err(|m| GpuError::refused(name, m))?;
@@ -317,7 +322,7 @@ mod tests {
             std::fs::write(&path, &built).expect("write checks.ptx");
         }
         assert!(built == PTX, "src/gpu/checks.ptx is stale: run `KAAS_WRITE_CHECKS_PTX=1 cargo test the_shipped_ptx_is` and commit it");
-        for entry in ["kaas_fill_binary", "kaas_fill_uniform", "kaas_scan_output", "kaas_compare_exact", "kaas_max_abs_dev", "kaas_fp16_chain"] {
+        for entry in ["kaas_fill_binary", "kaas_fill_uniform", "kaas_scan_output", "kaas_compare_exact", "kaas_max_abs_dev", "kaas_fp16_chain", "kaas_hog"] {
             assert!(PTX.contains(&format!(".entry {entry}(")), "{entry} missing from the PTX");
         }
     }

@@ -13,7 +13,7 @@ use std::rc::Rc;
 
 use cudarc::cublas::sys as cb;
 use cudarc::cublaslt::sys as lt;
-use cudarc::driver::sys as cu;
+pub(crate) use cudarc::driver::sys as cu;
 
 /// A library call that failed: which call, and the status it returned.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -14,6 +14,7 @@ mod ffi;
 mod launch;
 pub mod nvrtc;
 mod operands;
+pub mod pressure;
 mod timing;
 
 use std::cell::OnceCell;
@@ -108,6 +109,9 @@ pub struct Gpu {
     cublas: OnceCell<ffi::Cublas>,
     cublaslt: OnceCell<(ffi::CublasLt, ffi::DeviceMemory)>,
     checks: OnceCell<ffi::Module>,
+    /// A second stream, for work that must run beside the main stream's (the race
+    /// stage's co-running kernel); made on first use.
+    side: OnceCell<ffi::Stream>,
 }
 
 impl fmt::Debug for Gpu {
@@ -130,7 +134,7 @@ impl Gpu {
         let ctx = ffi::Context::primary(ordinal).map_err(at(format!("open device {ordinal}")))?;
         let stream = ffi::Stream::new(&ctx).map_err(at("create stream"))?;
         let facts = read_facts(&ctx, ordinal)?;
-        Ok(Gpu { ctx, stream, facts, cublas: OnceCell::new(), cublaslt: OnceCell::new(), checks: OnceCell::new() })
+        Ok(Gpu { ctx, stream, facts, cublas: OnceCell::new(), cublaslt: OnceCell::new(), checks: OnceCell::new(), side: OnceCell::new() })
     }
 
     pub fn facts(&self) -> &DeviceFacts {
@@ -175,6 +179,14 @@ impl Gpu {
 
     pub(crate) fn stream(&self) -> &ffi::Stream {
         &self.stream
+    }
+
+    pub(crate) fn side_stream(&self) -> Result<&ffi::Stream, GpuError> {
+        if let Some(s) = self.side.get() {
+            return Ok(s);
+        }
+        let s = ffi::Stream::new(&self.ctx).map_err(at("create the side stream"))?;
+        Ok(self.side.get_or_init(|| s))
     }
 
     pub(crate) fn context(&self) -> &Rc<ffi::Context> {

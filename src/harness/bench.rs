@@ -4,8 +4,10 @@
 //! and cuBLASLt autotuned, each in NN and TN, every contender's inputs rotating over
 //! several buffer sets of random fp16 data (DESIGN.md, Benchmark).
 //!
-//! After timing, the output a timed launch left in one buffer set (picked at random) is
-//! re-checked: it must be complete and finite and within the verification's deviation
+//! After timing, launches inside sequences shaped like the timed one are checked
+//! ([`super::sequence`]: a kernel that skips its work when launched back to back gets
+//! `timing_dependent`), and the output a timed launch left in one buffer set (picked at
+//! random) is re-checked: it must be complete and finite and within the verification's deviation
 //! bound, recomputed on that set's inputs from fresh baseline runs and an fp32
 //! reference. A kernel whose timed output fails gets the verdict `unstable`. The same
 //! inputs are also run once more untimed; whether the two outputs are bit-identical is
@@ -21,6 +23,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use super::pipeline::bound_on;
+use super::sequence;
 use super::stages::{StageFailure, cell};
 use super::{Job, RunOutcome};
 use crate::bench::autotune::{self, AutotuneOptions};
@@ -183,11 +186,18 @@ fn run_bench(gpu: &Gpu, job: &Job, settings: &BenchSettings) -> Result<(serde_js
     let candidate = &report.contenders[0];
     drop(contenders);
 
-    // The re-check, on a buffer set picked at random after timing.
+    // The re-check, on a buffer set picked at random after timing (first: the checks
+    // below change the sets' outputs).
     let at = Instant::now();
     let set = rand::random_range(0..sets);
-    let (recheck, failure) = recheck(gpu, job, &cand_ops[set], &prepared[set], set)?;
+    let (recheck, recheck_failure) = recheck(gpu, job, &cand_ops[set], &prepared[set], set)?;
     let recheck_ms = at.elapsed().as_secs_f64() * 1e3;
+
+    // Launches inside a sequence shaped like the timed one must do their work.
+    let at = Instant::now();
+    let (sequence_checks, sequence_failure) = sequence::check_timed_sequences(gpu, job, &cand_ops, &prepared, candidate.launches_per_sample)?;
+    let sequence_ms = at.elapsed().as_secs_f64() * 1e3;
+    let failure = recheck_failure.or(sequence_failure);
 
     let bench = serde_json::json!({
         "timings": candidate.timings,
@@ -202,6 +212,8 @@ fn run_bench(gpu: &Gpu, job: &Job, settings: &BenchSettings) -> Result<(serde_js
         "buffer_sets": sets,
         "settings": settings,
         "recheck": recheck,
+        "sequence_checks": sequence_checks,
+        "sequence_ms": sequence_ms,
         "setup_ms": setup_ms,
         "autotune_ms": autotune_ms,
         "recheck_ms": recheck_ms,

@@ -11,6 +11,7 @@
 pub mod bench;
 pub mod guarded;
 mod pipeline;
+pub mod sequence;
 pub mod run_cmd;
 mod stages;
 

@@ -7,11 +7,12 @@
 //! outputs checked, in that order — so a kernel that writes out of bounds is reported as
 //! such even when its C is also wrong.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::guarded::GuardedOperands;
 use super::stages::{CheckLog, DEVIATION_FULL_MACS, StageFailure, cell, static_checks};
 use super::{Job, RunOutcome};
+use crate::gpu::pressure::{self, Pressure};
 use crate::gpu::{Contender, CublasGemm, DeviceBuffer, Gpu, GpuError, LtGemm, Operands, PreparedManifest, a_len, b_len, c_len, checks};
 use crate::problem::{Layout, Problem};
 use crate::verify::binary::{EXACT_LIMIT, operand_seeds};
@@ -31,6 +32,7 @@ pub const BOUND_LT_ALGOS: usize = 8;
 const LOAD: &str = "load";
 const BINARY: &str = "binary exact test";
 const DEVIATION: &str = "deviation test";
+const RACE: &str = "race stage";
 
 /// Judges `job` on `gpu`. Never panics on input; every failure is a verdict. When the
 /// outcome says `device_lost`, the device is unusable (a launch hung or faulted) and GPU
@@ -134,7 +136,66 @@ impl Run<'_> {
     fn gpu_stages(&mut self, guarded: &GuardedOperands, prepared: &PreparedManifest, inputs: (&DeviceBuffer, &DeviceBuffer)) -> Result<String, StageFailure> {
         let binary = self.binary_stage(guarded, prepared, inputs)?;
         let deviation = self.deviation_stage(guarded, prepared, inputs)?;
-        Ok(format!("passed: static checks, JIT load, {binary}, {deviation}, containment after every run"))
+        let race = self.race_stage(guarded, prepared, inputs)?;
+        Ok(format!("passed: static checks, JIT load, {binary}, {deviation}, {race}, containment after every run"))
+    }
+
+    /// The race stage: binary inputs of a fresh seed, run once on an idle GPU and then
+    /// under each of [`Pressure::stage`] (a co-running kernel that slows or holds SMs, so the
+    /// candidate's blocks are scheduled in another order); every run must give the exact
+    /// counts, so every run agrees with the others too. A kernel whose blocks race (a
+    /// split-K half that reads C before the other half wrote it, a reduction that assumes
+    /// block order) can pass on an idle GPU, where low block indices run first, and fail
+    /// here. Atomic split-K is fine: its sums of whole numbers are exact in any order.
+    fn race_stage(&mut self, guarded: &GuardedOperands, prepared: &PreparedManifest, (a, b): (&DeviceBuffer, &DeviceBuffer)) -> Result<String, StageFailure> {
+        let p = *self.problem();
+        let gpu = self.gpu;
+        let harness = internal(RACE);
+        let seed = rand::random::<u64>();
+        let (sa, sb) = operand_seeds(seed);
+        checks::fill_binary(gpu, a, a_len(&p), sa, binary_density(p.k)).map_err(&harness)?;
+        checks::fill_binary(gpu, b, b_len(&p), sb, binary_density(p.k)).map_err(&harness)?;
+        let counts = checks::exact_counts(gpu, &p, a, b).map_err(&harness)?;
+        spot_check(gpu, &p, (a, b), &counts, ReferenceKind::Counts, derive_seed(seed, 0x7A), RACE)?;
+        let inputs = |what: String| Inputs { a, b, what };
+        let started = Instant::now();
+        self.race_run(guarded, prepared, inputs(format!("fresh seed {seed:#018x}, idle GPU")), &counts, None)?;
+        // The pressure outlasts the candidate's own time several times over, and is
+        // bounded so that a kernel waiting for the SMs it holds is only delayed.
+        let duration = (started.elapsed() * 4 + Duration::from_millis(5)).clamp(Duration::from_millis(10), Duration::from_secs(1));
+        let sms = gpu.facts().sm_count;
+        let pressures = Pressure::stage(derive_seed(seed, 0x4_06));
+        for kind in pressures {
+            let what = format!("fresh seed {seed:#018x}, under {} for {} ms", kind.describe(sms), duration.as_millis());
+            self.race_run(guarded, prepared, inputs(what), &counts, Some((kind, duration)))?;
+        }
+        Ok(format!("race stage (idle and under {} co-running kernels, exact every time)", pressures.len()))
+    }
+
+    fn race_run(&mut self, guarded: &GuardedOperands, prepared: &PreparedManifest, inputs: Inputs, counts: &DeviceBuffer, pressure: Option<(Pressure, Duration)>) -> Result<(), StageFailure> {
+        let p = *self.problem();
+        let (gpu, job) = (self.gpu, self.job);
+        let name = format!("race {}", inputs.what);
+        // A wrong output under pressure, after the same kernel was exact on an idle GPU,
+        // is the race's signature; canary and input violations keep their own verdicts.
+        let raced = |f: StageFailure| match f.verdict {
+            Verdict::UnwrittenOutput | Verdict::NonFinite | Verdict::ExactMismatch if pressure.is_some() => StageFailure::new(
+                Verdict::ScheduleDependent,
+                RACE,
+                format!("{}. The same kernel was exact on an idle GPU: its result depends on how its blocks are scheduled (a race between blocks)", f.message),
+            ),
+            _ => f,
+        };
+        self.log.run(name, || {
+            let applied = launch(gpu, job, guarded, prepared, &inputs, RACE, pressure).map_err(raced)?;
+            let what = &inputs.what;
+            let report = checks::compare_exact(gpu, &guarded.operands().c, counts, c_len(&p), p.n as usize, EXACT_LIMIT).map_err(internal(RACE))?;
+            if let Some(m) = report.first_mismatch {
+                return Err(raced(exact_mismatch(what, &p, &m, &report, RACE)));
+            }
+            let spinning = applied.map(|a| format!("; {} of the co-running kernel's {} blocks seen spinning", a.spinning, a.expected)).unwrap_or_default();
+            Ok(((), format!("{} outputs exact{spinning}", report.checked)))
+        })
     }
 
     /// The binary exact test: fresh seeds and the secret seed, each on new inputs, then
@@ -180,22 +241,11 @@ impl Run<'_> {
         let name = format!("binary {}", inputs.what);
         let (gpu, job) = (self.gpu, self.job);
         self.log.run(name, || {
-            launch(gpu, job, guarded, prepared, &inputs, BINARY)?;
+            launch(gpu, job, guarded, prepared, &inputs, BINARY, None)?;
             let what = &inputs.what;
             let report = checks::compare_exact(gpu, &guarded.operands().c, counts, c_len(&p), p.n as usize, EXACT_LIMIT).map_err(internal(BINARY))?;
             if let Some(m) = report.first_mismatch {
-                return Err(StageFailure::new(
-                    Verdict::ExactMismatch,
-                    BINARY,
-                    format!(
-                        "{what}: {} = {} but the exact value is {} (inputs in {{0,1}}); {} of {} checked outputs are wrong",
-                        cell(m.row as usize * p.n.max(1) as usize + m.col as usize, p.n),
-                        m.got,
-                        m.expected,
-                        report.mismatches,
-                        report.checked
-                    ),
-                ));
+                return Err(exact_mismatch(what, &p, &m, &report, BINARY));
             }
             Ok(((), format!("{} outputs exact (all of C; {} over 2048 skipped)", report.checked, report.over_limit)))
         })
@@ -216,7 +266,7 @@ impl Run<'_> {
         let inputs = Inputs { a, b, what: what.clone() };
         // The candidate first: should it hang, no baseline buffers exist to be freed.
         self.log.run("deviation run", || {
-            launch(gpu, job, guarded, prepared, &inputs, DEVIATION)?;
+            launch(gpu, job, guarded, prepared, &inputs, DEVIATION, None)?;
             Ok(((), format!("{what}: ran, contained")))
         })?;
         self.log.run("deviation bound", || {
@@ -224,11 +274,8 @@ impl Run<'_> {
             let c = &guarded.operands().c;
             let dev = bound.deviation(gpu, c, DEVIATION)?;
             let line = format!(
-                "max |C − fp32 reference| = {:.6} at {} (got {}, reference {}) over all {} outputs; bound {:.6} = worst baseline {:.6} ({}) + half an fp16 ulp {:.6}",
-                dev.max_abs,
-                cell(dev.index, p.n),
-                dev.got,
-                dev.reference as f32,
+                "{} over all {} outputs; bound {:.6} = worst baseline {:.6} ({}) + half an fp16 ulp {:.6}",
+                BoundOn::describe(&dev, p.n),
                 c_len(&p),
                 bound.bound.bound,
                 bound.bound.baseline_max,
@@ -269,6 +316,12 @@ impl BoundOn {
     /// outputs.
     pub fn deviation(&self, gpu: &Gpu, c: &DeviceBuffer, stage: &str) -> Result<checks::Largest, StageFailure> {
         checks::max_abs_deviation(gpu, Some(c), &self.reference, self.outputs).map_err(internal(stage))
+    }
+
+    /// `dev` in words: the largest deviation, where, and the two values there (C has `n`
+    /// columns).
+    pub fn describe(dev: &checks::Largest, n: u32) -> String {
+        format!("max |C − fp32 reference| = {:.6} at {} (got {}, reference {})", dev.max_abs, cell(dev.index, n), dev.got, dev.reference as f32)
     }
 }
 
@@ -312,12 +365,38 @@ fn spot_check(gpu: &Gpu, p: &Problem, (a, b): (&DeviceBuffer, &DeviceBuffer), re
     Ok(())
 }
 
+/// The binary test's failure at its first wrong output.
+fn exact_mismatch(what: &str, p: &Problem, m: &crate::verify::Mismatch, report: &crate::verify::ExactReport, stage: &str) -> StageFailure {
+    StageFailure::new(
+        Verdict::ExactMismatch,
+        stage,
+        format!(
+            "{what}: {} = {} but the exact value is {} (inputs in {{0,1}}); {} of {} checked outputs are wrong",
+            cell(m.row as usize * p.n.max(1) as usize + m.col as usize, p.n),
+            m.got,
+            m.expected,
+            report.mismatches,
+            report.checked
+        ),
+    )
+}
+
 /// Outputs of a reference the host recomputes, besides the four corners.
 const SPOT_CELLS: usize = 12;
 
 /// One launch sequence of the candidate on `inputs`, with every containment check. C
 /// stays on the device, in the guarded buffer.
-fn launch(gpu: &Gpu, job: &Job, guarded: &GuardedOperands, prepared: &PreparedManifest, inputs: &Inputs, stage: &str) -> Result<(), StageFailure> {
+/// With `pressure`, the co-running kernel is started on the side stream (and seen
+/// spinning) before the candidate's launches are queued; what it reported is returned.
+fn launch(
+    gpu: &Gpu,
+    job: &Job,
+    guarded: &GuardedOperands,
+    prepared: &PreparedManifest,
+    inputs: &Inputs,
+    stage: &str,
+    pressure: Option<(Pressure, Duration)>,
+) -> Result<Option<pressure::Applied>, StageFailure> {
     let p = job.manifest.problem;
     let what = &inputs.what;
     let harness = internal(stage);
@@ -326,6 +405,32 @@ fn launch(gpu: &Gpu, job: &Job, guarded: &GuardedOperands, prepared: &PreparedMa
     ops.b.copy_range(gpu, 0, inputs.b, 0, b_len(&p) * 2).map_err(&harness)?;
     guarded.poison_c(gpu).map_err(&harness)?;
     gpu.synchronize().map_err(&harness)?;
+    let hog = match pressure {
+        Some((kind, duration)) => Some(pressure::apply(gpu, kind, duration).map_err(&harness)?),
+        None => None,
+    };
+    let ran = launch_watched(gpu, job, prepared, what, stage);
+    let applied = match hog {
+        // A hung or faulted candidate leaves the device unusable: waiting on the side
+        // stream could fault too, and the process exits without teardown anyway.
+        Some((hog, applied)) if ran.is_ok() => {
+            pressure::finish(gpu, hog).map_err(&harness)?;
+            Some(applied)
+        }
+        Some((hog, _)) => {
+            std::mem::forget(hog);
+            None
+        }
+        None => None,
+    };
+    ran?;
+    contained(gpu, guarded, inputs, stage)?;
+    Ok(applied)
+}
+
+/// Queues the candidate's launches one by one, each watched by the watchdog.
+fn launch_watched(gpu: &Gpu, job: &Job, prepared: &PreparedManifest, what: &str, stage: &str) -> Result<(), StageFailure> {
+    let p = job.manifest.problem;
     let limit = job.watchdog();
     for i in 0..prepared.launch_count() {
         let label = prepared.launch_label(i).unwrap_or("launch").to_string();
@@ -351,7 +456,7 @@ fn launch(gpu: &Gpu, job: &Job, guarded: &GuardedOperands, prepared: &PreparedMa
             }
         }
     }
-    contained(gpu, guarded, inputs, stage)
+    Ok(())
 }
 
 /// The containment checks, most specific first: canaries, inputs, unwritten outputs,

@@ -36,12 +36,14 @@ pub enum Verdict {
     Crashed,
     LaunchFailed,
     Unstable,
+    ScheduleDependent,
+    TimingDependent,
     WorkerLost,
     InternalError,
 }
 
 impl Verdict {
-    pub const ALL: [Verdict; 15] = [
+    pub const ALL: [Verdict; 17] = [
         Verdict::Pass,
         Verdict::StaticInvalid,
         Verdict::LoadFailed,
@@ -55,6 +57,8 @@ impl Verdict {
         Verdict::Crashed,
         Verdict::LaunchFailed,
         Verdict::Unstable,
+        Verdict::ScheduleDependent,
+        Verdict::TimingDependent,
         Verdict::WorkerLost,
         Verdict::InternalError,
     ];
@@ -74,6 +78,8 @@ impl Verdict {
             Verdict::Crashed => "crashed",
             Verdict::LaunchFailed => "launch_failed",
             Verdict::Unstable => "unstable",
+            Verdict::ScheduleDependent => "schedule_dependent",
+            Verdict::TimingDependent => "timing_dependent",
             Verdict::WorkerLost => "worker_lost",
             Verdict::InternalError => "internal_error",
         }
@@ -95,6 +101,8 @@ impl Verdict {
             Verdict::Crashed => "the sandbox process died (illegal address, trap or kill)",
             Verdict::LaunchFailed => "the driver refused the launch (configuration or resources)",
             Verdict::Unstable => "a timed iteration's output differs from the verified output",
+            Verdict::ScheduleDependent => "the output changed with block scheduling (a race between blocks): wrong under a co-running kernel",
+            Verdict::TimingDependent => "a launch inside a timed back-to-back sequence left a stale or wrong output",
             Verdict::WorkerLost => "every attempt ended with its worker dead or its lease lost; the job was given up",
             Verdict::InternalError => "the service failed; the kernel was not judged",
         }

@@ -27,3 +27,10 @@ __device__ __forceinline__ float dot_tn(const half_t* A, const half_t* B, int i,
 
 #define KAAS_ROW ((int)(blockIdx.y * blockDim.y + threadIdx.y))
 #define KAAS_COL ((int)(blockIdx.x * blockDim.x + threadIdx.x))
+
+// The GPU's global nanosecond timer (what a kernel that detects timing loops reads).
+__device__ __forceinline__ unsigned long long kaas_globaltimer() {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
