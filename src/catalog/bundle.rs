@@ -190,9 +190,9 @@ fn read_index(dir: &Path) -> Result<Vec<u8>, BundleError> {
     Ok(text)
 }
 
-/// Imports a bundle directory and every bundle directly under it (e.g. `kernels/` and
-/// `kernels/baselines-h200/`), in name order; each one all or nothing.
-pub async fn import_tree(db: &DatabaseConnection, dir: &Path) -> Result<ImportReport, BundleError> {
+/// The bundle directories of a tree: `dir` itself when it holds an index, then every
+/// bundle directly under it (e.g. `kernels/` and `kernels/baselines-h200/`), in name order.
+pub fn tree_dirs(dir: &Path) -> Result<Vec<std::path::PathBuf>, BundleError> {
     let io = |source| BundleError::Io { path: dir.display().to_string(), source };
     let mut dirs = vec![];
     if has_index(dir) {
@@ -201,18 +201,52 @@ pub async fn import_tree(db: &DatabaseConnection, dir: &Path) -> Result<ImportRe
     let mut subdirs: Vec<_> = std::fs::read_dir(dir).map_err(io)?.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| p.is_dir() && has_index(p)).collect();
     subdirs.sort();
     dirs.extend(subdirs);
-    let mut total = ImportReport::default();
-    for d in dirs {
-        let r = import(db, &d).await.map_err(|e| match e {
+    Ok(dirs)
+}
+
+/// A bundle read and checked, ready to write.
+pub struct ReadBundle {
+    pub dir: std::path::PathBuf,
+    pub index: Index,
+    pub ptx: BTreeMap<String, String>,
+}
+
+/// Reads and checks every bundle of a tree (see [`tree_dirs`]) without touching the
+/// database; a fault names the bundle it is in.
+pub fn read_tree(dir: &Path) -> Result<Vec<ReadBundle>, BundleError> {
+    let mut out = vec![];
+    for d in tree_dirs(dir)? {
+        let (index, ptx) = read_bundle(&d).map_err(|e| match e {
             BundleError::Invalid { path, message } => BundleError::Invalid { path: format!("{}/{path}", d.display()), message },
             other => other,
         })?;
+        out.push(ReadBundle { dir: d, index, ptx });
+    }
+    Ok(out)
+}
+
+/// Writes bundles read by [`read_tree`] inside the caller's transaction, in order.
+/// Catalog entries whose (problem id, device class) is in `keep` are left as they are.
+pub(crate) async fn write_tree<C: ConnectionTrait>(db: &C, bundles: &[ReadBundle], keep: &BTreeSet<(i32, String)>) -> Result<ImportReport, BundleError> {
+    let mut total = ImportReport::default();
+    for b in bundles {
+        let r = write_index(db, &b.index, &b.ptx, keep).await?;
         total.artifacts += r.artifacts;
         total.problems += r.problems;
         total.entries += r.entries;
         total.baselines += r.baselines;
     }
     Ok(total)
+}
+
+/// Imports a bundle directory and every bundle directly under it, all checked first, then
+/// written in one transaction: all or nothing.
+pub async fn import_tree(db: &DatabaseConnection, dir: &Path) -> Result<ImportReport, BundleError> {
+    let bundles = read_tree(dir)?;
+    let txn = crate::db::begin_write(db).await?;
+    let report = write_tree(&txn, &bundles, &BTreeSet::new()).await?;
+    txn.commit().await?;
+    Ok(report)
 }
 
 /// Every bundle shipped under the repository's `kernels/` (for the tests that check
@@ -303,7 +337,7 @@ pub fn read_bundle(dir: &Path) -> Result<(Index, BTreeMap<String, String>), Bund
 }
 
 /// What an import added.
-#[derive(Debug, Default, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Default, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ImportReport {
     pub artifacts: usize,
     pub problems: usize,
@@ -315,7 +349,7 @@ pub struct ImportReport {
 pub async fn import(db: &DatabaseConnection, dir: &Path) -> Result<ImportReport, BundleError> {
     let (index, ptx) = read_bundle(dir)?;
     let txn = crate::db::begin_write(db).await?;
-    let report = write_index(&txn, &index, &ptx).await?;
+    let report = write_index(&txn, &index, &ptx, &BTreeSet::new()).await?;
     txn.commit().await?;
     Ok(report)
 }
@@ -385,7 +419,12 @@ fn json_text(v: &Option<serde_json::Value>) -> Option<String> {
     v.as_ref().map(|v| v.to_string())
 }
 
-async fn write_index<C: ConnectionTrait>(db: &C, index: &Index, ptx: &BTreeMap<String, String>) -> Result<ImportReport, BundleError> {
+async fn write_index<C: ConnectionTrait>(
+    db: &C,
+    index: &Index,
+    ptx: &BTreeMap<String, String>,
+    keep: &BTreeSet<(i32, String)>,
+) -> Result<ImportReport, BundleError> {
     let now = Utc::now();
     let mut report = ImportReport::default();
     for d in &index.device_classes {
@@ -414,6 +453,9 @@ async fn write_index<C: ConnectionTrait>(db: &C, index: &Index, ptx: &BTreeMap<S
         current_entries(db).await?.into_iter().map(|e| ((e.problem_id, e.device_class), e.run_id)).collect();
     for e in &index.entries {
         let problem_id = problem_ids[&e.problem];
+        if keep.contains(&(problem_id, e.device_class.clone())) {
+            continue;
+        }
         let manifest_id = ensure_manifest(db, &e.artifact, problem_id, &e.manifest, now).await?;
         let submitter_id = ensure_submitter(db, &e.submitter, now).await?;
         let submission_id = match submission::Entity::find()
