@@ -345,16 +345,17 @@ fn submit(token: &str, tag: &str, shapes: &[(u32, u32, u32)]) -> test::TestReque
 async fn concurrent_submissions_keep_the_quota_and_are_stored_once(backend: Backend) {
     let db = TestDb::new(backend).await;
     let settings =
-        ApiSettings { quotas: kaas::work::submit::Quotas { max_queued_jobs: 4, ..Default::default() }, rate_limit_burst: 100, ..ApiSettings::default() };
+        ApiSettings { quotas: kaas::work::submit::Quotas { max_queued_jobs: 20, ..Default::default() }, rate_limit_burst: 100, ..ApiSettings::default() };
     let app = test::init_service(create_app(state(&db, settings))).await;
     let alice = kaas::auth::create_token(&db.db, "alice", kaas::auth::Role::Submitter).await.unwrap().secret;
-    // Six different submissions of two jobs each, sent at once, against a quota of four.
+    // Six different submissions of ten jobs each, sent at once, against a quota of twenty.
+    let shapes: Vec<(u32, u32, u32)> = (1..=10).map(|i| (256 * i, 256, 256)).collect();
     let tags: Vec<String> = (0..6).map(|i| format!("q{i}")).collect();
-    let replies = futures_util::future::join_all(tags.iter().map(|t| call(&app, submit(&alice, t, &[(256, 256, 256), (512, 256, 256)])))).await;
+    let replies = futures_util::future::join_all(tags.iter().map(|t| call(&app, submit(&alice, t, &shapes)))).await;
     let accepted = replies.iter().filter(|r| r.status == 202).count();
     let refused = replies.iter().filter(|r| r.status == 429).count();
     assert_eq!((accepted, refused), (2, 4), "{:?}", replies.iter().map(|r| r.status).collect::<Vec<_>>());
-    assert_eq!(db.count("jobs").await, 4, "the quota holds under concurrency");
+    assert_eq!(db.count("jobs").await, 20, "the quota holds under concurrency");
 
     // Ten identical submissions sent at once: one is stored, every reply names it.
     let bob = kaas::auth::create_token(&db.db, "bob", kaas::auth::Role::Submitter).await.unwrap().secret;
