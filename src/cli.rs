@@ -317,7 +317,10 @@ fn start_downloads(state: &Arc<AppState>, bind: &str, dir: &std::path::Path, thr
     let api = actix_web::web::Data::from(state.clone());
     actix_web::rt::spawn(async move {
         while let Some((sha, reply)) = rx.recv().await {
-            let found = crate::api::routes::artifacts::load(&api, &sha).await.map_err(|e| e.to_string());
+            let found = crate::api::routes::artifacts::load(&api, &sha).await.map_err(|e| match e {
+                crate::api::ApiError::Unavailable(why) => format!("{}{why}", crate::api::downloads::UNAVAILABLE),
+                other => other.to_string(),
+            });
             let _ = reply.send(found);
         }
     });

@@ -373,3 +373,29 @@ async fn concurrent_submissions_keep_the_quota_and_are_stored_once(backend: Back
 }
 
 both_backends!(concurrent_submissions_keep_the_quota_and_are_stored_once);
+
+/// The downloads listener answers a database outage as the API does: 503, `Retry-After`.
+#[actix_web::test]
+async fn the_downloads_listener_answers_an_outage_with_503_and_retry_after() {
+    use kaas::api::downloads::{self, Downloads, Resolver, UNAVAILABLE};
+    let dir = tempfile::tempdir().unwrap();
+    let resolve: Resolver = std::sync::Arc::new(|_| Box::pin(async { Err(format!("{UNAVAILABLE}the database refuses connections")) }));
+    let d = Downloads::new(dir.path(), resolve).unwrap();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let _ = rt.block_on(async move { downloads::serve(tokio::net::TcpListener::from_std(listener).unwrap(), d).await });
+    });
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(format!("GET /v1/artifacts/{} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", "a".repeat(64)).as_bytes()).unwrap();
+    let mut text = String::new();
+    s.read_to_string(&mut text).unwrap();
+    assert!(text.starts_with("HTTP/1.1 503 "), "{text}");
+    assert!(text.contains("\r\nretry-after: 5\r\n"), "{text}");
+    let body: serde_json::Value = serde_json::from_str(text.split_once("\r\n\r\n").unwrap().1).unwrap();
+    assert_eq!(body["code"], "unavailable", "{body}");
+    assert_eq!(body["detail"], "the database refuses connections", "{body}");
+}
