@@ -12,7 +12,7 @@ use std::path::Path;
 use chrono::{DateTime, Utc};
 use sea_orm::sea_query::OnConflict;
 use sea_orm::{
-    ActiveModelTrait, ColumnTrait, ConnectionTrait, DatabaseConnection, DbErr, EntityTrait, QueryFilter, Set,
+    ActiveModelTrait, ColumnTrait, ConnectionTrait, DatabaseConnection, DbErr, EntityTrait, QueryFilter, QuerySelect, Set,
 };
 use serde::{Deserialize, Serialize};
 
@@ -24,6 +24,8 @@ use crate::problem::Problem;
 pub const FORMAT: &str = "kaas.catalog.v1";
 /// Largest `index.json` accepted.
 const MAX_INDEX_BYTES: u64 = 256 << 20;
+/// Baseline rows per INSERT (nine parameters each: well inside SQLite's and Postgres's limits).
+const BASELINE_BATCH: usize = 1000;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -526,35 +528,47 @@ async fn write_index<C: ConnectionTrait>(
             report.entries += 1;
         }
     }
+    // The baselines already stored for these device classes, by key (one query, not one
+    // per row: a shipped baseline table has 24,000 rows); new rows go in batches.
+    // Timestamps compare to the microsecond, as Postgres stores them.
+    let classes: BTreeSet<&str> = index.baselines.iter().map(|b| b.device_class.as_str()).collect();
+    let mut stored: BTreeSet<(i32, String, String, String, String, i64)> = BTreeSet::new();
+    if !classes.is_empty() {
+        let rows: Vec<(i32, String, String, String, String, DateTime<Utc>)> = baseline::Entity::find()
+            .select_only()
+            .columns([baseline::Column::ProblemId, baseline::Column::DeviceClass, baseline::Column::Library, baseline::Column::Layout, baseline::Column::Mode, baseline::Column::CreatedAt])
+            .filter(baseline::Column::DeviceClass.is_in(classes))
+            .into_tuple()
+            .all(db)
+            .await?;
+        stored.extend(rows.into_iter().map(|(p, d, l, lay, m, at)| (p, d, l, lay, m, at.timestamp_micros())));
+    }
+    let mut batch = Vec::new();
     for b in &index.baselines {
         let problem_id = problem_ids[&b.problem];
-        let exists = baseline::Entity::find()
-            .filter(baseline::Column::ProblemId.eq(problem_id))
-            .filter(baseline::Column::DeviceClass.eq(&b.device_class))
-            .filter(baseline::Column::Library.eq(&b.library))
-            .filter(baseline::Column::Layout.eq(&b.layout))
-            .filter(baseline::Column::Mode.eq(&b.mode))
-            .filter(baseline::Column::CreatedAt.eq(b.measured_at))
-            .one(db)
-            .await?
-            .is_some();
-        if !exists {
-            baseline::ActiveModel {
-                problem_id: Set(problem_id),
-                device_class: Set(b.device_class.clone()),
-                library: Set(b.library.clone()),
-                layout: Set(b.layout.clone()),
-                mode: Set(b.mode.clone()),
-                median_us: Set(b.median_us),
-                timing: Set(b.timing.to_string()),
-                config: Set(b.config.to_string()),
-                created_at: Set(b.measured_at),
-                ..Default::default()
-            }
-            .insert(db)
-            .await?;
-            report.baselines += 1;
+        let key = (problem_id, b.device_class.clone(), b.library.clone(), b.layout.clone(), b.mode.clone(), b.measured_at.timestamp_micros());
+        if !stored.insert(key) {
+            continue;
         }
+        batch.push(baseline::ActiveModel {
+            problem_id: Set(problem_id),
+            device_class: Set(b.device_class.clone()),
+            library: Set(b.library.clone()),
+            layout: Set(b.layout.clone()),
+            mode: Set(b.mode.clone()),
+            median_us: Set(b.median_us),
+            timing: Set(b.timing.to_string()),
+            config: Set(b.config.to_string()),
+            created_at: Set(b.measured_at),
+            ..Default::default()
+        });
+        report.baselines += 1;
+        if batch.len() == BASELINE_BATCH {
+            baseline::Entity::insert_many(std::mem::take(&mut batch)).exec_without_returning(db).await?;
+        }
+    }
+    if !batch.is_empty() {
+        baseline::Entity::insert_many(batch).exec_without_returning(db).await?;
     }
     Ok(report)
 }

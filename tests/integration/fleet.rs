@@ -110,7 +110,7 @@ async fn a_start_killed_mid_import_leaves_nothing_and_the_next_completes_it(back
     // Migrated, as a `kaas token create` before the first start would leave it.
     let (db, url) = TestDb::with_url(backend).await;
     let tree = tempfile::tempdir().unwrap();
-    let (entries, baselines) = catalog_tree(tree.path(), 1500);
+    let (entries, baselines) = catalog_tree(tree.path(), 3000);
     let logs = tempfile::tempdir().unwrap();
 
     let mut first = Serve::start(&url, tree.path(), logs.path().join("first.log"));
@@ -122,7 +122,7 @@ async fn a_start_killed_mid_import_leaves_nothing_and_the_next_completes_it(back
             panic!("kaas serve exited ({status}) during its first import; its log:\n{}", first.log());
         }
         if first.log().contains("importing the shipped catalog in one transaction") {
-            tokio::time::sleep(Duration::from_millis(300)).await;
+            tokio::time::sleep(Duration::from_millis(100)).await;
             break;
         }
         if catalog_counts(&db).await.0 > 0 {
