@@ -22,7 +22,7 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Run the HTTP service (API, OpenAPI, metrics). Imports the shipped catalog into an empty database.
+    /// Run the HTTP service (API, OpenAPI, metrics). Imports the shipped catalog once per database, in one transaction.
     Serve(ServeArgs),
     /// Import a catalog bundle (index.json + ptx/) into the database, all or nothing.
     Import {
@@ -317,7 +317,10 @@ fn start_downloads(state: &Arc<AppState>, bind: &str, dir: &std::path::Path, thr
     let api = actix_web::web::Data::from(state.clone());
     actix_web::rt::spawn(async move {
         while let Some((sha, reply)) = rx.recv().await {
-            let found = crate::api::routes::artifacts::load(&api, &sha).await.map_err(|e| e.to_string());
+            let found = crate::api::routes::artifacts::load(&api, &sha).await.map_err(|e| match e {
+                crate::api::ApiError::Unavailable(why) => format!("{}{why}", crate::api::downloads::UNAVAILABLE),
+                other => other.to_string(),
+            });
             let _ = reply.send(found);
         }
     });
@@ -347,14 +350,19 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let s = args.resolve()?;
     let mut cfg = DbConfig::new(&s.database_url);
     cfg.max_connections = s.api.db_max_connections;
-    let conn = db::connect(&cfg).await.with_context(|| format!("connecting to {}", redact(&s.database_url)))?;
-    if crate::catalog::is_empty(&conn).await? {
-        if s.catalog.is_dir() {
-            let report = bundle::import_tree(&conn, &s.catalog).await.with_context(|| format!("importing the shipped catalog {}", s.catalog.display()))?;
-            tracing::info!(?report, catalog = %s.catalog.display(), "empty database: imported the shipped catalog");
-        } else {
-            tracing::warn!(catalog = %s.catalog.display(), "empty database and no catalog bundle to import");
+    let conn = db::open(&cfg).await.with_context(|| format!("connecting to {}", redact(&s.database_url)))?;
+    // Migrations and the first import run in one process at a time; replicas started
+    // together wait here, then find both done. Nothing is served before this is complete.
+    let lock = db::StartLock::acquire(&cfg).await.with_context(|| format!("locking {} for start-up", redact(&s.database_url)))?;
+    db::migrate(&conn).await.with_context(|| format!("migrating {}", redact(&s.database_url)))?;
+    let seeded = crate::catalog::seed::seed(&conn, &s.catalog).await.with_context(|| format!("importing the shipped catalog {}", s.catalog.display()))?;
+    lock.release().await;
+    match seeded {
+        crate::catalog::seed::Seeded::Imported(r) if r.bundles.is_empty() => {
+            tracing::warn!(catalog = %s.catalog.display(), "no catalog bundle to import; serving an empty catalog")
         }
+        crate::catalog::seed::Seeded::Imported(r) => tracing::info!(added = ?r.added, bundles = ?r.bundles, catalog = %s.catalog.display(), "imported the shipped catalog"),
+        crate::catalog::seed::Seeded::Already(r) => tracing::info!(at = %r.completed_at, "the shipped catalog was imported before"),
     }
     let state = AppState::new(conn.clone(), s.api.clone())?;
     let note = start_local_workers(&conn, s.workers, &s.worker).await;

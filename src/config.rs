@@ -27,7 +27,7 @@ pub struct ServeArgs {
     /// Database: a SQLite path or URL, or `postgres://…` [default: sqlite://kaas.db?mode=rwc; `DATABASE_URL` is read too].
     #[arg(long, env = "KAAS_DATABASE_URL")]
     pub database_url: Option<String>,
-    /// Catalog bundle imported when the database holds no catalog yet [default: kernels].
+    /// Catalog bundle tree imported at the first start against a database, once, in one transaction [default: kernels].
     #[arg(long, env = "KAAS_CATALOG")]
     pub catalog: Option<PathBuf>,
     /// HTTP worker threads [default: number of CPUs].

@@ -30,6 +30,10 @@ use tokio::net::{TcpListener, TcpStream};
 use super::cache::ArtifactBody;
 use super::error::ProblemDetails;
 
+/// Starts a resolver's error when the database is unavailable (the rest says why): the
+/// listener answers 503 with `Retry-After`, as the API does, instead of 500.
+pub const UNAVAILABLE: &str = "unavailable: ";
+
 /// Looks an artifact up by sha256 (`None`: no such artifact).
 pub type Resolver = Arc<dyn Fn(String) -> BoxFuture<'static, Result<Option<Arc<ArtifactBody>>, String>> + Send + Sync>;
 
@@ -224,6 +228,10 @@ async fn respond(stream: &mut TcpStream, d: &Downloads, req: Request) -> std::io
         Ok(None) => return problem(stream, 404, "not_found", &format!("no artifact with sha256 {sha}"), req.close).await,
         Err(why) => {
             tracing::error!(%sha, error = %why, "downloads: cannot serve an artifact");
+            if let Some(detail) = why.strip_prefix(UNAVAILABLE) {
+                let retry = format!("retry-after: {}\r\n", crate::api::routes::system::RETRY_AFTER_SECS);
+                return problem_with(stream, 503, "unavailable", detail, req.close, &retry).await;
+            }
             return problem(stream, 500, "internal", "the artifact could not be read", req.close).await;
         }
     };
@@ -283,6 +291,11 @@ async fn send_file(stream: &TcpStream, file: &File, len: u64) -> std::io::Result
 
 /// A problem+json answer, in the API's `ProblemDetails` shape.
 async fn problem(stream: &mut TcpStream, status: u16, code: &str, detail: &str, close: bool) -> std::io::Result<()> {
+    problem_with(stream, status, code, detail, close, "").await
+}
+
+/// The same with extra header lines (each ending in CRLF).
+async fn problem_with(stream: &mut TcpStream, status: u16, code: &str, detail: &str, close: bool, headers: &str) -> std::io::Result<()> {
     let reason = actix_web::http::StatusCode::from_u16(status).ok().and_then(|s| s.canonical_reason()).unwrap_or("Error");
     let details = ProblemDetails {
         type_: format!("urn:kaas:error:{code}"),
@@ -295,7 +308,7 @@ async fn problem(stream: &mut TcpStream, status: u16, code: &str, detail: &str, 
     let body = serde_json::to_string(&details).unwrap_or_default();
     let connection = if close { "close" } else { "keep-alive" };
     let text = format!(
-        "HTTP/1.1 {status} {reason}\r\ncontent-type: application/problem+json\r\ncontent-length: {}\r\nconnection: {connection}\r\n\r\n{body}",
+        "HTTP/1.1 {status} {reason}\r\ncontent-type: application/problem+json\r\ncontent-length: {}\r\nconnection: {connection}\r\n{headers}\r\n{body}",
         body.len()
     );
     write_all(stream, text.as_bytes(), false).await

@@ -28,7 +28,7 @@ pub struct ProblemDetails {
     pub extra: serde_json::Map<String, serde_json::Value>,
 }
 
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum ApiError {
     #[error("{0}")]
     InvalidPath(String),
@@ -136,8 +136,14 @@ impl ResponseError for ApiError {
         let details = self.details();
         let mut res = HttpResponse::build(self.status_code());
         res.insert_header((header::CONTENT_TYPE, HeaderValue::from_static("application/problem+json")));
-        if let ApiError::RateLimited { retry_after_secs } = self {
-            res.insert_header((header::RETRY_AFTER, retry_after_secs.to_string()));
+        match self {
+            ApiError::RateLimited { retry_after_secs } => {
+                res.insert_header((header::RETRY_AFTER, retry_after_secs.to_string()));
+            }
+            ApiError::Unavailable(_) => {
+                res.insert_header((header::RETRY_AFTER, crate::api::routes::system::RETRY_AFTER_SECS.to_string()));
+            }
+            _ => {}
         }
         res.body(serde_json::to_string(&details).unwrap_or_else(|_| "{}".into()))
     }
@@ -146,7 +152,11 @@ impl ResponseError for ApiError {
 impl From<sea_orm::DbErr> for ApiError {
     fn from(e: sea_orm::DbErr) -> Self {
         tracing::error!(error = %e, "database error");
-        ApiError::Unavailable("the database did not answer; retry shortly".into())
+        if crate::db::is_outage(&e) {
+            ApiError::Unavailable("the database is unavailable (it refuses connections, or holds no kaas schema); retry shortly, or ask another replica (see /v1/health/ready)".into())
+        } else {
+            ApiError::Unavailable("the database failed this request; retry shortly".into())
+        }
     }
 }
 

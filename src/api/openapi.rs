@@ -16,7 +16,7 @@ use super::routes::{artifacts, catalog, overview, submissions, system};
         license(name = "Apache-2.0")
     ),
     paths(
-        system::health, system::metrics, system::whoami,
+        system::health, system::ready, system::live, system::metrics, system::whoami,
         catalog::list_problems, catalog::get_kernel, catalog::get_kernel_ptx,
         catalog::problem_leaderboard, catalog::global_leaderboard, overview::get_heatmap, overview::get_stats,
         artifacts::get_artifact, artifacts::upload_artifact,

@@ -12,7 +12,7 @@ use std::path::Path;
 use chrono::{DateTime, Utc};
 use sea_orm::sea_query::OnConflict;
 use sea_orm::{
-    ActiveModelTrait, ColumnTrait, ConnectionTrait, DatabaseConnection, DbErr, EntityTrait, QueryFilter, Set,
+    ActiveModelTrait, ColumnTrait, ConnectionTrait, DatabaseConnection, DbErr, EntityTrait, QueryFilter, QuerySelect, Set,
 };
 use serde::{Deserialize, Serialize};
 
@@ -24,6 +24,8 @@ use crate::problem::Problem;
 pub const FORMAT: &str = "kaas.catalog.v1";
 /// Largest `index.json` accepted.
 const MAX_INDEX_BYTES: u64 = 256 << 20;
+/// Baseline rows per INSERT (nine parameters each: well inside SQLite's and Postgres's limits).
+const BASELINE_BATCH: usize = 1000;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -190,9 +192,9 @@ fn read_index(dir: &Path) -> Result<Vec<u8>, BundleError> {
     Ok(text)
 }
 
-/// Imports a bundle directory and every bundle directly under it (e.g. `kernels/` and
-/// `kernels/baselines-h200/`), in name order; each one all or nothing.
-pub async fn import_tree(db: &DatabaseConnection, dir: &Path) -> Result<ImportReport, BundleError> {
+/// The bundle directories of a tree: `dir` itself when it holds an index, then every
+/// bundle directly under it (e.g. `kernels/` and `kernels/baselines-h200/`), in name order.
+pub fn tree_dirs(dir: &Path) -> Result<Vec<std::path::PathBuf>, BundleError> {
     let io = |source| BundleError::Io { path: dir.display().to_string(), source };
     let mut dirs = vec![];
     if has_index(dir) {
@@ -201,18 +203,52 @@ pub async fn import_tree(db: &DatabaseConnection, dir: &Path) -> Result<ImportRe
     let mut subdirs: Vec<_> = std::fs::read_dir(dir).map_err(io)?.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| p.is_dir() && has_index(p)).collect();
     subdirs.sort();
     dirs.extend(subdirs);
-    let mut total = ImportReport::default();
-    for d in dirs {
-        let r = import(db, &d).await.map_err(|e| match e {
+    Ok(dirs)
+}
+
+/// A bundle read and checked, ready to write.
+pub struct ReadBundle {
+    pub dir: std::path::PathBuf,
+    pub index: Index,
+    pub ptx: BTreeMap<String, String>,
+}
+
+/// Reads and checks every bundle of a tree (see [`tree_dirs`]) without touching the
+/// database; a fault names the bundle it is in.
+pub fn read_tree(dir: &Path) -> Result<Vec<ReadBundle>, BundleError> {
+    let mut out = vec![];
+    for d in tree_dirs(dir)? {
+        let (index, ptx) = read_bundle(&d).map_err(|e| match e {
             BundleError::Invalid { path, message } => BundleError::Invalid { path: format!("{}/{path}", d.display()), message },
             other => other,
         })?;
+        out.push(ReadBundle { dir: d, index, ptx });
+    }
+    Ok(out)
+}
+
+/// Writes bundles read by [`read_tree`] inside the caller's transaction, in order.
+/// Catalog entries whose (problem id, device class) is in `keep` are left as they are.
+pub(crate) async fn write_tree<C: ConnectionTrait>(db: &C, bundles: &[ReadBundle], keep: &BTreeSet<(i32, String)>) -> Result<ImportReport, BundleError> {
+    let mut total = ImportReport::default();
+    for b in bundles {
+        let r = write_index(db, &b.index, &b.ptx, keep).await?;
         total.artifacts += r.artifacts;
         total.problems += r.problems;
         total.entries += r.entries;
         total.baselines += r.baselines;
     }
     Ok(total)
+}
+
+/// Imports a bundle directory and every bundle directly under it, all checked first, then
+/// written in one transaction: all or nothing.
+pub async fn import_tree(db: &DatabaseConnection, dir: &Path) -> Result<ImportReport, BundleError> {
+    let bundles = read_tree(dir)?;
+    let txn = crate::db::begin_write(db).await?;
+    let report = write_tree(&txn, &bundles, &BTreeSet::new()).await?;
+    txn.commit().await?;
+    Ok(report)
 }
 
 /// Every bundle shipped under the repository's `kernels/` (for the tests that check
@@ -303,7 +339,7 @@ pub fn read_bundle(dir: &Path) -> Result<(Index, BTreeMap<String, String>), Bund
 }
 
 /// What an import added.
-#[derive(Debug, Default, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Default, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ImportReport {
     pub artifacts: usize,
     pub problems: usize,
@@ -315,7 +351,7 @@ pub struct ImportReport {
 pub async fn import(db: &DatabaseConnection, dir: &Path) -> Result<ImportReport, BundleError> {
     let (index, ptx) = read_bundle(dir)?;
     let txn = crate::db::begin_write(db).await?;
-    let report = write_index(&txn, &index, &ptx).await?;
+    let report = write_index(&txn, &index, &ptx, &BTreeSet::new()).await?;
     txn.commit().await?;
     Ok(report)
 }
@@ -385,7 +421,12 @@ fn json_text(v: &Option<serde_json::Value>) -> Option<String> {
     v.as_ref().map(|v| v.to_string())
 }
 
-async fn write_index<C: ConnectionTrait>(db: &C, index: &Index, ptx: &BTreeMap<String, String>) -> Result<ImportReport, BundleError> {
+async fn write_index<C: ConnectionTrait>(
+    db: &C,
+    index: &Index,
+    ptx: &BTreeMap<String, String>,
+    keep: &BTreeSet<(i32, String)>,
+) -> Result<ImportReport, BundleError> {
     let now = Utc::now();
     let mut report = ImportReport::default();
     for d in &index.device_classes {
@@ -414,6 +455,9 @@ async fn write_index<C: ConnectionTrait>(db: &C, index: &Index, ptx: &BTreeMap<S
         current_entries(db).await?.into_iter().map(|e| ((e.problem_id, e.device_class), e.run_id)).collect();
     for e in &index.entries {
         let problem_id = problem_ids[&e.problem];
+        if keep.contains(&(problem_id, e.device_class.clone())) {
+            continue;
+        }
         let manifest_id = ensure_manifest(db, &e.artifact, problem_id, &e.manifest, now).await?;
         let submitter_id = ensure_submitter(db, &e.submitter, now).await?;
         let submission_id = match submission::Entity::find()
@@ -484,35 +528,47 @@ async fn write_index<C: ConnectionTrait>(db: &C, index: &Index, ptx: &BTreeMap<S
             report.entries += 1;
         }
     }
+    // The baselines already stored for these device classes, by key (one query, not one
+    // per row: a shipped baseline table has 24,000 rows); new rows go in batches.
+    // Timestamps compare to the microsecond, as Postgres stores them.
+    let classes: BTreeSet<&str> = index.baselines.iter().map(|b| b.device_class.as_str()).collect();
+    let mut stored: BTreeSet<(i32, String, String, String, String, i64)> = BTreeSet::new();
+    if !classes.is_empty() {
+        let rows: Vec<(i32, String, String, String, String, DateTime<Utc>)> = baseline::Entity::find()
+            .select_only()
+            .columns([baseline::Column::ProblemId, baseline::Column::DeviceClass, baseline::Column::Library, baseline::Column::Layout, baseline::Column::Mode, baseline::Column::CreatedAt])
+            .filter(baseline::Column::DeviceClass.is_in(classes))
+            .into_tuple()
+            .all(db)
+            .await?;
+        stored.extend(rows.into_iter().map(|(p, d, l, lay, m, at)| (p, d, l, lay, m, at.timestamp_micros())));
+    }
+    let mut batch = Vec::new();
     for b in &index.baselines {
         let problem_id = problem_ids[&b.problem];
-        let exists = baseline::Entity::find()
-            .filter(baseline::Column::ProblemId.eq(problem_id))
-            .filter(baseline::Column::DeviceClass.eq(&b.device_class))
-            .filter(baseline::Column::Library.eq(&b.library))
-            .filter(baseline::Column::Layout.eq(&b.layout))
-            .filter(baseline::Column::Mode.eq(&b.mode))
-            .filter(baseline::Column::CreatedAt.eq(b.measured_at))
-            .one(db)
-            .await?
-            .is_some();
-        if !exists {
-            baseline::ActiveModel {
-                problem_id: Set(problem_id),
-                device_class: Set(b.device_class.clone()),
-                library: Set(b.library.clone()),
-                layout: Set(b.layout.clone()),
-                mode: Set(b.mode.clone()),
-                median_us: Set(b.median_us),
-                timing: Set(b.timing.to_string()),
-                config: Set(b.config.to_string()),
-                created_at: Set(b.measured_at),
-                ..Default::default()
-            }
-            .insert(db)
-            .await?;
-            report.baselines += 1;
+        let key = (problem_id, b.device_class.clone(), b.library.clone(), b.layout.clone(), b.mode.clone(), b.measured_at.timestamp_micros());
+        if !stored.insert(key) {
+            continue;
         }
+        batch.push(baseline::ActiveModel {
+            problem_id: Set(problem_id),
+            device_class: Set(b.device_class.clone()),
+            library: Set(b.library.clone()),
+            layout: Set(b.layout.clone()),
+            mode: Set(b.mode.clone()),
+            median_us: Set(b.median_us),
+            timing: Set(b.timing.to_string()),
+            config: Set(b.config.to_string()),
+            created_at: Set(b.measured_at),
+            ..Default::default()
+        });
+        report.baselines += 1;
+        if batch.len() == BASELINE_BATCH {
+            baseline::Entity::insert_many(std::mem::take(&mut batch)).exec_without_returning(db).await?;
+        }
+    }
+    if !batch.is_empty() {
+        baseline::Entity::insert_many(batch).exec_without_returning(db).await?;
     }
     Ok(report)
 }

@@ -4,6 +4,7 @@
 
 pub mod bundle;
 pub mod overview;
+pub mod seed;
 pub mod views;
 
 use std::collections::{BTreeMap, HashMap};

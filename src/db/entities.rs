@@ -303,3 +303,20 @@ pub mod autotune_choice {
 
     impl ActiveModelBehavior for ActiveModel {}
 }
+
+pub mod service_state {
+    use sea_orm::entity::prelude::*;
+
+    #[sea_orm::model]
+    #[derive(Clone, Debug, PartialEq, DeriveEntityModel, Eq)]
+    #[sea_orm(table_name = "service_state")]
+    pub struct Model {
+        #[sea_orm(primary_key, auto_increment = false)]
+        pub key: String,
+        #[sea_orm(column_type = "Text")]
+        pub value: String,
+        pub updated_at: DateTimeUtc,
+    }
+
+    impl ActiveModelBehavior for ActiveModel {}
+}

@@ -165,17 +165,21 @@ pub async fn create(db: &DatabaseConnection, caller: &Caller, req: NewSubmission
         parts.push(format!("{classes:?}"));
         sha256_hex(format!("{}\n{}", record.sha256, parts.join("\n")).as_bytes())
     };
+    // The check for a duplicate, the quota's count and the insert are one transaction
+    // that holds the submitter's lock, so concurrent submissions are decided one after
+    // the other (on SQLite `BEGIN IMMEDIATE` alone serializes writers).
+    let txn = crate::db::begin_write(db).await?;
+    crate::db::lock_in_transaction(&txn, &format!("kaas.submit {}", caller.submitter_id)).await?;
     if let Some(s) = submission::Entity::find()
         .filter(submission::Column::SubmitterId.eq(caller.submitter_id))
         .filter(submission::Column::Fingerprint.eq(&fingerprint))
         .filter(submission::Column::DeletedAt.is_null())
-        .one(db)
+        .one(&txn)
         .await?
     {
+        txn.rollback().await?;
         return Ok(Created::Existing(view(db, s.id).await?.ok_or_else(|| ApiError::Internal("submission vanished".into()))?));
     }
-
-    let txn = crate::db::begin_write(db).await?;
     if caller.role != Role::Admin {
         let open = job::Entity::find()
             .filter(job::Column::State.is_in([state::QUEUED, state::RUNNING]))

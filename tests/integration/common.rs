@@ -42,6 +42,15 @@ macro_rules! both_backends {
     )*};
 }
 
+/// The URL of database `name` on the test server.
+pub fn database_url(name: &str) -> String {
+    let admin_url = postgres_url();
+    match admin_url.rfind('/') {
+        Some(i) => format!("{}/{name}", &admin_url[..i]),
+        None => panic!("cannot place a database in {admin_url}"),
+    }
+}
+
 pub fn postgres_url() -> String {
     std::env::var("KAAS_TEST_POSTGRES_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
 }
@@ -92,11 +101,18 @@ impl TestDb {
     /// A fresh database of its own, and its URL, for tests that start `kaas` processes
     /// (they cannot be told a schema): a SQLite file, or a new Postgres database.
     pub async fn with_url(backend: Backend) -> (TestDb, String) {
+        let (t, url) = TestDb::unmigrated(backend).await;
+        db::migrate(&t.db).await.unwrap();
+        (t, url)
+    }
+
+    /// A fresh database that nothing has migrated yet, and its URL (see `with_url`).
+    pub async fn unmigrated(backend: Backend) -> (TestDb, String) {
         match backend {
             Backend::Sqlite => {
                 let dir = tempfile::tempdir().unwrap();
                 let url = format!("sqlite://{}?mode=rwc", dir.path().join("kaas.db").display());
-                let db = db::connect(&DbConfig::new(&url)).await.unwrap();
+                let db = db::open(&DbConfig::new(&url)).await.unwrap();
                 (TestDb { db, schema: None, _dir: Some(dir) }, url)
             }
             Backend::Postgres => {
@@ -107,11 +123,8 @@ impl TestDb {
                     .unwrap_or_else(|e| panic!("Postgres at {admin_url} is not reachable ({e}); set KAAS_TEST_POSTGRES=skip to skip"));
                 admin.execute_unprepared(&format!("CREATE DATABASE {name}")).await.unwrap();
                 admin.close().await.ok();
-                let url = match admin_url.rfind('/') {
-                    Some(i) => format!("{}/{name}", &admin_url[..i]),
-                    None => panic!("cannot place a database in {admin_url}"),
-                };
-                let db = db::connect(&DbConfig::new(&url)).await.unwrap();
+                let url = database_url(&name);
+                let db = db::open(&DbConfig::new(&url)).await.unwrap();
                 (TestDb { db, schema: Some(format!("database:{name}")), _dir: None }, url)
             }
         }
@@ -337,13 +350,14 @@ pub fn write_fixture(dir: &Path, f: &Fixture) {
     bundle::write_bundle(dir, &index, &ptx).unwrap();
 }
 
-/// A database with the fixture imported, and the app over it.
+/// A database with the fixture imported as `kaas serve` imports its shipped catalog
+/// (so readiness holds), and the app over it.
 pub async fn loaded(backend: Backend, settings: ApiSettings) -> (TestDb, Arc<AppState>, Fixture, tempfile::TempDir) {
     let db = TestDb::new(backend).await;
     let f = fixture();
     let dir = tempfile::tempdir().unwrap();
     write_fixture(dir.path(), &f);
-    bundle::import(&db.db, dir.path()).await.unwrap();
+    kaas::catalog::seed::seed(&db.db, dir.path()).await.unwrap();
     let st = state(&db, settings);
     (db, st, f, dir)
 }

@@ -7,6 +7,7 @@ mod common;
 mod api;
 mod bundle;
 mod downloads;
+mod fleet;
 mod storage;
 mod submissions;
 mod ui;

@@ -115,7 +115,7 @@ where
         .entry(key)
         .or_try_insert_with(async { render().await.map(Arc::new) })
         .await
-        .map_err(|e: Arc<ApiError>| ApiError::Internal(e.to_string()))?;
+        .map_err(|e: Arc<ApiError>| Arc::unwrap_or_clone(e))?;
     state.metrics.cache("catalog", !entry.is_fresh());
     Ok(entry.into_value())
 }

@@ -11,6 +11,8 @@ use actix_web::web;
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.service(system::health)
+        .service(system::ready)
+        .service(system::live)
         .service(system::metrics)
         .service(system::whoami)
         .service(catalog::list_problems)
