@@ -6,12 +6,18 @@ pub use sea_orm_migration::prelude::*;
 mod m20261122_000001_init;
 mod m20261122_000002_autotune;
 mod m20261122_000003_queue;
+mod m20261127_000004_signing_keys;
 
 pub struct Migrator;
 
 #[async_trait::async_trait]
 impl MigratorTrait for Migrator {
     fn migrations() -> Vec<Box<dyn MigrationTrait>> {
-        vec![Box::new(m20261122_000001_init::Migration), Box::new(m20261122_000002_autotune::Migration), Box::new(m20261122_000003_queue::Migration)]
+        vec![
+            Box::new(m20261122_000001_init::Migration),
+            Box::new(m20261122_000002_autotune::Migration),
+            Box::new(m20261122_000003_queue::Migration),
+            Box::new(m20261127_000004_signing_keys::Migration),
+        ]
     }
 }
