@@ -11,10 +11,12 @@ from .errors import ApiError, CudaError, IntegrityError, KaasError, LaunchError,
 from .kernel import CheckResult, Kernel, tolerance
 from .manifest import ABI, Launch, Manifest, Problem, tensor_map_geometry
 from .remote import kernel_url, pull
+from .signing import canonical_json, verify_pulled, verify_record
 
 __all__ = [
     "ABI", "ApiError", "CheckResult", "CudaError", "IntegrityError", "KaasError", "Kernel", "Launch",
     "LaunchError", "Manifest", "ManifestError", "NoKernelError", "Problem", "kernel_url", "pull",
     "tensor_map_geometry", "tolerance",
+    "canonical_json", "verify_pulled", "verify_record",
 ]
 __version__ = "0.1.0"
