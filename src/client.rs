@@ -447,7 +447,8 @@ pub fn verify(args: &VerifyArgs) -> anyhow::Result<()> {
     if let Some(given) = &args.public_key {
         let path = Path::new(given);
         let text = if path.is_file() { read(path)? } else { given.clone() };
-        keys.extend(parse_public_keys(&text).with_context(|| format!("--public-key {given}"))?);
+        let what = if path.is_file() { format!("--public-key {given}") } else { format!("--public-key {given} (no file of that name; read as a key)") };
+        keys.extend(parse_public_keys(&text).with_context(|| what)?);
     }
     if let Some(url) = &args.url {
         let client = Client::new(&Server { url: url.clone(), token: None });
