@@ -45,29 +45,26 @@ pub struct Record {
     pub measured_at: DateTime<Utc>,
 }
 
-fn json_opt(text: &Option<String>) -> Option<serde_json::Value> {
-    text.as_deref().and_then(|t| serde_json::from_str(t).ok())
-}
-
 impl Record {
     /// The record of a stored run with its manifest and artifact.
     pub fn of_run(r: &run::Model, manifest: &Manifest, artifact_sha256: &str) -> Record {
-        let checks = json_opt(&r.details).and_then(|d| d.get("checks").cloned()).filter(|c| !c.is_null());
+        let run = crate::catalog::run_view(r);
+        let details: Option<serde_json::Value> = r.details.as_deref().and_then(|d| serde_json::from_str(d).ok());
         Record {
             format: RECORD_FORMAT.into(),
-            run_id: r.id,
+            run_id: run.id,
             submission_id: r.submission_id,
             artifact_sha256: artifact_sha256.to_string(),
             manifest: manifest.clone(),
             problem: manifest.problem,
-            device_class: r.device_class.clone(),
-            verdict: r.verdict.clone(),
-            message: r.message.clone(),
-            checks,
-            timings: json_opt(&r.timings),
-            speedups: json_opt(&r.speedups),
-            device: json_opt(&r.device),
-            measured_at: r.created_at,
+            device_class: run.device_class,
+            verdict: run.verdict,
+            message: run.message,
+            checks: details.and_then(|d| d.get("checks").cloned()).filter(|c| !c.is_null()),
+            timings: run.timings,
+            speedups: run.speedups,
+            device: run.device,
+            measured_at: run.measured_at,
         }
     }
 
