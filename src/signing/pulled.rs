@@ -118,6 +118,69 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    /// A pulled directory signed by `key`: record.json, kernel.ptx, manifest.json.
+    fn pulled(key: &super::super::KeyPair) -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        let ptx = ".version 8.8\n.target sm_90\n";
+        let manifest = json!({"abi": "kaas.hgemm.v1", "launches": [{"entry": "hgemm", "grid": [32, 32, 1]}]});
+        let record =
+            json!({"format": RECORD_FORMAT, "artifact_sha256": crate::catalog::bundle::sha256_hex(ptx.as_bytes()), "manifest": manifest, "verdict": "pass"});
+        let signed = json!({"record": record, "signature": key.sign(&record)});
+        std::fs::write(dir.path().join(RECORD_FILE), serde_json::to_string_pretty(&signed).unwrap()).unwrap();
+        std::fs::write(dir.path().join("kernel.ptx"), ptx).unwrap();
+        std::fs::write(dir.path().join("manifest.json"), serde_json::to_string_pretty(&manifest).unwrap()).unwrap();
+        dir
+    }
+
+    fn failed(checks: &[Check]) -> Vec<&'static str> {
+        checks.iter().filter(|c| !c.passed).map(|c| c.name).collect()
+    }
+
+    #[test]
+    fn a_pulled_directory_passes_until_a_file_changes() {
+        let key = super::super::KeyPair::generate();
+        let keys = [key.public()];
+        let dir = pulled(&key);
+        let checks = verify_dir(dir.path(), &keys);
+        assert_eq!(checks.len(), 4);
+        assert!(failed(&checks).is_empty(), "{checks:?}");
+
+        // Another key: the signature check names both keys.
+        let other = [super::super::KeyPair::generate().public()];
+        let checks = verify_dir(dir.path(), &other);
+        assert_eq!(failed(&checks), ["signature"]);
+        assert!(checks[1].detail.contains(&key.key_id()) && checks[1].detail.contains(&other[0].key_id()), "{checks:?}");
+
+        // One byte more of PTX; a grid changed; both at once: each named.
+        std::fs::write(dir.path().join("kernel.ptx"), ".version 8.8\n.target sm_90\n ").unwrap();
+        assert_eq!(failed(&verify_dir(dir.path(), &keys)), ["kernel.ptx"]);
+        std::fs::write(dir.path().join("manifest.json"), r#"{"abi": "kaas.hgemm.v1", "launches": [{"entry": "hgemm", "grid": [32, 33, 1]}]}"#).unwrap();
+        let checks = verify_dir(dir.path(), &keys);
+        assert_eq!(failed(&checks), ["kernel.ptx", "manifest.json"]);
+        assert!(checks[3].detail.contains("/launches/0/grid/1"), "{checks:?}");
+
+        // A changed record fails its signature.
+        let dir = pulled(&key);
+        let path = dir.path().join(RECORD_FILE);
+        let text = std::fs::read_to_string(&path).unwrap();
+        std::fs::write(&path, text.replace("\"pass\"", "\"fail\"")).unwrap();
+        assert_eq!(failed(&verify_dir(dir.path(), &keys)), ["signature"]);
+    }
+
+    #[test]
+    fn kernel_json_serves_when_record_json_is_missing_and_an_unsigned_record_is_refused() {
+        let key = super::super::KeyPair::generate();
+        let dir = pulled(&key);
+        std::fs::rename(dir.path().join(RECORD_FILE), dir.path().join("kernel.json")).unwrap();
+        assert!(failed(&verify_dir(dir.path(), &[key.public()])).is_empty());
+        std::fs::write(dir.path().join("kernel.json"), r#"{"record": {"format": "kaas.record.v1"}, "signature": null}"#).unwrap();
+        let checks = verify_dir(dir.path(), &[key.public()]);
+        assert_eq!(failed(&checks), ["record"]);
+        assert!(checks[0].detail.contains("no `signature`"), "{checks:?}");
+        let empty = tempfile::tempdir().unwrap();
+        assert!(verify_dir(empty.path(), &[key.public()])[0].detail.contains("neither record.json nor kernel.json"));
+    }
+
     #[test]
     fn differences_are_named_by_pointer() {
         let a = json!({"launches": [{"grid": [1, 2, 1]}], "abi": "x"});
