@@ -222,7 +222,7 @@ mod tests {
         assert!(matches!(k.public().verify(&r, &RecordSignature { signature: "AAAA".into(), ..sig }), Err(VerifyError::Malformed(_))));
     }
 
-    /// The committed cross-language fixture (`clients/python/tests/fixtures/signed_record.json`)
+    /// The committed cross-language fixture (`clients/python/tests/data/signed_record.json`)
     /// is what this code produces: the Python client's tests check its canonical bytes and
     /// signature against it. `KAAS_WRITE_FIXTURES=1` rewrites it.
     #[test]
@@ -276,7 +276,7 @@ mod tests {
             "signature": signature,
         });
         let text = serde_json::to_string_pretty(&fixture).unwrap() + "\n";
-        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/clients/python/tests/fixtures/signed_record.json");
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/clients/python/tests/data/signed_record.json");
         if std::env::var("KAAS_WRITE_FIXTURES").as_deref() == Ok("1") {
             std::fs::write(path, &text).unwrap();
         }

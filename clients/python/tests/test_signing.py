@@ -12,7 +12,7 @@ import unittest
 from kaas_client import signing
 from kaas_client.errors import IntegrityError
 
-FIXTURE = os.path.join(os.path.dirname(__file__), "fixtures", "signed_record.json")
+FIXTURE = os.path.join(os.path.dirname(__file__), "data", "signed_record.json")
 
 try:
     import cryptography  # noqa: F401
