@@ -87,6 +87,16 @@ pub enum Command {
         #[command(flatten)]
         server: crate::client::Server,
     },
+    /// Check a directory written by `kaas pull` offline: the record's signature against the
+    /// service's public key, kernel.ptx's sha256 and manifest.json against the signed record.
+    Verify(crate::client::VerifyArgs),
+    /// Create a signing key file for `kaas serve --signing-key-file` (the 32-byte seed as
+    /// hex, readable by its owner only); prints the key id and public key.
+    Keygen {
+        /// The key file to create (an existing file is never overwritten).
+        #[arg(short = 'o', long = "out")]
+        out: PathBuf,
+    },
     /// Print a leaderboard: one problem's ranking, or submitters overall.
     Leaderboard {
         #[command(flatten)]
@@ -227,6 +237,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Status { id, json, server } => tokio::task::spawn_blocking(move || crate::client::status(&server, id, json)).await?,
         Command::Cancel { id, server } => tokio::task::spawn_blocking(move || crate::client::cancel(&server, id)).await?,
         Command::Pull { args, server } => tokio::task::spawn_blocking(move || crate::client::pull(&server, &args)).await?,
+        Command::Verify(args) => tokio::task::spawn_blocking(move || crate::client::verify(&args)).await?,
+        Command::Keygen { out } => keygen(&out),
         Command::Leaderboard { args, server } => tokio::task::spawn_blocking(move || crate::client::leaderboard(&server, &args)).await?,
         Command::Tune(args) => tokio::task::spawn_blocking(move || crate::tuner::run_cli(args)).await?,
         Command::Openapi { write } => {
@@ -238,6 +250,24 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
     }
+}
+
+/// `kaas keygen`: a new key file, created with owner-only permissions and never over an
+/// existing file.
+fn keygen(out: &std::path::Path) -> anyhow::Result<()> {
+    use std::io::Write as _;
+    let key = crate::signing::KeyPair::generate();
+    let mut opts = std::fs::OpenOptions::new();
+    opts.write(true).create_new(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut opts, 0o600);
+    let mut f = opts.open(out).with_context(|| format!("creating {} (an existing key file is never overwritten)", out.display()))?;
+    f.write_all(format!("{}\n", key.seed_hex()).as_bytes()).with_context(|| format!("writing {}", out.display()))?;
+    let p = key.public();
+    eprintln!("wrote {}: keep it secret; start the service with --signing-key-file {}", out.display(), out.display());
+    println!("key_id {}", p.key_id());
+    println!("public_key {}", p.to_base64());
+    Ok(())
 }
 
 /// The sandbox command for one GPU: the GPU made the only one its child sees.
@@ -365,6 +395,8 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         crate::catalog::seed::Seeded::Already(r) => tracing::info!(at = %r.completed_at, "the shipped catalog was imported before"),
     }
     let state = AppState::new(conn.clone(), s.api.clone())?;
+    // Load (or create) the signing key now, so a bad key shows at start and not on a read.
+    state.signer().await.map_err(|e| anyhow::anyhow!("loading the signing key: {e}"))?;
     let note = start_local_workers(&conn, s.workers, &s.worker).await;
     tracing::info!(workers = %note, "GPU workers");
     state.set_local_workers(note);

@@ -358,11 +358,12 @@ pub struct PullArgs {
     pub out: PathBuf,
 }
 
-/// `kaas pull`: the best kernel's PTX and manifest, checked against its sha256.
+/// `kaas pull`: the best kernel's PTX and manifest, checked against its sha256, and its
+/// signed run record (`record.json`, for `kaas verify`).
 pub fn pull(server: &Server, args: &PullArgs) -> anyhow::Result<()> {
     let client = Client::new(server);
     let path = format!("/v1/kernels/{}{}", args.problem.path()?, args.problem.query());
-    let kernel: KernelView = match client.get(&path) {
+    let raw: serde_json::Value = match client.get(&path) {
         Ok(k) => k,
         Err(ClientError::Problem { status: 404, detail, body, .. }) => {
             let instead = body.get("use_instead").map(|v| format!("\nuse instead: {v}")).unwrap_or_default();
@@ -370,6 +371,12 @@ pub fn pull(server: &Server, args: &PullArgs) -> anyhow::Result<()> {
         }
         Err(e) => return Err(e.into()),
     };
+    let kernel: KernelView = serde_json::from_value(raw.clone()).with_context(|| format!("unexpected answer from {path}"))?;
+    // The record exactly as served: a typed copy re-serialized could differ from what was signed.
+    let signed = serde_json::json!({"record": raw.get("record"), "signature": raw.get("signature")});
+    if kernel.signature.is_none() {
+        eprintln!("warning: the server sent no signature for this kernel's record; `kaas verify` will fail");
+    }
     let ptx = client.get_text(&kernel.artifact.url)?;
     let sha = crate::catalog::bundle::sha256_hex(ptx.as_bytes());
     if sha != kernel.artifact.sha256 {
@@ -383,6 +390,7 @@ pub fn pull(server: &Server, args: &PullArgs) -> anyhow::Result<()> {
     write("kernel.ptx", &ptx)?;
     write("manifest.json", &(serde_json::to_string_pretty(&kernel.manifest)? + "\n"))?;
     write("kernel.json", &(serde_json::to_string_pretty(&kernel)? + "\n"))?;
+    write(crate::signing::pulled::RECORD_FILE, &(serde_json::to_string_pretty(&signed)? + "\n"))?;
     let speed = kernel
         .run
         .speedups
@@ -392,7 +400,72 @@ pub fn pull(server: &Server, args: &PullArgs) -> anyhow::Result<()> {
         .and_then(|v| v.as_f64())
         .map_or_else(|| "not benchmarked".to_string(), |x| format!("{x:.3}× cuBLASLt-autotune-max"));
     println!("{} on {}: {} by {} ({speed}); sha256 {}", kernel.problem, kernel.device_class, kernel.name, kernel.submitter, sha);
-    println!("wrote {}/kernel.ptx, manifest.json, kernel.json", args.out.display());
+    println!("wrote {}/kernel.ptx, manifest.json, kernel.json, record.json", args.out.display());
+    Ok(())
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct VerifyArgs {
+    /// A directory written by `kaas pull` (kernel.ptx, manifest.json, record.json).
+    pub dir: PathBuf,
+    /// The service's public key, pinned: base64 (as /.well-known/kaas-signing-keys lists
+    /// it) or hex of its 32 bytes, or a file holding that or that document's JSON.
+    #[arg(long, env = "KAAS_PUBLIC_KEY")]
+    pub public_key: Option<String>,
+    /// Fetch the keys from this server's /.well-known/kaas-signing-keys instead (online:
+    /// trusts that server's answer).
+    #[arg(long)]
+    pub url: Option<String>,
+}
+
+/// Public keys from text: a key (base64 or hex), a key object, or a key list document.
+pub fn parse_public_keys(text: &str) -> anyhow::Result<Vec<crate::signing::PublicKey>> {
+    use crate::signing::PublicKey;
+    let t = text.trim();
+    if !t.starts_with('{') {
+        return Ok(vec![PublicKey::from_text(t)?]);
+    }
+    let doc: serde_json::Value = serde_json::from_str(t).context("the public key JSON does not parse")?;
+    let items: Vec<&serde_json::Value> = match doc.get("keys").and_then(|k| k.as_array()) {
+        Some(list) => list.iter().collect(),
+        None => vec![&doc],
+    };
+    let mut keys = Vec::new();
+    for item in items {
+        let text = item.get("public_key").and_then(|v| v.as_str()).context("a key object without `public_key`")?;
+        keys.push(PublicKey::from_text(text)?);
+    }
+    if keys.is_empty() {
+        bail!("the key list holds no keys");
+    }
+    Ok(keys)
+}
+
+/// `kaas verify`: every check of a pulled directory; an error when any fails.
+pub fn verify(args: &VerifyArgs) -> anyhow::Result<()> {
+    let mut keys = Vec::new();
+    if let Some(given) = &args.public_key {
+        let path = Path::new(given);
+        let text = if path.is_file() { read(path)? } else { given.clone() };
+        let what = if path.is_file() { format!("--public-key {given}") } else { format!("--public-key {given} (no file of that name; read as a key)") };
+        keys.extend(parse_public_keys(&text).with_context(|| what)?);
+    }
+    if let Some(url) = &args.url {
+        let client = Client::new(&Server { url: url.clone(), token: None });
+        let text = client.get_text("/.well-known/kaas-signing-keys")?;
+        keys.extend(parse_public_keys(&text).with_context(|| format!("the keys at {url}"))?);
+    }
+    if keys.is_empty() {
+        bail!("no public key: pass --public-key (the service's key, pinned; fully offline) or --url (fetched from the server)");
+    }
+    let checks = crate::signing::pulled::verify_dir(&args.dir, &keys);
+    for c in &checks {
+        println!("{} {:<13} {}", if c.passed { "ok  " } else { "FAIL" }, c.name, c.detail);
+    }
+    let failed: Vec<&str> = checks.iter().filter(|c| !c.passed).map(|c| c.name).collect();
+    if !failed.is_empty() {
+        bail!("{} is not what the service signed: {} failed", args.dir.display(), failed.join(", "));
+    }
     Ok(())
 }
 

@@ -68,6 +68,11 @@ pub struct ServeArgs {
     /// GPU workers to run in this process: `auto` (one per GPU the driver sees), or a number (0: none) [default: 0].
     #[arg(long, env = "KAAS_WORKERS")]
     pub workers: Option<String>,
+    /// File holding the Ed25519 key run records are signed with: its 32-byte seed as 64 hex
+    /// digits (what `kaas keygen` writes) or base64. Give every replica the same file
+    /// [default: a key generated once and kept in the database].
+    #[arg(long, env = "KAAS_SIGNING_KEY_FILE")]
+    pub signing_key_file: Option<PathBuf>,
     #[command(flatten)]
     pub worker: WorkerFlags,
 }
@@ -147,6 +152,7 @@ pub struct FileSettings {
     pub max_artifact_bytes: Option<usize>,
     pub max_queued_jobs: Option<u64>,
     pub workers: Option<String>,
+    pub signing_key_file: Option<PathBuf>,
     #[serde(default)]
     pub worker: WorkerFlags,
 }
@@ -209,6 +215,7 @@ impl ServeArgs {
                     max_queued_jobs: self.max_queued_jobs.or(file.max_queued_jobs).unwrap_or(d.quotas.max_queued_jobs),
                     ..d.quotas.clone()
                 },
+                signing_key: self.signing_key_file.clone().or(file.signing_key_file).map(|p| crate::signing::KeyPair::from_file(&p)).transpose()?,
             },
             workers: self.workers.clone().or(file.workers).map(|w| w.parse::<WorkerCount>()).transpose().map_err(anyhow::Error::msg)?.unwrap_or(WorkerCount::Fixed(0)),
             worker: self.worker.resolve(&file.worker),
@@ -246,6 +253,25 @@ mod tests {
         assert_eq!(s.worker.lease, Duration::from_secs(7), "the flag wins");
         assert_eq!(s.worker.max_attempts, 2, "the file fills the rest");
         assert!(ServeArgs { workers: Some("many".into()), ..Default::default() }.resolve().is_err());
+    }
+
+    #[test]
+    fn the_signing_key_comes_from_its_file_and_a_bad_one_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let key = crate::signing::KeyPair::generate();
+        let key_path = dir.path().join("signing.key");
+        std::fs::write(&key_path, format!("{}\n", key.seed_hex())).unwrap();
+        let path = dir.path().join("kaas.toml");
+        std::fs::write(&path, format!("signing_key_file = {:?}\n", key_path.display().to_string())).unwrap();
+        let s = ServeArgs { config: Some(path), ..Default::default() }.resolve().unwrap();
+        assert_eq!(s.api.signing_key.map(|k| k.key_id()), Some(key.key_id()));
+        assert!(ServeArgs::default().resolve().unwrap().api.signing_key.is_none());
+
+        std::fs::write(&key_path, "not a key").unwrap();
+        let err = ServeArgs { signing_key_file: Some(key_path.clone()), ..Default::default() }.resolve().unwrap_err().to_string();
+        assert!(err.contains("signing.key") && err.contains("neither"), "{err}");
+        let err = ServeArgs { signing_key_file: Some(dir.path().join("missing")), ..Default::default() }.resolve().unwrap_err().to_string();
+        assert!(err.contains("missing"), "{err}");
     }
 
     #[test]

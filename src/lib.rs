@@ -16,6 +16,7 @@ pub mod manifest;
 pub mod problem;
 pub mod ptx;
 pub mod sandbox;
+pub mod signing;
 pub mod tuner;
 pub mod verify;
 pub mod work;

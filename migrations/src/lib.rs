@@ -7,6 +7,7 @@ mod m20261122_000001_init;
 mod m20261122_000002_autotune;
 mod m20261122_000003_queue;
 mod m20261127_000004_service_state;
+mod m20261127_000005_signing_keys;
 
 pub struct Migrator;
 
@@ -16,6 +17,7 @@ impl MigratorTrait for Migrator {
         vec![
             Box::new(m20261122_000001_init::Migration), Box::new(m20261122_000002_autotune::Migration), Box::new(m20261122_000003_queue::Migration),
             Box::new(m20261127_000004_service_state::Migration),
+            Box::new(m20261127_000005_signing_keys::Migration),
         ]
     }
 }

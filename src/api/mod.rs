@@ -38,6 +38,8 @@ pub struct ApiSettings {
     pub catalog_cache_ttl: Duration,
     pub db_max_connections: u32,
     pub quotas: crate::work::submit::Quotas,
+    /// The key run records are signed with; `None`: the database-kept key (`crate::signing::store`).
+    pub signing_key: Option<crate::signing::KeyPair>,
 }
 
 impl Default for ApiSettings {
@@ -50,6 +52,7 @@ impl Default for ApiSettings {
             catalog_cache_ttl: Duration::from_secs(10),
             db_max_connections: 16,
             quotas: crate::work::submit::Quotas::default(),
+            signing_key: None,
         }
     }
 }
@@ -63,6 +66,8 @@ pub struct AppState {
     limiter: DefaultKeyedRateLimiter<i32>,
     pub started: Instant,
     local_workers: std::sync::Mutex<String>,
+    /// Loaded on first use (it may read or create the database-kept key).
+    signer: tokio::sync::OnceCell<Arc<crate::signing::Signer>>,
 }
 
 impl AppState {
@@ -77,6 +82,7 @@ impl AppState {
             settings,
             started: Instant::now(),
             local_workers: std::sync::Mutex::new("none: this process runs no GPU worker (`kaas serve --workers auto` starts one per GPU)".into()),
+            signer: tokio::sync::OnceCell::new(),
         }))
     }
 
@@ -89,6 +95,32 @@ impl AppState {
         if let Ok(mut s) = self.local_workers.lock() {
             *s = note.into();
         }
+    }
+
+    /// The run-record signer: the configured key, or the database-kept one.
+    pub async fn signer(&self) -> Result<Arc<crate::signing::Signer>, ApiError> {
+        let signer = self
+            .signer
+            .get_or_try_init(|| async {
+                let s = crate::signing::Signer::load(&self.db, self.settings.signing_key.clone()).await?;
+                if s.from_database {
+                    tracing::warn!(key_id = %s.key_id(), "signing run records with the key kept in the database; give replicas a key file (--signing-key-file) instead");
+                } else {
+                    tracing::info!(key_id = %s.key_id(), "signing run records with the configured key");
+                }
+                Ok::<_, sea_orm::DbErr>(Arc::new(s))
+            })
+            .await?;
+        Ok(signer.clone())
+    }
+
+    /// Signs every run record of a submission view.
+    pub async fn sign_submission(&self, view: &mut crate::work::SubmissionView) -> Result<(), ApiError> {
+        let signer = self.signer().await?;
+        for run in view.jobs.iter_mut().filter_map(|j| j.run.as_mut()) {
+            run.signature = Some(signer.sign(&run.record.to_value()));
+        }
+        Ok(())
     }
 
     /// Imports a catalog bundle and drops every cached catalog answer.

@@ -6,7 +6,7 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 use utoipa_swagger_ui::SwaggerUi;
 
-use super::routes::{artifacts, catalog, overview, submissions, system};
+use super::routes::{artifacts, catalog, overview, signing, submissions, system};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -16,7 +16,7 @@ use super::routes::{artifacts, catalog, overview, submissions, system};
         license(name = "Apache-2.0")
     ),
     paths(
-        system::health, system::ready, system::live, system::metrics, system::whoami,
+        system::health, system::ready, system::live, system::metrics, system::whoami, signing::signing_keys,
         catalog::list_problems, catalog::get_kernel, catalog::get_kernel_ptx,
         catalog::problem_leaderboard, catalog::global_leaderboard, overview::get_heatmap, overview::get_stats,
         artifacts::get_artifact, artifacts::upload_artifact,
@@ -28,7 +28,7 @@ use super::routes::{artifacts, catalog, overview, submissions, system};
         (name = "artifacts", description = "Content-addressed PTX"),
         (name = "submissions", description = "Submit kernels, follow their verification and benchmark, cancel or delete them"),
         (name = "leaderboard", description = "Rankings of submitters and runs"),
-        (name = "system", description = "Health, metrics, identity"),
+        (name = "system", description = "Health, metrics, identity, signing keys"),
     )
 )]
 pub struct ApiDoc;

@@ -318,6 +318,7 @@ pub async fn best_kernel(db: &DatabaseConnection, p: &Problem, device: Option<&s
         return Ok(KernelLookup::BaselineFaster { device_class: entry.device_class.clone(), use_instead: b });
     }
     let (submitter, name) = data.owner(r);
+    let record = crate::signing::Record::of_run(r, &manifest, &a.sha256);
     Ok(KernelLookup::Kernel(Box::new(KernelView {
         problem: *p,
         device_class: entry.device_class.clone(),
@@ -327,6 +328,8 @@ pub async fn best_kernel(db: &DatabaseConnection, p: &Problem, device: Option<&s
         artifact: artifact_view(a),
         benchmarked: speedups.is_some(),
         beats: beaten(&speedups),
+        record,
+        signature: None,
         run,
         baselines,
         other_device_classes: all_devices.into_iter().filter(|d| d != &entry.device_class).collect(),

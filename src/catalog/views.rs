@@ -8,6 +8,7 @@ use utoipa::ToSchema;
 
 use crate::manifest::Manifest;
 use crate::problem::Problem;
+use crate::signing::{Record, RecordSignature};
 
 /// The content-addressed PTX of a kernel.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
@@ -78,6 +79,10 @@ pub struct KernelView {
     pub baselines: Vec<BaselineView>,
     /// Other device classes with a catalog entry for this problem.
     pub other_device_classes: Vec<String>,
+    /// What the service vouches for about this kernel's run (docs/signing.md).
+    pub record: Record,
+    /// The service's Ed25519 signature over `record`; the HTTP API always sets it.
+    pub signature: Option<RecordSignature>,
 }
 
 /// One line of `GET /v1/problems`.

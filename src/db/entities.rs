@@ -320,3 +320,25 @@ pub mod service_state {
 
     impl ActiveModelBehavior for ActiveModel {}
 }
+
+pub mod signing_key {
+    use sea_orm::entity::prelude::*;
+
+    /// Public keys the service has signed with, and the database-kept key used when no
+    /// key file is configured (`name` = `generated`, the only row with a `seed`).
+    #[sea_orm::model]
+    #[derive(Clone, Debug, PartialEq, DeriveEntityModel, Eq)]
+    #[sea_orm(table_name = "signing_keys")]
+    pub struct Model {
+        #[sea_orm(primary_key, auto_increment = false)]
+        pub name: String,
+        pub key_id: String,
+        pub alg: String,
+        pub public_key: String,
+        #[sea_orm(column_type = "Text")]
+        pub seed: Option<String>,
+        pub created_at: DateTimeUtc,
+    }
+
+    impl ActiveModelBehavior for ActiveModel {}
+}

@@ -15,7 +15,7 @@ use crate::api::ApiError;
 use crate::auth::{Caller, Role};
 use crate::catalog::bundle::{self, sha256_hex};
 use crate::catalog::{self, artifact_view, problem_of, run_view};
-use crate::db::entities::{artifact, catalog_entry, device_class, job, problem, run, submission, submitter, worker};
+use crate::db::entities::{artifact, catalog_entry, device_class, job, manifest, problem, run, submission, submitter, worker};
 use crate::manifest::Manifest;
 use crate::problem::{Problem, Shape};
 use crate::ptx::StaticLimits;
@@ -309,6 +309,13 @@ pub async fn view<C: ConnectionTrait>(db: &C, id: i32) -> Result<Option<Submissi
         .collect();
     let run_ids: Vec<i32> = jobs.iter().filter_map(|j| j.run_id).collect();
     let runs: HashMap<i32, run::Model> = run::Entity::find().filter(run::Column::Id.is_in(run_ids.clone())).all(db).await?.into_iter().map(|r| (r.id, r)).collect();
+    let manifests: HashMap<i32, manifest::Model> = manifest::Entity::find()
+        .filter(manifest::Column::Id.is_in(runs.values().map(|r| r.manifest_id).collect::<Vec<_>>()))
+        .all(db)
+        .await?
+        .into_iter()
+        .map(|m| (m.id, m))
+        .collect();
     let held: BTreeSet<i32> = catalog_entry::Entity::find()
         .filter(catalog_entry::Column::RunId.is_in(run_ids))
         .all(db)
@@ -320,11 +327,20 @@ pub async fn view<C: ConnectionTrait>(db: &C, id: i32) -> Result<Option<Submissi
     for j in &jobs {
         let p = problems.get(&j.problem_id).ok_or_else(|| ApiError::Internal(format!("problem {} missing", j.problem_id)))?;
         let problem: Problem = problem_of(p)?;
-        let run = j.run_id.and_then(|r| runs.get(&r)).map(|r| JobRunView {
-            run: run_view(r),
-            details: r.details.as_deref().and_then(|d| serde_json::from_str(d).ok()),
-            in_catalog: held.contains(&r.id),
-        });
+        let run = match j.run_id.and_then(|r| runs.get(&r)) {
+            None => None,
+            Some(r) => {
+                let m = manifests.get(&r.manifest_id).ok_or_else(|| ApiError::Internal(format!("manifest {} of run {} missing", r.manifest_id, r.id)))?;
+                let body: Manifest = serde_json::from_str(&m.body).map_err(|e| ApiError::Internal(format!("manifest {} does not parse: {e}", m.id)))?;
+                Some(JobRunView {
+                    run: run_view(r),
+                    details: r.details.as_deref().and_then(|d| serde_json::from_str(d).ok()),
+                    in_catalog: held.contains(&r.id),
+                    record: crate::signing::Record::of_run(r, &body, &m.artifact_sha256),
+                    signature: None,
+                })
+            }
+        };
         views.push(JobView {
             id: j.id,
             path: problem.path(),

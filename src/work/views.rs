@@ -8,6 +8,7 @@ use crate::catalog::{ArtifactView, RunView};
 use crate::manifest::Manifest;
 use crate::manifest::template::ManifestTemplate;
 use crate::problem::Problem;
+use crate::signing::{Record, RecordSignature};
 
 /// `POST /v1/submissions`: a PTX artifact and what to run it on.
 ///
@@ -75,6 +76,10 @@ pub struct JobRunView {
     pub details: Option<serde_json::Value>,
     /// Whether this run became the catalog entry for its problem and device class.
     pub in_catalog: bool,
+    /// What the service vouches for about this run (docs/signing.md).
+    pub record: Record,
+    /// The service's Ed25519 signature over `record`; the HTTP API always sets it.
+    pub signature: Option<RecordSignature>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]

@@ -6,6 +6,7 @@ mod common;
 
 mod api;
 mod bundle;
+mod signing;
 mod downloads;
 mod fleet;
 mod storage;

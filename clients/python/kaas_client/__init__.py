@@ -19,10 +19,12 @@ from .kernel import CheckResult, Kernel, tolerance
 from .manifest import ABI, Launch, Manifest, Problem, tensor_map_geometry
 from .locking import Lock, lock
 from .remote import kernel_url, pull
+from .signing import canonical_json, verify_pulled, verify_record
 
 __all__ = [
     "ABI", "ApiError", "Catalog", "CheckResult", "CudaError", "FallbackError", "IntegrityError", "KaasError",
     "Kernel", "Launch", "LaunchError", "Lock", "LockError", "Manifest", "ManifestError", "NoKernelError", "Problem",
     "kernel_url", "lock", "pull", "tensor_map_geometry", "tolerance",
+    "canonical_json", "verify_pulled", "verify_record",
 ]
 __version__ = "0.2.0"

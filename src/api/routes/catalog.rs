@@ -143,12 +143,15 @@ pub async fn list_problems(state: State, q: web::Query<ProblemQuery>) -> Result<
     Ok(respond(r))
 }
 
-/// The lookup rendered as the kernel endpoint answers it.
-async fn render_kernel(db: &sea_orm::DatabaseConnection, p: Problem, device: Option<String>) -> Result<Rendered, ApiError> {
-    let lookup = catalog::best_kernel(db, &p, device.as_deref()).await?;
+/// The lookup rendered as the kernel endpoint answers it, its run record signed.
+async fn render_kernel(state: &State, p: Problem, device: Option<String>) -> Result<Rendered, ApiError> {
+    let lookup = catalog::best_kernel(&state.db, &p, device.as_deref()).await?;
     let on = device.as_deref().map(|d| format!(" on {d}")).unwrap_or_default();
     Ok(match lookup {
-        KernelLookup::Kernel(view) => Rendered { artifact: Some(view.artifact.sha256.clone()), ..json(&view)? },
+        KernelLookup::Kernel(mut view) => {
+            view.signature = Some(state.signer().await?.sign(&view.record.to_value()));
+            Rendered { artifact: Some(view.artifact.sha256.clone()), ..json(&view)? }
+        }
         KernelLookup::BaselineFaster { device_class, use_instead } => {
             let mut extra = serde_json::Map::new();
             extra.insert("device_class".into(), device_class.clone().into());
@@ -179,8 +182,7 @@ async fn render_kernel(db: &sea_orm::DatabaseConnection, p: Problem, device: Opt
 /// The kernel endpoint's answer for a problem, from the cache.
 async fn kernel_answer(state: &State, p: Problem, q: &DeviceQuery) -> Result<Arc<Rendered>, ApiError> {
     let device = checked_device(&q.device)?;
-    let db = state.db.clone();
-    cached(state, format!("kernel|{p}|{device:?}"), || async move { render_kernel(&db, p, device).await }).await
+    cached(state, format!("kernel|{p}|{device:?}"), || async move { render_kernel(state, p, device).await }).await
 }
 
 #[utoipa::path(
@@ -193,7 +195,7 @@ async fn kernel_answer(state: &State, p: Problem, q: &DeviceQuery) -> Result<Arc
         DeviceQuery,
     ),
     responses(
-        (status = 200, description = "The best kernel: manifest, PTX link, timings, baselines", body = catalog::KernelView),
+        (status = 200, description = "The best kernel: manifest, PTX link, timings, baselines, and its run record signed by the service (`record`, `signature`; keys at /.well-known/kaas-signing-keys)", body = catalog::KernelView),
         (status = 400, description = "Malformed problem", body = crate::api::error::ProblemDetails, content_type = "application/problem+json"),
         (status = 404, description = "No kernel (`kernel_not_found`) or a baseline is faster (`baseline_faster`); `use_instead` names it", body = crate::api::error::ProblemDetails, content_type = "application/problem+json"),
     )

@@ -3,6 +3,7 @@
 pub mod artifacts;
 pub mod catalog;
 pub mod overview;
+pub mod signing;
 pub mod submissions;
 pub mod system;
 pub mod ui;
@@ -15,6 +16,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         .service(system::live)
         .service(system::metrics)
         .service(system::whoami)
+        .service(signing::signing_keys)
         .service(catalog::list_problems)
         .service(catalog::get_kernel_ptx)
         .service(catalog::get_kernel)

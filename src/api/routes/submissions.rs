@@ -44,11 +44,13 @@ pub async fn create(state: State, caller: Caller, body: web::Bytes) -> Result<Ht
     let req: NewSubmission = serde_json::from_slice(&body).map_err(|e| ApiError::InvalidBody(format!("not a submission: {e}")))?;
     let quotas = state.settings.quotas.clone();
     Ok(match submit::create(&state.db, &caller, req, &quotas).await? {
-        Created::New(v) => {
+        Created::New(mut v) => {
+            state.sign_submission(&mut v).await?;
             state.metrics.submissions.with_label_values(&["accepted"]).inc();
             HttpResponse::Accepted().insert_header((header::LOCATION, v.links.self_.clone())).json(v)
         }
-        Created::Existing(v) => {
+        Created::Existing(mut v) => {
+            state.sign_submission(&mut v).await?;
             state.metrics.submissions.with_label_values(&["duplicate"]).inc();
             HttpResponse::Ok().insert_header((header::LOCATION, v.links.self_.clone())).json(v)
         }
@@ -77,14 +79,15 @@ pub async fn list(state: State, q: web::Query<ListQuery>) -> Result<HttpResponse
     get, path = "/v1/submissions/{id}", tag = "submissions",
     params(("id" = i32, Path, description = "Submission id")),
     responses(
-        (status = 200, description = "The submission with every job and run", body = SubmissionView),
+        (status = 200, description = "The submission with every job and run; each run carries its record signed by the service", body = SubmissionView),
         (status = 404, description = "No such submission", body = crate::api::error::ProblemDetails, content_type = "application/problem+json"),
     )
 )]
 #[get("/v1/submissions/{id}")]
 pub async fn get(state: State, id: web::Path<String>) -> Result<HttpResponse, ApiError> {
     let id = id_of(&id)?;
-    let v = submit::view(&state.db, id).await?.ok_or_else(|| ApiError::NotFound(format!("no submission {id}")))?;
+    let mut v = submit::view(&state.db, id).await?.ok_or_else(|| ApiError::NotFound(format!("no submission {id}")))?;
+    state.sign_submission(&mut v).await?;
     Ok(HttpResponse::Ok().insert_header((header::CACHE_CONTROL, "no-store")).json(v))
 }
 
@@ -103,9 +106,11 @@ fn event(name: &str, data: &str, id: u64) -> Bytes {
 #[get("/v1/submissions/{id}/events")]
 pub async fn events(state: State, id: web::Path<String>) -> Result<HttpResponse, ApiError> {
     let id = id_of(&id)?;
-    let first = submit::view(&state.db, id).await?.ok_or_else(|| ApiError::NotFound(format!("no submission {id}")))?;
+    let mut first = submit::view(&state.db, id).await?.ok_or_else(|| ApiError::NotFound(format!("no submission {id}")))?;
+    state.sign_submission(&mut first).await?;
     let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(8);
     let db = state.db.clone();
+    let st = state.clone();
     // One task per stream polls the database (so it sees every replica's and worker's
     // writes) and sends a snapshot when anything changed.
     actix_web::rt::spawn(async move {
@@ -143,7 +148,12 @@ pub async fn events(state: State, id: web::Path<String>) -> Result<HttpResponse,
                 return;
             }
             match submit::view(&db, id).await {
-                Ok(Some(v)) => current = Some(v),
+                Ok(Some(mut v)) => {
+                    if st.sign_submission(&mut v).await.is_err() {
+                        continue;
+                    }
+                    current = Some(v)
+                }
                 Ok(None) => return,
                 Err(_) => continue,
             }
@@ -170,7 +180,9 @@ pub async fn events(state: State, id: web::Path<String>) -> Result<HttpResponse,
 #[post("/v1/submissions/{id}/cancel")]
 pub async fn cancel(state: State, caller: Caller, id: web::Path<String>) -> Result<HttpResponse, ApiError> {
     let id = id_of(&id)?;
-    Ok(HttpResponse::Ok().json(submit::cancel(&state.db, &caller, id).await?))
+    let mut v = submit::cancel(&state.db, &caller, id).await?;
+    state.sign_submission(&mut v).await?;
+    Ok(HttpResponse::Ok().json(v))
 }
 
 #[utoipa::path(
