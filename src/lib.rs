@@ -20,3 +20,4 @@ pub mod signing;
 pub mod tuner;
 pub mod verify;
 pub mod work;
+pub mod workloads;

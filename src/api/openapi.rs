@@ -6,7 +6,7 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 use utoipa_swagger_ui::SwaggerUi;
 
-use super::routes::{artifacts, catalog, overview, signing, submissions, system};
+use super::routes::{artifacts, catalog, overview, signing, submissions, system, workloads};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -19,6 +19,7 @@ use super::routes::{artifacts, catalog, overview, signing, submissions, system};
         system::health, system::ready, system::live, system::metrics, system::whoami, signing::signing_keys,
         catalog::list_problems, catalog::get_kernel, catalog::get_kernel_ptx,
         catalog::problem_leaderboard, catalog::global_leaderboard, overview::get_heatmap, overview::get_stats,
+        workloads::list, workloads::get,
         artifacts::get_artifact, artifacts::upload_artifact,
         submissions::create, submissions::list, submissions::get, submissions::events, submissions::cancel, submissions::remove,
     ),

@@ -6,6 +6,7 @@ pub mod bundle;
 pub mod overview;
 pub mod seed;
 pub mod views;
+pub mod workload;
 
 use std::collections::{BTreeMap, HashMap};
 

@@ -13,3 +13,4 @@ mod storage;
 mod submissions;
 mod ui;
 mod webdriver;
+mod workloads;

@@ -7,6 +7,7 @@ pub mod signing;
 pub mod submissions;
 pub mod system;
 pub mod ui;
+pub mod workloads;
 
 use actix_web::web;
 
@@ -24,6 +25,8 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         .service(catalog::global_leaderboard)
         .service(overview::get_heatmap)
         .service(overview::get_stats)
+        .service(workloads::list)
+        .service(workloads::get)
         .service(artifacts::get_artifact)
         .service(artifacts::upload_artifact)
         .service(submissions::create)
