@@ -1,6 +1,6 @@
 // The router: `#/view/rest?query` picks a view, which renders into <main>.
 // Views: home, heatmap, problem, leaderboard, submitter, submissions (the list, and one
-// submission at `#/submissions/ID`). A view returns `{ title, node, after?, dispose? }`:
+// submission at `#/submissions/ID`), workloads (the list, and one at `#/workloads/NAME`). A view returns `{ title, node, after?, dispose? }`:
 // `after` runs once the node is in the page, `dispose` when the page is left (e.g. to
 // close a live event stream).
 
@@ -10,9 +10,10 @@ import { heatmap } from './heatmap.js';
 import { problem } from './problem.js';
 import { leaderboard, submitter } from './leaderboard.js';
 import { submissions } from './submission.js';
+import { workloads } from './workloads.js';
 
-const VIEWS = { '': home, heatmap, problem, leaderboard, submitter, submissions };
-const NAV = { '': 'home', heatmap: 'heatmap', problem: 'heatmap', leaderboard: 'leaderboard', submitter: 'leaderboard', submissions: 'submissions' };
+const VIEWS = { '': home, heatmap, problem, leaderboard, submitter, submissions, workloads };
+const NAV = { '': 'home', heatmap: 'heatmap', problem: 'heatmap', leaderboard: 'leaderboard', submitter: 'leaderboard', submissions: 'submissions', workloads: 'workloads' };
 
 let generation = 0;
 let lastView = null;

@@ -401,6 +401,22 @@ fn the_pages_work_in_chromium() {
     then(&b, "problem", || b.keys("#heatmap a.cell[tabindex='0']", "\u{E007}"));
     assert_eq!(b.js("return location.hash", json!([])), json!(format!("#/problem/sm_90/f32/tn/1024x2048x4096?device={DEVICE}")));
 
+    // Workloads: the presets, and Llama 3.1 8B's GEMMs as the catalog answers them (the
+    // fixture serves four of its shapes on this device class).
+    open(&b, &format!("{base}/#/workloads"), "workloads");
+    assert_eq!(b.js("return document.querySelectorAll('#workloads tbody tr').length", json!([])), json!(6));
+    open(&b, &format!("{base}/#/workloads/llama-3.1-8b?device={DEVICE}"), "workloads");
+    let served: Vec<String> = serde_json::from_value(b.js("return [...document.querySelectorAll('#workload a.wl.served')].map(a => a.textContent)", json!([]))).unwrap();
+    let (status, body) = http(port, "GET", &format!("/v1/workloads/llama-3.1-8b?device={DEVICE}"), None).unwrap();
+    assert_eq!(status, 200);
+    let api_served = serde_json::from_slice::<Value>(&body).unwrap()["summary"]["served"].as_u64().unwrap();
+    assert!(api_served > 0);
+    assert_eq!(served.len() as u64, api_served, "{served:?}");
+    assert!(served.iter().all(|t| t.ends_with('×')), "{served:?}");
+    assert_eq!(b.js("return document.querySelectorAll('#workload [data-state]').length", json!([])), json!(56));
+    assert!(texts(&b, "#workload-summary")[0].contains("56 GEMMs"));
+    b.screenshot(&shots.join("workload.png"));
+
     // Problem page: the ranking, downloads, and the `<script>` submitter as text.
     open(&b, &format!("{base}/#/problem/{}?device={DEVICE}", f.fast.path()), "problem");
     let ranked: Vec<Vec<String>> = serde_json::from_value(b.js(

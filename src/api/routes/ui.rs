@@ -35,6 +35,7 @@ pub const ASSETS: &[Asset] = &[
     asset!("problem.js", "text/javascript; charset=utf-8"),
     asset!("leaderboard.js", "text/javascript; charset=utf-8"),
     asset!("submission.js", "text/javascript; charset=utf-8"),
+    asset!("workloads.js", "text/javascript; charset=utf-8"),
 ];
 
 static ETAGS: LazyLock<Vec<String>> =
