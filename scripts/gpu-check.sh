@@ -149,6 +149,8 @@ remote() {
     # The hostile-kernel tests spawn the staged `kaas sandbox`.
     KAAS_SANDBOX_EXE="$(staged_kaas)"
     export KAAS_SANDBOX_EXE
+    # On the GPU machine a test that would skip (no GPU, no NVRTC) fails instead.
+    export KAAS_REQUIRE_GPU="${KAAS_REQUIRE_GPU-1}"
     "$here/gpu-tests" --nocapture --test-threads=1 "$@" 2>&1 | tee "$out/gpu.log" || rc=$?
     nvidia-smi --query-gpu=clocks.sm,temperature.gpu,power.draw --format=csv 2>&1 | tee -a "$out/env.txt" || true
     echo "== summary"
