@@ -210,6 +210,7 @@ fn run_bench(gpu: &Gpu, job: &Job, settings: &BenchSettings) -> Result<(serde_js
         "elapsed_ms": report.elapsed.as_secs_f64() * 1e3,
         "launches_per_sample": candidate.launches_per_sample,
         "buffer_sets": sets,
+        "regime": regime(&p, job.manifest.workspace_bytes, sets, gpu.facts().l2_cache_bytes),
         "settings": settings,
         "recheck": recheck,
         "sequence_checks": sequence_checks,
@@ -220,6 +221,27 @@ fn run_bench(gpu: &Gpu, job: &Job, settings: &BenchSettings) -> Result<(serde_js
         "total_ms": started.elapsed().as_secs_f64() * 1e3,
     });
     Ok((bench, failure))
+}
+
+/// The cache regime of the timings, from what one contender's rotation touches: every
+/// contender's launches walk over `sets` buffer sets of A, B and C (and the workspace).
+/// `l2_warm`: the whole rotation fits in the L2 cache, so a launch finds its inputs
+/// there; `l2_cold`: it spans at least twice the L2, so a launch's inputs were evicted
+/// since it last read them, as a layer's weights are in a real model; `l2_mixed`
+/// between. Baselines and candidate share the regime: each rotates over as many sets of
+/// the same sizes.
+pub fn regime(p: &Problem, workspace_bytes: u64, sets: usize, l2_bytes: u64) -> serde_json::Value {
+    let set_bytes = 2 * (p.m as u64 * p.k as u64 + p.k as u64 * p.n as u64 + p.m as u64 * p.n as u64) + workspace_bytes;
+    let footprint = set_bytes.saturating_mul(sets as u64);
+    let multiple = if l2_bytes > 0 { footprint as f64 / l2_bytes as f64 } else { f64::INFINITY };
+    let name = if multiple <= 1.0 {
+        "l2_warm"
+    } else if multiple >= 2.0 {
+        "l2_cold"
+    } else {
+        "l2_mixed"
+    };
+    serde_json::json!({"name": name, "buffer_sets": sets, "footprint_bytes": footprint, "l2_bytes": l2_bytes, "l2_multiple": multiple})
 }
 
 /// Re-checks the output a timed launch left in buffer set `set` (see the module docs).
@@ -289,6 +311,22 @@ mod tests {
     fn job(bench: Option<serde_json::Value>) -> Job {
         let p = Problem::new(Arch::Sm90, Acc::F32, Layout::Tn, Shape::new(64, 64, 64).expect("shape"));
         Job { ptx: String::new(), manifest: manifest_for(&p, &SimpleConfig::SMALL), secret_seed: 1, watchdog_ms: None, bench }
+    }
+
+    #[test]
+    fn the_regime_follows_the_rotations_footprint_against_the_l2() {
+        let l2 = 50 << 20;
+        let p = |m, n, k| Problem::new(Arch::Sm90, Acc::F32, Layout::Tn, Shape::new(m, n, k).expect("shape"));
+        // 1024³: 6 MiB a set, 18 MiB over three sets: warm.
+        assert_eq!(regime(&p(1024, 1024, 1024), 0, 3, l2)["name"], "l2_warm");
+        // 2048³: 24 MiB a set, 72 MiB: mixed.
+        let r = regime(&p(2048, 2048, 2048), 0, 3, l2);
+        assert_eq!(r["name"], "l2_mixed");
+        assert_eq!(r["footprint_bytes"], 3 * 3 * 2 * 2048 * 2048);
+        assert!((r["l2_multiple"].as_f64().expect("multiple") - 1.44).abs() < 1e-9);
+        // 8192³: 384 MiB a set: cold; a workspace counts too.
+        assert_eq!(regime(&p(8192, 8192, 8192), 0, 3, l2)["name"], "l2_cold");
+        assert_eq!(regime(&p(1024, 1024, 1024), 100 << 20, 3, l2)["name"], "l2_cold");
     }
 
     #[test]
