@@ -194,12 +194,7 @@ fn the_sandbox_binary_answers_every_job_with_an_outcome() {
 /// kernels before, in between and after: each gets its verdict, and the next job runs.
 #[test]
 fn hostile_kernels_get_their_verdicts_and_the_next_job_still_runs() {
-    if let Err(why) = gpu::available() {
-        skip(format!("no GPU ({why})"));
-        return;
-    }
-    if let Err(why) = gpu::nvrtc::available() {
-        skip(format!("no NVRTC ({why})"));
+    if !gpu_and_nvrtc_here() {
         return;
     }
     let cmd = sandbox_command();
@@ -289,12 +284,7 @@ fn cublaslt_algorithms_are_recreated_from_their_recorded_configuration() {
 /// speedups are printed, not asserted.
 #[test]
 fn a_whole_run_verifies_then_benchmarks_against_the_baselines() {
-    if let Err(why) = gpu::available() {
-        skip(format!("no GPU ({why})"));
-        return;
-    }
-    if let Err(why) = gpu::nvrtc::available() {
-        skip(format!("no NVRTC ({why})"));
+    if !gpu_and_nvrtc_here() {
         return;
     }
     let p = problem(Acc::F32, Layout::Tn, (2048, 2048, 2048));

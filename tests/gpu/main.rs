@@ -45,6 +45,20 @@ fn gpu_or_skip() -> Option<Gpu> {
     Some(Gpu::open(0).expect("open device 0"))
 }
 
+/// Whether a GPU and NVRTC are here (else it says why it skips), without opening the
+/// device in this process: for tests whose GPU work runs in sandbox children.
+fn gpu_and_nvrtc_here() -> bool {
+    if let Err(why) = gpu::available() {
+        skip(format!("no GPU ({why})"));
+        return false;
+    }
+    if let Err(why) = gpu::nvrtc::available() {
+        skip(format!("no NVRTC ({why})"));
+        return false;
+    }
+    true
+}
+
 fn gpu_and_nvrtc_or_skip() -> Option<Gpu> {
     let gpu = gpu_or_skip()?;
     if let Err(why) = gpu::nvrtc::available() {
