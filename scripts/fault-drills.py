@@ -1,0 +1,375 @@
+#!/usr/bin/env python3
+"""Fault drills against a live `kaas serve` (issue 38): what an unlucky operator and a
+hostile client do to the service, and what must hold through it.
+
+    python3 scripts/fault-drills.py [--kaas target/release/kaas] [--postgres URL] [--cycles 5]
+
+Each drill starts real `kaas serve` processes on fresh databases (SQLite files in a temp
+folder; with --postgres, also fresh databases on that server, dropped afterwards) with the
+shipped catalog, and prints one line of results; a table of all drills comes last and the
+exit status is non-zero when any drill's invariant failed.
+
+  kill-import     SIGKILL at a random moment of the first start's catalog import, then
+                  restart: the restarted service must come up ready with the whole catalog
+                  (the same counts as a clean start), never a partial one.
+  term-import     the same with SIGTERM.
+  replicas        two replicas started in the same instant on one fresh database: both
+                  must become ready (migrations and the import run once).
+  acked-writes    artifact uploads from 4 clients while the service is killed (SIGKILL)
+                  and restarted: every upload acknowledged with 200/201 must be there
+                  after the restart; no 5xx other than 503.
+  load            8 clients × 250 mixed catalog reads: no 5xx, latency percentiles.
+  outage          (Postgres only) the database dropped under the running service: every
+                  data route answers 503 with Retry-After, readiness 503, liveness 200.
+  flood           300 idle connections from one client on the downloads listener, the
+                  process limited to 256 descriptors: /v1/health on the API port keeps
+                  answering.
+Only the standard library is used.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import resource
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def request(url: str, method: str = "GET", body: bytes | None = None, headers: dict | None = None, timeout: float = 10.0):
+    """(status, headers, body); status 0 when the connection failed."""
+    req = urllib.request.Request(url, data=body, method=method, headers=headers or {})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return r.status, dict(r.headers), r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, dict(e.headers), e.read()
+    except (urllib.error.URLError, OSError, TimeoutError):
+        return 0, {}, b""
+
+
+class Server:
+    """One `kaas serve` process."""
+
+    def __init__(self, kaas: str, db_url: str, workdir: Path, downloads: bool = False, nofile: int | None = None):
+        self.port = free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        self.downloads_port = free_port() if downloads else None
+        args = [kaas, "serve", "--bind", f"127.0.0.1:{self.port}", "--database-url", db_url, "--catalog", str(ROOT / "kernels")]
+        if downloads:
+            args += ["--downloads-bind", f"127.0.0.1:{self.downloads_port}", "--downloads-dir", str(workdir / f"dl-{self.port}")]
+        self.log = open(workdir / f"serve-{self.port}.log", "wb")
+
+        def limit():
+            if nofile:
+                resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
+
+        self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT, cwd=workdir, preexec_fn=limit)
+
+    def ready(self, within: float = 120.0) -> bool:
+        deadline = time.time() + within
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                return False
+            if request(f"{self.base}/v1/health/ready", timeout=2)[0] == 200:
+                return True
+            time.sleep(0.1)
+        return False
+
+    def signal(self, sig: int) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+    def stop(self) -> None:
+        self.signal(signal.SIGTERM)
+        self.log.close()
+
+
+class Databases:
+    """Fresh databases: SQLite files, or Postgres databases created and dropped."""
+
+    def __init__(self, workdir: Path, postgres: str | None):
+        self.workdir = workdir
+        self.postgres = postgres
+        self.made: list[str] = []
+
+    def fresh(self, tag: str, backend: str) -> str:
+        name = f"kaas_drill_{tag}_{os.getpid()}_{random.randrange(1 << 30)}"
+        if backend == "sqlite":
+            return f"sqlite://{self.workdir / (name + '.db')}?mode=rwc"
+        self.psql(f'CREATE DATABASE "{name}"')
+        self.made.append(name)
+        return self.url_of(name)
+
+    def url_of(self, name: str) -> str:
+        assert self.postgres
+        return self.postgres.rsplit("/", 1)[0] + "/" + name
+
+    def psql(self, sql: str) -> None:
+        assert self.postgres
+        subprocess.run(["psql", self.postgres, "-v", "ON_ERROR_STOP=1", "-qc", sql], check=True, capture_output=True)
+
+    def drop(self, name: str) -> None:
+        self.psql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+    def cleanup(self) -> None:
+        for name in self.made:
+            try:
+                self.drop(name)
+            except subprocess.CalledProcessError:
+                pass
+
+
+def problems_count(base: str) -> int | None:
+    status, _, body = request(f"{base}/v1/problems", timeout=30)
+    return len(json.loads(body)) if status == 200 else None
+
+
+def drill_interrupted_import(kaas: str, dbs: Databases, backend: str, sig: int, cycles: int, reference: int) -> dict:
+    failures, kills = [], []
+    for i in range(cycles):
+        url = dbs.fresh(f"imp{i}", backend)
+        s = Server(kaas, url, dbs.workdir)
+        at = random.uniform(0.2, 4.0)
+        time.sleep(at)
+        s.signal(sig)
+        kills.append(round(at, 2))
+        again = Server(kaas, url, dbs.workdir)
+        if not again.ready():
+            failures.append(f"cycle {i}: not ready after the restart")
+        else:
+            n = problems_count(again.base)
+            if n != reference:
+                failures.append(f"cycle {i}: {n} problems after the restart, a clean start has {reference}")
+        again.stop()
+    return {"ok": not failures, "detail": f"{cycles} cycles, signalled at {kills} s; " + ("; ".join(failures) or f"every restart ready with all {reference} problems")}
+
+
+def drill_replicas(kaas: str, dbs: Databases, backend: str, reference: int) -> dict:
+    url = dbs.fresh("rep", backend)
+    a, b = Server(kaas, url, dbs.workdir), Server(kaas, url, dbs.workdir)
+    ok_a, ok_b = a.ready(), b.ready()
+    counts = (problems_count(a.base) if ok_a else None, problems_count(b.base) if ok_b else None)
+    a.stop()
+    b.stop()
+    ok = ok_a and ok_b and counts == (reference, reference)
+    return {"ok": ok, "detail": f"replica A ready={ok_a}, B ready={ok_b}, problems {counts} (clean start: {reference})"}
+
+
+def token(kaas: str, url: str, workdir: Path) -> str:
+    out = subprocess.run([kaas, "token", "create", "--name", f"drill{random.randrange(1 << 20)}", "--role", "submitter", "--database-url", url],
+                         capture_output=True, text=True, cwd=workdir, check=True)
+    return out.stdout.strip().splitlines()[-1]
+
+
+def drill_acked_writes(kaas: str, dbs: Databases, backend: str) -> dict:
+    url = dbs.fresh("acked", backend)
+    s = Server(kaas, url, dbs.workdir)
+    if not s.ready():
+        return {"ok": False, "detail": "the service did not start"}
+    secret = token(kaas, url, dbs.workdir)
+    ptx = next((ROOT / "kernels" / "ptx").glob("*.ptx")).read_text()
+    acked: list[str] = []
+    bad: list[int] = []
+    stop = threading.Event()
+    lock = threading.Lock()
+    server = {"base": s.base}
+
+    def client(cid: int) -> None:
+        n = 0
+        while not stop.is_set():
+            n += 1
+            text = f"{ptx}\n// drill client {cid} upload {n} {random.random()}\n"
+            status, _, body = request(f"{server['base']}/v1/artifacts", "POST", text.encode(),
+                                      {"Authorization": f"Bearer {secret}", "Content-Type": "text/plain"}, timeout=5)
+            with lock:
+                if status in (200, 201):
+                    acked.append(json.loads(body)["sha256"])
+                elif status >= 500 and status != 503:
+                    bad.append(status)
+            time.sleep(0.005)
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    restarts = 3
+    for _ in range(restarts):
+        time.sleep(random.uniform(0.5, 1.5))
+        s.signal(signal.SIGKILL)
+        s = Server(kaas, url, dbs.workdir)
+        server["base"] = s.base
+        s.ready()
+    time.sleep(0.5)
+    stop.set()
+    for t in threads:
+        t.join()
+    missing = [sha for sha in acked if request(f"{s.base}/v1/artifacts/{sha}")[0] != 200]
+    s.stop()
+    ok = not missing and not bad
+    return {"ok": ok, "detail": f"{len(acked)} uploads acknowledged across {restarts} SIGKILL restarts; {len(missing)} missing after; 5xx other than 503: {len(bad)}"}
+
+
+def drill_load(kaas: str, dbs: Databases, backend: str) -> dict:
+    url = dbs.fresh("load", backend)
+    s = Server(kaas, url, dbs.workdir)
+    if not s.ready():
+        return {"ok": False, "detail": "the service did not start"}
+    problems = json.loads(request(f"{s.base}/v1/problems", timeout=30)[2])
+    paths = [p["path"] for p in problems[:200]]
+    routes = ["/v1/health", "/v1/stats", "/v1/heatmap?layout=tn", "/v1/problems?layout=nn", "/v1/workloads/llama-3.1-8b", "/v1/leaderboard"]
+    latencies: list[float] = []
+    statuses: dict[int, int] = {}
+    lock = threading.Lock()
+
+    def client(cid: int) -> None:
+        rng = random.Random(cid)
+        for _ in range(250):
+            path = rng.choice(routes) if rng.random() < 0.3 else f"/v1/kernels/{rng.choice(paths)}"
+            t0 = time.perf_counter()
+            status = request(f"{s.base}{path}", timeout=30)[0]
+            dt = (time.perf_counter() - t0) * 1e3
+            with lock:
+                latencies.append(dt)
+                statuses[status] = statuses.get(status, 0) + 1
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(8)]
+    t0 = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    wall = time.perf_counter() - t0
+    s.stop()
+    latencies.sort()
+    pct = lambda q: latencies[min(len(latencies) - 1, int(q * len(latencies)))]
+    errors = sum(n for st, n in statuses.items() if st >= 500 or st == 0)
+    return {"ok": errors == 0, "detail": f"{len(latencies)} requests in {wall:.1f} s ({len(latencies) / wall:.0f}/s); statuses {dict(sorted(statuses.items()))}; "
+                                         f"latency p50 {pct(0.5):.1f} ms, p90 {pct(0.9):.1f} ms, p99 {pct(0.99):.1f} ms"}
+
+
+def drill_outage(kaas: str, dbs: Databases) -> dict:
+    name = f"kaas_drill_outage_{os.getpid()}"
+    dbs.psql(f'CREATE DATABASE "{name}"')
+    dbs.made.append(name)
+    s = Server(kaas, dbs.url_of(name), dbs.workdir)
+    if not s.ready():
+        return {"ok": False, "detail": "the service did not start"}
+    path = json.loads(request(f"{s.base}/v1/problems", timeout=30)[2])[0]["path"]
+    dbs.drop(name)
+    routes = ["/v1/problems", f"/v1/kernels/{path}", "/v1/stats", "/v1/heatmap", "/v1/leaderboard", "/v1/submissions", "/v1/workloads/llama-3.1-8b"]
+    results = {}
+    for r in routes:
+        st, headers, _ = request(f"{s.base}{r}")
+        results[r] = (st, "retry-after" in {k.lower() for k in headers})
+    ready = request(f"{s.base}/v1/health/ready")[0]
+    live = request(f"{s.base}/v1/health/live")[0]
+    s.stop()
+    # A route may still answer 200 from the catalog cache for a few seconds: that is not a
+    # fault; a 500 is.
+    bad = {r: v for r, v in results.items() if not (v[0] == 503 and v[1]) and v[0] != 200}
+    ok = not bad and ready == 503 and live == 200
+    return {"ok": ok, "detail": f"after DROP DATABASE: routes {results}; ready {ready}, live {live}" + (f"; wrong: {bad}" if bad else "")}
+
+
+def drill_flood(kaas: str, dbs: Databases, backend: str) -> dict:
+    url = dbs.fresh("flood", backend)
+    s = Server(kaas, url, dbs.workdir, downloads=True, nofile=256)
+    if not s.ready():
+        return {"ok": False, "detail": "the service did not start with 256 descriptors"}
+    socks, refused = [], 0
+    for _ in range(300):
+        try:
+            c = socket.create_connection(("127.0.0.1", s.downloads_port), timeout=2)
+            socks.append(c)
+        except OSError:
+            refused += 1
+    answers, slowest = 0, 0.0
+    for _ in range(20):
+        t0 = time.perf_counter()
+        if request(f"{s.base}/v1/health", timeout=5)[0] in (200, 503):
+            answers += 1
+        slowest = max(slowest, time.perf_counter() - t0)
+        time.sleep(0.1)
+    for c in socks:
+        c.close()
+    s.stop()
+    return {"ok": answers == 20, "detail": f"{len(socks)} idle connections held open ({refused} refused at connect); /v1/health answered {answers} of 20, slowest {slowest * 1e3:.0f} ms"}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--kaas", default=str(ROOT / "target" / "release" / "kaas"))
+    ap.add_argument("--postgres", help="a Postgres URL whose user may create databases, e.g. postgres://postgres@127.0.0.1:5432/test")
+    ap.add_argument("--cycles", type=int, default=5)
+    ap.add_argument("--only", help="comma-separated drill names")
+    args = ap.parse_args()
+    args.kaas = str(Path(args.kaas).resolve())
+    if not Path(args.kaas).exists():
+        print(f"no kaas binary at {args.kaas}: cargo build --release first", file=sys.stderr)
+        return 2
+    workdir = Path(tempfile.mkdtemp(prefix="kaas-drills-"))
+    dbs = Databases(workdir, args.postgres)
+    backends = ["sqlite"] + (["postgres"] if args.postgres else [])
+    only = set(args.only.split(",")) if args.only else None
+    rows = []
+    try:
+        for backend in backends:
+            ref = Server(args.kaas, dbs.fresh("ref", backend), workdir)
+            if not ref.ready():
+                print(f"{backend}: a clean start did not become ready; see {workdir}", file=sys.stderr)
+                return 1
+            reference = problems_count(ref.base) or 0
+            ref.stop()
+            drills = [
+                ("kill-import", lambda: drill_interrupted_import(args.kaas, dbs, backend, signal.SIGKILL, args.cycles, reference)),
+                ("term-import", lambda: drill_interrupted_import(args.kaas, dbs, backend, signal.SIGTERM, max(2, args.cycles // 2), reference)),
+                ("replicas", lambda: drill_replicas(args.kaas, dbs, backend, reference)),
+                ("acked-writes", lambda: drill_acked_writes(args.kaas, dbs, backend)),
+                ("load", lambda: drill_load(args.kaas, dbs, backend)),
+                ("flood", lambda: drill_flood(args.kaas, dbs, backend)),
+            ]
+            if backend == "postgres":
+                drills.append(("outage", lambda: drill_outage(args.kaas, dbs)))
+            for name, run in drills:
+                if only and name not in only:
+                    continue
+                t0 = time.time()
+                r = run()
+                r.update(name=name, backend=backend, seconds=round(time.time() - t0, 1))
+                print(f"{name:<13} {backend:<9} {'ok ' if r['ok'] else 'FAIL'} {r['seconds']:>6.1f} s  {r['detail']}", flush=True)
+                rows.append(r)
+    finally:
+        dbs.cleanup()
+    print("\n| drill | backend | held | seconds | what was seen |\n|---|---|---|---:|---|")
+    for r in rows:
+        print(f"| {r['name']} | {r['backend']} | {'yes' if r['ok'] else '**no**'} | {r['seconds']} | {r['detail']} |")
+    shutil.rmtree(workdir, ignore_errors=True) if all(r["ok"] for r in rows) else print(f"logs kept in {workdir}", file=sys.stderr)
+    return 0 if all(r["ok"] for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
