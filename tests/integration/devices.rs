@@ -169,3 +169,52 @@ both_backends!(
     h200_gets_the_h100_kernel_labelled_and_no_speedup_claims,
     an_h200_baseline_faster_than_the_h100_kernel_wins,
 );
+
+/// The shipped H100 catalog and H200 baseline table: every H100 entry asked for on an
+/// H200 (spelt as the driver names it) is either offered labelled, with no claim about
+/// H200, or answered with H200's own baseline; never presented as H200's.
+#[actix_web::test]
+async fn the_shipped_catalog_never_presents_h100_timings_as_h200s() {
+    let db = TestDb::new(Backend::Sqlite).await;
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("kernels");
+    for dir in ["h100", "baselines-h200"] {
+        bundle::import(&db.db, &root.join(dir)).await.unwrap();
+    }
+    let (index, _) = bundle::read_bundle(&root.join("h100")).unwrap();
+    let st = state(&db, ApiSettings::default());
+    let app = test::init_service(create_app(st.clone())).await;
+    let e = get(&app, &format!("/v1/kernels/{}?device=A100", index.entries[0].problem.path())).await.assert_problem(400, "unknown_device");
+    assert_eq!(names(&e["known_device_classes"]), vec![DEVICE.to_string(), H200.to_string()]);
+    let (mut offered, mut baseline_won, mut not_offered) = (0, 0, 0);
+    for entry in &index.entries {
+        let r = get(&app, &format!("/v1/kernels/{}?device=NVIDIA%20H200", entry.problem.path())).await;
+        let j = r.json();
+        match r.status.as_u16() {
+            200 => {
+                offered += 1;
+                assert_eq!((&j["device_class"], &j["measured_on"], &j["record"]["device_class"]), (&DEVICE.into(), &DEVICE.into(), &DEVICE.into()));
+                assert_eq!(j["fallback"]["requested_device"], H200);
+                assert_eq!(j["beats"], serde_json::json!([]), "{}", entry.problem);
+                // Offered only where H200's own fastest baseline did not beat the H100 time.
+                if let (Some(here), Some(there)) = (j["fallback"]["requested_device_baseline"]["median_us"].as_f64(), j["run"]["timings"]["graph"]["median_us"].as_f64()) {
+                    assert!(here >= there, "{}: {here} µs on H200 < {there} µs on H100, yet offered", entry.problem);
+                }
+            }
+            404 if j["code"] == "baseline_faster" && j.get("fallback").is_some() => {
+                baseline_won += 1;
+                assert_eq!(j["device_class"], H200);
+                assert_eq!(j["fallback"]["measured_on"], DEVICE);
+            }
+            404 => {
+                // The H100 kernel loses to H100's baselines: H200's own answer.
+                not_offered += 1;
+                assert_eq!(j["code"], "kernel_not_found", "{j}");
+                assert_eq!(j["device_class"], H200, "{j}");
+            }
+            s => panic!("{}: {s} {j}", entry.problem),
+        }
+    }
+    assert!(offered > 0 && offered + baseline_won + not_offered == index.entries.len(), "{offered} offered, {baseline_won} baseline faster, {not_offered} not offered");
+    eprintln!("shipped catalog on H200: {offered} offered, {baseline_won} H200 baseline faster, {not_offered} not offered (lose on H100)");
+    db.cleanup().await;
+}
