@@ -218,3 +218,32 @@ async fn the_shipped_catalog_never_presents_h100_timings_as_h200s() {
     eprintln!("shipped catalog on H200: {offered} offered, {baseline_won} H200 baseline faster, {not_offered} not offered (lose on H100)");
     db.cleanup().await;
 }
+
+/// `kaas pull --device` with the driver's model name, and with H200 where only an H100
+/// entry exists: the stand-in is pulled, the note printed, and its record verifies.
+#[actix_web::test]
+async fn kaas_pull_names_devices_as_people_do_and_says_when_it_got_a_stand_in() {
+    let (index, ptx, _) = crate::ui::ui_fixture();
+    let port = crate::ui::serve(index, ptx);
+    let url = format!("http://127.0.0.1:{port}");
+    let dir = tempfile::tempdir().unwrap();
+    let pull = |device: &str, shape: &str, out: &str| {
+        let out = dir.path().join(out);
+        let res = std::process::Command::new(env!("CARGO_BIN_EXE_kaas"))
+            .args(["pull", "--url", &url, "--device", device, "--problem", shape, "--acc", "f32", "--layout", "tn", "-o", out.to_str().unwrap()])
+            .env_remove("KAAS_PUBLIC_KEY")
+            .output()
+            .unwrap();
+        (res.status.success(), format!("{}{}", String::from_utf8_lossy(&res.stdout), String::from_utf8_lossy(&res.stderr)), out)
+    };
+    let (ok, log, _) = pull("NVIDIA H100 80GB HBM3", "4096x4096x4096", "a");
+    assert!(ok && log.contains("on H100-SXM"), "{log}");
+    let (ok, log, out) = pull("h200", "2048x4096x4096", "b");
+    assert!(ok && log.contains("note: measured on H100-SXM, not H200"), "{log}");
+    let kernel: Value = serde_json::from_str(&std::fs::read_to_string(out.join("kernel.json")).unwrap()).unwrap();
+    assert_eq!(kernel["fallback"]["requested_device"], H200);
+    let verified = std::process::Command::new(env!("CARGO_BIN_EXE_kaas")).args(["verify", out.to_str().unwrap(), "--url", &url]).output().unwrap();
+    assert!(verified.status.success(), "{}", String::from_utf8_lossy(&verified.stdout));
+    let (ok, log, _) = pull("A100", "4096x4096x4096", "c");
+    assert!(!ok && log.contains("known device classes: H100-SXM, H200"), "{log}");
+}
