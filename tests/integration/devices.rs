@@ -163,8 +163,33 @@ async fn an_h200_baseline_faster_than_the_h100_kernel_wins(backend: Backend) {
     db.cleanup().await;
 }
 
+async fn a_bare_model_with_two_known_form_factors_is_ambiguous(backend: Backend) {
+    let (db, st, f, _dir) = loaded(backend, ApiSettings::default()).await;
+    let index = Index {
+        format: bundle::FORMAT.into(),
+        device_classes: vec![DeviceClassRecord { name: "H100-PCIe".into(), model: "NVIDIA H100 PCIe".into(), compute_capability: "9.0".into(), sm_count: Some(114) }],
+        problems: vec![],
+        artifacts: vec![],
+        entries: vec![],
+        baselines: vec![],
+    };
+    let dir = tempfile::tempdir().unwrap();
+    bundle::write_bundle(dir.path(), &index, &Default::default()).unwrap();
+    bundle::import(&db.db, dir.path()).await.unwrap();
+    let app = test::init_service(create_app(st.clone())).await;
+    let e = get(&app, &format!("/v1/kernels/{}?device=H100", f.fast.path())).await.assert_problem(400, "ambiguous_device");
+    assert_eq!(names(&e["known_device_classes"]), vec!["H100-PCIe".to_string(), DEVICE.to_string()]);
+    assert!(e["detail"].as_str().unwrap().contains("H100-PCIe, H100-SXM"), "{e}");
+    // Named in full, each resolves; the PCIe class has no kernel of its own (and no stand-in).
+    assert_eq!(get(&app, &format!("/v1/kernels/{}?device=H100%20SXM", f.fast.path())).await.status, 200);
+    let pcie = get(&app, &format!("/v1/kernels/{}?device=NVIDIA%20H100%20PCIe", f.fast.path())).await.assert_problem(404, "kernel_not_found");
+    assert!(pcie["detail"].as_str().unwrap().contains("on H100-PCIe"), "{pcie}");
+    db.cleanup().await;
+}
+
 both_backends!(
     device_spellings_resolve_in_every_route,
+    a_bare_model_with_two_known_form_factors_is_ambiguous,
     unknown_device_classes_are_a_client_error_listing_the_known,
     h200_gets_the_h100_kernel_labelled_and_no_speedup_claims,
     an_h200_baseline_faster_than_the_h100_kernel_wins,
