@@ -104,7 +104,9 @@ pub fn resolve_device_class(asked: &str, known: &[String]) -> Result<String, Dev
         let prefix = format!("{model}-");
         let of_model: Vec<String> = known
             .iter()
-            .filter(|k| k.len() > prefix.len() && k[..prefix.len()].eq_ignore_ascii_case(&prefix))
+            // `get`, not slicing: a class imported from a bundle may hold any UTF-8, and
+            // a cut inside a character must not panic a request.
+            .filter(|k| k.len() > prefix.len() && k.get(..prefix.len()).is_some_and(|head| head.eq_ignore_ascii_case(&prefix)))
             .cloned()
             .collect();
         match of_model.len() {
@@ -210,6 +212,9 @@ mod tests {
         let two = vec!["H100-PCIe".to_string(), "H100-SXM".to_string()];
         assert_eq!(resolve_device_class("H100", &two), Err(DeviceNameError::Ambiguous(two.clone())));
         assert_eq!(resolve_device_class("H100 PCIe", &two), Ok("H100-PCIe".to_string()));
+        // Known names from a bundle may be any UTF-8: no panic on a cut inside a character.
+        let odd = vec!["H10é-x".to_string(), "H100é".to_string()];
+        assert_eq!(resolve_device_class("H100", &odd), Err(DeviceNameError::Unknown));
     }
 
     #[test]
