@@ -333,7 +333,8 @@ pub struct ProblemArgs {
     pub layout: String,
     #[arg(long, default_value = "sm_90")]
     pub arch: String,
-    /// Device class, e.g. H100-SXM (default: the fastest anywhere).
+    /// Device class, e.g. H100-SXM or H200; the server also takes `H100`, `H100 SXM` or
+    /// the driver's model name (default: the fastest anywhere).
     #[arg(long)]
     pub device: Option<String>,
 }
@@ -345,7 +346,9 @@ impl ProblemArgs {
     }
 
     fn query(&self) -> String {
-        self.device.as_ref().map(|d| format!("?device={d}")).unwrap_or_default()
+        // Percent-encoded: a driver's model name has spaces.
+        let encode = |d: &str| d.bytes().map(|b| if b.is_ascii_alphanumeric() || b"-_.".contains(&b) { (b as char).to_string() } else { format!("%{b:02X}") }).collect::<String>();
+        self.device.as_ref().map(|d| format!("?device={}", encode(d))).unwrap_or_default()
     }
 }
 
@@ -399,6 +402,10 @@ pub fn pull(server: &Server, args: &PullArgs) -> anyhow::Result<()> {
         .and_then(|s| s.get(crate::catalog::AUTOTUNE_MAX))
         .and_then(|v| v.as_f64())
         .map_or_else(|| "not benchmarked".to_string(), |x| format!("{x:.3}× cuBLASLt-autotune-max"));
+    if let Some(f) = &kernel.fallback {
+        // The stand-in's speedups are about its own class, not the one asked for.
+        eprintln!("note: measured on {}, not {}: {}", f.measured_on, f.requested_device, f.note);
+    }
     println!("{} on {}: {} by {} ({speed}); sha256 {}", kernel.problem, kernel.device_class, kernel.name, kernel.submitter, sha);
     println!("wrote {}/kernel.ptx, manifest.json, kernel.json, record.json", args.out.display());
     Ok(())

@@ -121,7 +121,11 @@ export async function problem(rest, params) {
   const [board, answer] = await Promise.all([api(`/v1/leaderboard/${p.path}`), kernelOrReason(p.path, asked)]);
   const kernel = answer.kernel;
   const reasonDevice = answer.reason && answer.reason.body.device_class;
-  const device = asked || (kernel && kernel.device_class) || reasonDevice || (board.rows[0] && board.rows[0].device_class) || null;
+  // The answer names the canonical class of what was asked (`h200` → `H200`); a
+  // stand-in's kernel (`fallback`) is for the class asked, not the one it ran on.
+  const answered = kernel ? (kernel.fallback ? kernel.fallback.requested_device : kernel.device_class) : reasonDevice;
+  const device = answered || asked || (board.rows[0] && board.rows[0].device_class) || null;
+  const fallback = kernel && kernel.fallback;
   const devices = [...new Set([device, ...board.rows.map((r) => r.device_class), ...(kernel ? kernel.other_device_classes : [])].filter(Boolean))].sort();
   const title = `${p.m}×${p.n}×${p.k} ${p.acc} ${p.layout}`;
   const picker = devices.length > 1
@@ -131,14 +135,16 @@ export async function problem(rest, params) {
   let entry;
   if (kernel) {
     entry = [
-      h('p', {}, 'Catalog kernel ', h('strong', { id: 'kernel-name' }, kernel.name || '(unnamed)'), ' by ',
+      fallback ? h('p', { class: 'note', id: 'fallback-note' }, `Measured on ${fallback.measured_on}, not ${fallback.requested_device}: ${fallback.note}`) : null,
+      h('p', {}, fallback ? `${fallback.measured_on}’s catalog kernel ` : 'Catalog kernel ', h('strong', { id: 'kernel-name' }, kernel.name || '(unnamed)'), ' by ',
         h('a', { href: submitterHref(kernel.submitter), class: 'submitter' }, kernel.submitter),
-        kernel.benchmarked ? `, faster than ${kernel.beats.length ? kernel.beats.map(baselineName).join(', ') : 'no baseline'} in graph mode.` : ', verified but not benchmarked.'),
+        fallback ? `: no speedup on ${fallback.requested_device} is claimed.`
+          : kernel.benchmarked ? `, faster than ${kernel.beats.length ? kernel.beats.map(baselineName).join(', ') : 'no baseline'} in graph mode.` : ', verified but not benchmarked.'),
       downloads(p, kernel),
       h('h3', {}, 'Pull it'),
       commandBox(pullCommand(p, kernel.device_class), 'kaas pull command'),
       commandBox(`curl -fsS -o kernel.ptx '${location.origin}/v1/kernels/${p.path}/ptx${query({ device: kernel.device_class })}'`, 'curl command for the PTX'),
-      h('h2', {}, 'Timings'), timingsTable(kernel.run), speedupsTable(kernel.run),
+      h('h2', {}, fallback ? `Timings on ${fallback.measured_on}` : 'Timings'), timingsTable(kernel.run), speedupsTable(kernel.run),
       h('h2', {}, 'Verification'), verification(kernel.run),
       h('h2', {}, 'Launch'), launches(kernel.manifest),
     ];
@@ -161,6 +167,6 @@ export async function problem(rest, params) {
     h('div', { class: 'controls' }, picker),
     h('h2', {}, 'Ranking'), device ? ranking(board.rows.filter((r) => r.device_class === device), kernel, device) : null,
     h('h2', {}, 'Catalog kernel'), entry,
-    h('h2', {}, 'Baselines'), kernel ? baselinesTable(kernel.baselines) : h('p', { class: 'muted' }, 'The baseline table comes with a catalog kernel; the fastest baseline is named above.'));
+    h('h2', {}, fallback ? `Baselines on ${fallback.measured_on}` : 'Baselines'), kernel ? baselinesTable(kernel.baselines) : h('p', { class: 'muted' }, 'The baseline table comes with a catalog kernel; the fastest baseline is named above.'));
   return { title, node };
 }

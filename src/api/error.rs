@@ -54,6 +54,12 @@ pub enum ApiError {
     KernelNotFound { detail: String, extra: serde_json::Map<String, serde_json::Value> },
     #[error("{detail}")]
     BaselineFaster { detail: String, extra: serde_json::Map<String, serde_json::Value> },
+    /// `?device=` names no known device class; `extra` lists the known ones.
+    #[error("{detail}")]
+    UnknownDevice { detail: String, extra: serde_json::Map<String, serde_json::Value> },
+    /// `?device=` names a model with several known form factors; `extra` lists them.
+    #[error("{detail}")]
+    AmbiguousDevice { detail: String, extra: serde_json::Map<String, serde_json::Value> },
     #[error("{0}")]
     MissingToken(String),
     #[error("{0}")]
@@ -93,6 +99,10 @@ impl ApiError {
             NotFound(_) => ("not_found", StatusCode::NOT_FOUND, "Not found"),
             KernelNotFound { .. } => ("kernel_not_found", StatusCode::NOT_FOUND, "No kernel for this problem"),
             BaselineFaster { .. } => ("baseline_faster", StatusCode::NOT_FOUND, "A baseline is faster than every kernel"),
+            // 400, not 404: a 404 from the kernel routes means "no kernel, use cuBLAS", and a
+            // misspelt device must not read as that.
+            UnknownDevice { .. } => ("unknown_device", StatusCode::BAD_REQUEST, "Unknown device class"),
+            AmbiguousDevice { .. } => ("ambiguous_device", StatusCode::BAD_REQUEST, "Ambiguous device class"),
             MissingToken(_) => ("missing_token", StatusCode::UNAUTHORIZED, "Authentication required"),
             InvalidToken(_) => ("invalid_token", StatusCode::UNAUTHORIZED, "Invalid token"),
             RevokedToken(_) => ("revoked_token", StatusCode::UNAUTHORIZED, "Revoked token"),
@@ -113,7 +123,10 @@ impl ApiError {
     pub fn details(&self) -> ProblemDetails {
         let (code, status, title) = self.describe();
         let extra = match self {
-            ApiError::KernelNotFound { extra, .. } | ApiError::BaselineFaster { extra, .. } => extra.clone(),
+            ApiError::KernelNotFound { extra, .. }
+            | ApiError::BaselineFaster { extra, .. }
+            | ApiError::UnknownDevice { extra, .. }
+            | ApiError::AmbiguousDevice { extra, .. } => extra.clone(),
             _ => Default::default(),
         };
         ProblemDetails {

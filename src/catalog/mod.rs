@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use sea_orm::{ColumnTrait, ConnectionTrait, DatabaseConnection, DbErr, EntityTrait, QueryFilter, QueryOrder};
 
-use crate::db::entities::{artifact, baseline, catalog_entry, manifest, problem, run, submission, submitter};
+use crate::db::entities::{artifact, baseline, catalog_entry, device_class, manifest, problem, run, submission, submitter, worker};
 use crate::bench::stats::geomean;
 use crate::manifest::Manifest;
 use crate::problem::{Acc, Arch, Layout, Problem};
@@ -41,10 +41,12 @@ pub struct ProblemFilter {
 /// The answer to "which kernel should I use for this problem?".
 #[derive(Debug, Clone)]
 pub enum KernelLookup {
-    /// A kernel that beat every baseline, or was not benchmarked (it says so).
+    /// A kernel that beat every baseline, or was not benchmarked (it says so); or, with
+    /// `fallback` set in the view, another class's kernel offered as such.
     Kernel(Box<KernelView>),
-    /// Kernels exist, but a baseline is faster: use it instead.
-    BaselineFaster { device_class: String, use_instead: BaselineView },
+    /// Kernels exist, but a baseline is faster: use it instead. `fallback` is set when the
+    /// kernel compared is another class's (its time there against `use_instead`'s here).
+    BaselineFaster { device_class: String, use_instead: BaselineView, fallback: Option<Box<FallbackView>> },
     /// No catalog entry at all; the fastest known baseline, if any was measured.
     None { use_instead: Option<(String, BaselineView)> },
 }
@@ -274,7 +276,120 @@ fn fastest_baseline(table: &[BaselineView]) -> Option<BaselineView> {
     table.iter().filter(|b| b.mode == "graph").min_by(|a, b| a.median_us.total_cmp(&b.median_us)).cloned()
 }
 
-pub async fn best_kernel(db: &DatabaseConnection, p: &Problem, device: Option<&str>) -> Result<KernelLookup, CatalogError> {
+/// Device classes whose kernels may be offered, labelled, to a class with no catalog
+/// entry for a problem: (asking class, stand-ins in order of preference). An H200 is the
+/// H100's GH100 die (same SMs, same sm_90 ISA) with more and faster memory, so the H100
+/// kernel runs there and its H100 timings are the nearest evidence — but evidence about
+/// an H100 only, which is why such answers say so and claim nothing about the H200.
+pub const STAND_INS: &[(&str, &[&str])] = &[("H200", &["H100-SXM"])];
+
+/// Whether a kernel answer for a device class without an entry may offer a stand-in's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Fallback {
+    /// Offer a [`STAND_INS`] class's kernel, labelled, where its PTX loads on the asked class.
+    #[default]
+    StandIn,
+    /// Only the asked class's own entries (`?fallback=none`).
+    None,
+}
+
+/// The device classes this service knows, with their compute capability where
+/// registered: every class a bundle import or a worker's run registered, and those of
+/// workers seen (a worker may announce a class before its first run).
+pub async fn known_device_classes<C: ConnectionTrait>(db: &C) -> Result<BTreeMap<String, Option<(u32, u32)>>, DbErr> {
+    let mut known: BTreeMap<String, Option<(u32, u32)>> = BTreeMap::new();
+    for w in worker::Entity::find().all(db).await? {
+        if let Some(c) = w.device_class {
+            known.insert(c, None);
+        }
+    }
+    for c in device_class::Entity::find().all(db).await? {
+        known.insert(c.name, crate::gpu::parse_compute_capability(&c.compute_capability));
+    }
+    Ok(known)
+}
+
+/// The best kernel for a problem on `device` (or anywhere), or why there is none; with
+/// [`Fallback::StandIn`], a device class without an entry is offered a stand-in's
+/// kernel (see [`stand_in_kernel`]) instead of "no kernel yet".
+pub async fn best_kernel(db: &DatabaseConnection, p: &Problem, device: Option<&str>, fallback: Fallback) -> Result<KernelLookup, CatalogError> {
+    let lookup = measured_kernel(db, p, device).await?;
+    if let (KernelLookup::None { use_instead }, Some(d), Fallback::StandIn) = (&lookup, device, fallback)
+        && let Some(offered) = stand_in_kernel(db, p, d, use_instead).await?
+    {
+        return Ok(offered);
+    }
+    Ok(lookup)
+}
+
+/// A stand-in's kernel for `device`, which has no entry for `p`, labelled as measured on
+/// the stand-in. Offered only where the stand-in's own answer is a kernel (not "a
+/// baseline is faster" there) and its PTX target loads on `device`'s compute capability.
+///
+/// Invariant: nothing in the answer claims the kernel beats `device`'s baselines. `beats`
+/// is empty (the stand-in's list is under `fallback`), and where `device`'s fastest
+/// baseline (`no_kernel`, measured on `device`) took less time than the kernel did on
+/// the stand-in, the answer is `BaselineFaster` with that baseline.
+async fn stand_in_kernel(
+    db: &DatabaseConnection,
+    p: &Problem,
+    device: &str,
+    no_kernel: &Option<(String, BaselineView)>,
+) -> Result<Option<KernelLookup>, CatalogError> {
+    let Some((_, stand_ins)) = STAND_INS.iter().find(|(asking, _)| *asking == device) else { return Ok(None) };
+    let cc = device_class::Entity::find_by_id(device.to_string())
+        .one(db)
+        .await?
+        .and_then(|c| crate::gpu::parse_compute_capability(&c.compute_capability));
+    let Some(cc) = cc else { return Ok(None) };
+    // The fastest baseline measured on `device` itself (`None` looked there only).
+    let here = no_kernel.as_ref().filter(|(d, _)| d == device).map(|(_, b)| b.clone());
+    for stand_in in stand_ins.iter() {
+        let KernelLookup::Kernel(mut view) = Box::pin(measured_kernel(db, p, Some(stand_in))).await? else { continue };
+        if !crate::gpu::ptx_target_runs_on(&view.artifact.target, cc) {
+            continue;
+        }
+        let kernel_us = graph_figures(&view.run).0;
+        let slower_than_here = match (&here, kernel_us) {
+            (Some(b), Some(us)) => b.median_us < us,
+            _ => false,
+        };
+        let time_there = kernel_us.map_or_else(|| "was not benchmarked".to_string(), |us| format!("took {us:.2} µs (graph mode) there"));
+        let about_here = match &here {
+            Some(b) => format!("{device}'s fastest baseline, {} ({} layout), took {:.2} µs on {device}", b.library, b.layout, b.median_us),
+            None => format!("no baseline was measured on {device}"),
+        };
+        let mut offered = FallbackView {
+            requested_device: device.to_string(),
+            measured_on: stand_in.to_string(),
+            note: String::new(),
+            beats_on_measured_device: std::mem::take(&mut view.beats),
+            requested_device_baseline: here.clone(),
+        };
+        if slower_than_here && let Some(b) = &here {
+            offered.note = format!(
+                "no kernel has been measured on {device} for {p}; the {stand_in} kernel {time_there}, and {about_here}: use the baseline"
+            );
+            return Ok(Some(KernelLookup::BaselineFaster { device_class: device.to_string(), use_instead: b.clone(), fallback: Some(Box::new(offered)) }));
+        }
+        offered.note = format!(
+            "no kernel has been measured on {device} for {p}: this is the {stand_in} catalog entry, offered because its PTX \
+             (target {}) loads on {device} (compute capability {}.{}). Every timing, speedup and baseline in this answer was \
+             measured on {stand_in}; nothing here says it beats {device}'s baselines. On {stand_in} it {}; {about_here}. \
+             Ask with fallback=none for {device}'s own answer.",
+            view.artifact.target,
+            cc.0,
+            cc.1,
+            time_there.trim_end_matches(" there"),
+        );
+        view.fallback = Some(offered);
+        return Ok(Some(KernelLookup::Kernel(view)));
+    }
+    Ok(None)
+}
+
+/// The best kernel measured on `device` (or anywhere), or why there is none.
+async fn measured_kernel(db: &DatabaseConnection, p: &Problem, device: Option<&str>) -> Result<KernelLookup, CatalogError> {
     let Some(prow) = find_problem(db, p).await? else {
         return Ok(KernelLookup::None { use_instead: None });
     };
@@ -316,13 +431,15 @@ pub async fn best_kernel(db: &DatabaseConnection, p: &Problem, device: Option<&s
     if beats_all(&speedups) == Some(false)
         && let Some(b) = fastest_baseline(&baselines)
     {
-        return Ok(KernelLookup::BaselineFaster { device_class: entry.device_class.clone(), use_instead: b });
+        return Ok(KernelLookup::BaselineFaster { device_class: entry.device_class.clone(), use_instead: b, fallback: None });
     }
     let (submitter, name) = data.owner(r);
     let record = crate::signing::Record::of_run(r, &manifest, &a.sha256);
     Ok(KernelLookup::Kernel(Box::new(KernelView {
         problem: *p,
         device_class: entry.device_class.clone(),
+        measured_on: entry.device_class.clone(),
+        fallback: None,
         submitter,
         name,
         manifest,

@@ -65,7 +65,16 @@ pub struct BaselineView {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct KernelView {
     pub problem: Problem,
+    /// The device class of the catalog entry served: where it was measured.
     pub device_class: String,
+    /// The device class every timing, speedup, `beats` and `baselines` in this answer was
+    /// measured on (always `device_class`; named so that a fallback answer reads plainly).
+    #[serde(default)]
+    pub measured_on: String,
+    /// Set only when the device class asked for has no entry for this problem and this
+    /// is another class's kernel offered instead (`?fallback=none` turns that off).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fallback: Option<FallbackView>,
     pub submitter: String,
     pub name: String,
     pub manifest: Manifest,
@@ -83,6 +92,24 @@ pub struct KernelView {
     pub record: Record,
     /// The service's Ed25519 signature over `record`; the HTTP API always sets it.
     pub signature: Option<RecordSignature>,
+}
+
+/// Why a kernel answer serves another device class's entry, and what is known on the
+/// class asked for. Invariant: nothing in an answer carrying this claims the kernel
+/// beats the asked class's baselines; it was never timed there.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct FallbackView {
+    /// The device class asked for (canonical name), which has no entry for the problem.
+    pub requested_device: String,
+    /// The device class the kernel was verified and timed on.
+    pub measured_on: String,
+    /// The above in words, for people.
+    pub note: String,
+    /// The baselines it beat on `measured_on` (graph mode): evidence about that class
+    /// only. The answer's own `beats` is empty.
+    pub beats_on_measured_device: Vec<String>,
+    /// The fastest graph-mode baseline measured on `requested_device`, if any was.
+    pub requested_device_baseline: Option<BaselineView>,
 }
 
 /// One line of `GET /v1/problems`.

@@ -71,6 +71,81 @@ pub fn device_class(name: &str) -> String {
     slug(name.trim_start_matches("NVIDIA").trim())
 }
 
+/// Why a device class asked for (`?device=`) names none of the known ones.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DeviceNameError {
+    /// No known class matches the spelling.
+    Unknown,
+    /// A bare model (`H100`) matches several known form factors; these.
+    Ambiguous(Vec<String>),
+}
+
+/// The known device class a user's spelling names: the class itself in any case
+/// (`h100-sxm`), the driver's model name (`NVIDIA H100 80GB HBM3`), words for the model and
+/// form factor (`H100 SXM`, `H200-SXM`), or the bare model (`H100`) where one known class
+/// is of that model. `known` are the canonical names; the answer is always one of them.
+///
+/// The spelling goes through [`device_class`], the same mapping the workers apply to the
+/// names their GPUs report, so that a client may send what `nvidia-smi` prints.
+pub fn resolve_device_class(asked: &str, known: &[String]) -> Result<String, DeviceNameError> {
+    let find = |name: &str| known.iter().find(|k| k.eq_ignore_ascii_case(name)).cloned();
+    let asked = asked.trim();
+    if let Some(k) = find(asked) {
+        return Ok(k);
+    }
+    let class = device_class(asked);
+    if let Some(k) = find(&class) {
+        return Ok(k);
+    }
+    // A bare model: the known classes of that model (`H100` → `H100-SXM`, `H100-PCIe`).
+    // Two form factors of one model time differently, so several is an error, not a guess.
+    let model = class.split('-').next().unwrap_or_default();
+    if model == class {
+        let prefix = format!("{model}-");
+        let of_model: Vec<String> = known
+            .iter()
+            // `get`, not slicing: a class imported from a bundle may hold any UTF-8, and
+            // a cut inside a character must not panic a request.
+            .filter(|k| k.len() > prefix.len() && k.get(..prefix.len()).is_some_and(|head| head.eq_ignore_ascii_case(&prefix)))
+            .cloned()
+            .collect();
+        match of_model.len() {
+            0 => {}
+            1 => return Ok(of_model[0].clone()),
+            _ => return Err(DeviceNameError::Ambiguous(of_model)),
+        }
+    }
+    Err(DeviceNameError::Unknown)
+}
+
+/// Whether PTX written for `target` (its `.target`, e.g. `sm_90a`, `sm_80`) loads on a
+/// GPU of compute capability `cc`. Plain `sm_XY` PTX is JIT-compiled for any later GPU;
+/// `sm_XYa` uses arch-specific instructions (wgmma, setmaxnreg) that exist on `X.Y`
+/// only; `sm_XYf` on the family, `X.Y` and later minors of major `X`. Anything else:
+/// false, so that nothing is offered on a guess.
+pub fn ptx_target_runs_on(target: &str, cc: (u32, u32)) -> bool {
+    let Some(code) = target.trim().strip_prefix("sm_") else { return false };
+    let (digits, suffix) = code.split_at(code.find(|c: char| !c.is_ascii_digit()).unwrap_or(code.len()));
+    if digits.len() < 2 {
+        return false;
+    }
+    let (Ok(major), Ok(minor)) = (digits[..digits.len() - 1].parse::<u32>(), digits[digits.len() - 1..].parse::<u32>()) else {
+        return false;
+    };
+    match suffix {
+        "" => cc >= (major, minor),
+        "a" => cc == (major, minor),
+        "f" => cc.0 == major && cc.1 >= minor,
+        _ => false,
+    }
+}
+
+/// `"9.0"` → `(9, 0)`, as the device class table stores compute capabilities.
+pub fn parse_compute_capability(text: &str) -> Option<(u32, u32)> {
+    let (major, minor) = text.trim().split_once('.')?;
+    Some((major.parse().ok()?, minor.parse().ok()?))
+}
+
 fn slug(s: &str) -> String {
     let mut out = String::new();
     for c in s.chars() {
@@ -120,6 +195,42 @@ mod tests {
         assert_eq!(device_class("NVIDIA A100 80GB PCIe"), "A100-PCIe");
         assert_eq!(device_class("NVIDIA GeForce RTX 4090"), "GeForce-RTX-4090");
         assert_eq!(device_class("  "), "unknown");
+    }
+
+    #[test]
+    fn spellings_resolve_to_known_classes() {
+        let known = vec!["H100-SXM".to_string(), "H200".to_string()];
+        for s in ["H100", "h100", "H100-SXM", "h100-sxm", "H100 SXM", "NVIDIA H100 80GB HBM3", " H100_SXM5 "] {
+            assert_eq!(resolve_device_class(s, &known), Ok("H100-SXM".to_string()), "{s}");
+        }
+        for s in ["H200", "h200", "H200-SXM", "H200 SXM", "NVIDIA H200", "nvidia h200 141gb hbm3e"] {
+            assert_eq!(resolve_device_class(s, &known), Ok("H200".to_string()), "{s}");
+        }
+        for s in ["A100", "H100-PCIe", "H20", "GeForce RTX 4090", "", "SXM"] {
+            assert_eq!(resolve_device_class(s, &known), Err(DeviceNameError::Unknown), "{s}");
+        }
+        let two = vec!["H100-PCIe".to_string(), "H100-SXM".to_string()];
+        assert_eq!(resolve_device_class("H100", &two), Err(DeviceNameError::Ambiguous(two.clone())));
+        assert_eq!(resolve_device_class("H100 PCIe", &two), Ok("H100-PCIe".to_string()));
+        // Known names from a bundle may be any UTF-8: no panic on a cut inside a character.
+        let odd = vec!["H10é-x".to_string(), "H100é".to_string()];
+        assert_eq!(resolve_device_class("H100", &odd), Err(DeviceNameError::Unknown));
+    }
+
+    #[test]
+    fn ptx_targets_run_where_the_isa_allows() {
+        assert!(ptx_target_runs_on("sm_90a", (9, 0)));
+        assert!(!ptx_target_runs_on("sm_90a", (10, 0)));
+        assert!(ptx_target_runs_on("sm_80", (9, 0)));
+        assert!(ptx_target_runs_on("sm_90", (9, 0)));
+        assert!(!ptx_target_runs_on("sm_90", (8, 9)));
+        assert!(ptx_target_runs_on("sm_100f", (10, 3)));
+        assert!(!ptx_target_runs_on("sm_100f", (12, 0)));
+        for bad in ["", "sm_", "sm_9", "compute_90", "sm_90x", "sm_9a0"] {
+            assert!(!ptx_target_runs_on(bad, (9, 0)), "{bad}");
+        }
+        assert_eq!(parse_compute_capability("9.0"), Some((9, 0)));
+        assert_eq!(parse_compute_capability("nine"), None);
     }
 
     #[test]

@@ -24,7 +24,7 @@ use std::rc::Rc;
 use cudarc::driver::sys::CUdevice_attribute as Attr;
 
 pub use baseline::{CublasGemm, LtAlgoConfig, LtGemm, column_major_mapping};
-pub use device::{DeviceFacts, device_class};
+pub use device::{DeviceFacts, DeviceNameError, device_class, parse_compute_capability, ptx_target_runs_on, resolve_device_class};
 pub use ffi::{ColumnMajorGemm, Compute, Op, ReferenceGemm, exit_now};
 pub use launch::{PreparedManifest, encode_tensor_map, tensor_map_geometry};
 pub use operands::{Operands, a_len, b_len, c_len};

@@ -37,7 +37,8 @@ async fn problems_list_their_best_kernels_and_filter(backend: Backend) {
     assert_eq!(get(&app, "/v1/problems?arch=sm_80").await.json().as_array().unwrap().len(), 0);
     let on_device = get(&app, &format!("/v1/problems?device={DEVICE}")).await.json();
     assert_eq!(on_device.as_array().unwrap().len(), 3, "the baseline-only problem has no kernel on the device");
-    assert_eq!(get(&app, "/v1/problems?device=B200").await.json().as_array().unwrap().len(), 0);
+    // A device class nobody registered is a fault in the request, not an empty catalog.
+    get(&app, "/v1/problems?device=B200").await.assert_problem(400, "unknown_device");
 
     // The same answer gzip-compressed for clients that take it.
     let z = call(&app, TestRequest::get().uri("/v1/problems").insert_header(("Accept-Encoding", "gzip, deflate"))).await;
@@ -69,9 +70,10 @@ async fn the_best_kernel_comes_with_manifest_timings_and_baselines(backend: Back
     let beats: Vec<&str> = k["beats"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
     assert!(beats.contains(&"cublaslt_autotune_max"), "{beats:?}");
     assert_eq!(k["baselines"].as_array().unwrap().len(), 2);
-    // The same with the device named; another device has nothing.
+    // The same with the device named; a device class not known here is an error, not
+    // "no kernel yet" (tests/integration/devices.rs has the rest).
     assert_eq!(get(&app, &format!("/v1/kernels/{}?device={DEVICE}", f.fast.path())).await.status, 200);
-    get(&app, &format!("/v1/kernels/{}?device=B200", f.fast.path())).await.assert_problem(404, "kernel_not_found");
+    get(&app, &format!("/v1/kernels/{}?device=B200", f.fast.path())).await.assert_problem(400, "unknown_device");
 
     // Verified but not benchmarked: served, and it says so.
     let u = get(&app, &format!("/v1/kernels/{}", f.unbenchmarked.path())).await;

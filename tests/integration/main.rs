@@ -6,6 +6,7 @@ mod common;
 
 mod api;
 mod bundle;
+mod devices;
 mod signing;
 mod downloads;
 mod fleet;

@@ -454,6 +454,18 @@ fn the_pages_work_in_chromium() {
     assert!(texts(&b, "#run-message")[0].starts_with("verified and benchmarked"));
     b.screenshot(&shots.join("problem.png"));
 
+    // A device class as people spell it, and a stand-in's kernel labelled: H200 has no
+    // entry for 2048×4096×4096, so H100-SXM's is offered, claiming nothing on H200.
+    open(&b, &format!("{base}/#/problem/sm_90/f32/tn/2048x4096x4096?device=h200"), "problem");
+    assert_eq!(b.js("return document.getElementById('sel-device').value", json!([])), json!(H200));
+    let note = texts(&b, "#fallback-note");
+    assert!(note.len() == 1 && note[0].starts_with(&format!("Measured on {DEVICE}, not {H200}:")), "{note:?}");
+    let claim = b.js("return document.getElementById('kernel-name').parentElement.textContent", json!([]));
+    let claim = claim.as_str().unwrap();
+    assert!(claim.contains("no speedup on H200 is claimed") && !claim.contains("faster than"), "{claim}");
+    assert!(texts(&b, "main h2").contains(&format!("Timings on {DEVICE}")));
+    b.screenshot(&shots.join("problem-fallback.png"));
+
     // A problem where the baselines win says so and names what to use.
     open(&b, &format!("{base}/#/problem/{}", f.slow.path()), "problem");
     assert!(texts(&b, "#no-kernel")[0].contains("cublaslt_autotune"), "{:?}", texts(&b, "#no-kernel"));

@@ -43,24 +43,90 @@ pub struct ProblemQuery {
     pub acc: Option<String>,
     /// `nn` or `tn`.
     pub layout: Option<String>,
-    /// Device class, e.g. `H100-SXM`: only problems with a kernel on it.
+    /// Device class, e.g. `H100-SXM` (common spellings accepted, as for the kernel
+    /// answer): only problems with a kernel measured on it.
     pub device: Option<String>,
 }
 
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct DeviceQuery {
-    /// Device class, e.g. `H100-SXM`.
+    /// Device class, e.g. `H100-SXM`; common spellings (`H100`, `h100`, `H100 SXM`,
+    /// `NVIDIA H100 80GB HBM3`) name the same class. Unknown: 400 `unknown_device`.
     pub device: Option<String>,
 }
 
-/// The `device` query parameter, checked to be a device class name.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct KernelQuery {
+    /// Device class, e.g. `H100-SXM` or `H200`; common spellings (`H100`, `h100`,
+    /// `H100 SXM`, `NVIDIA H100 80GB HBM3`, `H200-SXM`) name the same class. Unknown: 400
+    /// `unknown_device`, listing the known ones.
+    pub device: Option<String>,
+    /// `stand_in` (the default): a device class with no entry for the problem may be
+    /// offered a stand-in's kernel (H200: H100-SXM's, where its PTX loads), labelled in
+    /// `fallback` and claiming no speedup on the class asked for. `none`: only the class's
+    /// own entries.
+    pub fallback: Option<String>,
+}
+
+impl KernelQuery {
+    fn fallback(&self) -> Result<catalog::Fallback, ApiError> {
+        match self.fallback.as_deref() {
+            None | Some("stand_in") => Ok(catalog::Fallback::StandIn),
+            Some("none") => Ok(catalog::Fallback::None),
+            Some(other) => Err(ApiError::InvalidQuery(format!("fallback `{other}` is neither `stand_in` (the default) nor `none`"))),
+        }
+    }
+}
+
+/// The `device` query parameter, checked to be something a device class could be
+/// spelt as: a class (`H100-SXM`), words (`H100 SXM`) or a driver's model name
+/// (`NVIDIA H100 80GB HBM3`).
 pub(crate) fn checked_device(device: &Option<String>) -> Result<Option<String>, ApiError> {
     match device {
-        Some(d) if d.is_empty() || d.len() > 64 || !d.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) => {
-            Err(ApiError::InvalidQuery(format!("device `{d}` is not a device class name (letters, digits, `-`, `_`, `.`)")))
-        }
+        Some(d) if d.trim().is_empty() || d.len() > 64 || !d.chars().all(|c| c.is_ascii_alphanumeric() || " -_.".contains(c)) => Err(
+            ApiError::InvalidQuery(format!("device `{d}` is not a device class name (letters, digits, spaces, `-`, `_`, `.`; at most 64)")),
+        ),
         _ => Ok(device.clone()),
+    }
+}
+
+/// The known device classes and their compute capabilities, from the catalog cache (it
+/// is dropped on every catalog change and ages out, so a new worker's class shows soon).
+async fn known_devices(state: &State) -> Result<Vec<String>, ApiError> {
+    let db = state.db.clone();
+    let r = cached(state, "device_classes".into(), || async move {
+        let known: Vec<String> = catalog::known_device_classes(&db).await?.into_keys().collect();
+        json(&known)
+    })
+    .await?;
+    serde_json::from_slice(&r.body).map_err(|e| ApiError::Internal(format!("cached device class list: {e}")))
+}
+
+/// The `device` query parameter as the canonical name of a known device class
+/// (`h100`, `H100 SXM`, `NVIDIA H100 80GB HBM3` → `H100-SXM`). Every route that takes a
+/// device goes through this, so answers and cache keys name the class one way only.
+pub(crate) async fn resolve_device(state: &State, device: &Option<String>) -> Result<Option<String>, ApiError> {
+    let Some(asked) = checked_device(device)? else { return Ok(None) };
+    let known = known_devices(state).await?;
+    let listed = || {
+        let mut extra = serde_json::Map::new();
+        extra.insert("device".into(), asked.clone().into());
+        extra.insert("known_device_classes".into(), known.clone().into());
+        extra
+    };
+    let names = if known.is_empty() { "none yet".to_string() } else { known.join(", ") };
+    match crate::gpu::resolve_device_class(&asked, &known) {
+        Ok(class) => Ok(Some(class)),
+        Err(crate::gpu::DeviceNameError::Unknown) => Err(ApiError::UnknownDevice {
+            detail: format!("device class `{asked}` is not known here; known device classes: {names} (in `known_device_classes`)"),
+            extra: listed(),
+        }),
+        Err(crate::gpu::DeviceNameError::Ambiguous(of_model)) => Err(ApiError::AmbiguousDevice {
+            detail: format!("device `{asked}` could be any of {}, which time differently: name one (known device classes: {names})", of_model.join(", ")),
+            extra: listed(),
+        }),
     }
 }
 
@@ -136,7 +202,7 @@ pub async fn list_problems(state: State, q: web::Query<ProblemQuery>) -> Result<
         layout: q.layout.as_deref().map(str::parse).transpose().map_err(bad)?,
         device: q.device.clone(),
     };
-    checked_device(&filter.device)?;
+    let filter = ProblemFilter { device: resolve_device(&state, &filter.device).await?, ..filter };
     let key = format!("problems|{:?}|{:?}|{:?}|{:?}", filter.arch, filter.acc, filter.layout, filter.device);
     let db = state.db.clone();
     let r = cached(&state, key, || async move { json(&catalog::list_problems(&db, &filter).await?) }).await?;
@@ -144,25 +210,29 @@ pub async fn list_problems(state: State, q: web::Query<ProblemQuery>) -> Result<
 }
 
 /// The lookup rendered as the kernel endpoint answers it, its run record signed.
-async fn render_kernel(state: &State, p: Problem, device: Option<String>) -> Result<Rendered, ApiError> {
-    let lookup = catalog::best_kernel(&state.db, &p, device.as_deref()).await?;
+async fn render_kernel(state: &State, p: Problem, device: Option<String>, fallback: catalog::Fallback) -> Result<Rendered, ApiError> {
+    let lookup = catalog::best_kernel(&state.db, &p, device.as_deref(), fallback).await?;
     let on = device.as_deref().map(|d| format!(" on {d}")).unwrap_or_default();
     Ok(match lookup {
         KernelLookup::Kernel(mut view) => {
             view.signature = Some(state.signer().await?.sign(&view.record.to_value()));
             Rendered { artifact: Some(view.artifact.sha256.clone()), ..json(&view)? }
         }
-        KernelLookup::BaselineFaster { device_class, use_instead } => {
+        KernelLookup::BaselineFaster { device_class, use_instead, fallback } => {
             let mut extra = serde_json::Map::new();
             extra.insert("device_class".into(), device_class.clone().into());
             extra.insert("use_instead".into(), serde_json::to_value(&use_instead).unwrap_or_default());
-            problem_json(&ApiError::BaselineFaster {
-                detail: format!(
+            let detail = match &fallback {
+                Some(f) => {
+                    extra.insert("fallback".into(), serde_json::to_value(f).unwrap_or_default());
+                    f.note.clone()
+                }
+                None => format!(
                     "no kernel in the catalog beats the baselines for {p} on {device_class}: use {} ({} layout, config in `use_instead`), {:.2} µs",
                     use_instead.library, use_instead.layout, use_instead.median_us
                 ),
-                extra,
-            })
+            };
+            problem_json(&ApiError::BaselineFaster { detail, extra })
         }
         KernelLookup::None { use_instead } => {
             let mut extra = serde_json::Map::new();
@@ -180,9 +250,10 @@ async fn render_kernel(state: &State, p: Problem, device: Option<String>) -> Res
 }
 
 /// The kernel endpoint's answer for a problem, from the cache.
-async fn kernel_answer(state: &State, p: Problem, q: &DeviceQuery) -> Result<Arc<Rendered>, ApiError> {
-    let device = checked_device(&q.device)?;
-    cached(state, format!("kernel|{p}|{device:?}"), || async move { render_kernel(state, p, device).await }).await
+async fn kernel_answer(state: &State, p: Problem, q: &KernelQuery) -> Result<Arc<Rendered>, ApiError> {
+    let fallback = q.fallback()?;
+    let device = resolve_device(state, &q.device).await?;
+    cached(state, format!("kernel|{p}|{device:?}|{fallback:?}"), || async move { render_kernel(state, p, device, fallback).await }).await
 }
 
 #[utoipa::path(
@@ -192,16 +263,16 @@ async fn kernel_answer(state: &State, p: Problem, q: &DeviceQuery) -> Result<Arc
         ("acc" = String, Path, description = "f16 or f32"),
         ("layout" = String, Path, description = "nn or tn"),
         ("shape" = String, Path, description = "MxNxK, each 1..=65536"),
-        DeviceQuery,
+        KernelQuery,
     ),
     responses(
-        (status = 200, description = "The best kernel: manifest, PTX link, timings, baselines, and its run record signed by the service (`record`, `signature`; keys at /.well-known/kaas-signing-keys)", body = catalog::KernelView),
-        (status = 400, description = "Malformed problem", body = crate::api::error::ProblemDetails, content_type = "application/problem+json"),
+        (status = 200, description = "The best kernel: manifest, PTX link, timings, baselines, and its run record signed by the service (`record`, `signature`; keys at /.well-known/kaas-signing-keys). With `fallback` set, another device class's kernel, measured there only", body = catalog::KernelView),
+        (status = 400, description = "Malformed problem or fallback, or a device class not known here (`unknown_device`, `ambiguous_device`; `known_device_classes` lists them)", body = crate::api::error::ProblemDetails, content_type = "application/problem+json"),
         (status = 404, description = "No kernel (`kernel_not_found`) or a baseline is faster (`baseline_faster`); `use_instead` names it", body = crate::api::error::ProblemDetails, content_type = "application/problem+json"),
     )
 )]
 #[get("/v1/kernels/{arch}/{acc}/{layout}/{shape}")]
-pub async fn get_kernel(state: State, path: ProblemPath, q: web::Query<DeviceQuery>) -> Result<Answer, ApiError> {
+pub async fn get_kernel(state: State, path: ProblemPath, q: web::Query<KernelQuery>) -> Result<Answer, ApiError> {
     let r = kernel_answer(&state, path.0, &q).await?;
     Ok(respond(r))
 }
@@ -210,11 +281,12 @@ pub async fn get_kernel(state: State, path: ProblemPath, q: web::Query<DeviceQue
     get, path = "/v1/kernels/{arch}/{acc}/{layout}/{shape}/ptx", tag = "catalog",
     params(
         ("arch" = String, Path, description = "PTX target family"), ("acc" = String, Path, description = "f16 or f32"),
-        ("layout" = String, Path, description = "nn or tn"), ("shape" = String, Path, description = "MxNxK"), DeviceQuery,
+        ("layout" = String, Path, description = "nn or tn"), ("shape" = String, Path, description = "MxNxK"), KernelQuery,
     ),
     responses(
-        (status = 200, description = "PTX of the best kernel (strong ETag = sha256)", body = String, content_type = "text/plain"),
+        (status = 200, description = "PTX of the best kernel (strong ETag = sha256); under the kernel answer's fallback rule, a stand-in device class's", body = String, content_type = "text/plain"),
         (status = 304, description = "Not modified (If-None-Match matched)"),
+        (status = 400, description = "Malformed problem or fallback, or an unknown device class (`unknown_device`)", body = crate::api::error::ProblemDetails, content_type = "application/problem+json"),
         (status = 404, description = "No kernel, or a baseline is faster", body = crate::api::error::ProblemDetails, content_type = "application/problem+json"),
     )
 )]
@@ -223,7 +295,7 @@ pub async fn get_kernel_ptx(
     req: HttpRequest,
     state: State,
     path: ProblemPath,
-    q: web::Query<DeviceQuery>,
+    q: web::Query<KernelQuery>,
 ) -> Result<HttpResponse, ApiError> {
     let r = kernel_answer(&state, path.0, &q).await?;
     match &r.artifact {
@@ -241,13 +313,13 @@ pub async fn get_kernel_ptx(
     ),
     responses(
         (status = 200, description = "Each submitter's best passing run, fastest first, per device class", body = catalog::ProblemLeaderboardView),
-        (status = 400, description = "Malformed problem", body = crate::api::error::ProblemDetails, content_type = "application/problem+json"),
+        (status = 400, description = "Malformed problem, or an unknown device class (`unknown_device`)", body = crate::api::error::ProblemDetails, content_type = "application/problem+json"),
     )
 )]
 #[get("/v1/leaderboard/{arch}/{acc}/{layout}/{shape}")]
 pub async fn problem_leaderboard(state: State, path: ProblemPath, q: web::Query<DeviceQuery>) -> Result<Answer, ApiError> {
     let p = path.0;
-    let device = checked_device(&q.device)?;
+    let device = resolve_device(&state, &q.device).await?;
     let db = state.db.clone();
     let r = cached(&state, format!("leaderboard|{p}|{device:?}"), || async move {
         json(&catalog::problem_leaderboard(&db, &p, device.as_deref()).await?)

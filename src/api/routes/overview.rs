@@ -6,7 +6,7 @@ use actix_web::{get, web};
 use serde::Deserialize;
 use utoipa::IntoParams;
 
-use super::catalog::{cached, checked_device, json, respond};
+use super::catalog::{cached, json, resolve_device, respond};
 use crate::api::{ApiError, State};
 use crate::catalog::overview::{self, HeatmapQuery};
 
@@ -21,7 +21,8 @@ pub struct HeatmapParams {
     pub layout: Option<String>,
     /// K of the problems shown; the smallest present when left out.
     pub k: Option<u32>,
-    /// Device class; the one holding the most catalog entries when left out.
+    /// Device class (common spellings accepted, as for the kernel answer); the one
+    /// holding the most catalog entries when left out.
     pub device: Option<String>,
 }
 
@@ -40,7 +41,7 @@ pub async fn get_heatmap(state: State, q: web::Query<HeatmapParams>) -> Result<s
         acc: q.acc.as_deref().map(str::parse).transpose().map_err(bad)?,
         layout: q.layout.as_deref().map(str::parse).transpose().map_err(bad)?,
         k: q.k,
-        device: checked_device(&q.device)?,
+        device: resolve_device(&state, &q.device).await?,
     };
     if let Some(k) = query.k
         && !(1..=crate::problem::MAX_DIM).contains(&k)
