@@ -154,8 +154,9 @@ impl FromRequest for Caller {
             let secret = match header {
                 None => return Err(ApiError::MissingToken("send `Authorization: Bearer <token>`; `kaas token create` makes one".into())),
                 Some(Err(_)) => return Err(ApiError::InvalidToken("the Authorization header is not ASCII".into())),
-                Some(Ok(h)) => match h.strip_prefix("Bearer ") {
-                    Some(s) if !s.trim().is_empty() => s.trim().to_string(),
+                // The scheme name is case-insensitive (RFC 9110 §11.1): `bearer` is `Bearer`.
+                Some(Ok(h)) => match h.trim_start().split_once([' ', '\t']) {
+                    Some((scheme, s)) if scheme.eq_ignore_ascii_case("bearer") && !s.trim().is_empty() => s.trim().to_string(),
                     _ => return Err(ApiError::InvalidToken("the Authorization header must be `Bearer <token>`".into())),
                 },
             };
@@ -186,6 +187,27 @@ pub(crate) fn gzip_accepted(accept_encoding: &str) -> bool {
         let refused = parts.any(|p| p.strip_prefix("q=").is_some_and(|q| q.trim().parse::<f32>().is_ok_and(|q| q <= 0.0)));
         (coding.eq_ignore_ascii_case("gzip") || coding == "*") && !refused
     })
+}
+
+/// The methods a route pattern answers, for `Allow`: from the OpenAPI document (which
+/// a test keeps in step with the routes); patterns it leaves out (the UI, /docs) are
+/// pages, answered to GET only.
+fn allowed_methods(pattern: &str) -> String {
+    static TABLE: std::sync::OnceLock<std::collections::HashMap<String, String>> = std::sync::OnceLock::new();
+    let table = TABLE.get_or_init(|| {
+        use utoipa::OpenApi as _;
+        let doc = openapi::ApiDoc::openapi();
+        doc.paths
+            .paths
+            .iter()
+            .map(|(path, item)| {
+                let ops = [("GET", &item.get), ("PUT", &item.put), ("POST", &item.post), ("DELETE", &item.delete), ("PATCH", &item.patch)];
+                let methods: Vec<&str> = ops.iter().filter(|(_, op)| op.is_some()).map(|(m, _)| *m).collect();
+                (path.clone(), methods.join(", "))
+            })
+            .collect()
+    });
+    table.get(pattern).cloned().unwrap_or_else(|| "GET".into())
 }
 
 /// Rewrites actix's bare error responses (unknown route, wrong method) as problem+json.
@@ -232,10 +254,19 @@ pub fn create_app(
         .configure(routes::configure)
         .default_service(web::to(|req: HttpRequest| async move {
             // Routes are method-guarded, so a known path with the wrong method lands here too.
-            Err::<HttpResponse, _>(match req.match_pattern() {
-                Some(pattern) => ApiError::MethodNotAllowed(format!("{pattern} does not answer {}", req.method())),
-                None => ApiError::NotFound(format!("nothing at {}; see /docs for the API", req.path())),
-            })
+            match req.match_pattern() {
+                Some(pattern) => {
+                    let allow = allowed_methods(&pattern);
+                    let err = ApiError::MethodNotAllowed(format!("{pattern} does not answer {}; it answers {allow}", req.method()));
+                    // RFC 9110 §15.5.6: a 405 must say what the resource does answer.
+                    let mut res = actix_web::ResponseError::error_response(&err);
+                    if let Ok(v) = actix_web::http::header::HeaderValue::from_str(&allow) {
+                        res.headers_mut().insert(actix_web::http::header::ALLOW, v);
+                    }
+                    Ok::<HttpResponse, ApiError>(res)
+                }
+                None => Err(ApiError::NotFound(format!("nothing at {}; see /docs for the API", req.path()))),
+            }
         }))
         .wrap(
             ErrorHandlers::new()

@@ -9,6 +9,7 @@ mod bundle;
 mod signing;
 mod downloads;
 mod fleet;
+mod holes;
 mod storage;
 mod submissions;
 mod ui;

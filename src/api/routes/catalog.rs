@@ -38,12 +38,16 @@ impl actix_web::FromRequest for ProblemPath {
 #[into_params(parameter_in = Query)]
 pub struct ProblemQuery {
     /// PTX target family, e.g. `sm_90`.
+    #[param(pattern = "^sm_(80|86|89|90|90a)$")]
     pub arch: Option<String>,
     /// `f16` or `f32`.
+    #[param(pattern = "^f(16|32)$")]
     pub acc: Option<String>,
     /// `nn` or `tn`.
+    #[param(pattern = "^(nn|tn)$")]
     pub layout: Option<String>,
     /// Device class, e.g. `H100-SXM`: only problems with a kernel on it.
+    #[param(pattern = "^[A-Za-z0-9._-]{1,64}$")]
     pub device: Option<String>,
 }
 
@@ -51,6 +55,7 @@ pub struct ProblemQuery {
 #[into_params(parameter_in = Query)]
 pub struct DeviceQuery {
     /// Device class, e.g. `H100-SXM`.
+    #[param(pattern = "^[A-Za-z0-9._-]{1,64}$")]
     pub device: Option<String>,
 }
 
@@ -188,10 +193,10 @@ async fn kernel_answer(state: &State, p: Problem, q: &DeviceQuery) -> Result<Arc
 #[utoipa::path(
     get, path = "/v1/kernels/{arch}/{acc}/{layout}/{shape}", tag = "catalog",
     params(
-        ("arch" = String, Path, description = "PTX target family, e.g. sm_90"),
-        ("acc" = String, Path, description = "f16 or f32"),
-        ("layout" = String, Path, description = "nn or tn"),
-        ("shape" = String, Path, description = "MxNxK, each 1..=65536"),
+        ("arch" = String, Path, pattern = "^sm_(80|86|89|90|90a)$", description = "PTX target family, e.g. sm_90"),
+        ("acc" = String, Path, pattern = "^f(16|32)$", description = "f16 or f32"),
+        ("layout" = String, Path, pattern = "^(nn|tn)$", description = "nn or tn"),
+        ("shape" = String, Path, pattern = "^[0-9]{1,6}x[0-9]{1,6}x[0-9]{1,6}$", description = "MxNxK, each 1..=65536"),
         DeviceQuery,
     ),
     responses(
@@ -209,8 +214,8 @@ pub async fn get_kernel(state: State, path: ProblemPath, q: web::Query<DeviceQue
 #[utoipa::path(
     get, path = "/v1/kernels/{arch}/{acc}/{layout}/{shape}/ptx", tag = "catalog",
     params(
-        ("arch" = String, Path, description = "PTX target family"), ("acc" = String, Path, description = "f16 or f32"),
-        ("layout" = String, Path, description = "nn or tn"), ("shape" = String, Path, description = "MxNxK"), DeviceQuery,
+        ("arch" = String, Path, pattern = "^sm_(80|86|89|90|90a)$", description = "PTX target family"), ("acc" = String, Path, pattern = "^f(16|32)$", description = "f16 or f32"),
+        ("layout" = String, Path, pattern = "^(nn|tn)$", description = "nn or tn"), ("shape" = String, Path, pattern = "^[0-9]{1,6}x[0-9]{1,6}x[0-9]{1,6}$", description = "MxNxK"), DeviceQuery,
     ),
     responses(
         (status = 200, description = "PTX of the best kernel (strong ETag = sha256)", body = String, content_type = "text/plain"),
@@ -236,8 +241,8 @@ pub async fn get_kernel_ptx(
 #[utoipa::path(
     get, path = "/v1/leaderboard/{arch}/{acc}/{layout}/{shape}", tag = "leaderboard",
     params(
-        ("arch" = String, Path, description = "PTX target family"), ("acc" = String, Path, description = "f16 or f32"),
-        ("layout" = String, Path, description = "nn or tn"), ("shape" = String, Path, description = "MxNxK"), DeviceQuery,
+        ("arch" = String, Path, pattern = "^sm_(80|86|89|90|90a)$", description = "PTX target family"), ("acc" = String, Path, pattern = "^f(16|32)$", description = "f16 or f32"),
+        ("layout" = String, Path, pattern = "^(nn|tn)$", description = "nn or tn"), ("shape" = String, Path, pattern = "^[0-9]{1,6}x[0-9]{1,6}x[0-9]{1,6}$", description = "MxNxK"), DeviceQuery,
     ),
     responses(
         (status = 200, description = "Each submitter's best passing run, fastest first, per device class", body = catalog::ProblemLeaderboardView),

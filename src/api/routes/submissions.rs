@@ -41,7 +41,7 @@ fn id_of(raw: &str) -> Result<i32, ApiError> {
 )]
 #[post("/v1/submissions")]
 pub async fn create(state: State, caller: Caller, body: web::Bytes) -> Result<HttpResponse, ApiError> {
-    let req: NewSubmission = serde_json::from_slice(&body).map_err(|e| ApiError::InvalidBody(format!("not a submission: {e}")))?;
+    let req: NewSubmission = crate::api::error::from_json_body(&body, "a submission")?;
     let quotas = state.settings.quotas.clone();
     Ok(match submit::create(&state.db, &caller, req, &quotas).await? {
         Created::New(mut v) => {
@@ -63,6 +63,7 @@ pub struct ListQuery {
     /// Only this submitter's.
     pub submitter: Option<String>,
     /// At most this many, newest first [default 50, at most 500].
+    #[param(minimum = 1, maximum = 500)]
     pub limit: Option<u64>,
 }
 
@@ -72,12 +73,18 @@ pub struct ListQuery {
 )]
 #[get("/v1/submissions")]
 pub async fn list(state: State, q: web::Query<ListQuery>) -> Result<HttpResponse, ApiError> {
-    Ok(HttpResponse::Ok().json(submit::list(&state.db, q.submitter.as_deref(), q.limit.unwrap_or(50)).await?))
+    // Refused, not clamped: a client asking for 2^63 rows should learn the bound (the
+    // OpenAPI document states it) instead of silently getting 500.
+    let limit = q.limit.unwrap_or(50);
+    if !(1..=500).contains(&limit) {
+        return Err(ApiError::InvalidQuery(format!("limit = {limit} is outside 1..=500")));
+    }
+    Ok(HttpResponse::Ok().json(submit::list(&state.db, q.submitter.as_deref(), limit).await?))
 }
 
 #[utoipa::path(
     get, path = "/v1/submissions/{id}", tag = "submissions",
-    params(("id" = i32, Path, description = "Submission id")),
+    params(("id" = i32, Path, minimum = 1, description = "Submission id")),
     responses(
         (status = 200, description = "The submission with every job and run; each run carries its record signed by the service", body = SubmissionView),
         (status = 404, description = "No such submission", body = crate::api::error::ProblemDetails, content_type = "application/problem+json"),
@@ -97,7 +104,7 @@ fn event(name: &str, data: &str, id: u64) -> Bytes {
 
 #[utoipa::path(
     get, path = "/v1/submissions/{id}/events", tag = "submissions",
-    params(("id" = i32, Path, description = "Submission id")),
+    params(("id" = i32, Path, minimum = 1, description = "Submission id")),
     responses(
         (status = 200, description = "`text/event-stream`: an event `snapshot` (the SubmissionView as JSON) at once and on every change; `done` with the final view when no job will change any more, then the stream ends", content_type = "text/event-stream", body = String),
         (status = 404, description = "No such submission", body = crate::api::error::ProblemDetails, content_type = "application/problem+json"),
@@ -169,7 +176,7 @@ pub async fn events(state: State, id: web::Path<String>) -> Result<HttpResponse,
 
 #[utoipa::path(
     post, path = "/v1/submissions/{id}/cancel", tag = "submissions",
-    params(("id" = i32, Path, description = "Submission id")),
+    params(("id" = i32, Path, minimum = 1, description = "Submission id")),
     security(("bearer" = [])),
     responses(
         (status = 200, description = "Unfinished jobs cancelled; running sandboxes are killed at the next heartbeat", body = SubmissionView),
@@ -187,7 +194,7 @@ pub async fn cancel(state: State, caller: Caller, id: web::Path<String>) -> Resu
 
 #[utoipa::path(
     delete, path = "/v1/submissions/{id}", tag = "submissions",
-    params(("id" = i32, Path, description = "Submission id")),
+    params(("id" = i32, Path, minimum = 1, description = "Submission id")),
     security(("bearer" = [])),
     responses(
         (status = 204, description = "Deleted: jobs cancelled, hidden from lists and leaderboards (kept as history)"),
