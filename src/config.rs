@@ -80,6 +80,9 @@ pub struct ServeArgs {
     /// Jobs one submitter may have queued or running at once; admins are exempt [default: 256].
     #[arg(long, env = "KAAS_MAX_QUEUED_JOBS")]
     pub max_queued_jobs: Option<u64>,
+    /// Submission event streams (`/v1/submissions/{id}/events`) one client address may hold open at once [default: 8].
+    #[arg(long, env = "KAAS_MAX_EVENT_STREAMS_PER_CLIENT")]
+    pub max_event_streams_per_client: Option<usize>,
     /// GPU workers to run in this process: `auto` (one per GPU the driver sees), or a number (0: none) [default: 0].
     #[arg(long, env = "KAAS_WORKERS")]
     pub workers: Option<String>,
@@ -171,6 +174,7 @@ pub struct FileSettings {
     pub db_max_connections: Option<u32>,
     pub max_artifact_bytes: Option<usize>,
     pub max_queued_jobs: Option<u64>,
+    pub max_event_streams_per_client: Option<usize>,
     pub workers: Option<String>,
     pub signing_key_file: Option<PathBuf>,
     #[serde(default)]
@@ -247,6 +251,11 @@ impl ServeArgs {
                     max_queued_jobs: self.max_queued_jobs.or(file.max_queued_jobs).unwrap_or(d.quotas.max_queued_jobs),
                     ..d.quotas.clone()
                 },
+                max_event_streams_per_client: self
+                    .max_event_streams_per_client
+                    .or(file.max_event_streams_per_client)
+                    .unwrap_or(d.max_event_streams_per_client)
+                    .max(1),
                 signing_key: self.signing_key_file.clone().or(file.signing_key_file).map(|p| crate::signing::KeyPair::from_file(&p)).transpose()?,
             },
             workers: self.workers.clone().or(file.workers).map(|w| w.parse::<WorkerCount>()).transpose().map_err(anyhow::Error::msg)?.unwrap_or(WorkerCount::Fixed(0)),

@@ -4,6 +4,7 @@
 pub mod cache;
 pub mod downloads;
 pub mod error;
+pub mod events;
 pub mod metrics;
 pub mod openapi;
 pub mod routes;
@@ -40,6 +41,8 @@ pub struct ApiSettings {
     pub quotas: crate::work::submit::Quotas,
     /// The key run records are signed with; `None`: the database-kept key (`crate::signing::store`).
     pub signing_key: Option<crate::signing::KeyPair>,
+    /// Submission event streams one client address may hold open at once.
+    pub max_event_streams_per_client: usize,
 }
 
 impl Default for ApiSettings {
@@ -53,6 +56,7 @@ impl Default for ApiSettings {
             db_max_connections: 16,
             quotas: crate::work::submit::Quotas::default(),
             signing_key: None,
+            max_event_streams_per_client: 8,
         }
     }
 }
@@ -63,6 +67,8 @@ pub struct AppState {
     pub caches: Caches,
     pub metrics: Metrics,
     pub settings: ApiSettings,
+    /// The shared submission event feeds.
+    pub events: events::Events,
     limiter: DefaultKeyedRateLimiter<i32>,
     pub started: Instant,
     local_workers: std::sync::Mutex<String>,
@@ -79,6 +85,7 @@ impl AppState {
             caches: Caches::new(settings.artifact_cache_bytes, settings.catalog_cache_ttl),
             metrics: Metrics::new()?,
             limiter: RateLimiter::keyed(Quota::per_minute(per_minute).allow_burst(burst)),
+            events: events::Events::new(settings.max_event_streams_per_client),
             settings,
             started: Instant::now(),
             local_workers: std::sync::Mutex::new("none: this process runs no GPU worker (`kaas serve --workers auto` starts one per GPU)".into()),
