@@ -382,7 +382,8 @@ fn start_downloads(state: &Arc<AppState>, bind: &str, dir: &std::path::Path, thr
 fn raise_nofile_limit() {
     use rustix::process::{Resource, getrlimit, setrlimit};
     let limit = getrlimit(Resource::Nofile);
-    if limit.current != limit.maximum {
+    // An unlimited hard limit cannot be the soft one (Linux caps it at fs.nr_open): leave it.
+    if limit.maximum.is_some() && limit.current != limit.maximum {
         let raised = rustix::process::Rlimit { current: limit.maximum, maximum: limit.maximum };
         if let Err(e) = setrlimit(Resource::Nofile, raised) {
             tracing::warn!(error = %e, "cannot raise the descriptor limit to its hard limit");

@@ -101,6 +101,8 @@ async fn the_document_states_the_parameters_constraints() {
     assert_eq!((limit["minimum"].as_u64(), limit["maximum"].as_u64()), (Some(1), Some(500)), "{limit}");
     assert_eq!(param("/v1/submissions/{id}", "get", "id")["minimum"].as_u64(), Some(1));
     assert!(param("/v1/problems", "get", "device")["pattern"].is_string());
+    let k = param("/v1/heatmap", "get", "k");
+    assert_eq!((k["minimum"].as_u64(), k["maximum"].as_u64()), (Some(1), Some(u64::from(kaas::problem::MAX_DIM))), "{k}");
     for seg in ["arch", "acc", "layout", "shape"] {
         assert!(param("/v1/kernels/{arch}/{acc}/{layout}/{shape}", "get", seg)["pattern"].is_string(), "{seg}");
     }

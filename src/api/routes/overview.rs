@@ -23,6 +23,7 @@ pub struct HeatmapParams {
     #[param(pattern = "^(nn|tn)$")]
     pub layout: Option<String>,
     /// K of the problems shown; the smallest present when left out.
+    #[param(minimum = 1, maximum = 65536)]
     pub k: Option<u32>,
     /// Device class; the one holding the most catalog entries when left out.
     #[param(pattern = "^[A-Za-z0-9._-]{1,64}$")]
