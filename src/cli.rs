@@ -341,7 +341,7 @@ async fn start_local_workers(conn: &sea_orm::DatabaseConnection, count: crate::c
 /// The downloads listener (`crate::api::downloads`) on its own runtime of `threads`
 /// threads. Artifacts it has not opened yet are looked up through the API's artifact cache
 /// and database, by a task on this (the API's) runtime.
-fn start_downloads(state: &Arc<AppState>, bind: &str, dir: &std::path::Path, threads: usize) -> anyhow::Result<()> {
+fn start_downloads(state: &Arc<AppState>, bind: &str, dir: &std::path::Path, threads: usize, limits: crate::api::downloads::Limits) -> anyhow::Result<()> {
     type Ask = (String, tokio::sync::oneshot::Sender<Result<Option<Arc<crate::api::cache::ArtifactBody>>, String>>);
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Ask>();
     let api = actix_web::web::Data::from(state.clone());
@@ -362,7 +362,7 @@ fn start_downloads(state: &Arc<AppState>, bind: &str, dir: &std::path::Path, thr
             answer.await.map_err(|_| "the API runtime dropped the lookup".to_string())?
         })
     });
-    let downloads = crate::api::downloads::Downloads::new(dir, resolve).with_context(|| format!("creating {}", dir.display()))?;
+    let downloads = crate::api::downloads::Downloads::with_limits(dir, resolve, limits).with_context(|| format!("creating {}", dir.display()))?;
     let listener = std::net::TcpListener::bind(bind).with_context(|| format!("binding the downloads listener {bind}"))?;
     listener.set_nonblocking(true)?;
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(threads.max(1)).thread_name("kaas-downloads").enable_all().build()?;
@@ -376,8 +376,24 @@ fn start_downloads(state: &Arc<AppState>, bind: &str, dir: &std::path::Path, thr
     Ok(())
 }
 
+/// Raises the soft descriptor limit to the hard one (as nginx's `worker_rlimit_nofile`
+/// would): the downloads listener budgets its connections against the soft limit, and
+/// the common default of 1024 is far below what a host allows.
+fn raise_nofile_limit() {
+    use rustix::process::{Resource, getrlimit, setrlimit};
+    let limit = getrlimit(Resource::Nofile);
+    // An unlimited hard limit cannot be the soft one (Linux caps it at fs.nr_open): leave it.
+    if limit.maximum.is_some() && limit.current != limit.maximum {
+        let raised = rustix::process::Rlimit { current: limit.maximum, maximum: limit.maximum };
+        if let Err(e) = setrlimit(Resource::Nofile, raised) {
+            tracing::warn!(error = %e, "cannot raise the descriptor limit to its hard limit");
+        }
+    }
+}
+
 async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let s = args.resolve()?;
+    raise_nofile_limit();
     let mut cfg = DbConfig::new(&s.database_url);
     cfg.max_connections = s.api.db_max_connections;
     let conn = db::open(&cfg).await.with_context(|| format!("connecting to {}", redact(&s.database_url)))?;
@@ -402,7 +418,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     state.set_local_workers(note);
     tracing::info!(bind = %s.bind, database = %redact(&s.database_url), backend = db::backend_name(&state.db), "kaas serving; API docs at /docs");
     if let Some((bind, dir)) = &s.downloads {
-        start_downloads(&state, bind, dir, s.http_threads)?;
+        start_downloads(&state, bind, dir, s.http_threads, s.downloads_limits.clone())?;
     }
     // TCP_NODELAY, as nginx sets on keep-alive connections: a response's last partial
     // segment goes out at once instead of waiting for the client's ACK of the previous.

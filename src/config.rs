@@ -40,6 +40,21 @@ pub struct ServeArgs {
     /// Where the downloads listener keeps the artifact files [default: kaas-artifacts in the system's temporary directory].
     #[arg(long, env = "KAAS_DOWNLOADS_DIR")]
     pub downloads_dir: Option<PathBuf>,
+    /// Seconds a request head may take to arrive on the downloads listener before 408 [default: 10].
+    #[arg(long, env = "KAAS_DOWNLOADS_HEADER_TIMEOUT_SECS")]
+    pub downloads_header_timeout_secs: Option<u64>,
+    /// Seconds a downloads connection may sit without a request, or a response unread, before it is closed [default: 60].
+    #[arg(long, env = "KAAS_DOWNLOADS_IDLE_TIMEOUT_SECS")]
+    pub downloads_idle_timeout_secs: Option<u64>,
+    /// Connections the downloads listener holds at once; fewer if the descriptor limit less the reserve is smaller [default: 4096].
+    #[arg(long, env = "KAAS_DOWNLOADS_MAX_CONNECTIONS")]
+    pub downloads_max_connections: Option<usize>,
+    /// Connections the downloads listener holds at once from one IP address [default: 64].
+    #[arg(long, env = "KAAS_DOWNLOADS_MAX_CONNECTIONS_PER_PEER")]
+    pub downloads_max_connections_per_peer: Option<usize>,
+    /// File descriptors the downloads listener leaves to the API, database and logs [default: 256].
+    #[arg(long, env = "KAAS_DOWNLOADS_RESERVE_FDS")]
+    pub downloads_reserve_fds: Option<u64>,
     /// Largest request body in bytes [default: 16777216].
     #[arg(long, env = "KAAS_MAX_BODY_BYTES")]
     pub max_body_bytes: Option<usize>,
@@ -65,6 +80,9 @@ pub struct ServeArgs {
     /// Jobs one submitter may have queued or running at once; admins are exempt [default: 256].
     #[arg(long, env = "KAAS_MAX_QUEUED_JOBS")]
     pub max_queued_jobs: Option<u64>,
+    /// Submission event streams (`/v1/submissions/{id}/events`) one client address may hold open at once [default: 8].
+    #[arg(long, env = "KAAS_MAX_EVENT_STREAMS_PER_CLIENT")]
+    pub max_event_streams_per_client: Option<usize>,
     /// GPU workers to run in this process: `auto` (one per GPU the driver sees), or a number (0: none) [default: 0].
     #[arg(long, env = "KAAS_WORKERS")]
     pub workers: Option<String>,
@@ -143,6 +161,11 @@ pub struct FileSettings {
     pub http_threads: Option<usize>,
     pub downloads_bind: Option<String>,
     pub downloads_dir: Option<PathBuf>,
+    pub downloads_header_timeout_secs: Option<u64>,
+    pub downloads_idle_timeout_secs: Option<u64>,
+    pub downloads_max_connections: Option<usize>,
+    pub downloads_max_connections_per_peer: Option<usize>,
+    pub downloads_reserve_fds: Option<u64>,
     pub max_body_bytes: Option<usize>,
     pub rate_limit_per_minute: Option<u32>,
     pub rate_limit_burst: Option<u32>,
@@ -151,6 +174,7 @@ pub struct FileSettings {
     pub db_max_connections: Option<u32>,
     pub max_artifact_bytes: Option<usize>,
     pub max_queued_jobs: Option<u64>,
+    pub max_event_streams_per_client: Option<usize>,
     pub workers: Option<String>,
     pub signing_key_file: Option<PathBuf>,
     #[serde(default)]
@@ -166,6 +190,7 @@ pub struct ServeSettings {
     pub http_threads: usize,
     /// The downloads listener's address and directory, when it is on.
     pub downloads: Option<(String, PathBuf)>,
+    pub downloads_limits: crate::api::downloads::Limits,
     pub api: ApiSettings,
     pub workers: WorkerCount,
     pub worker: WorkerSettings,
@@ -181,6 +206,16 @@ impl ServeArgs {
             None => FileSettings::default(),
         };
         let d = ApiSettings::default();
+        let dl = crate::api::downloads::Limits::default();
+        // Zero timeouts would close every connection at once: at least a second.
+        let secs = |v: Option<u64>, default: Duration| v.map(|s| Duration::from_secs(s.max(1))).unwrap_or(default);
+        let downloads_limits = crate::api::downloads::Limits {
+            header_timeout: secs(self.downloads_header_timeout_secs.or(file.downloads_header_timeout_secs), dl.header_timeout),
+            idle_timeout: secs(self.downloads_idle_timeout_secs.or(file.downloads_idle_timeout_secs), dl.idle_timeout),
+            max_connections: self.downloads_max_connections.or(file.downloads_max_connections).unwrap_or(dl.max_connections).max(1),
+            max_connections_per_peer: self.downloads_max_connections_per_peer.or(file.downloads_max_connections_per_peer).unwrap_or(dl.max_connections_per_peer).max(1),
+            reserve_fds: self.downloads_reserve_fds.or(file.downloads_reserve_fds).unwrap_or(dl.reserve_fds),
+        };
         let database_url = self
             .database_url
             .clone()
@@ -199,6 +234,7 @@ impl ServeArgs {
                 let dir = self.downloads_dir.clone().or(file.downloads_dir).unwrap_or_else(|| std::env::temp_dir().join("kaas-artifacts"));
                 (bind, dir)
             }),
+            downloads_limits,
             api: ApiSettings {
                 max_body_bytes: self.max_body_bytes.or(file.max_body_bytes).unwrap_or(d.max_body_bytes),
                 rate_limit_per_minute: self.rate_limit_per_minute.or(file.rate_limit_per_minute).unwrap_or(d.rate_limit_per_minute),
@@ -215,6 +251,11 @@ impl ServeArgs {
                     max_queued_jobs: self.max_queued_jobs.or(file.max_queued_jobs).unwrap_or(d.quotas.max_queued_jobs),
                     ..d.quotas.clone()
                 },
+                max_event_streams_per_client: self
+                    .max_event_streams_per_client
+                    .or(file.max_event_streams_per_client)
+                    .unwrap_or(d.max_event_streams_per_client)
+                    .max(1),
                 signing_key: self.signing_key_file.clone().or(file.signing_key_file).map(|p| crate::signing::KeyPair::from_file(&p)).transpose()?,
             },
             workers: self.workers.clone().or(file.workers).map(|w| w.parse::<WorkerCount>()).transpose().map_err(anyhow::Error::msg)?.unwrap_or(WorkerCount::Fixed(0)),

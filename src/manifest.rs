@@ -185,7 +185,7 @@ impl Manifest {
         }
         for (index, launch) in self.launches.iter().enumerate() {
             launch
-                .validate(self.workspace_bytes)
+                .validate(self.workspace_bytes, self.problem.arch)
                 .map_err(|message| ManifestError::Launch { index, message })?;
         }
         Ok(())
@@ -204,7 +204,7 @@ impl Manifest {
 }
 
 impl Launch {
-    fn validate(&self, workspace_bytes: u64) -> Result<(), String> {
+    fn validate(&self, workspace_bytes: u64, arch: crate::problem::Arch) -> Result<(), String> {
         if !is_ptx_identifier(&self.entry) {
             return Err(format!("entry `{}` is not a PTX identifier", self.entry));
         }
@@ -221,6 +221,11 @@ impl Launch {
         let cluster_blocks = cx as u64 * cy as u64 * cz as u64;
         if cx == 0 || cy == 0 || cz == 0 || cluster_blocks > MAX_CLUSTER_BLOCKS {
             return Err(format!("cluster {:?} must have 1 to {MAX_CLUSTER_BLOCKS} blocks", self.cluster));
+        }
+        // Thread-block clusters exist from compute capability 9.0 (Hopper): on an earlier
+        // target the launch cannot be made, so it is refused here, not by a GPU worker.
+        if cluster_blocks > 1 && arch.compute_capability() < (9, 0) {
+            return Err(format!("cluster {:?} on {arch}: thread-block clusters need sm_90 or later; use [1, 1, 1]", self.cluster));
         }
         if gx % cx != 0 || gy % cy != 0 || gz % cz != 0 {
             return Err(format!("grid {:?} is not a whole number of clusters {:?}", self.grid, self.cluster));
@@ -328,6 +333,15 @@ mod tests {
         assert!(launch_fault(|l| l.grid = [0, 1, 1]).contains("grid"));
         assert!(launch_fault(|l| l.block = [1025, 1, 1]).contains("block"));
         assert!(launch_fault(|l| l.cluster = [3, 1, 1]).contains("clusters"));
+        for arch in [crate::problem::Arch::Sm80, crate::problem::Arch::Sm86, crate::problem::Arch::Sm89] {
+            let Err(ManifestError::Launch { message, .. }) = with(|m| m.problem.arch = arch) else { panic!("a cluster on {arch} was accepted") };
+            assert!(message.contains("sm_90 or later") && message.contains(arch.as_str()), "{message}");
+            with(|m| {
+                m.problem.arch = arch;
+                m.launches[0].cluster = [1, 1, 1];
+            })
+            .expect("no cluster is fine on any arch");
+        }
         assert!(launch_fault(|l| l.shared_mem_bytes = 300_000).contains("shared_mem_bytes"));
         assert!(launch_fault(|l| l.entry = "9bad".into()).contains("identifier"));
         assert!(launch_fault(|l| l.params.push(Param::Ptr(Buffer::Workspace))).contains("workspace"));

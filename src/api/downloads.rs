@@ -16,11 +16,22 @@
 //!
 //! Artifacts it has not seen are resolved through a [`Resolver`] (the API's own artifact
 //! cache and database, on the API's runtime), then written to the directory.
+//!
+//! What it holds against hostile or broken clients ([`Limits`], issue 38): a request head
+//! must arrive whole within `header_timeout` (else 408 and close); a connection with no
+//! request in progress, or a response that makes no progress, is closed after
+//! `idle_timeout`; connections are capped per peer address (429) and in all (503); and the
+//! listener's descriptors (connections and open artifact files together) stay within the
+//! process's `RLIMIT_NOFILE` less `reserve_fds`, so that the API on the same process can
+//! always accept, open its database and log, whatever this listener is sent.
 
+use std::collections::HashMap;
 use std::fs::File;
 use std::io::Write as _;
+use std::net::IpAddr;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use futures_util::future::BoxFuture;
 use rustix::net::SendFlags;
@@ -37,8 +48,66 @@ pub const UNAVAILABLE: &str = "unavailable: ";
 /// Looks an artifact up by sha256 (`None`: no such artifact).
 pub type Resolver = Arc<dyn Fn(String) -> BoxFuture<'static, Result<Option<Arc<ArtifactBody>>, String>> + Send + Sync>;
 
-/// Artifacts kept open at once (two descriptors each); the least recently used are closed.
+/// Artifacts kept open at once (two descriptors each) at most; the least recently used
+/// are closed. Fewer when the descriptor budget is small (see [`Budget`]).
 const OPEN_ARTIFACTS: u64 = 256;
+
+/// The listener's defences; `kaas serve --downloads-*` settings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Limits {
+    /// A request head must be complete this long after its first byte.
+    pub header_timeout: Duration,
+    /// A connection waiting for its next request, or a response the client does not read,
+    /// is closed after this long.
+    pub idle_timeout: Duration,
+    /// Connections open at once, in all (further ones get 503).
+    pub max_connections: usize,
+    /// Connections open at once from one IP address (further ones get 429).
+    pub max_connections_per_peer: usize,
+    /// Descriptors of the process's `RLIMIT_NOFILE` this listener never uses: the API's.
+    pub reserve_fds: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits {
+            header_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(60),
+            max_connections: 4096,
+            max_connections_per_peer: 64,
+            reserve_fds: 256,
+        }
+    }
+}
+
+/// What the descriptor limit leaves this listener: connections and open artifacts.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Budget {
+    pub connections: usize,
+    pub open_artifacts: u64,
+}
+
+impl Limits {
+    /// The budget under a descriptor limit of `nofile` (`None`: unlimited). Invariant:
+    /// `connections + 2 * open_artifacts + 1` (the +1: a connection accepted only to be
+    /// refused) never exceeds `nofile - reserve_fds`, and both are at least 1 (a limit
+    /// below the reserve still serves, one connection at a time).
+    pub fn budget(&self, nofile: Option<u64>) -> Budget {
+        let Some(nofile) = nofile else {
+            return Budget { connections: self.max_connections.max(1), open_artifacts: OPEN_ARTIFACTS };
+        };
+        let spare = nofile.saturating_sub(self.reserve_fds).saturating_sub(1);
+        // A quarter of the spare descriptors at most for open files, the rest for sockets.
+        let open_artifacts = (spare / 8).clamp(1, OPEN_ARTIFACTS);
+        let sockets = spare.saturating_sub(2 * open_artifacts).max(1);
+        Budget { connections: (self.max_connections as u64).min(sockets).max(1) as usize, open_artifacts }
+    }
+}
+
+/// The process's soft descriptor limit (`None`: unlimited).
+pub fn nofile_limit() -> Option<u64> {
+    rustix::process::getrlimit(rustix::process::Resource::Nofile).current
+}
 
 /// Largest request head accepted.
 const MAX_HEAD: usize = 16 * 1024;
@@ -59,13 +128,52 @@ pub struct Downloads {
     dir: PathBuf,
     resolve: Resolver,
     open: moka::sync::Cache<String, Arc<Entry>>,
+    limits: Limits,
+    budget: Budget,
+    /// Connections open now: in all, and per peer address (entries removed at zero).
+    conns: Mutex<(usize, HashMap<IpAddr, usize>)>,
 }
 
 impl Downloads {
-    /// Serves the artifacts `resolve` finds, keeping their files in `dir` (created).
+    /// Serves the artifacts `resolve` finds, keeping their files in `dir` (created), with
+    /// the default [`Limits`].
     pub fn new(dir: &Path, resolve: Resolver) -> std::io::Result<Arc<Downloads>> {
+        Downloads::with_limits(dir, resolve, Limits::default())
+    }
+
+    /// The same with `limits`, budgeted against this process's descriptor limit now.
+    pub fn with_limits(dir: &Path, resolve: Resolver, limits: Limits) -> std::io::Result<Arc<Downloads>> {
         std::fs::create_dir_all(dir)?;
-        Ok(Arc::new(Downloads { dir: dir.to_path_buf(), resolve, open: moka::sync::Cache::new(OPEN_ARTIFACTS) }))
+        let budget = limits.budget(nofile_limit());
+        Ok(Arc::new(Downloads {
+            dir: dir.to_path_buf(),
+            resolve,
+            open: moka::sync::Cache::new(budget.open_artifacts),
+            limits,
+            budget,
+            conns: Mutex::new((0, HashMap::new())),
+        }))
+    }
+
+    /// What the descriptor limit left this listener.
+    pub fn budget(&self) -> Budget {
+        self.budget
+    }
+
+    /// Counts a new connection from `ip` in, or says why not (status, code, detail).
+    fn admit(self: &Arc<Self>, ip: IpAddr) -> Result<Slot, (u16, &'static str, String)> {
+        let mut guard = self.conns.lock().unwrap_or_else(|e| e.into_inner());
+        let (total, per_peer) = &mut *guard;
+        let mine = per_peer.get(&ip).copied().unwrap_or(0);
+        if mine >= self.limits.max_connections_per_peer {
+            return Err((429, "too_many_connections", format!("{mine} connections from {ip} are open; this listener allows {} per address", self.limits.max_connections_per_peer)));
+        }
+        if *total >= self.budget.connections {
+            return Err((503, "unavailable", format!("the downloads listener is at its limit of {} connections", self.budget.connections)));
+        }
+        *total += 1;
+        *per_peer.entry(ip).or_insert(0) += 1;
+        Ok(Slot { d: self.clone(), ip })
     }
 
     async fn entry(&self, sha: &str) -> Result<Option<Arc<Entry>>, String> {
@@ -110,21 +218,54 @@ fn write_files(dir: &Path, body: &ArtifactBody) -> std::io::Result<Entry> {
     })
 }
 
+/// One admitted connection; uncounted when dropped.
+struct Slot {
+    d: Arc<Downloads>,
+    ip: IpAddr,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let mut guard = self.d.conns.lock().unwrap_or_else(|e| e.into_inner());
+        let (total, per_peer) = &mut *guard;
+        *total = total.saturating_sub(1);
+        if let Some(n) = per_peer.get_mut(&self.ip) {
+            *n -= 1;
+            if *n == 0 {
+                per_peer.remove(&self.ip);
+            }
+        }
+    }
+}
+
 /// Accepts connections on `listener` forever, one task per connection. A failed accept
-/// (out of descriptors, say) is logged and retried after a pause, never fatal.
+/// (out of descriptors, say) is logged and retried after a pause, never fatal. A
+/// connection over the caps is told why in one non-blocking write and closed at once, so
+/// it holds its descriptor for no longer than the accept.
 pub async fn serve(listener: TcpListener, downloads: Arc<Downloads>) -> std::io::Result<()> {
+    tracing::info!(budget = ?downloads.budget, limits = ?downloads.limits, "downloads listener limits");
     loop {
-        let stream = match listener.accept().await {
-            Ok((stream, _)) => stream,
+        let (stream, peer) = match listener.accept().await {
+            Ok(accepted) => accepted,
             Err(e) => {
                 tracing::warn!(error = %e, "downloads listener: accept failed");
                 tokio::time::sleep(std::time::Duration::from_millis(50)).await;
                 continue;
             }
         };
+        let slot = match downloads.admit(peer.ip()) {
+            Ok(slot) => slot,
+            Err((status, code, detail)) => {
+                tracing::debug!(%peer, %detail, "downloads listener: connection refused");
+                let extra = if status == 503 { "retry-after: 1\r\n" } else { "" };
+                let _ = stream.try_write(problem_text(status, code, &detail, true, extra).as_bytes());
+                continue;
+            }
+        };
         let _ = stream.set_nodelay(true);
         let d = downloads.clone();
         tokio::spawn(async move {
+            let _slot = slot;
             if let Err(e) = connection(stream, &d).await {
                 tracing::debug!(error = %e, "downloads connection ended");
             }
@@ -163,7 +304,13 @@ fn parse(buf: &[u8]) -> Result<Option<(Request, usize)>, String> {
     let method = req.method.unwrap_or("");
     let path = req.path.unwrap_or("");
     let header = |name: &str| req.headers.iter().find(|h| h.name.eq_ignore_ascii_case(name)).and_then(|h| std::str::from_utf8(h.value).ok());
-    if header("content-length").is_some_and(|v| v.trim() != "0") || header("transfer-encoding").is_some() {
+    // Every Content-Length counts, not the first: a request whose copies disagree is
+    // ambiguous (request smuggling through a proxy that reads the other one), RFC 9110 §8.6.
+    let lengths: Vec<&[u8]> = req.headers.iter().filter(|h| h.name.eq_ignore_ascii_case("content-length")).map(|h| h.value.trim_ascii()).collect();
+    if lengths.windows(2).any(|w| w[0] != w[1]) {
+        return Err("the request carries Content-Length headers that disagree".into());
+    }
+    if lengths.iter().any(|v| *v != b"0") || header("transfer-encoding").is_some() {
         return Err("a request body is not accepted here".into());
     }
     let http10 = req.version == Some(0);
@@ -189,6 +336,9 @@ fn parse(buf: &[u8]) -> Result<Option<(Request, usize)>, String> {
 
 async fn connection(mut stream: TcpStream, d: &Downloads) -> std::io::Result<()> {
     let mut buf: Vec<u8> = Vec::with_capacity(4096);
+    // When the first byte of the request head now in `buf` arrived (None: `buf` is empty,
+    // the connection is idle between requests).
+    let mut head_started: Option<Instant> = None;
     loop {
         // Serve every complete request already buffered (pipelining), then read more.
         loop {
@@ -200,39 +350,53 @@ async fn connection(mut stream: TcpStream, d: &Downloads) -> std::io::Result<()>
                     if close {
                         return Ok(());
                     }
+                    head_started = (!buf.is_empty()).then(Instant::now);
                 }
                 Ok(None) if buf.len() >= MAX_HEAD => {
-                    return problem(&mut stream, 431, "request_too_large", "the request head exceeds 16 KiB", true).await;
+                    return problem(&mut stream, d, 431, "request_too_large", "the request head exceeds 16 KiB", true).await;
                 }
                 Ok(None) => break,
-                Err(why) => return problem(&mut stream, 400, "invalid_request", &why, true).await,
+                Err(why) => return problem(&mut stream, d, 400, "invalid_request", &why, true).await,
             }
         }
         let mut chunk = [0u8; 4096];
-        let n = stream.read(&mut chunk).await?;
+        let (deadline, idle) = match head_started {
+            Some(t) => (t + d.limits.header_timeout, false),
+            None => (Instant::now() + d.limits.idle_timeout, true),
+        };
+        let n = match tokio::time::timeout_at(deadline.into(), stream.read(&mut chunk)).await {
+            Ok(read) => read?,
+            // Nothing asked: close quietly, as HTTP/1.1 allows.
+            Err(_) if idle => return Ok(()),
+            Err(_) => {
+                let detail = format!("the request head did not arrive whole within {} s", d.limits.header_timeout.as_secs_f64());
+                return problem(&mut stream, d, 408, "request_timeout", &detail, true).await;
+            }
+        };
         if n == 0 {
             return Ok(());
         }
         buf.extend_from_slice(&chunk[..n]);
+        head_started.get_or_insert_with(Instant::now);
     }
 }
 
 async fn respond(stream: &mut TcpStream, d: &Downloads, req: Request) -> std::io::Result<()> {
     let sha = match req.sha {
         Ok(s) => s,
-        Err(Refusal::NotFound) => return problem(stream, 404, "not_found", "this listener serves GET /v1/artifacts/{sha256} only", req.close).await,
-        Err(Refusal::Method) => return problem(stream, 405, "method_not_allowed", "this listener answers GET and HEAD only", req.close).await,
+        Err(Refusal::NotFound) => return problem(stream, d, 404, "not_found", "this listener serves GET /v1/artifacts/{sha256} only", req.close).await,
+        Err(Refusal::Method) => return problem(stream, d, 405, "method_not_allowed", "this listener answers GET and HEAD only", req.close).await,
     };
     let entry = match d.entry(&sha).await {
         Ok(Some(e)) => e,
-        Ok(None) => return problem(stream, 404, "not_found", &format!("no artifact with sha256 {sha}"), req.close).await,
+        Ok(None) => return problem(stream, d, 404, "not_found", &format!("no artifact with sha256 {sha}"), req.close).await,
         Err(why) => {
             tracing::error!(%sha, error = %why, "downloads: cannot serve an artifact");
             if let Some(detail) = why.strip_prefix(UNAVAILABLE) {
                 let retry = format!("retry-after: {}\r\n", crate::api::routes::system::RETRY_AFTER_SECS);
-                return problem_with(stream, 503, "unavailable", detail, req.close, &retry).await;
+                return problem_with(stream, d, 503, "unavailable", detail, req.close, &retry).await;
             }
-            return problem(stream, 500, "internal", "the artifact could not be read", req.close).await;
+            return problem(stream, d, 500, "internal", "the artifact could not be read", req.close).await;
         }
     };
     let (file, len, etag) = if req.gzip { (&entry.gzip, entry.gzip_len, &entry.gzip_etag) } else { (&entry.identity, entry.identity_len, &entry.etag) };
@@ -244,25 +408,34 @@ async fn respond(stream: &mut TcpStream, d: &Downloads, req: Request) -> std::io
         "etag: {etag}\r\ncache-control: public, max-age=31536000, immutable\r\nvary: Accept-Encoding\r\nconnection: {connection}\r\n"
     );
     if matches {
-        return write_all(stream, format!("HTTP/1.1 304 Not Modified\r\n{common}\r\n").as_bytes(), false).await;
+        return write_all(stream, d, format!("HTTP/1.1 304 Not Modified\r\n{common}\r\n").as_bytes(), false).await;
     }
     let encoding = if req.gzip { "content-encoding: gzip\r\n" } else { "" };
     let head = format!(
         "HTTP/1.1 200 OK\r\ncontent-type: text/plain; charset=utf-8\r\ncontent-length: {len}\r\n{encoding}content-location: /v1/artifacts/{sha}\r\ncontent-disposition: attachment; filename=\"{sha}.ptx\"\r\n{common}\r\n"
     );
     if req.head_only {
-        return write_all(stream, head.as_bytes(), false).await;
+        return write_all(stream, d, head.as_bytes(), false).await;
     }
-    write_all(stream, head.as_bytes(), true).await?;
-    send_file(stream, file, len).await
+    write_all(stream, d, head.as_bytes(), true).await?;
+    send_file(stream, d, file, len).await
+}
+
+/// Waits until `stream` takes more bytes; a client that reads nothing for the idle
+/// timeout is given up (its connection would otherwise be held forever).
+async fn writable(stream: &TcpStream, d: &Downloads) -> std::io::Result<()> {
+    match tokio::time::timeout(d.limits.idle_timeout, stream.writable()).await {
+        Ok(ready) => ready,
+        Err(_) => Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "the client read nothing within the idle timeout")),
+    }
 }
 
 /// Writes `bytes`; with `more`, tells the kernel the body follows (`MSG_MORE`), so head
 /// and body leave in full segments.
-async fn write_all(stream: &TcpStream, mut bytes: &[u8], more: bool) -> std::io::Result<()> {
+async fn write_all(stream: &TcpStream, d: &Downloads, mut bytes: &[u8], more: bool) -> std::io::Result<()> {
     let flags = if more { SendFlags::MORE | SendFlags::NOSIGNAL } else { SendFlags::NOSIGNAL };
     while !bytes.is_empty() {
-        stream.writable().await?;
+        writable(stream, d).await?;
         match stream.try_io(tokio::io::Interest::WRITABLE, || rustix::net::send(stream, bytes, flags).map_err(std::io::Error::from)) {
             Ok(n) => bytes = &bytes[n..],
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
@@ -274,10 +447,10 @@ async fn write_all(stream: &TcpStream, mut bytes: &[u8], more: bool) -> std::io:
 
 /// The whole of `file` into the socket by `sendfile(2)`, from an explicit offset (the
 /// file is shared between connections and its position never moves).
-async fn send_file(stream: &TcpStream, file: &File, len: u64) -> std::io::Result<()> {
+async fn send_file(stream: &TcpStream, d: &Downloads, file: &File, len: u64) -> std::io::Result<()> {
     let mut offset = 0u64;
     while offset < len {
-        stream.writable().await?;
+        writable(stream, d).await?;
         let left = (len - offset) as usize;
         match stream.try_io(tokio::io::Interest::WRITABLE, || rustix::fs::sendfile(stream, file, Some(&mut offset), left).map_err(std::io::Error::from)) {
             Ok(0) => return Err(std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "the artifact file is shorter than recorded")),
@@ -290,12 +463,17 @@ async fn send_file(stream: &TcpStream, file: &File, len: u64) -> std::io::Result
 }
 
 /// A problem+json answer, in the API's `ProblemDetails` shape.
-async fn problem(stream: &mut TcpStream, status: u16, code: &str, detail: &str, close: bool) -> std::io::Result<()> {
-    problem_with(stream, status, code, detail, close, "").await
+async fn problem(stream: &mut TcpStream, d: &Downloads, status: u16, code: &str, detail: &str, close: bool) -> std::io::Result<()> {
+    problem_with(stream, d, status, code, detail, close, "").await
 }
 
 /// The same with extra header lines (each ending in CRLF).
-async fn problem_with(stream: &mut TcpStream, status: u16, code: &str, detail: &str, close: bool, headers: &str) -> std::io::Result<()> {
+async fn problem_with(stream: &mut TcpStream, d: &Downloads, status: u16, code: &str, detail: &str, close: bool, headers: &str) -> std::io::Result<()> {
+    write_all(stream, d, problem_text(status, code, detail, close, headers).as_bytes(), false).await
+}
+
+/// A whole problem+json response.
+fn problem_text(status: u16, code: &str, detail: &str, close: bool, headers: &str) -> String {
     let reason = actix_web::http::StatusCode::from_u16(status).ok().and_then(|s| s.canonical_reason()).unwrap_or("Error");
     let details = ProblemDetails {
         type_: format!("urn:kaas:error:{code}"),
@@ -307,11 +485,10 @@ async fn problem_with(stream: &mut TcpStream, status: u16, code: &str, detail: &
     };
     let body = serde_json::to_string(&details).unwrap_or_default();
     let connection = if close { "close" } else { "keep-alive" };
-    let text = format!(
+    format!(
         "HTTP/1.1 {status} {reason}\r\ncontent-type: application/problem+json\r\ncontent-length: {}\r\nconnection: {connection}\r\n{headers}\r\n{body}",
         body.len()
-    );
-    write_all(stream, text.as_bytes(), false).await
+    )
 }
 
 #[cfg(test)]
@@ -338,10 +515,24 @@ mod tests {
     }
 
     #[test]
+    fn the_budget_leaves_the_reserve_to_the_api() {
+        let l = Limits { max_connections: 10_000, reserve_fds: 100, ..Limits::default() };
+        let b = l.budget(Some(300));
+        assert!(b.connections as u64 + 2 * b.open_artifacts + 1 <= 200, "{b:?}");
+        assert!(b.connections >= 100, "{b:?}");
+        assert_eq!(l.budget(Some(50)), Budget { connections: 1, open_artifacts: 1 }, "below the reserve: one at a time");
+        assert_eq!(l.budget(None).connections, 10_000);
+        assert_eq!(Limits { max_connections: 7, ..l }.budget(Some(1 << 20)).connections, 7);
+    }
+
+    #[test]
     fn partial_heads_wait_and_garbage_or_bodies_are_refused() {
         assert_eq!(parse(b"GET /v1/artifacts/").expect("no error"), None);
         assert!(parse(b"\x01\x02 nonsense\r\n\r\n").is_err());
         assert!(parse(b"POST /v1/artifacts/x HTTP/1.1\r\nContent-Length: 5\r\n\r\nhello").is_err());
+        let two_lengths = parse(b"GET /v1/artifacts/x HTTP/1.1\r\nContent-Length: 0\r\nContent-Length: 5\r\n\r\nhello").unwrap_err();
+        assert!(two_lengths.contains("disagree"), "{two_lengths}");
+        assert!(parse(b"GET /v1/artifacts/x HTTP/1.1\r\nContent-Length: 0\r\ncontent-length: 0\r\n\r\n").is_ok());
         // Two pipelined requests: the first takes only its own bytes.
         let two = format!("GET /v1/artifacts/{0} HTTP/1.1\r\n\r\nGET /v1/artifacts/{0} HTTP/1.1\r\n\r\n", "b".repeat(64));
         let (_, used) = parse(two.as_bytes()).expect("parses").expect("complete");

@@ -209,3 +209,16 @@ pub fn from_actix(err: &actix_web::Error, what: &str) -> ApiError {
         },
     }
 }
+
+/// Parses a JSON request body into `T`; a fault names the field it is in (`manifests[2].
+/// launches[0].grid[1]`), since a position alone ("column 105838") tells a client little.
+pub fn from_json_body<T: serde::de::DeserializeOwned>(body: &[u8], what: &str) -> Result<T, ApiError> {
+    let mut de = serde_json::Deserializer::from_slice(body);
+    let value: T = serde_path_to_error::deserialize(&mut de).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner();
+        if path == "." { ApiError::InvalidBody(format!("not {what}: {inner}")) } else { ApiError::InvalidBody(format!("not {what}: field `{path}`: {inner}")) }
+    })?;
+    de.end().map_err(|e| ApiError::InvalidBody(format!("not {what}: {e}")))?;
+    Ok(value)
+}

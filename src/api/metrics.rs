@@ -17,6 +17,7 @@ pub struct Metrics {
     pub jobs: IntGaugeVec,
     pub runs: IntGaugeVec,
     pub workers: IntGaugeVec,
+    pub event_reads: IntCounterVec,
 }
 
 impl Metrics {
@@ -57,7 +58,12 @@ impl Metrics {
         registry.register(Box::new(jobs.clone()))?;
         registry.register(Box::new(runs.clone()))?;
         registry.register(Box::new(workers.clone()))?;
-        Ok(Metrics { registry, http_requests, http_duration, cache_requests, db_pool, submissions, jobs, runs, workers })
+        let event_reads = IntCounterVec::new(
+            Opts::new("event_feed_reads_total", "Database reads of the shared submission event feeds, by kind (marks: the change check; view: a whole submission)"),
+            &["kind"],
+        )?;
+        registry.register(Box::new(event_reads.clone()))?;
+        Ok(Metrics { registry, http_requests, http_duration, cache_requests, db_pool, submissions, jobs, runs, workers, event_reads })
     }
 
     pub fn cache(&self, cache: &str, hit: bool) {

@@ -4,6 +4,7 @@
 pub mod cache;
 pub mod downloads;
 pub mod error;
+pub mod events;
 pub mod metrics;
 pub mod openapi;
 pub mod routes;
@@ -40,6 +41,8 @@ pub struct ApiSettings {
     pub quotas: crate::work::submit::Quotas,
     /// The key run records are signed with; `None`: the database-kept key (`crate::signing::store`).
     pub signing_key: Option<crate::signing::KeyPair>,
+    /// Submission event streams one client address may hold open at once.
+    pub max_event_streams_per_client: usize,
 }
 
 impl Default for ApiSettings {
@@ -53,6 +56,7 @@ impl Default for ApiSettings {
             db_max_connections: 16,
             quotas: crate::work::submit::Quotas::default(),
             signing_key: None,
+            max_event_streams_per_client: 8,
         }
     }
 }
@@ -63,6 +67,8 @@ pub struct AppState {
     pub caches: Caches,
     pub metrics: Metrics,
     pub settings: ApiSettings,
+    /// The shared submission event feeds.
+    pub events: events::Events,
     limiter: DefaultKeyedRateLimiter<i32>,
     pub started: Instant,
     local_workers: std::sync::Mutex<String>,
@@ -79,6 +85,7 @@ impl AppState {
             caches: Caches::new(settings.artifact_cache_bytes, settings.catalog_cache_ttl),
             metrics: Metrics::new()?,
             limiter: RateLimiter::keyed(Quota::per_minute(per_minute).allow_burst(burst)),
+            events: events::Events::new(settings.max_event_streams_per_client),
             settings,
             started: Instant::now(),
             local_workers: std::sync::Mutex::new("none: this process runs no GPU worker (`kaas serve --workers auto` starts one per GPU)".into()),
@@ -154,8 +161,9 @@ impl FromRequest for Caller {
             let secret = match header {
                 None => return Err(ApiError::MissingToken("send `Authorization: Bearer <token>`; `kaas token create` makes one".into())),
                 Some(Err(_)) => return Err(ApiError::InvalidToken("the Authorization header is not ASCII".into())),
-                Some(Ok(h)) => match h.strip_prefix("Bearer ") {
-                    Some(s) if !s.trim().is_empty() => s.trim().to_string(),
+                // The scheme name is case-insensitive (RFC 9110 §11.1): `bearer` is `Bearer`.
+                Some(Ok(h)) => match h.trim_start().split_once([' ', '\t']) {
+                    Some((scheme, s)) if scheme.eq_ignore_ascii_case("bearer") && !s.trim().is_empty() => s.trim().to_string(),
                     _ => return Err(ApiError::InvalidToken("the Authorization header must be `Bearer <token>`".into())),
                 },
             };
@@ -186,6 +194,27 @@ pub(crate) fn gzip_accepted(accept_encoding: &str) -> bool {
         let refused = parts.any(|p| p.strip_prefix("q=").is_some_and(|q| q.trim().parse::<f32>().is_ok_and(|q| q <= 0.0)));
         (coding.eq_ignore_ascii_case("gzip") || coding == "*") && !refused
     })
+}
+
+/// The methods a route pattern answers, for `Allow`: from the OpenAPI document (which
+/// a test keeps in step with the routes); patterns it leaves out (the UI, /docs) are
+/// pages, answered to GET only.
+fn allowed_methods(pattern: &str) -> String {
+    static TABLE: std::sync::OnceLock<std::collections::HashMap<String, String>> = std::sync::OnceLock::new();
+    let table = TABLE.get_or_init(|| {
+        use utoipa::OpenApi as _;
+        let doc = openapi::ApiDoc::openapi();
+        doc.paths
+            .paths
+            .iter()
+            .map(|(path, item)| {
+                let ops = [("GET", &item.get), ("PUT", &item.put), ("POST", &item.post), ("DELETE", &item.delete), ("PATCH", &item.patch)];
+                let methods: Vec<&str> = ops.iter().filter(|(_, op)| op.is_some()).map(|(m, _)| *m).collect();
+                (path.clone(), methods.join(", "))
+            })
+            .collect()
+    });
+    table.get(pattern).cloned().unwrap_or_else(|| "GET".into())
 }
 
 /// Rewrites actix's bare error responses (unknown route, wrong method) as problem+json.
@@ -232,10 +261,19 @@ pub fn create_app(
         .configure(routes::configure)
         .default_service(web::to(|req: HttpRequest| async move {
             // Routes are method-guarded, so a known path with the wrong method lands here too.
-            Err::<HttpResponse, _>(match req.match_pattern() {
-                Some(pattern) => ApiError::MethodNotAllowed(format!("{pattern} does not answer {}", req.method())),
-                None => ApiError::NotFound(format!("nothing at {}; see /docs for the API", req.path())),
-            })
+            match req.match_pattern() {
+                Some(pattern) => {
+                    let allow = allowed_methods(&pattern);
+                    let err = ApiError::MethodNotAllowed(format!("{pattern} does not answer {}; it answers {allow}", req.method()));
+                    // RFC 9110 §15.5.6: a 405 must say what the resource does answer.
+                    let mut res = actix_web::ResponseError::error_response(&err);
+                    if let Ok(v) = actix_web::http::header::HeaderValue::from_str(&allow) {
+                        res.headers_mut().insert(actix_web::http::header::ALLOW, v);
+                    }
+                    Ok::<HttpResponse, ApiError>(res)
+                }
+                None => Err(ApiError::NotFound(format!("nothing at {}; see /docs for the API", req.path()))),
+            }
         }))
         .wrap(
             ErrorHandlers::new()

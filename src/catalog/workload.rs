@@ -6,7 +6,7 @@ use sea_orm::DatabaseConnection;
 use serde::Serialize;
 use utoipa::ToSchema;
 
-use super::{CatalogError, KernelLookup, best_kernel};
+use super::{CatalogError, Fallback, KernelLookup, best_kernel};
 use crate::problem::{Acc, Arch, Problem};
 use crate::workloads::{Linear, ModelConfig};
 
@@ -90,14 +90,16 @@ pub async fn workload(db: &DatabaseConnection, preset: &ModelConfig, arch: Arch,
             use_instead: None,
             baseline_median_us: None,
         };
-        match best_kernel(db, &g.problem, device).await? {
+        // Only what was measured on the class asked for: a workload's figures never mix
+        // in another class's stand-in.
+        match best_kernel(db, &g.problem, device, Fallback::None).await? {
             KernelLookup::Kernel(k) => {
                 row.state = WorkloadState::Served;
                 row.kernel_median_us = k.run.timings.as_ref().and_then(|t| t.pointer("/graph/median_us")).and_then(|v| v.as_f64());
                 row.speedup = k.run.speedups.as_ref().and_then(|s| s.get("graph")).and_then(|s| s.get(HEADLINE)).and_then(|v| v.as_f64());
                 row.device_class = Some(k.device_class);
             }
-            KernelLookup::BaselineFaster { device_class, use_instead } => {
+            KernelLookup::BaselineFaster { device_class, use_instead, .. } => {
                 row.state = WorkloadState::BaselineFaster;
                 row.device_class = Some(device_class);
                 row.use_instead = Some(format!("{} {}", use_instead.library, use_instead.layout));

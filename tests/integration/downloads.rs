@@ -1,6 +1,6 @@
 //! The downloads listener (`kaas serve --downloads-bind`, `src/api/downloads.rs`) over
 //! real TCP: the bytes, headers, gzip, 304, HEAD, keep-alive with pipelining, and the
-//! refusals; the files it keeps are the artifact's bytes.
+//! refusals; the files it keeps are the artifact's bytes; its timeouts and connection caps.
 
 use std::collections::HashMap;
 use std::io::{Read, Write};
@@ -23,13 +23,18 @@ fn start() -> (String, String, tempfile::TempDir) {
 
 /// The same, keeping its files in `dir`.
 fn start_in(dir: &std::path::Path) -> (String, String) {
+    start_with(dir, downloads::Limits::default())
+}
+
+/// The same with `limits`.
+fn start_with(dir: &std::path::Path, limits: downloads::Limits) -> (String, String) {
     let sha = kaas::catalog::bundle::sha256_hex(PTX.as_bytes());
     let known: HashMap<String, Arc<ArtifactBody>> = [(sha.clone(), Arc::new(ArtifactBody::new(sha.clone(), PTX.to_string())))].into();
     let resolve: Resolver = Arc::new(move |s| {
         let found = known.get(&s).cloned();
         Box::pin(async move { Ok(found) })
     });
-    let d = Downloads::new(dir, resolve).expect("downloads");
+    let d = Downloads::with_limits(dir, resolve, limits).expect("downloads");
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     listener.set_nonblocking(true).expect("nonblocking");
     let addr = listener.local_addr().expect("address").to_string();
@@ -145,4 +150,90 @@ fn a_damaged_file_is_rewritten_not_served() {
     let (status, _, body) = get(&again);
     assert_eq!((status, body.as_slice()), (200, PTX.as_bytes()));
     assert_eq!(std::fs::read(&path).unwrap(), PTX.as_bytes());
+}
+
+#[test]
+fn disagreeing_content_lengths_are_refused() {
+    let (addr, sha, _dir) = start();
+    let mut s = connect(&addr);
+    // The first copy says no body, the second says five bytes: read either way, one of
+    // two parsers is wrong about where the next request starts.
+    write!(s, "GET /v1/artifacts/{sha} HTTP/1.1\r\nContent-Length: 0\r\nContent-Length: 5\r\n\r\nhello").unwrap();
+    let (status, h, body) = with_body(&mut s, false);
+    assert_eq!(status, 400, "{}", String::from_utf8_lossy(&body));
+    assert_eq!(h["content-type"], "application/problem+json");
+    assert!(String::from_utf8_lossy(&body).contains("disagree"));
+}
+
+#[test]
+fn slow_heads_get_408_and_idle_connections_are_closed() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let limits = downloads::Limits { header_timeout: Duration::from_secs(1), idle_timeout: Duration::from_secs(2), ..Default::default() };
+    let (addr, sha) = start_with(dir.path(), limits);
+
+    // Half a request line, then a byte a while: the head has a second, not forever.
+    let started = std::time::Instant::now();
+    let mut slow = connect(&addr);
+    slow.write_all(b"GET /v1/arti").unwrap();
+    std::thread::sleep(Duration::from_millis(400));
+    slow.write_all(b"f").unwrap();
+    let (status, _, body) = with_body(&mut slow, false);
+    assert_eq!(status, 408, "{}", String::from_utf8_lossy(&body));
+    assert!(started.elapsed() < Duration::from_secs(5), "408 after {:?}", started.elapsed());
+
+    // A connection that asks nothing, or nothing more after an answer, is closed.
+    for ask_first in [false, true] {
+        let started = std::time::Instant::now();
+        let mut idle = connect(&addr);
+        if ask_first {
+            write!(idle, "GET /v1/artifacts/{sha} HTTP/1.1\r\n\r\n").unwrap();
+            assert_eq!(with_body(&mut idle, false).0, 200);
+        }
+        let mut rest = Vec::new();
+        assert_eq!(idle.read_to_end(&mut rest).expect("closed, not timed out"), 0);
+        let took = started.elapsed();
+        assert!(took >= Duration::from_millis(1500) && took < Duration::from_secs(8), "closed after {took:?}");
+    }
+}
+
+/// A connection from `ip` (any 127.0.0.0/8 address) to `addr`.
+async fn connect_from(ip: &str, addr: &str) -> tokio::net::TcpStream {
+    let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+    socket.bind(format!("{ip}:0").parse().unwrap()).expect("bind the source address");
+    socket.connect(addr.parse().unwrap()).await.expect("connect")
+}
+
+/// What the listener says first on `s`: the status, or 0 when it says nothing within a
+/// moment (an admitted connection waits for its request).
+async fn first_status(s: &mut tokio::net::TcpStream) -> u16 {
+    use tokio::io::AsyncReadExt;
+    let mut buf = vec![0u8; 4096];
+    match tokio::time::timeout(Duration::from_millis(500), s.read(&mut buf)).await {
+        Ok(Ok(n)) if n > 0 => String::from_utf8_lossy(&buf[..n]).split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or(1),
+        Ok(_) => 2,
+        Err(_) => 0,
+    }
+}
+
+#[actix_web::test]
+async fn connections_are_capped_per_peer_and_in_all() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let limits = downloads::Limits { max_connections: 3, max_connections_per_peer: 2, ..Default::default() };
+    let (addr, _sha) = start_with(dir.path(), limits);
+
+    let mut a1 = connect_from("127.0.0.1", &addr).await;
+    let mut a2 = connect_from("127.0.0.1", &addr).await;
+    assert_eq!((first_status(&mut a1).await, first_status(&mut a2).await), (0, 0), "two from one address are admitted");
+    let mut a3 = connect_from("127.0.0.1", &addr).await;
+    assert_eq!(first_status(&mut a3).await, 429, "a third from the same address is refused");
+    let mut b1 = connect_from("127.0.0.2", &addr).await;
+    assert_eq!(first_status(&mut b1).await, 0, "another address still gets in");
+    let mut c1 = connect_from("127.0.0.3", &addr).await;
+    assert_eq!(first_status(&mut c1).await, 503, "beyond the cap in all");
+
+    // Closing one frees its place.
+    drop(a1);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut a4 = connect_from("127.0.0.1", &addr).await;
+    assert_eq!(first_status(&mut a4).await, 0);
 }

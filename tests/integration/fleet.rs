@@ -25,17 +25,22 @@ struct Serve {
 
 impl Serve {
     fn start(url: &str, catalog: &Path, log: PathBuf) -> Serve {
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let child = Command::new(env!("CARGO_BIN_EXE_kaas"))
-            .args(["serve", "--database-url", url, "--bind", &format!("127.0.0.1:{port}"), "--http-threads", "1", "--workers", "0"])
+        Serve::start_with(url, catalog, log, |_| {})
+    }
+
+    /// The same, with the command adjusted by `adjust` before it starts.
+    fn start_with(url: &str, catalog: &Path, log: PathBuf, adjust: impl FnOnce(&mut Command)) -> Serve {
+        let port = free_port();
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_kaas"));
+        cmd.args(["serve", "--database-url", url, "--bind", &format!("127.0.0.1:{port}"), "--http-threads", "1", "--workers", "0"])
             .arg("--catalog")
             .arg(catalog)
             .env("KAAS_LOG", "info")
             .env_remove("KAAS_CONFIG")
             .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .expect("start kaas serve");
+            .stderr(std::fs::File::create(&log).unwrap());
+        adjust(&mut cmd);
+        let child = cmd.spawn().expect("start kaas serve");
         Serve { child, port, log }
     }
 
@@ -74,6 +79,10 @@ impl Serve {
         self.child.kill().ok();
         self.child.wait().ok();
     }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
 /// A catalog tree shaped like the shipped one: a small top bundle with kernels, then
@@ -398,4 +407,99 @@ async fn the_downloads_listener_answers_an_outage_with_503_and_retry_after() {
     let body: serde_json::Value = serde_json::from_str(text.split_once("\r\n\r\n").unwrap().1).unwrap();
     assert_eq!(body["code"], "unavailable", "{body}");
     assert_eq!(body["detail"], "the database refuses connections", "{body}");
+}
+
+/// Issue 38, item 1: 280 idle sockets and a few slow request heads on the downloads
+/// listener of a process limited to 300 descriptors left the API unable to accept
+/// (`/v1/health` timed out, "Too many open files" in the log) and were held forever. The
+/// listener's limits come through the environment (which an older `kaas` ignores), and
+/// are deliberately loose but for the descriptor reserve: what keeps the API up must be
+/// the reserve, and what frees the sockets the timeouts.
+#[actix_web::test]
+async fn a_flood_on_the_downloads_listener_leaves_the_api_its_descriptors() {
+    // This process holds the flood's client ends: as many descriptors as it may have.
+    let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile);
+    let _ = rustix::process::setrlimit(rustix::process::Resource::Nofile, rustix::process::Rlimit { current: limit.maximum, maximum: limit.maximum });
+    let (db, url) = TestDb::with_url(Backend::Sqlite).await;
+    let catalog = tempfile::tempdir().unwrap();
+    let files = tempfile::tempdir().unwrap();
+    let downloads_port = free_port();
+    let mut serve = Serve::start_with(&url, catalog.path(), files.path().join("serve.log"), |cmd| {
+        cmd.env("KAAS_DOWNLOADS_BIND", format!("127.0.0.1:{downloads_port}"))
+            .env("KAAS_DOWNLOADS_DIR", files.path().join("artifacts"))
+            .env("KAAS_DOWNLOADS_HEADER_TIMEOUT_SECS", "2")
+            .env("KAAS_DOWNLOADS_IDLE_TIMEOUT_SECS", "4")
+            .env("KAAS_DOWNLOADS_MAX_CONNECTIONS", "100000")
+            .env("KAAS_DOWNLOADS_MAX_CONNECTIONS_PER_PEER", "100000")
+            .env("KAAS_DOWNLOADS_RESERVE_FDS", "128");
+        // SAFETY: setrlimit is async-signal-safe and touches no memory of this process.
+        unsafe {
+            std::os::unix::process::CommandExt::pre_exec(cmd, || {
+                let nofile = rustix::process::Rlimit { current: Some(300), maximum: Some(300) };
+                rustix::process::setrlimit(rustix::process::Resource::Nofile, nofile).map_err(std::io::Error::from)
+            });
+        }
+    });
+    serve.wait_ready(Duration::from_secs(60)).await;
+
+    // 280 idle connections and 20 that send half a request line, as one client.
+    let target = std::net::SocketAddr::from(([127, 0, 0, 1], downloads_port));
+    let mut flood = Vec::new();
+    for i in 0..300 {
+        let Ok(mut s) = std::net::TcpStream::connect_timeout(&target, Duration::from_secs(1)) else { continue };
+        if i % 15 == 0 {
+            let _ = s.write_all(b"GET /v1/artif");
+        }
+        flood.push(s);
+    }
+    assert!(flood.len() >= 200, "only {} of the flood's connections were made", flood.len());
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    // The API answers throughout, promptly.
+    for _ in 0..5 {
+        let started = Instant::now();
+        let answer = tokio::task::spawn_blocking({
+            let port = serve.port;
+            move || {
+                let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+                s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+                s.write_all(b"GET /v1/health HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").ok()?;
+                let mut text = String::new();
+                s.read_to_string(&mut text).ok()?;
+                Some(text)
+            }
+        })
+        .await
+        .unwrap();
+        let text = answer.unwrap_or_else(|| panic!("/v1/health did not answer within 5 s during the flood; the log:\n{}", serve.log()));
+        assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+        assert!(started.elapsed() < Duration::from_secs(2), "/v1/health took {:?} during the flood", started.elapsed());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    // Every flood connection ends: refused at once, 408 for the slow heads, closed when
+    // idle; none is held past the timeouts.
+    let ended = tokio::task::spawn_blocking(move || {
+        let mut statuses = std::collections::BTreeMap::<String, usize>::new();
+        for mut s in flood {
+            s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+            let mut text = Vec::new();
+            let what = match s.read_to_end(&mut text) {
+                Ok(_) => String::from_utf8_lossy(&text).split(' ').nth(1).unwrap_or("closed").to_string(),
+                Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => "reset".into(),
+                Err(e) => format!("held ({e})"),
+            };
+            *statuses.entry(what).or_default() += 1;
+        }
+        statuses
+    })
+    .await
+    .unwrap();
+    assert!(ended.keys().all(|k| !k.starts_with("held")), "connections held past the timeouts: {ended:?}");
+    assert!(ended.contains_key("408"), "no slow head was answered 408: {ended:?}");
+    assert!(ended.contains_key("503"), "the descriptor budget refused nothing: {ended:?}");
+    let log = serve.log();
+    assert!(!log.contains("Too many open files"), "the process ran out of descriptors; its log:\n{log}");
+    serve.kill();
+    db.cleanup().await;
 }

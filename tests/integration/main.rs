@@ -10,6 +10,7 @@ mod devices;
 mod signing;
 mod downloads;
 mod fleet;
+mod holes;
 mod storage;
 mod submissions;
 mod ui;

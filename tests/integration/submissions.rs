@@ -350,19 +350,31 @@ async fn the_catalog_changes_only_for_a_faster_run_and_leaderboards_rank_it(back
     db.cleanup().await;
 }
 
+/// The first job's state in each event of an event stream's text.
+fn job_states(text: &str) -> Vec<String> {
+    text.lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .map(|d| serde_json::from_str::<serde_json::Value>(d).unwrap()["jobs"][0]["state"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// A worker that claims the one queued job after `pause`, then passes it after another.
+fn work_through(conn: sea_orm::DatabaseConnection, pause: Duration) -> actix_web::rt::task::JoinHandle<()> {
+    actix_web::rt::spawn(async move {
+        tokio::time::sleep(pause).await;
+        let j = queue::claim(&conn, &claimant("w"), Duration::from_secs(30), 3).await.unwrap().unwrap();
+        tokio::time::sleep(pause).await;
+        queue::complete(&conn, j.job.id, "w", &passed(10.0, 0.1, 1.2), &facts(DEVICE)).await.unwrap();
+    })
+}
+
 async fn the_event_stream_ends_with_the_final_state(backend: Backend) {
     let db = TestDb::new(backend).await;
     let app = test::init_service(create_app(state(&db, ApiSettings::default()))).await;
     let t = auth::create_token(&db.db, "alice", Role::Submitter).await.unwrap().secret;
     let sid = call(&app, submit_req(&t, body("a", &[(256, 256, 256)]))).await.json()["id"].as_i64().unwrap();
     get(&app, "/v1/submissions/424242/events").await.assert_problem(404, "not_found");
-    let conn = db.db.clone();
-    let worker = actix_web::rt::spawn(async move {
-        tokio::time::sleep(Duration::from_millis(600)).await;
-        let j = queue::claim(&conn, &claimant("w"), Duration::from_secs(30), 3).await.unwrap().unwrap();
-        tokio::time::sleep(Duration::from_millis(600)).await;
-        queue::complete(&conn, j.job.id, "w", &passed(10.0, 0.1, 1.2), &facts(DEVICE)).await.unwrap();
-    });
+    let worker = work_through(db.db.clone(), Duration::from_millis(600));
     let r = get(&app, &format!("/v1/submissions/{sid}/events")).await;
     worker.await.unwrap();
     assert_eq!(r.header("content-type").as_deref(), Some("text/event-stream"));
@@ -370,11 +382,7 @@ async fn the_event_stream_ends_with_the_final_state(backend: Backend) {
     let events: Vec<&str> = text.lines().filter_map(|l| l.strip_prefix("event: ")).collect();
     assert!(events.len() >= 3, "queued, running, finished at least: {events:?}");
     assert_eq!(events.last(), Some(&"done"));
-    let states: Vec<String> = text
-        .lines()
-        .filter_map(|l| l.strip_prefix("data: "))
-        .map(|d| serde_json::from_str::<serde_json::Value>(d).unwrap()["jobs"][0]["state"].as_str().unwrap().to_string())
-        .collect();
+    let states = job_states(&text);
     assert_eq!(states.first().map(String::as_str), Some("queued"));
     assert!(states.iter().any(|s| s == "running"), "{states:?}");
     assert_eq!(states.last().map(String::as_str), Some("done"));
@@ -487,6 +495,71 @@ async fn a_killed_workers_job_is_finished_by_another(backend: Backend) {
     db.cleanup().await;
 }
 
+/// Issue 38, item 6: each viewer of a submission's events re-read the whole submission
+/// every 400 ms (300 viewers: a core). Now all of a submission's viewers share one feed:
+/// whole reads per change, not per viewer and poll.
+async fn many_viewers_of_a_submission_share_its_reads(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let st = state(&db, ApiSettings { max_event_streams_per_client: 1000, ..Default::default() });
+    let app = test::init_service(create_app(st.clone())).await;
+    let t = auth::create_token(&db.db, "alice", Role::Submitter).await.unwrap().secret;
+    let sid = call(&app, submit_req(&t, body("shared", &[(256, 256, 256)]))).await.json()["id"].as_i64().unwrap();
+    let reads = |kind: &str| st.metrics.event_reads.with_label_values(&[kind]).get();
+
+    const VIEWERS: usize = 100;
+    let mut bodies = Vec::new();
+    for i in 0..VIEWERS {
+        let req = TestRequest::get().uri(&format!("/v1/submissions/{sid}/events")).peer_addr(format!("10.0.{}.{}:4000", i / 200, i % 200 + 1).parse().unwrap());
+        let res = test::call_service(&app, req.to_request()).await;
+        assert_eq!(res.status(), 200);
+        bodies.push(actix_web::rt::spawn(test::read_body(res)));
+    }
+    let worker = work_through(db.db.clone(), Duration::from_millis(900));
+    for b in bodies {
+        let text = String::from_utf8(b.await.unwrap().to_vec()).unwrap();
+        let events: Vec<&str> = text.lines().filter_map(|l| l.strip_prefix("event: ")).collect();
+        assert_eq!(events.first(), Some(&"snapshot"), "{events:?}");
+        assert_eq!(events.last(), Some(&"done"), "{events:?}");
+        let states = job_states(&text);
+        assert!(states.iter().any(|s| s == "running"), "every viewer sees every change: {states:?}");
+    }
+    worker.await.unwrap();
+    // Two changes (claimed, completed): the first read, the feed's first poll, one read
+    // per change, and a spare for a change that lands between poll and read.
+    let (views, marks) = (reads("view"), reads("marks"));
+    assert!(views <= 5, "{views} whole reads of the submission for {VIEWERS} viewers and 2 changes");
+    // One small change check per poll for all viewers: ~2 s of polls at 400 ms.
+    assert!(marks <= 15, "{marks} change checks for {VIEWERS} viewers");
+    assert_eq!(st.events.feeds(), 0, "the feed stops with its submission");
+    db.cleanup().await;
+}
+
+async fn event_streams_are_capped_per_client(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let app = test::init_service(create_app(state(&db, ApiSettings { max_event_streams_per_client: 3, ..Default::default() }))).await;
+    let t = auth::create_token(&db.db, "alice", Role::Submitter).await.unwrap().secret;
+    let sid = call(&app, submit_req(&t, body("capped", &[(256, 256, 256)]))).await.json()["id"].as_i64().unwrap();
+    let open = |peer: &str| TestRequest::get().uri(&format!("/v1/submissions/{sid}/events")).peer_addr(peer.parse().unwrap()).to_request();
+    let mut held = Vec::new();
+    for port in 1..=3 {
+        let res = test::call_service(&app, open(&format!("192.0.2.1:{port}"))).await;
+        assert_eq!(res.status(), 200);
+        held.push(res);
+    }
+    // A fourth from the same address, even from another port, is refused.
+    let res = test::call_service(&app, open("192.0.2.1:9")).await;
+    assert_eq!(res.status(), 429);
+    let j: serde_json::Value = serde_json::from_slice(&test::read_body(res).await).unwrap();
+    assert_eq!(j["code"], "quota_exceeded", "{j}");
+    assert!(j["detail"].as_str().unwrap().contains("event streams"), "{j}");
+    // Another client is not affected; a closed stream frees its place.
+    assert_eq!(test::call_service(&app, open("192.0.2.2:1")).await.status(), 200);
+    held.pop();
+    assert_eq!(test::call_service(&app, open("192.0.2.1:10")).await.status(), 200);
+    drop(held);
+    db.cleanup().await;
+}
+
 both_backends!(
     bad_submissions_are_refused_with_the_first_fault_and_write_nothing,
     accepted_work_is_one_job_per_problem_and_device_class,
@@ -497,4 +570,6 @@ both_backends!(
     the_event_stream_ends_with_the_final_state,
     concurrent_workers_never_run_a_job_twice,
     a_killed_workers_job_is_finished_by_another,
+    many_viewers_of_a_submission_share_its_reads,
+    event_streams_are_capped_per_client,
 );

@@ -94,7 +94,7 @@ pub async fn get_artifact(req: HttpRequest, state: State, sha: web::Path<String>
         (status = 201, description = "Stored", body = ArtifactView),
         (status = 200, description = "Already stored (content-addressed)", body = ArtifactView),
         (status = 401, description = "Missing, unknown or revoked token", body = crate::api::error::ProblemDetails, content_type = "application/problem+json"),
-        (status = 413, description = "Over the body size limit", body = crate::api::error::ProblemDetails, content_type = "application/problem+json"),
+        (status = 413, description = "Over the per-artifact quota (`artifact_too_large`) or the body size limit", body = crate::api::error::ProblemDetails, content_type = "application/problem+json"),
         (status = 422, description = "Not PTX text", body = crate::api::error::ProblemDetails, content_type = "application/problem+json"),
         (status = 429, description = "Rate limited; see Retry-After", body = crate::api::error::ProblemDetails, content_type = "application/problem+json"),
     )
@@ -103,6 +103,12 @@ pub async fn get_artifact(req: HttpRequest, state: State, sha: web::Path<String>
 // Taking a `Caller` is what requires a valid, unrevoked, rate-limited token; any role
 // may upload.
 pub async fn upload_artifact(state: State, _caller: Caller, body: web::Bytes) -> Result<HttpResponse, ApiError> {
+    // The same per-artifact quota as a submission's PTX (the body limit is larger: it
+    // bounds whole requests, not what may be stored).
+    let max = state.settings.quotas.max_artifact_bytes;
+    if body.len() > max {
+        return Err(ApiError::ArtifactTooLarge(format!("the PTX is {} bytes; the limit per artifact is {max} (--max-artifact-bytes)", body.len())));
+    }
     let rec = bundle::describe_ptx(&body).map_err(ApiError::InvalidArtifact)?;
     let text = std::str::from_utf8(&body).map_err(|e| ApiError::InvalidArtifact(e.to_string()))?;
     let existed = catalog::artifact(&state.db, &rec.sha256).await?.is_some();

@@ -38,13 +38,17 @@ impl actix_web::FromRequest for ProblemPath {
 #[into_params(parameter_in = Query)]
 pub struct ProblemQuery {
     /// PTX target family, e.g. `sm_90`.
+    #[param(pattern = "^sm_(80|86|89|90|90a)$")]
     pub arch: Option<String>,
     /// `f16` or `f32`.
+    #[param(pattern = "^f(16|32)$")]
     pub acc: Option<String>,
     /// `nn` or `tn`.
+    #[param(pattern = "^(nn|tn)$")]
     pub layout: Option<String>,
     /// Device class, e.g. `H100-SXM` (common spellings accepted, as for the kernel
     /// answer): only problems with a kernel measured on it.
+    #[param(pattern = "^[A-Za-z0-9 ._-]{1,64}$")]
     pub device: Option<String>,
 }
 
@@ -53,6 +57,7 @@ pub struct ProblemQuery {
 pub struct DeviceQuery {
     /// Device class, e.g. `H100-SXM`; common spellings (`H100`, `h100`, `H100 SXM`,
     /// `NVIDIA H100 80GB HBM3`) name the same class. Unknown: 400 `unknown_device`.
+    #[param(pattern = "^[A-Za-z0-9 ._-]{1,64}$")]
     pub device: Option<String>,
 }
 
@@ -62,11 +67,13 @@ pub struct KernelQuery {
     /// Device class, e.g. `H100-SXM` or `H200`; common spellings (`H100`, `h100`,
     /// `H100 SXM`, `NVIDIA H100 80GB HBM3`, `H200-SXM`) name the same class. Unknown: 400
     /// `unknown_device`, listing the known ones.
+    #[param(pattern = "^[A-Za-z0-9 ._-]{1,64}$")]
     pub device: Option<String>,
     /// `stand_in` (the default): a device class with no entry for the problem may be
     /// offered a stand-in's kernel (H200: H100-SXM's, where its PTX loads), labelled in
     /// `fallback` and claiming no speedup on the class asked for. `none`: only the class's
     /// own entries.
+    #[param(pattern = "^(stand_in|none)$")]
     pub fallback: Option<String>,
 }
 
@@ -259,10 +266,10 @@ async fn kernel_answer(state: &State, p: Problem, q: &KernelQuery) -> Result<Arc
 #[utoipa::path(
     get, path = "/v1/kernels/{arch}/{acc}/{layout}/{shape}", tag = "catalog",
     params(
-        ("arch" = String, Path, description = "PTX target family, e.g. sm_90"),
-        ("acc" = String, Path, description = "f16 or f32"),
-        ("layout" = String, Path, description = "nn or tn"),
-        ("shape" = String, Path, description = "MxNxK, each 1..=65536"),
+        ("arch" = String, Path, pattern = "^sm_(80|86|89|90|90a)$", description = "PTX target family, e.g. sm_90"),
+        ("acc" = String, Path, pattern = "^f(16|32)$", description = "f16 or f32"),
+        ("layout" = String, Path, pattern = "^(nn|tn)$", description = "nn or tn"),
+        ("shape" = String, Path, pattern = "^[0-9]{1,6}x[0-9]{1,6}x[0-9]{1,6}$", description = "MxNxK, each 1..=65536"),
         KernelQuery,
     ),
     responses(
@@ -280,8 +287,8 @@ pub async fn get_kernel(state: State, path: ProblemPath, q: web::Query<KernelQue
 #[utoipa::path(
     get, path = "/v1/kernels/{arch}/{acc}/{layout}/{shape}/ptx", tag = "catalog",
     params(
-        ("arch" = String, Path, description = "PTX target family"), ("acc" = String, Path, description = "f16 or f32"),
-        ("layout" = String, Path, description = "nn or tn"), ("shape" = String, Path, description = "MxNxK"), KernelQuery,
+        ("arch" = String, Path, pattern = "^sm_(80|86|89|90|90a)$", description = "PTX target family"), ("acc" = String, Path, pattern = "^f(16|32)$", description = "f16 or f32"),
+        ("layout" = String, Path, pattern = "^(nn|tn)$", description = "nn or tn"), ("shape" = String, Path, pattern = "^[0-9]{1,6}x[0-9]{1,6}x[0-9]{1,6}$", description = "MxNxK"), KernelQuery,
     ),
     responses(
         (status = 200, description = "PTX of the best kernel (strong ETag = sha256); under the kernel answer's fallback rule, a stand-in device class's", body = String, content_type = "text/plain"),
@@ -308,8 +315,8 @@ pub async fn get_kernel_ptx(
 #[utoipa::path(
     get, path = "/v1/leaderboard/{arch}/{acc}/{layout}/{shape}", tag = "leaderboard",
     params(
-        ("arch" = String, Path, description = "PTX target family"), ("acc" = String, Path, description = "f16 or f32"),
-        ("layout" = String, Path, description = "nn or tn"), ("shape" = String, Path, description = "MxNxK"), DeviceQuery,
+        ("arch" = String, Path, pattern = "^sm_(80|86|89|90|90a)$", description = "PTX target family"), ("acc" = String, Path, pattern = "^f(16|32)$", description = "f16 or f32"),
+        ("layout" = String, Path, pattern = "^(nn|tn)$", description = "nn or tn"), ("shape" = String, Path, pattern = "^[0-9]{1,6}x[0-9]{1,6}x[0-9]{1,6}$", description = "MxNxK"), DeviceQuery,
     ),
     responses(
         (status = 200, description = "Each submitter's best passing run, fastest first, per device class", body = catalog::ProblemLeaderboardView),

@@ -14,15 +14,20 @@ use crate::catalog::overview::{self, HeatmapQuery};
 #[into_params(parameter_in = Query)]
 pub struct HeatmapParams {
     /// PTX target family, e.g. `sm_90`; the first present when left out.
+    #[param(pattern = "^sm_(80|86|89|90|90a)$")]
     pub arch: Option<String>,
     /// `f16` or `f32`; the first present when left out.
+    #[param(pattern = "^f(16|32)$")]
     pub acc: Option<String>,
     /// `nn` or `tn`; the first present when left out.
+    #[param(pattern = "^(nn|tn)$")]
     pub layout: Option<String>,
     /// K of the problems shown; the smallest present when left out.
+    #[param(minimum = 1, maximum = 65536)]
     pub k: Option<u32>,
     /// Device class (common spellings accepted, as for the kernel answer); the one
     /// holding the most catalog entries when left out.
+    #[param(pattern = "^[A-Za-z0-9 ._-]{1,64}$")]
     pub device: Option<String>,
 }
 

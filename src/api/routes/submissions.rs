@@ -1,11 +1,8 @@
 //! Submissions: submit a kernel (token), follow it (JSON or server-sent events), cancel
 //! or delete it (owner or admin), list them.
 
-use std::time::Duration;
-
 use actix_web::http::header;
-use actix_web::web::Bytes;
-use actix_web::{HttpResponse, delete, get, post, web};
+use actix_web::{HttpRequest, HttpResponse, delete, get, post, web};
 use serde::Deserialize;
 use utoipa::IntoParams;
 
@@ -13,12 +10,6 @@ use crate::api::{ApiError, State};
 use crate::auth::Caller;
 use crate::work::submit::{self, Created};
 use crate::work::{NewSubmission, SubmissionSummary, SubmissionView};
-
-/// How often the event stream looks for changes, and how long it lives (a client
-/// reconnects after that).
-const EVENTS_POLL: Duration = Duration::from_millis(400);
-const EVENTS_MAX: Duration = Duration::from_secs(1800);
-const EVENTS_KEEPALIVE: Duration = Duration::from_secs(15);
 
 fn id_of(raw: &str) -> Result<i32, ApiError> {
     raw.parse::<i32>().ok().filter(|v| *v > 0).ok_or_else(|| ApiError::InvalidPath(format!("`{raw}` is not a submission id (a positive integer)")))
@@ -41,7 +32,7 @@ fn id_of(raw: &str) -> Result<i32, ApiError> {
 )]
 #[post("/v1/submissions")]
 pub async fn create(state: State, caller: Caller, body: web::Bytes) -> Result<HttpResponse, ApiError> {
-    let req: NewSubmission = serde_json::from_slice(&body).map_err(|e| ApiError::InvalidBody(format!("not a submission: {e}")))?;
+    let req: NewSubmission = crate::api::error::from_json_body(&body, "a submission")?;
     let quotas = state.settings.quotas.clone();
     Ok(match submit::create(&state.db, &caller, req, &quotas).await? {
         Created::New(mut v) => {
@@ -63,6 +54,7 @@ pub struct ListQuery {
     /// Only this submitter's.
     pub submitter: Option<String>,
     /// At most this many, newest first [default 50, at most 500].
+    #[param(minimum = 1, maximum = 500)]
     pub limit: Option<u64>,
 }
 
@@ -72,12 +64,18 @@ pub struct ListQuery {
 )]
 #[get("/v1/submissions")]
 pub async fn list(state: State, q: web::Query<ListQuery>) -> Result<HttpResponse, ApiError> {
-    Ok(HttpResponse::Ok().json(submit::list(&state.db, q.submitter.as_deref(), q.limit.unwrap_or(50)).await?))
+    // Refused, not clamped: a client asking for 2^63 rows should learn the bound (the
+    // OpenAPI document states it) instead of silently getting 500.
+    let limit = q.limit.unwrap_or(50);
+    if !(1..=500).contains(&limit) {
+        return Err(ApiError::InvalidQuery(format!("limit = {limit} is outside 1..=500")));
+    }
+    Ok(HttpResponse::Ok().json(submit::list(&state.db, q.submitter.as_deref(), limit).await?))
 }
 
 #[utoipa::path(
     get, path = "/v1/submissions/{id}", tag = "submissions",
-    params(("id" = i32, Path, description = "Submission id")),
+    params(("id" = i32, Path, minimum = 1, description = "Submission id")),
     responses(
         (status = 200, description = "The submission with every job and run; each run carries its record signed by the service", body = SubmissionView),
         (status = 404, description = "No such submission", body = crate::api::error::ProblemDetails, content_type = "application/problem+json"),
@@ -91,85 +89,33 @@ pub async fn get(state: State, id: web::Path<String>) -> Result<HttpResponse, Ap
     Ok(HttpResponse::Ok().insert_header((header::CACHE_CONTROL, "no-store")).json(v))
 }
 
-fn event(name: &str, data: &str, id: u64) -> Bytes {
-    Bytes::from(format!("id: {id}\nevent: {name}\ndata: {data}\n\n"))
-}
-
 #[utoipa::path(
     get, path = "/v1/submissions/{id}/events", tag = "submissions",
-    params(("id" = i32, Path, description = "Submission id")),
+    params(("id" = i32, Path, minimum = 1, description = "Submission id")),
     responses(
         (status = 200, description = "`text/event-stream`: an event `snapshot` (the SubmissionView as JSON) at once and on every change; `done` with the final view when no job will change any more, then the stream ends", content_type = "text/event-stream", body = String),
         (status = 404, description = "No such submission", body = crate::api::error::ProblemDetails, content_type = "application/problem+json"),
+        (status = 429, description = "Too many event streams open from this client (`quota_exceeded`)", body = crate::api::error::ProblemDetails, content_type = "application/problem+json"),
     )
 )]
 #[get("/v1/submissions/{id}/events")]
-pub async fn events(state: State, id: web::Path<String>) -> Result<HttpResponse, ApiError> {
+pub async fn events(req: HttpRequest, state: State, id: web::Path<String>) -> Result<HttpResponse, ApiError> {
     let id = id_of(&id)?;
-    let mut first = submit::view(&state.db, id).await?.ok_or_else(|| ApiError::NotFound(format!("no submission {id}")))?;
-    state.sign_submission(&mut first).await?;
-    let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(8);
-    let db = state.db.clone();
-    let st = state.clone();
-    // One task per stream polls the database (so it sees every replica's and worker's
-    // writes) and sends a snapshot when anything changed.
-    actix_web::rt::spawn(async move {
-        let started = std::time::Instant::now();
-        let mut last_sent = std::time::Instant::now();
-        let mut seq = 0u64;
-        let mut current = Some(first);
-        let mut last_text = String::new();
-        while started.elapsed() < EVENTS_MAX {
-            if let Some(v) = current.take() {
-                let text = serde_json::to_string(&v).unwrap_or_default();
-                let done = v.finished();
-                if text != last_text {
-                    seq += 1;
-                    if tx.send(event("snapshot", &text, seq)).await.is_err() {
-                        return;
-                    }
-                    last_sent = std::time::Instant::now();
-                    last_text = text;
-                }
-                if done {
-                    seq += 1;
-                    let _ = tx.send(event("done", &last_text, seq)).await;
-                    return;
-                }
-            }
-            if last_sent.elapsed() >= EVENTS_KEEPALIVE {
-                if tx.send(Bytes::from_static(b": keep-alive\n\n")).await.is_err() {
-                    return;
-                }
-                last_sent = std::time::Instant::now();
-            }
-            tokio::time::sleep(EVENTS_POLL).await;
-            if tx.is_closed() {
-                return;
-            }
-            match submit::view(&db, id).await {
-                Ok(Some(mut v)) => {
-                    if st.sign_submission(&mut v).await.is_err() {
-                        continue;
-                    }
-                    current = Some(v)
-                }
-                Ok(None) => return,
-                Err(_) => continue,
-            }
-        }
-    });
-    let body = futures_util::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|b| (Ok::<_, actix_web::Error>(b), rx)) });
+    let state = state.into_inner();
+    // Counted by the connection's address: a header would let a client pick its own.
+    let ip = req.peer_addr().map(|a| a.ip()).unwrap_or(std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED));
+    let slot = crate::api::events::admit(&state, ip)?;
+    let rx = crate::api::events::subscribe(&state, id).await?;
     Ok(HttpResponse::Ok()
         .insert_header((header::CONTENT_TYPE, "text/event-stream"))
         .insert_header((header::CACHE_CONTROL, "no-store"))
         .insert_header(("X-Accel-Buffering", "no"))
-        .streaming(body))
+        .streaming(crate::api::events::stream(rx, slot)))
 }
 
 #[utoipa::path(
     post, path = "/v1/submissions/{id}/cancel", tag = "submissions",
-    params(("id" = i32, Path, description = "Submission id")),
+    params(("id" = i32, Path, minimum = 1, description = "Submission id")),
     security(("bearer" = [])),
     responses(
         (status = 200, description = "Unfinished jobs cancelled; running sandboxes are killed at the next heartbeat", body = SubmissionView),
@@ -187,7 +133,7 @@ pub async fn cancel(state: State, caller: Caller, id: web::Path<String>) -> Resu
 
 #[utoipa::path(
     delete, path = "/v1/submissions/{id}", tag = "submissions",
-    params(("id" = i32, Path, description = "Submission id")),
+    params(("id" = i32, Path, minimum = 1, description = "Submission id")),
     security(("bearer" = [])),
     responses(
         (status = 204, description = "Deleted: jobs cancelled, hidden from lists and leaderboards (kept as history)"),

@@ -5,7 +5,7 @@ use actix_web::{get, web};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
-use super::catalog::{Answer, cached, checked_device, json, respond};
+use super::catalog::{Answer, cached, json, resolve_device, respond};
 use crate::api::{ApiError, State};
 use crate::problem::{Acc, Arch};
 use crate::workloads::{self, Linear, ModelConfig};
@@ -41,10 +41,14 @@ pub async fn list() -> Result<web::Json<Vec<WorkloadSummaryView>>, ApiError> {
 #[into_params(parameter_in = Query)]
 pub struct WorkloadQuery {
     /// PTX target family; `sm_90` when left out.
+    #[param(pattern = "^sm_(80|86|89|90|90a)$")]
     pub arch: Option<String>,
     /// `f16` or `f32`; `f32` when left out.
+    #[param(pattern = "^f(16|32)$")]
     pub acc: Option<String>,
-    /// Device class, e.g. `H100-SXM`; the fastest entry on any class when left out.
+    /// Device class, e.g. `H100-SXM` (or a common spelling: `H100`, `h200`); the fastest
+    /// entry on any class when left out. Only entries measured on that class count.
+    #[param(pattern = "^[A-Za-z0-9 ._-]{1,64}$")]
     pub device: Option<String>,
 }
 
@@ -62,7 +66,7 @@ pub async fn get(state: State, name: web::Path<String>, q: web::Query<WorkloadQu
     let bad = |e: crate::problem::ProblemError| ApiError::InvalidQuery(e.to_string());
     let arch: Arch = q.arch.as_deref().map(str::parse).transpose().map_err(bad)?.unwrap_or(Arch::Sm90);
     let acc: Acc = q.acc.as_deref().map(str::parse).transpose().map_err(bad)?.unwrap_or(Acc::F32);
-    let device = checked_device(&q.device)?;
+    let device = resolve_device(&state, &q.device).await?;
     let key = format!("workload|{}|{arch}|{acc}|{device:?}", preset.name);
     let db = state.db.clone();
     let r = cached(&state, key, || async move { json(&crate::catalog::workload::workload(&db, preset, arch, acc, device.as_deref()).await?) }).await?;

@@ -1,0 +1,260 @@
+//! Server-sent events of submissions, shared between viewers (issue 38, item 6).
+//!
+//! Before: every viewer of `/v1/submissions/{id}/events` ran its own task that re-read
+//! and re-signed the whole submission every 400 ms for up to 30 minutes, so 300 viewers
+//! of one submission cost 750 full reads a second. Now one [`Feed`] per watched
+//! submission, in this process, does the reading for all its viewers:
+//!
+//! - every [`POLL`] it asks the database for the submission's job rows' change marks
+//!   (id, state, stage, run, `updated_at`: one small query), and only when they differ
+//!   from the last ones reads, signs and serializes the whole view, once, into a
+//!   [`Snapshot`] whose event bytes every viewer shares;
+//! - viewers wait on a `watch` channel: a viewer costs no database access and no
+//!   serialization, only a reference count per change and a keep-alive line;
+//! - the feed stops when its last viewer leaves or its submission is finished;
+//! - streams are capped per client address (`--max-event-streams-per-client`).
+//!
+//! Other replicas' and workers' writes are seen through the poll, so no cross-process
+//! notification is needed (Postgres LISTEN/NOTIFY would only shorten the delay).
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use actix_web::web::Bytes;
+use sea_orm::{ColumnTrait, EntityTrait, QueryFilter, QueryOrder, QuerySelect};
+use tokio::sync::watch;
+
+use super::{ApiError, AppState};
+use crate::db::entities::job;
+
+/// How often a feed looks for changes.
+pub const POLL: Duration = Duration::from_millis(400);
+/// How long one stream lives (a client reconnects after that).
+pub const STREAM_MAX: Duration = Duration::from_secs(1800);
+/// A comment line this often keeps proxies from closing a quiet stream.
+pub const KEEPALIVE: Duration = Duration::from_secs(15);
+
+/// One state of a submission, as every viewer receives it.
+#[derive(Debug)]
+pub struct Snapshot {
+    /// Increases with every change the feed publishes.
+    pub seq: u64,
+    /// `event: snapshot` with the view as JSON.
+    pub event: Bytes,
+    /// With `done`: the `event: done` that ends every stream.
+    pub done: Option<Bytes>,
+}
+
+type Channel = watch::Receiver<Arc<Snapshot>>;
+
+/// The feeds of this process and its viewers per client.
+pub struct Events {
+    /// A receiver of each running feed (to subscribe new viewers from). Invariant: a
+    /// feed's task removes its entry, under this lock, before it stops publishing.
+    feeds: Mutex<HashMap<i32, Channel>>,
+    /// Open streams per client address.
+    clients: Mutex<HashMap<IpAddr, usize>>,
+    max_per_client: usize,
+}
+
+/// One open stream, counted against its client until dropped.
+pub struct StreamSlot {
+    state: Arc<AppState>,
+    ip: IpAddr,
+}
+
+impl Drop for StreamSlot {
+    fn drop(&mut self) {
+        let mut clients = self.state.events.clients.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = clients.get_mut(&self.ip) {
+            *n -= 1;
+            if *n == 0 {
+                clients.remove(&self.ip);
+            }
+        }
+    }
+}
+
+fn event(name: &str, data: &str, id: u64) -> Bytes {
+    Bytes::from(format!("id: {id}\nevent: {name}\ndata: {data}\n\n"))
+}
+
+/// The change marks of a submission's jobs: what a feed compares between polls.
+type Marks = Vec<(i32, String, Option<String>, Option<i32>, chrono::DateTime<chrono::Utc>)>;
+
+async fn marks(state: &AppState, id: i32) -> Result<Marks, sea_orm::DbErr> {
+    state.metrics.event_reads.with_label_values(&["marks"]).inc();
+    job::Entity::find()
+        .select_only()
+        .columns([job::Column::Id, job::Column::State, job::Column::Stage, job::Column::RunId, job::Column::UpdatedAt])
+        .filter(job::Column::SubmissionId.eq(id))
+        .order_by_asc(job::Column::Id)
+        .into_tuple()
+        .all(&state.db)
+        .await
+}
+
+/// The whole view, signed, as a snapshot numbered `seq`; `None`: no such submission.
+async fn snapshot(state: &AppState, id: i32, seq: u64) -> Result<Option<(Snapshot, String)>, ApiError> {
+    state.metrics.event_reads.with_label_values(&["view"]).inc();
+    let Some(mut v) = crate::work::submit::view(&state.db, id).await? else { return Ok(None) };
+    state.sign_submission(&mut v).await?;
+    let text = serde_json::to_string(&v).map_err(|e| ApiError::Internal(e.to_string()))?;
+    let done = v.finished().then(|| event("done", &text, seq + 1));
+    Ok(Some((Snapshot { seq, event: event("snapshot", &text, seq), done }, text)))
+}
+
+impl Events {
+    pub fn new(max_per_client: usize) -> Events {
+        Events { feeds: Mutex::new(HashMap::new()), clients: Mutex::new(HashMap::new()), max_per_client: max_per_client.max(1) }
+    }
+
+    /// Feeds running now (submissions watched through this process).
+    pub fn feeds(&self) -> usize {
+        self.feeds.lock().map(|f| f.len()).unwrap_or(0)
+    }
+}
+
+/// Counts a stream in for client `ip`, or refuses it (429).
+pub fn admit(state: &Arc<AppState>, ip: IpAddr) -> Result<StreamSlot, ApiError> {
+    let e = &state.events;
+    let mut clients = e.clients.lock().unwrap_or_else(|e| e.into_inner());
+    let n = clients.entry(ip).or_insert(0);
+    if *n >= e.max_per_client {
+        return Err(ApiError::QuotaExceeded(format!(
+            "{n} event streams are open from {ip}; the limit is {} per client (--max-event-streams-per-client); close one first",
+            e.max_per_client
+        )));
+    }
+    *n += 1;
+    Ok(StreamSlot { state: state.clone(), ip })
+}
+
+/// A receiver of submission `id`'s feed, starting the feed if none runs (its first read
+/// answers 404 for an unknown submission).
+pub async fn subscribe(state: &Arc<AppState>, id: i32) -> Result<Channel, ApiError> {
+    if let Some(rx) = state.events.feeds.lock().unwrap_or_else(|e| e.into_inner()).get(&id) {
+        return Ok(rx.clone());
+    }
+    let (first, _) = snapshot(state, id, 1).await?.ok_or_else(|| ApiError::NotFound(format!("no submission {id}")))?;
+    let finished = first.done.is_some();
+    let (tx, rx) = watch::channel(Arc::new(first));
+    if finished {
+        // Nothing will change: no feed to run.
+        return Ok(rx);
+    }
+    let mut feeds = state.events.feeds.lock().unwrap_or_else(|e| e.into_inner());
+    // Another viewer may have started one meanwhile: join it, drop this one.
+    if let Some(existing) = feeds.get(&id) {
+        return Ok(existing.clone());
+    }
+    feeds.insert(id, rx.clone());
+    drop(feeds);
+    let st = state.clone();
+    actix_web::rt::spawn(async move { run_feed(st, id, tx).await });
+    Ok(rx)
+}
+
+/// Removes feed `id` if no viewer holds it (the map's own receiver is the one left);
+/// true when removed, and the feed must stop.
+fn retire_if_unwatched(state: &AppState, id: i32, tx: &watch::Sender<Arc<Snapshot>>) -> bool {
+    let mut feeds = state.events.feeds.lock().unwrap_or_else(|e| e.into_inner());
+    if tx.receiver_count() <= 1 {
+        feeds.remove(&id);
+        return true;
+    }
+    false
+}
+
+async fn run_feed(state: Arc<AppState>, id: i32, tx: watch::Sender<Arc<Snapshot>>) {
+    let mut seq = 1u64;
+    let mut last_marks: Option<Marks> = None;
+    let mut last_text: Option<String> = None;
+    loop {
+        tokio::time::sleep(POLL).await;
+        if retire_if_unwatched(&state, id, &tx) {
+            return;
+        }
+        let now = match marks(&state, id).await {
+            Ok(m) => m,
+            // A database outage: keep the viewers, try again at the next poll.
+            Err(e) => {
+                tracing::debug!(error = %e, id, "event feed: cannot read change marks");
+                continue;
+            }
+        };
+        // The first poll always reads: writes may have landed between the subscriber's
+        // first read and this feed's start.
+        if last_marks.as_ref() == Some(&now) {
+            continue;
+        }
+        let read = match snapshot(&state, id, seq + 1).await {
+            Ok(Some(s)) => s,
+            // Gone (deleted for good): end every stream.
+            Ok(None) => break,
+            Err(_) => continue,
+        };
+        last_marks = Some(now);
+        let (snap, text) = read;
+        let done = snap.done.is_some();
+        // A change of marks alone (a lease renewed) is no change of the view: no event.
+        if last_text.as_deref() != Some(text.as_str()) || done {
+            seq = snap.seq;
+            last_text = Some(text);
+            tx.send_replace(Arc::new(snap));
+        }
+        if done {
+            break;
+        }
+    }
+    state.events.feeds.lock().unwrap_or_else(|e| e.into_inner()).remove(&id);
+}
+
+/// The byte stream of one viewer: the current snapshot at once, each change after, a
+/// keep-alive line when quiet, `done` at the end; ends after [`STREAM_MAX`].
+pub fn stream(mut rx: Channel, slot: StreamSlot) -> impl futures_util::Stream<Item = Result<Bytes, actix_web::Error>> {
+    struct Viewer {
+        rx: Channel,
+        _slot: StreamSlot,
+        sent: u64,
+        pending: Option<Bytes>,
+        ends: tokio::time::Instant,
+        finished: bool,
+    }
+    rx.mark_changed();
+    let v = Viewer { rx, _slot: slot, sent: 0, pending: None, ends: tokio::time::Instant::now() + STREAM_MAX, finished: false };
+    futures_util::stream::unfold(v, |mut v| async move {
+        if let Some(b) = v.pending.take() {
+            return Some((Ok(b), v));
+        }
+        if v.finished {
+            return None;
+        }
+        loop {
+            tokio::select! {
+                changed = v.rx.changed() => {
+                    if changed.is_err() {
+                        // The feed stopped without `done` (its submission is gone).
+                        return None;
+                    }
+                    let snap = v.rx.borrow_and_update().clone();
+                    if let Some(done) = &snap.done {
+                        v.finished = true;
+                        v.pending = Some(done.clone());
+                    }
+                    if snap.seq > v.sent {
+                        v.sent = snap.seq;
+                        return Some((Ok(snap.event.clone()), v));
+                    }
+                    if let Some(b) = v.pending.take() {
+                        return Some((Ok(b), v));
+                    }
+                }
+                _ = tokio::time::sleep(KEEPALIVE) => return Some((Ok(Bytes::from_static(b": keep-alive\n\n")), v)),
+                _ = tokio::time::sleep_until(v.ends) => return None,
+            }
+        }
+    })
+}

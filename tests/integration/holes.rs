@@ -1,0 +1,114 @@
+//! Issue 38, item 7: the smaller holes, each as it was found and as it must be now.
+
+use actix_web::test::{self, TestRequest};
+use kaas::api::{ApiSettings, create_app};
+use kaas::auth::{self, Role};
+use kaas::problem::{Arch, Layout};
+
+use crate::both_backends;
+use crate::common::*;
+
+fn authed(req: TestRequest, token: &str) -> TestRequest {
+    req.insert_header(("Authorization", format!("Bearer {token}")))
+}
+
+async fn the_artifact_upload_keeps_the_per_artifact_quota(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let app = test::init_service(create_app(state(&db, ApiSettings::default()))).await;
+    let t = auth::create_token(&db.db, "alice", Role::Submitter).await.unwrap().secret;
+    let max = ApiSettings::default().quotas.max_artifact_bytes;
+    // Under the 16 MiB body limit, over the 4 MiB artifact quota: was stored (201).
+    let mut big = ptx("big");
+    big.push_str(&"// padding\n".repeat((max - big.len()) / 11 + 1));
+    assert!(big.len() > max && big.len() < ApiSettings::default().max_body_bytes);
+    let r = call(&app, authed(TestRequest::post().uri("/v1/artifacts"), &t).set_payload(big.clone())).await;
+    let j = r.assert_problem(413, "artifact_too_large");
+    assert!(j["detail"].as_str().unwrap().contains(&max.to_string()), "{j}");
+    assert_eq!(db.count("artifacts").await, 0, "nothing stored");
+    // At the quota it is fine.
+    let r = call(&app, authed(TestRequest::post().uri("/v1/artifacts"), &t).set_payload(ptx("small"))).await;
+    assert_eq!(r.status, 201);
+    db.cleanup().await;
+}
+
+both_backends!(the_artifact_upload_keeps_the_per_artifact_quota);
+
+#[actix_web::test]
+async fn requests_are_checked_as_the_issue_asks() {
+    let db = TestDb::new(Backend::Sqlite).await;
+    let app = test::init_service(create_app(state(&db, ApiSettings::default()))).await;
+    let t = auth::create_token(&db.db, "alice", Role::Submitter).await.unwrap().secret;
+
+    // A cluster launch for Ampere (no clusters) is refused at submission, naming both.
+    for arch in [Arch::Sm80, Arch::Sm86] {
+        let mut m = manifest(problem(256, 256, 256, Layout::Tn));
+        m.problem.arch = arch;
+        m.launches[0].cluster = [2, 1, 1];
+        let body = serde_json::json!({"ptx": ptx("ampere"), "manifests": [m], "name": "clustered"});
+        let r = call(&app, authed(TestRequest::post().uri("/v1/submissions"), &t).set_json(body)).await;
+        let j = r.assert_problem(422, "invalid_manifest");
+        let detail = j["detail"].as_str().unwrap();
+        assert!(detail.contains("cluster") && detail.contains(arch.as_str()), "{detail}");
+    }
+    assert_eq!(db.count("submissions").await, 0);
+
+    // A type error names its field, not only a column.
+    let mut m = serde_json::to_value(manifest(problem(256, 256, 256, Layout::Tn))).unwrap();
+    m["launches"][0]["grid"][1] = "two".into();
+    let body = serde_json::json!({"ptx": ptx("typed"), "manifests": [manifest(problem(128, 128, 128, Layout::Tn)), m], "name": "typed"});
+    let r = call(&app, authed(TestRequest::post().uri("/v1/submissions"), &t).set_json(body)).await;
+    let j = r.assert_problem(400, "invalid_body");
+    assert!(j["detail"].as_str().unwrap().contains("manifests[1].launches[0].grid[1]"), "{j}");
+
+    // The scheme of `Authorization` is case-insensitive.
+    for scheme in ["bearer", "BEARER", "Bearer"] {
+        let r = call(&app, TestRequest::get().uri("/v1/whoami").insert_header(("Authorization", format!("{scheme} {t}")))).await;
+        assert_eq!(r.status, 200, "{scheme}: {}", String::from_utf8_lossy(&r.body));
+    }
+    let r = call(&app, TestRequest::get().uri("/v1/whoami").insert_header(("Authorization", format!("Basic {t}")))).await;
+    r.assert_problem(401, "invalid_token");
+
+    // `limit` is bounded as the document says, not clamped.
+    for bad in ["9223372036854775808", "0", "501", "18446744073709551616"] {
+        get(&app, &format!("/v1/submissions?limit={bad}")).await.assert_problem(400, "invalid_query");
+    }
+    assert_eq!(get(&app, "/v1/submissions?limit=500").await.status, 200);
+
+    // A 405 says what the resource answers.
+    for (req, allow) in [
+        (TestRequest::delete().uri("/v1/leaderboard"), "GET"),
+        (TestRequest::put().uri("/v1/submissions/1"), "GET, DELETE"),
+        (TestRequest::patch().uri("/v1/artifacts"), "POST"),
+    ] {
+        let r = call(&app, req).await;
+        r.assert_problem(405, "method_not_allowed");
+        assert_eq!(r.header("allow").as_deref(), Some(allow));
+    }
+    db.cleanup().await;
+}
+
+/// Every constraint the server enforces on a parameter is in the document: what it
+/// refuses, the document refuses too (was: `device`, `id`, `limit`, the problem's path
+/// segments documented as any string or integer).
+#[actix_web::test]
+async fn the_document_states_the_parameters_constraints() {
+    let doc: serde_json::Value = serde_json::from_str(&kaas::api::openapi::document_text()).unwrap();
+    let param = |path: &str, method: &str, name: &str| -> serde_json::Value {
+        let params = doc["paths"][path][method]["parameters"].as_array().unwrap_or_else(|| panic!("{method} {path} has no parameters"));
+        params.iter().find(|p| p["name"] == name).unwrap_or_else(|| panic!("{method} {path}: no parameter {name}"))["schema"].clone()
+    };
+    let limit = param("/v1/submissions", "get", "limit");
+    assert_eq!((limit["minimum"].as_u64(), limit["maximum"].as_u64()), (Some(1), Some(500)), "{limit}");
+    assert_eq!(param("/v1/submissions/{id}", "get", "id")["minimum"].as_u64(), Some(1));
+    assert!(param("/v1/problems", "get", "device")["pattern"].is_string());
+    let k = param("/v1/heatmap", "get", "k");
+    assert_eq!((k["minimum"].as_u64(), k["maximum"].as_u64()), (Some(1), Some(u64::from(kaas::problem::MAX_DIM))), "{k}");
+    for seg in ["arch", "acc", "layout", "shape"] {
+        assert!(param("/v1/kernels/{arch}/{acc}/{layout}/{shape}", "get", seg)["pattern"].is_string(), "{seg}");
+    }
+    // The arch pattern lists every arch the server knows.
+    let arch = param("/v1/kernels/{arch}/{acc}/{layout}/{shape}", "get", "arch")["pattern"].as_str().unwrap().to_string();
+    for a in Arch::ALL {
+        assert!(arch.contains(&a.as_str()["sm_".len()..]), "{arch} leaves out {a}");
+    }
+}
