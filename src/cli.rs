@@ -396,10 +396,12 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     raise_nofile_limit();
     let mut cfg = DbConfig::new(&s.database_url);
     cfg.max_connections = s.api.db_max_connections;
-    let conn = db::open(&cfg).await.with_context(|| format!("connecting to {}", redact(&s.database_url)))?;
     // Migrations and the first import run in one process at a time; replicas started
     // together wait here, then find both done. Nothing is served before this is complete.
+    // The lock comes before the pool: opening a fresh SQLite file switches it to WAL,
+    // which fails with "database is locked" while another process migrates it.
     let lock = db::StartLock::acquire(&cfg).await.with_context(|| format!("locking {} for start-up", redact(&s.database_url)))?;
+    let conn = db::open(&cfg).await.with_context(|| format!("connecting to {}", redact(&s.database_url)))?;
     db::migrate(&conn).await.with_context(|| format!("migrating {}", redact(&s.database_url)))?;
     let seeded = crate::catalog::seed::seed(&conn, &s.catalog).await.with_context(|| format!("importing the shipped catalog {}", s.catalog.display()))?;
     lock.release().await;

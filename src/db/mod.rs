@@ -75,8 +75,17 @@ pub async fn migrate(db: &DatabaseConnection) -> Result<(), DbErr> {
 
 /// Connects and brings the schema up to date, under the start-up lock.
 pub async fn connect(cfg: &DbConfig) -> Result<DatabaseConnection, DbErr> {
-    let db = open(cfg).await?;
+    // The lock first: opening a fresh SQLite file switches it to WAL, which fails with
+    // "database is locked" (the busy timeout does not cover it) while another process
+    // holds the file for its migrations.
     let lock = StartLock::acquire(cfg).await?;
+    let db = match open(cfg).await {
+        Ok(db) => db,
+        Err(e) => {
+            lock.release().await;
+            return Err(e);
+        }
+    };
     let migrated = migrate(&db).await;
     lock.release().await;
     migrated?;
