@@ -54,6 +54,10 @@ pub enum ApiError {
     KernelNotFound { detail: String, extra: serde_json::Map<String, serde_json::Value> },
     #[error("{detail}")]
     BaselineFaster { detail: String, extra: serde_json::Map<String, serde_json::Value> },
+    /// Submitted CUDA C++ source gave no PTX; `extra` names the `reason` (and carries
+    /// NVRTC's `log`, or the `limit` that was hit).
+    #[error("{detail}")]
+    CompileFailed { detail: String, extra: serde_json::Map<String, serde_json::Value> },
     #[error("{0}")]
     MissingToken(String),
     #[error("{0}")]
@@ -93,6 +97,7 @@ impl ApiError {
             NotFound(_) => ("not_found", StatusCode::NOT_FOUND, "Not found"),
             KernelNotFound { .. } => ("kernel_not_found", StatusCode::NOT_FOUND, "No kernel for this problem"),
             BaselineFaster { .. } => ("baseline_faster", StatusCode::NOT_FOUND, "A baseline is faster than every kernel"),
+            CompileFailed { .. } => ("compile_failed", StatusCode::UNPROCESSABLE_ENTITY, "The CUDA source did not compile"),
             MissingToken(_) => ("missing_token", StatusCode::UNAUTHORIZED, "Authentication required"),
             InvalidToken(_) => ("invalid_token", StatusCode::UNAUTHORIZED, "Invalid token"),
             RevokedToken(_) => ("revoked_token", StatusCode::UNAUTHORIZED, "Revoked token"),
@@ -113,7 +118,7 @@ impl ApiError {
     pub fn details(&self) -> ProblemDetails {
         let (code, status, title) = self.describe();
         let extra = match self {
-            ApiError::KernelNotFound { extra, .. } | ApiError::BaselineFaster { extra, .. } => extra.clone(),
+            ApiError::KernelNotFound { extra, .. } | ApiError::BaselineFaster { extra, .. } | ApiError::CompileFailed { extra, .. } => extra.clone(),
             _ => Default::default(),
         };
         ProblemDetails {
@@ -156,6 +161,30 @@ impl From<sea_orm::DbErr> for ApiError {
             ApiError::Unavailable("the database is unavailable (it refuses connections, or holds no kaas schema); retry shortly, or ask another replica (see /v1/health/ready)".into())
         } else {
             ApiError::Unavailable("the database failed this request; retry shortly".into())
+        }
+    }
+}
+
+impl From<crate::compile::CompileError> for ApiError {
+    fn from(e: crate::compile::CompileError) -> Self {
+        use crate::compile::CompileError as C;
+        let mut extra = serde_json::Map::new();
+        extra.insert("reason".into(), e.reason().into());
+        match e {
+            C::Unavailable(m) => ApiError::Unavailable(format!("this service cannot compile CUDA source now ({m}); submit PTX (`kaas compile` builds it locally)")),
+            C::Internal(m) => {
+                tracing::error!(error = %m, "compile sandbox");
+                ApiError::Internal(format!("compiling failed on the service's side: {m}"))
+            }
+            C::Nvrtc { result, log } => {
+                extra.insert("log".into(), log.clone().into());
+                ApiError::CompileFailed { detail: format!("NVRTC could not compile the source ({result}):\n{log}"), extra }
+            }
+            C::Limit { limit, message } => {
+                extra.insert("limit".into(), limit.into());
+                ApiError::CompileFailed { detail: message, extra }
+            }
+            other => ApiError::CompileFailed { detail: other.to_string(), extra },
         }
     }
 }

@@ -10,6 +10,7 @@ mod signing;
 mod downloads;
 mod fleet;
 mod storage;
+mod source;
 mod submissions;
 mod ui;
 mod webdriver;
