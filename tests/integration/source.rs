@@ -262,3 +262,68 @@ fn each_limit_is_named() {
     let e = compile::compile_in_sandbox(TEMPLATE_BOMB, Arch::Sm90, &o, &k, &cpu).unwrap_err();
     assert!(["cpu_limit", "memory_limit"].contains(&e.reason()), "{e}");
 }
+
+#[test]
+fn kaas_compile_shows_the_ptx_and_registers_without_a_server() {
+    if let Some(why) = missing_tools(false) {
+        eprintln!("SKIP: kaas compile: {why}");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("kernel.cu");
+    std::fs::write(&src, plain_source()).unwrap();
+    let manifest = dir.path().join("m.json");
+    std::fs::write(&manifest, template("kaas_naive").to_string()).unwrap();
+    let out = dir.path().join("kernel.ptx");
+    let run = std::process::Command::new(env!("CARGO_BIN_EXE_kaas"))
+        .args(["compile", "--template"])
+        .arg(&manifest)
+        .arg(&src)
+        .arg("-o")
+        .arg(&out)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "{stderr}");
+    let ptx = std::fs::read_to_string(&out).unwrap();
+    assert!(ptx.contains(".entry kaas_naive("), "{ptx}");
+    // The same PTX as the service builds from the same source.
+    let service = compile::compile_in_sandbox(&plain_source(), Arch::Sm90, &CompileOptions::default(), &["kaas_naive".into()], &limits()).unwrap();
+    assert_eq!(ptx, service.ptx);
+    assert!(stderr.contains(&kaas::catalog::bundle::sha256_hex(ptx.as_bytes())), "{stderr}");
+    if kaas::ptx::ptxas::locate().is_ok() {
+        assert!(stderr.contains("kaas_naive: ") && stderr.contains(" registers"), "{stderr}");
+    }
+    // A refused include fails the command with the reason.
+    std::fs::write(&src, "#include </etc/passwd>\n").unwrap();
+    let run = std::process::Command::new(env!("CARGO_BIN_EXE_kaas")).args(["compile", "--arch", "sm_90", "--entry", "k"]).arg(&src).output().unwrap();
+    assert!(!run.status.success());
+    assert!(String::from_utf8_lossy(&run.stderr).contains("include_refused"), "{}", String::from_utf8_lossy(&run.stderr));
+}
+
+#[test]
+fn kaas_submit_sends_a_cu_file_as_source() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("kernel.cu");
+    std::fs::write(&src, "extern \"C\" __global__ void k() {}\n").unwrap();
+    let manifest = dir.path().join("m.json");
+    std::fs::write(&manifest, template("k").to_string()).unwrap();
+    let args = kaas::client::SubmitArgs {
+        ptx: src,
+        manifest: vec![manifest],
+        problem: vec!["256x256x256".into()],
+        source: None,
+        name: None,
+        description: None,
+        devices: vec![],
+        no_wait: true,
+        json: false,
+        compile: kaas::client::CompileFlags { defines: vec!["TILE=128".into()], fast_math: true, std: None },
+    };
+    let req = kaas::client::submission_request(&args).unwrap();
+    assert!(req.ptx.is_none());
+    assert_eq!(req.cuda_source.as_deref(), Some("extern \"C\" __global__ void k() {}\n"));
+    let opts = req.compile_options.unwrap();
+    assert_eq!(opts.defines.get("TILE").map(String::as_str), Some("128"));
+    assert!(opts.fast_math);
+}
