@@ -341,14 +341,25 @@ fn logical_lines(source: &str) -> Result<Vec<(usize, String)>, CompileError> {
             continue;
         }
         if c == '/' && b.get(i + 1) == Some(&'*') {
+            // Ends at `*/`, which a splice may split (`*\` newline `/`): splice first, as
+            // the preprocessor does, or a directive after it would go unseen.
             i += 2;
-            while i < b.len() && !(b[i] == '*' && b.get(i + 1) == Some(&'/')) {
+            let mut star = false;
+            while i < b.len() {
+                if let Some(j) = splice(i, &mut line) {
+                    i = j;
+                    continue;
+                }
+                if star && b[i] == '/' {
+                    break;
+                }
+                star = b[i] == '*';
                 if b[i] == '\n' {
                     line += 1;
                 }
                 i += 1;
             }
-            i += 2;
+            i += 1;
             cur.push(' ');
             continue;
         }
@@ -393,17 +404,18 @@ pub fn trim_log(log: &str) -> String {
     if fits(&lines) {
         return lines.join("\n");
     }
-    let tail = &lines[lines.len() - TAIL..];
+    let tail_from = lines.len().saturating_sub(TAIL);
+    let tail = &lines[tail_from..];
     let mut head = Vec::new();
     let mut bytes: usize = tail.iter().map(|l| l.len() + 1).sum();
-    for l in &lines[..lines.len() - TAIL] {
+    for l in &lines[..tail_from] {
         if head.len() + TAIL >= MAX_LOG_LINES || bytes + l.len() + 1 > MAX_LOG_BYTES {
             break;
         }
         bytes += l.len() + 1;
         head.push(*l);
     }
-    let left_out = lines.len() - TAIL - head.len();
+    let left_out = tail_from - head.len();
     let mut out: Vec<String> = head.iter().map(|l| l.chars().take(MAX_LOG_BYTES / 2).collect()).collect();
     out.push(format!("… {left_out} line(s) left out …"));
     out.extend(tail.iter().map(|l| l.chars().take(MAX_LOG_BYTES / 4).collect::<String>()));
@@ -741,6 +753,8 @@ mod tests {
             ("#inc\\\nlude </etc/passwd>\n", 1),
             ("/* x */ # /* y */ include </etc/hostname>\n", 1),
             ("%:include </etc/hostname>\n", 1),
+            ("/* *\\\n/\n#include </etc/hostname>\n", 3),
+            ("/**/#include </etc/hostname>\n", 1),
             ("#include_next <cuda_fp16.h>\n", 1),
             ("#include <cute/../cuda_fp16.h>\n", 1),
             ("#if __has_include(</etc/passwd>)\n#endif\n", 1),
@@ -784,6 +798,9 @@ mod tests {
         assert!(t.starts_with("kernel.cu(0): error") && t.contains("line(s) left out") && t.ends_with("kernel.cu(199): error: x"), "{t}");
         assert!(t.lines().count() <= MAX_LOG_LINES + 1, "{t}");
         assert_eq!(trim_log("a\nb\n"), "a\nb");
+        // One enormous line: cut, not a panic.
+        let one = "x".repeat(100_000);
+        assert!(trim_log(&one).len() <= MAX_LOG_BYTES, "{}", trim_log(&one).len());
         let log = "__nv_name_map(3): error: identifier \"nope\" is undefined\n  #pragma nv_mangled_name nope\n";
         assert_eq!(unresolved_names(log, &["hg".into(), "nope".into()]), ["nope"]);
         assert!(ptx_has_entry(".weak .entry _Z1tILi3EEvPf(\n", "_Z1tILi3EEvPf"));
