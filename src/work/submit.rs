@@ -230,6 +230,11 @@ pub async fn create(db: &DatabaseConnection, caller: &Caller, req: NewSubmission
         let mut parts: Vec<String> = manifests.iter().map(|m| sha256_hex(serde_json::to_string(m).unwrap_or_default().as_bytes())).collect();
         parts.sort();
         parts.push(format!("{classes:?}"));
+        // Compiled source is part of what was submitted: the same PTX sent as PTX, or from
+        // other source, is another submission (it shows other source).
+        if let Some(b) = &build {
+            parts.push(format!("source {} {}", sha256_hex(req.source.as_deref().unwrap_or("").as_bytes()), serde_json::to_string(b).unwrap_or_default()));
+        }
         sha256_hex(format!("{}\n{}", record.sha256, parts.join("\n")).as_bytes())
     };
     // The check for a duplicate, the quota's count and the insert are one transaction

@@ -106,9 +106,12 @@ async fn plain_and_cute_sources_compile_and_queue_and_rebuild(backend: Backend) 
     ] {
         let mut body = source_body(&source, entry);
         body["compile_options"] = options.clone();
-        let r = call(&app, submit_req(&t, body)).await;
+        let r = call(&app, submit_req(&t, body.clone())).await;
         assert_eq!(r.status, 202, "{entry}: {}", String::from_utf8_lossy(&r.body));
         let v = r.json();
+        // The same source again is the same submission.
+        let again = call(&app, submit_req(&t, body)).await;
+        assert_eq!((again.status.as_u16(), &again.json()["id"]), (200, &v["id"]), "{entry}");
         assert_eq!(v["jobs"].as_array().unwrap().len(), 2, "{v}");
         assert!(v["jobs"].as_array().unwrap().iter().all(|j| j["state"] == "queued"), "{v}");
         // The source, the options, NVRTC's version and the header set are shown with it.
