@@ -425,7 +425,10 @@ pub fn trim_log(log: &str) -> String {
 /// The name expressions the failed compile could not resolve, read from NVRTC's log
 /// (NVRTC compiles them as `#pragma nv_mangled_name EXPR` in a unit named `__nv_name_map`).
 fn unresolved_names(log: &str, exprs: &[String]) -> Vec<String> {
-    if !log.contains("__nv_name_map") {
+    // Errors in the source itself come first: an author fixes those, and a name may
+    // only fail to resolve because of them.
+    let source_errors = log.lines().any(|l| l.starts_with(&format!("{SOURCE_NAME}(")) && l.contains("error"));
+    if source_errors || !log.contains("__nv_name_map") {
         return Vec::new();
     }
     let said: Vec<&str> = log.lines().filter_map(|l| l.trim().strip_prefix("#pragma nv_mangled_name ")).map(str::trim).collect();
@@ -803,6 +806,8 @@ mod tests {
         assert!(trim_log(&one).len() <= MAX_LOG_BYTES, "{}", trim_log(&one).len());
         let log = "__nv_name_map(3): error: identifier \"nope\" is undefined\n  #pragma nv_mangled_name nope\n";
         assert_eq!(unresolved_names(log, &["hg".into(), "nope".into()]), ["nope"]);
+        let both = format!("kernel.cu(1): error: identifier \"oops\" is undefined\n{log}");
+        assert!(unresolved_names(&both, &["nope".into()]).is_empty(), "the source's own errors are reported first");
         assert!(ptx_has_entry(".weak .entry _Z1tILi3EEvPf(\n", "_Z1tILi3EEvPf"));
         assert!(ptx_has_entry(".visible .entry hgemm(\n", "hgemm"));
         assert!(!ptx_has_entry(".visible .func hgemm(\n", "hgemm"));
