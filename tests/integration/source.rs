@@ -131,8 +131,9 @@ async fn plain_and_cute_sources_compile_and_queue_and_rebuild(backend: Backend) 
         // The stored manifests name the compiled kernel, so workers see an ordinary one.
         let path = v["jobs"][0]["path"].as_str().unwrap();
         let id = v["id"].as_i64().unwrap();
-        let stored: Vec<(String,)> = manifest_entries(&db, id).await;
-        assert!(stored.iter().all(|(e,)| e.contains(&format!("\"entry\":\"{kernel}\""))), "{path}: {stored:?}");
+        let stored = manifest_bodies(&db, id).await;
+        assert_eq!(stored.len(), 2);
+        assert!(stored.iter().all(|b| b.contains(&format!("\"entry\":\"{kernel}\""))), "{path}: {stored:?}");
 
         // The stored source and options rebuild the same PTX, byte for byte.
         let got = call(&app, TestRequest::get().uri(&format!("/v1/submissions/{id}"))).await.json();
@@ -143,15 +144,24 @@ async fn plain_and_cute_sources_compile_and_queue_and_rebuild(backend: Backend) 
             .unwrap()
             .expect("rebuilds");
         assert_eq!(kaas::catalog::bundle::sha256_hex(rebuilt.ptx.as_bytes()), got["artifact"]["sha256"].as_str().unwrap(), "{entry}: same PTX sha256");
+        // The same PTX sent as PTX is a submission of its own, with no build to show.
+        if !entry.contains('<') {
+            let as_ptx = serde_json::json!({"ptx": rebuilt.ptx, "template": template(entry), "problems": ["256x256x256", "512x256x128"]});
+            let r = call(&app, submit_req(&t, as_ptx)).await;
+            assert_eq!(r.status, 202, "{}", String::from_utf8_lossy(&r.body));
+            assert_ne!(r.json()["id"], got["id"]);
+            assert!(r.json().get("build").is_none() && r.json().get("source").is_none(), "{}", r.json());
+        }
     }
     db.cleanup().await;
 }
 
-async fn manifest_entries(db: &TestDb, submission: i64) -> Vec<(String,)> {
+/// The stored manifests of a submission's jobs, without spaces.
+async fn manifest_bodies(db: &TestDb, submission: i64) -> Vec<String> {
     use sea_orm::{ConnectionTrait, Statement};
     let sql = format!("SELECT m.body FROM manifests m JOIN jobs j ON j.manifest_id = m.id WHERE j.submission_id = {submission}");
     let rows = db.db.query_all_raw(Statement::from_string(db.db.get_database_backend(), sql)).await.unwrap();
-    rows.iter().map(|r| (r.try_get::<String>("", "body").unwrap().replace(' ', ""),)).collect()
+    rows.iter().map(|r| r.try_get::<String>("", "body").unwrap().replace(' ', "")).collect()
 }
 
 both_backends!(plain_and_cute_sources_compile_and_queue_and_rebuild);
