@@ -244,6 +244,10 @@ pub fn check_source(source: &str, roots: &[PathBuf], limits: &CompileLimits) -> 
         return Err(CompileError::refused("nul_byte", "the source contains a NUL character"));
     }
     for (line, text) in logical_lines(source)? {
+        // The stored source must rebuild the same PTX: no macro that differs per compile.
+        if let Some(m) = ["__DATE__", "__TIME__", "__TIMESTAMP__"].iter().find(|m| text.contains(*m)) {
+            return Err(CompileError::refused("not_reproducible", format!("line {line}: `{m}` would make the PTX differ from one compile to the next")));
+        }
         let t = text.trim_start();
         let rest = if let Some(r) = t.strip_prefix('#') {
             r
@@ -465,7 +469,15 @@ pub fn compile_in_sandbox(source: &str, arch: Arch, options: &CompileOptions, na
         None => std::env::current_exe().map_err(|e| CompileError::Internal(format!("cannot find the compiler executable: {e}")))?,
     };
     let started = Instant::now();
-    let mut child = Command::new(&exe)
+    // Only what NVRTC needs to load: none of the server's settings or secrets.
+    let mut command = Command::new(&exe);
+    command.env_clear().current_dir("/");
+    for key in ["LD_LIBRARY_PATH", "PATH"] {
+        if let Some(v) = std::env::var_os(key) {
+            command.env(key, v);
+        }
+    }
+    let mut child = command
         .arg(SUBCOMMAND)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -773,6 +785,7 @@ mod tests {
         assert_eq!(check("const char* s = R\"(\n#include </etc/passwd>\n)\";\n").unwrap_err().reason(), "raw_string");
         assert_eq!(check("int a;\0").unwrap_err().reason(), "nul_byte");
         assert_eq!(check("  \n").unwrap_err().reason(), "empty_source");
+        assert_eq!(check("__device__ const char* when = __DATE__;\n").unwrap_err().reason(), "not_reproducible");
         let (_d, r) = roots();
         let small = CompileLimits { max_source_bytes: 10, ..CompileLimits::default() };
         assert_eq!(check_source("int aaaaaaaaaaaaaaa;", &r, &small).unwrap_err().reason(), "source_too_large");
