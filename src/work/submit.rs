@@ -142,6 +142,10 @@ async fn compile_request(mut req: NewSubmission, quotas: &Quotas) -> Result<(New
     if req.source.is_some() {
         return Err(ApiError::InvalidBody("with `cuda_source`, leave `source` out: the compiled source is the one shown".into()));
     }
+    // Faults that need no compile are answered before one.
+    if req.template.is_some() && !req.manifests.is_empty() {
+        return Err(invalid_manifest("give either `manifests` or a `template` with `problems`, not both"));
+    }
     // The arch and the name expressions, from the template or the manifests.
     let (arches, mut exprs): (BTreeSet<crate::problem::Arch>, Vec<String>) = match &req.template {
         Some(t) => ([t.arch].into(), t.launches.iter().map(|l| l.entry.clone()).collect()),
