@@ -1,14 +1,29 @@
 #!/usr/bin/env bash
 # Installs the CUDA compile-time tools kaas needs without a GPU — NVRTC, the CUDA
-# headers and ptxas — from NVIDIA's pip wheels into .dev/cuda, and prints the
-# environment that points kaas at them. Usage: eval "$(scripts/cuda-tools.sh)"
+# headers (with CCCL: libcu++, CUB, Thrust), ptxas, and the CUTLASS/CuTe headers that
+# CUDA source submissions may include — from NVIDIA's pip wheels at pinned versions
+# into .dev/cuda, and prints the environment that points kaas at them.
+# Usage: eval "$(scripts/cuda-tools.sh)"
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 dest="$root/.dev/cuda"
+# The header set a compiled artifact records (submissions.build.header_set): bump it with
+# the pins below, so a stored build names the headers it was compiled against.
+runtime=12.9.79 cccl=12.9.27 cutlass=4.2.0.0
 if [ ! -x "$dest/nvidia/cuda_nvcc/bin/ptxas" ] || [ ! -e "$dest/nvidia/cuda_nvrtc/lib/libnvrtc.so.12" ]; then
   python3 -m pip install --quiet --disable-pip-version-check --no-deps --target "$dest" \
-    nvidia-cuda-nvrtc-cu12==12.9.86 nvidia-cuda-runtime-cu12==12.9.79 nvidia-cuda-nvcc-cu12==12.9.86 >&2
+    nvidia-cuda-nvrtc-cu12==12.9.86 nvidia-cuda-runtime-cu12==$runtime nvidia-cuda-nvcc-cu12==12.9.86 >&2
+fi
+# Separate targets: pip --target replaces whole top-level folders, and these wheels
+# share `nvidia/`.
+if [ ! -e "$dest/cccl/nvidia/cuda_cccl/include/cuda/std/cassert" ]; then
+  python3 -m pip install --quiet --disable-pip-version-check --no-deps --target "$dest/cccl" nvidia-cuda-cccl-cu12==$cccl >&2
+fi
+if [ ! -e "$dest/cutlass/cutlass_library/source/include/cute/tensor.hpp" ]; then
+  python3 -m pip install --quiet --disable-pip-version-check --no-deps --target "$dest/cutlass" nvidia-cutlass==$cutlass >&2
 fi
 echo "export KAAS_PTXAS='$dest/nvidia/cuda_nvcc/bin/ptxas'"
-echo "export KAAS_CUDA_INCLUDE='$dest/nvidia/cuda_runtime/include'"
+echo "export KAAS_CUDA_INCLUDE='$dest/nvidia/cuda_runtime/include:$dest/cccl/nvidia/cuda_cccl/include'"
+echo "export KAAS_CUTLASS_INCLUDE='$dest/cutlass/cutlass_library/source/include'"
+echo "export KAAS_HEADER_SET='nvidia-cuda-runtime-cu12==$runtime nvidia-cuda-cccl-cu12==$cccl nvidia-cutlass==$cutlass'"
 echo "export LD_LIBRARY_PATH='$dest/nvidia/cuda_nvrtc/lib'\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}"

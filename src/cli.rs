@@ -54,6 +54,14 @@ pub enum Command {
         #[arg(long)]
         probe: bool,
     },
+    /// Compile one CUDA C++ source in this process, under memory and CPU limits: reads a
+    /// compile job as JSON on stdin, writes its outcome as JSON on stdout. The service
+    /// spawns it; submitted source is compiled only here.
+    #[command(name = "compile-sandbox", hide = true)]
+    CompileSandbox,
+    /// Compile CUDA C++ source to PTX here, exactly as the service would for a source
+    /// submission (no server): prints the PTX, each kernel's name and its registers.
+    Compile(crate::compile::CompileArgs),
     /// Verify one kernel (PTX + manifest) on this machine's GPU in a sandbox process; with
     /// --bench also time it side by side with cuBLAS and cuBLASLt.
     Run(crate::harness::run_cmd::RunArgs),
@@ -214,6 +222,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             tokio::task::spawn_blocking(move || crate::bench::baselines::run_cli(args, rt)).await?
         }
         Command::Sandbox { probe } => crate::sandbox::sandbox_main(probe),
+        Command::CompileSandbox => tokio::task::spawn_blocking(crate::compile::sandbox_main).await?,
+        Command::Compile(args) => tokio::task::spawn_blocking(move || crate::compile::compile_cli(&args)).await?,
         Command::Run(args) => tokio::task::spawn_blocking(move || crate::harness::run_cmd::run_cli(args)).await?,
         Command::Worker(args) => {
             let conn = args.db.connect().await?;

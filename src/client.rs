@@ -182,11 +182,12 @@ impl Client {
 
 #[derive(Debug, Clone, Args)]
 pub struct SubmitArgs {
-    /// The kernel's PTX.
+    /// The kernel: its PTX, or CUDA C++ source (`.cu`, `.cuh`, `.cpp`) for the service to
+    /// compile with NVRTC (entries are then kernel names or NVRTC name expressions).
     pub ptx: PathBuf,
     /// A `kaas.hgemm.v1` manifest (repeat for several problems); with --problem, one
     /// manifest template whose grid is a function of M, N, K (see docs/submitting.md).
-    #[arg(long, required = true)]
+    #[arg(long, visible_alias = "template", required = true)]
     pub manifest: Vec<PathBuf>,
     /// Shapes (MxNxK) a manifest template is for; repeat or separate with commas.
     #[arg(long, value_delimiter = ',')]
@@ -207,6 +208,43 @@ pub struct SubmitArgs {
     /// Print the final submission as JSON.
     #[arg(long)]
     pub json: bool,
+    #[command(flatten)]
+    pub compile: CompileFlags,
+}
+
+/// Options for compiling CUDA C++ source (`kaas compile`, `kaas submit kernel.cu`): the
+/// ones the service accepts; `-arch` follows the manifests.
+#[derive(Debug, Clone, Default, Args)]
+pub struct CompileFlags {
+    /// A preprocessor define, NAME=VALUE (repeat).
+    #[arg(short = 'D', long = "define", value_name = "NAME=VALUE")]
+    pub defines: Vec<String>,
+    /// Compile with `--use_fast_math`.
+    #[arg(long)]
+    pub fast_math: bool,
+    /// The C++ dialect: c++17 (default) or c++20.
+    #[arg(long = "std", value_name = "STD")]
+    pub std: Option<String>,
+}
+
+impl CompileFlags {
+    pub fn options(&self) -> anyhow::Result<crate::compile::CompileOptions> {
+        let mut defines = std::collections::BTreeMap::new();
+        for d in &self.defines {
+            let (k, v) = d.split_once('=').unwrap_or((d.as_str(), ""));
+            defines.insert(k.to_string(), v.to_string());
+        }
+        Ok(crate::compile::CompileOptions { defines, std: self.std.clone(), fast_math: self.fast_math })
+    }
+
+    fn is_default(&self) -> bool {
+        self.defines.is_empty() && !self.fast_math && self.std.is_none()
+    }
+}
+
+/// Whether a kernel file is CUDA C++ source (by its extension) rather than PTX.
+pub fn is_cuda_source(path: &Path) -> bool {
+    matches!(path.extension().and_then(|e| e.to_str()), Some("cu" | "cuh" | "cpp" | "cc" | "hpp"))
 }
 
 fn read(path: &Path) -> anyhow::Result<String> {
@@ -215,8 +253,18 @@ fn read(path: &Path) -> anyhow::Result<String> {
 
 /// The request `kaas submit` sends.
 pub fn submission_request(args: &SubmitArgs) -> anyhow::Result<NewSubmission> {
+    let kernel = read(&args.ptx)?;
+    let source_mode = is_cuda_source(&args.ptx);
+    if source_mode && args.source.is_some() {
+        bail!("{} is CUDA source, which is shown as the kernel's source: leave --source out", args.ptx.display());
+    }
+    if !source_mode && !args.compile.is_default() {
+        bail!("-D, --fast-math and --std go with CUDA source (a .cu file), not PTX");
+    }
     let mut req = NewSubmission {
-        ptx: Some(read(&args.ptx)?),
+        ptx: (!source_mode).then(|| kernel.clone()),
+        cuda_source: source_mode.then_some(kernel),
+        compile_options: if source_mode { Some(args.compile.options()?) } else { None },
         name: args.name.clone(),
         description: args.description.clone(),
         source: args.source.as_deref().map(read).transpose()?,
@@ -274,7 +322,21 @@ pub fn submission_table(v: &SubmissionView) -> String {
 pub fn submit(server: &Server, args: &SubmitArgs) -> anyhow::Result<()> {
     let client = Client::new(server);
     let req = submission_request(args)?;
+    if req.cuda_source.is_some() {
+        eprintln!("compiling {} on the service…", args.ptx.display());
+    }
     let (status, v): (u16, SubmissionView) = client.post("/v1/submissions", &req)?;
+    if let Some(b) = &v.build {
+        let kernels: Vec<String> = b.kernels.iter().map(|(e, k)| if e == k { e.clone() } else { format!("{e} → {k}") }).collect();
+        eprintln!(
+            "compiled for {} with NVRTC {} ({}): {}; PTX sha256 {}",
+            b.arch,
+            b.nvrtc_version,
+            b.header_set,
+            kernels.join(", "),
+            v.artifact.sha256
+        );
+    }
     if status == 200 {
         eprintln!("the same submission was made before: following submission {}", v.id);
     } else {

@@ -7,6 +7,7 @@ pub mod bench;
 pub mod catalog;
 pub mod cli;
 pub mod client;
+pub mod compile;
 pub mod config;
 pub mod db;
 pub mod gpu;

@@ -95,7 +95,7 @@ pub fn run_in_sandbox(job: &Job, wall_limit: Duration) -> RunOutcome {
 
 /// How the child ended.
 #[derive(Debug)]
-enum Exit {
+pub(crate) enum Exit {
     Finished(ExitStatus),
     /// The wall-clock limit passed; the child was killed.
     TimedOut,
@@ -146,7 +146,7 @@ pub fn run_with_cancel(cmd: &SandboxCommand, job: &Job, wall_limit: Duration, ca
     outcome
 }
 
-fn wait(child: &mut Child, deadline: Instant, cancel: &AtomicBool) -> Exit {
+pub(crate) fn wait(child: &mut Child, deadline: Instant, cancel: &AtomicBool) -> Exit {
     let mut pause = Duration::from_millis(2);
     loop {
         match child.try_wait() {
@@ -174,7 +174,7 @@ fn wait(child: &mut Child, deadline: Instant, cancel: &AtomicBool) -> Exit {
 }
 
 /// Bytes read from a child's pipe on a thread of their own.
-struct Capture {
+pub(crate) struct Capture {
     buf: Arc<Mutex<Vec<u8>>>,
     thread: Option<JoinHandle<()>>,
 }
@@ -189,7 +189,7 @@ impl Capture {
     }
 
     /// Keeps the first `limit` bytes, or with `tail` the last `limit` bytes.
-    fn start(pipe: Option<impl Read + Send + 'static>, limit: usize, tail: bool) -> Capture {
+    pub(crate) fn start(pipe: Option<impl Read + Send + 'static>, limit: usize, tail: bool) -> Capture {
         let buf = Arc::new(Mutex::new(Vec::new()));
         let thread = pipe.map(|mut pipe| {
             let buf = buf.clone();
@@ -218,7 +218,7 @@ impl Capture {
     }
 
     /// What was read, once the pipe closed or `grace` passed.
-    fn finish(self, grace: Duration) -> Vec<u8> {
+    pub(crate) fn finish(self, grace: Duration) -> Vec<u8> {
         let until = Instant::now() + grace;
         if let Some(t) = &self.thread {
             while !t.is_finished() && Instant::now() < until {

@@ -64,7 +64,21 @@ function facts(v) {
       ' · ', h('a', { href: submissionsHref(v.submitter) }, 'their submissions')),
     row('Created', when(v.created_at)),
     row('Artifact', h('a', { href: v.links.artifact, id: 'artifact-link', class: 'mono', download: `${a.sha256.slice(0, 12)}.ptx` }, `${a.sha256.slice(0, 12)}…`),
-      ` PTX ${a.ptx_version}, ${a.target}, ${(a.size_bytes / 1024).toFixed(1)} KiB${v.has_source ? ', CUDA source included' : ''}`));
+      ` PTX ${a.ptx_version}, ${a.target}, ${(a.size_bytes / 1024).toFixed(1)} KiB${v.has_source ? ', CUDA source included' : ''}`),
+    ...(v.build ? built(v) : []));
+}
+
+// Source the service compiled: how (enough to rebuild the same PTX), and the source.
+function built(v) {
+  const b = v.build;
+  const defines = Object.entries((b.options && b.options.defines) || {}).map(([k, x]) => `-D${k}=${x}`);
+  const opts = [...defines, b.options && b.options.std, b.options && b.options.fast_math ? '--use_fast_math' : null].filter(Boolean).join(' ');
+  const kernels = Object.entries(b.kernels || {}).map(([e, k]) => (e === k ? e : `${e} → ${k}`)).join(', ');
+  return [
+    h('dt', {}, 'Compiled'),
+    h('dd', { id: 'submission-build' }, `NVRTC ${b.nvrtc_version} for ${b.arch}${opts ? ` with ${opts}` : ''}; headers ${b.header_set}; ${kernels}`,
+      v.source ? h('details', { class: 'log' }, h('summary', {}, 'CUDA source'), h('pre', { tabindex: 0, class: 'mono' }, v.source)) : null),
+  ];
 }
 
 function checks(job) {

@@ -8,6 +8,7 @@ mod m20261122_000002_autotune;
 mod m20261122_000003_queue;
 mod m20261127_000004_service_state;
 mod m20261127_000005_signing_keys;
+mod m20261127_000006_source_builds;
 
 pub struct Migrator;
 
@@ -18,6 +19,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261122_000001_init::Migration), Box::new(m20261122_000002_autotune::Migration), Box::new(m20261122_000003_queue::Migration),
             Box::new(m20261127_000004_service_state::Migration),
             Box::new(m20261127_000005_signing_keys::Migration),
+            Box::new(m20261127_000006_source_builds::Migration),
         ]
     }
 }

@@ -60,6 +60,10 @@ pub enum ApiError {
     /// `?device=` names a model with several known form factors; `extra` lists them.
     #[error("{detail}")]
     AmbiguousDevice { detail: String, extra: serde_json::Map<String, serde_json::Value> },
+    /// Submitted CUDA C++ source gave no PTX; `extra` names the `reason` (and carries
+    /// NVRTC's `log`, or the `limit` that was hit).
+    #[error("{detail}")]
+    CompileFailed { detail: String, extra: serde_json::Map<String, serde_json::Value> },
     #[error("{0}")]
     MissingToken(String),
     #[error("{0}")]
@@ -103,6 +107,7 @@ impl ApiError {
             // misspelt device must not read as that.
             UnknownDevice { .. } => ("unknown_device", StatusCode::BAD_REQUEST, "Unknown device class"),
             AmbiguousDevice { .. } => ("ambiguous_device", StatusCode::BAD_REQUEST, "Ambiguous device class"),
+            CompileFailed { .. } => ("compile_failed", StatusCode::UNPROCESSABLE_ENTITY, "The CUDA source did not compile"),
             MissingToken(_) => ("missing_token", StatusCode::UNAUTHORIZED, "Authentication required"),
             InvalidToken(_) => ("invalid_token", StatusCode::UNAUTHORIZED, "Invalid token"),
             RevokedToken(_) => ("revoked_token", StatusCode::UNAUTHORIZED, "Revoked token"),
@@ -126,7 +131,8 @@ impl ApiError {
             ApiError::KernelNotFound { extra, .. }
             | ApiError::BaselineFaster { extra, .. }
             | ApiError::UnknownDevice { extra, .. }
-            | ApiError::AmbiguousDevice { extra, .. } => extra.clone(),
+            | ApiError::AmbiguousDevice { extra, .. }
+            | ApiError::CompileFailed { extra, .. } => extra.clone(),
             _ => Default::default(),
         };
         ProblemDetails {
@@ -169,6 +175,30 @@ impl From<sea_orm::DbErr> for ApiError {
             ApiError::Unavailable("the database is unavailable (it refuses connections, or holds no kaas schema); retry shortly, or ask another replica (see /v1/health/ready)".into())
         } else {
             ApiError::Unavailable("the database failed this request; retry shortly".into())
+        }
+    }
+}
+
+impl From<crate::compile::CompileError> for ApiError {
+    fn from(e: crate::compile::CompileError) -> Self {
+        use crate::compile::CompileError as C;
+        let mut extra = serde_json::Map::new();
+        extra.insert("reason".into(), e.reason().into());
+        match e {
+            C::Unavailable(m) => ApiError::Unavailable(format!("this service cannot compile CUDA source now ({m}); submit PTX (`kaas compile` builds it locally)")),
+            C::Internal(m) => {
+                tracing::error!(error = %m, "compile sandbox");
+                ApiError::Internal(format!("compiling failed on the service's side: {m}"))
+            }
+            C::Nvrtc { result, log } => {
+                extra.insert("log".into(), log.clone().into());
+                ApiError::CompileFailed { detail: format!("NVRTC could not compile the source ({result}):\n{log}"), extra }
+            }
+            C::Limit { limit, message } => {
+                extra.insert("limit".into(), limit.into());
+                ApiError::CompileFailed { detail: message, extra }
+            }
+            other => ApiError::CompileFailed { detail: other.to_string(), extra },
         }
     }
 }

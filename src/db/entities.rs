@@ -119,6 +119,10 @@ pub mod submission {
         pub fingerprint: Option<String>,
         /// Set by a delete; the row and its runs stay (history), hidden from lists.
         pub deleted_at: Option<DateTimeUtc>,
+        /// How the service compiled `source` into the artifact (`crate::compile::BuildInfo`
+        /// as JSON); null for PTX submissions.
+        #[sea_orm(column_type = "Text")]
+        pub build: Option<String>,
     }
 
     impl ActiveModelBehavior for ActiveModel {}

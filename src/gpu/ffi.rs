@@ -1267,3 +1267,98 @@ impl Drop for LtPlan {
         }
     }
 }
+
+// ---------------------------------------------------------------------------------------
+// NVRTC with name expressions
+
+/// What one NVRTC program produced: PTX, the lowered (mangled) name of every name
+/// expression in the order given, and the compile log.
+#[derive(Debug, Clone)]
+pub struct NvrtcOutput {
+    pub ptx: String,
+    pub lowered: Vec<String>,
+    pub log: String,
+}
+
+/// Why an NVRTC program produced no PTX: the failing call, its result, and the log.
+#[derive(Debug, Clone)]
+pub struct NvrtcFailure {
+    pub call: &'static str,
+    pub result: String,
+    pub log: String,
+}
+
+/// Compiles `source` with `options`, registering `name_exprs` (NVRTC name expressions
+/// such as `hgemm` or `gemm<128, 64>`) so their lowered names can be read back. Call only
+/// when [`nvrtc_library_present`]. The program is destroyed on every path.
+pub fn nvrtc_compile_named(source: &str, name: &str, options: &[String], name_exprs: &[String]) -> Result<NvrtcOutput, NvrtcFailure> {
+    use cudarc::nvrtc::sys as nv;
+    let fail = |call: &'static str, res: nv::nvrtcResult, log: String| NvrtcFailure { call, result: format!("{res:?}"), log };
+    let cstr = |s: &str| CString::new(s).map_err(|_| fail("CString", nv::nvrtcResult::NVRTC_ERROR_INVALID_INPUT, "input contains a NUL byte".into()));
+    let src = cstr(source)?;
+    let cname = cstr(name)?;
+    let opts: Vec<CString> = options.iter().map(|o| cstr(o)).collect::<Result<_, _>>()?;
+    let exprs: Vec<CString> = name_exprs.iter().map(|e| cstr(e)).collect::<Result<_, _>>()?;
+    let mut prog: nv::nvrtcProgram = std::ptr::null_mut();
+    // SAFETY: every pointer is a live CString owned above; NVRTC copies what it keeps.
+    let res = unsafe { nv::nvrtcCreateProgram(&mut prog, src.as_ptr(), cname.as_ptr(), 0, std::ptr::null(), std::ptr::null()) };
+    if res != nv::nvrtcResult::NVRTC_SUCCESS {
+        return Err(fail("nvrtcCreateProgram", res, String::new()));
+    }
+    // SAFETY: `prog` is a valid program until the destroy below, which every path reaches.
+    let out = unsafe {
+        let read_log = |prog: nv::nvrtcProgram| -> String {
+            let mut size = 0usize;
+            if nv::nvrtcGetProgramLogSize(prog, &mut size) != nv::nvrtcResult::NVRTC_SUCCESS || size == 0 {
+                return String::new();
+            }
+            let mut buf = vec![0u8; size];
+            if nv::nvrtcGetProgramLog(prog, buf.as_mut_ptr().cast()) != nv::nvrtcResult::NVRTC_SUCCESS {
+                return String::new();
+            }
+            let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+            String::from_utf8_lossy(&buf[..end]).into_owned()
+        };
+        (|| {
+            for e in &exprs {
+                let res = nv::nvrtcAddNameExpression(prog, e.as_ptr());
+                if res != nv::nvrtcResult::NVRTC_SUCCESS {
+                    return Err(fail("nvrtcAddNameExpression", res, String::new()));
+                }
+            }
+            let ptrs: Vec<*const std::ffi::c_char> = opts.iter().map(|o| o.as_ptr()).collect();
+            let res = nv::nvrtcCompileProgram(prog, ptrs.len() as std::ffi::c_int, ptrs.as_ptr());
+            let log = read_log(prog);
+            if res != nv::nvrtcResult::NVRTC_SUCCESS {
+                return Err(fail("nvrtcCompileProgram", res, log));
+            }
+            let mut lowered = Vec::with_capacity(exprs.len());
+            for e in &exprs {
+                let mut p: *const std::ffi::c_char = std::ptr::null();
+                let res = nv::nvrtcGetLoweredName(prog, e.as_ptr(), &mut p);
+                if res != nv::nvrtcResult::NVRTC_SUCCESS || p.is_null() {
+                    return Err(fail("nvrtcGetLoweredName", res, format!("name expression `{}` has no lowered name", e.to_string_lossy())));
+                }
+                // The string lives as long as the program; copy it now.
+                lowered.push(CStr::from_ptr(p).to_string_lossy().into_owned());
+            }
+            let mut size = 0usize;
+            let res = nv::nvrtcGetPTXSize(prog, &mut size);
+            if res != nv::nvrtcResult::NVRTC_SUCCESS {
+                return Err(fail("nvrtcGetPTXSize", res, log));
+            }
+            let mut buf = vec![0u8; size.max(1)];
+            let res = nv::nvrtcGetPTX(prog, buf.as_mut_ptr().cast());
+            if res != nv::nvrtcResult::NVRTC_SUCCESS {
+                return Err(fail("nvrtcGetPTX", res, log));
+            }
+            let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+            Ok(NvrtcOutput { ptx: String::from_utf8_lossy(&buf[..end]).into_owned(), lowered, log })
+        })()
+    };
+    // SAFETY: destroyed once, after its last use.
+    unsafe {
+        nv::nvrtcDestroyProgram(&mut prog);
+    }
+    out
+}

@@ -99,3 +99,15 @@ pub fn compile(source: &str, name: &str, arch: &str, defines: &[(String, String)
         Err(other) => Err(GpuError::Compile { context: stage, message: format!("{other:?}"), log: String::new() }),
     }
 }
+
+pub use super::ffi::{NvrtcFailure, NvrtcOutput};
+
+/// Compiles `source` with exactly `options`, resolving `name_exprs` (kernel names or
+/// name expressions such as `gemm<128, 64>`) to their lowered names. For submitted
+/// source: run it only in the compile sandbox (`crate::compile`).
+pub fn compile_named(source: &str, name: &str, options: &[String], name_exprs: &[String]) -> Result<NvrtcOutput, NvrtcFailure> {
+    if let Err(why) = available() {
+        return Err(NvrtcFailure { call: "dlopen", result: "unavailable".into(), log: why });
+    }
+    super::ffi::nvrtc_compile_named(source, name, options, name_exprs)
+}

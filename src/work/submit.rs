@@ -29,11 +29,13 @@ pub struct Quotas {
     pub max_queued_jobs: u64,
     /// Problems one submission may target.
     pub max_problems: usize,
+    /// Limits on compiling submitted CUDA source.
+    pub compile: crate::compile::CompileLimits,
 }
 
 impl Default for Quotas {
     fn default() -> Self {
-        Quotas { max_artifact_bytes: 4 << 20, max_queued_jobs: 256, max_problems: 2000 }
+        Quotas { max_artifact_bytes: 4 << 20, max_queued_jobs: 256, max_problems: 2000, compile: Default::default() }
     }
 }
 
@@ -124,8 +126,77 @@ fn ptxas_check(ptx: &str, manifests: &[Manifest]) -> Result<(), ApiError> {
     Ok(())
 }
 
+/// Compiles at most this many submitted sources at once (each child takes up to its
+/// memory limit and a core); the rest wait their turn.
+static COMPILES: std::sync::LazyLock<tokio::sync::Semaphore> = std::sync::LazyLock::new(|| tokio::sync::Semaphore::new(2));
+
+/// A source submission made into a PTX one: compiles `cuda_source` (in the compile
+/// sandbox) for the manifests' one arch, and rewrites each launch's entry (a name
+/// expression) to the kernel it became. Returns the request with `ptx` and `source`
+/// set, and how it was built.
+async fn compile_request(mut req: NewSubmission, quotas: &Quotas) -> Result<(NewSubmission, crate::compile::BuildInfo), ApiError> {
+    let Some(source) = req.cuda_source.take() else { return Err(ApiError::Internal("no source to compile".into())) };
+    if req.ptx.is_some() || req.artifact_sha256.is_some() {
+        return Err(ApiError::InvalidBody("give `cuda_source` or `ptx`/`artifact_sha256`, not both".into()));
+    }
+    if req.source.is_some() {
+        return Err(ApiError::InvalidBody("with `cuda_source`, leave `source` out: the compiled source is the one shown".into()));
+    }
+    // Faults that need no compile are answered before one.
+    if req.template.is_some() && !req.manifests.is_empty() {
+        return Err(invalid_manifest("give either `manifests` or a `template` with `problems`, not both"));
+    }
+    // The arch and the name expressions, from the template or the manifests.
+    let (arches, mut exprs): (BTreeSet<crate::problem::Arch>, Vec<String>) = match &req.template {
+        Some(t) => ([t.arch].into(), t.launches.iter().map(|l| l.entry.clone()).collect()),
+        None => (req.manifests.iter().map(|m| m.problem.arch).collect(), req.manifests.iter().flat_map(|m| m.launches.iter().map(|l| l.entry.clone())).collect()),
+    };
+    let mut seen = BTreeSet::new();
+    exprs.retain(|e| seen.insert(e.clone()));
+    let arch = match arches.len() {
+        0 => return Err(invalid_manifest("no manifest: give `manifests` (one per problem) or a `template` with `problems`")),
+        1 => *arches.iter().next().unwrap_or(&crate::problem::Arch::Sm90),
+        _ => {
+            return Err(invalid_manifest(format!(
+                "source is compiled for one arch per submission; these manifests name {}",
+                arches.iter().map(|a| a.as_str()).collect::<Vec<_>>().join(", ")
+            )));
+        }
+    };
+    let options = req.compile_options.clone().unwrap_or_default();
+    let limits = quotas.compile.clone();
+    let _turn = COMPILES.acquire().await.map_err(|e| ApiError::Internal(format!("compile queue: {e}")))?;
+    let src = source.clone();
+    let compiled = tokio::task::spawn_blocking(move || crate::compile::compile_in_sandbox(&src, arch, &options, &exprs, &limits))
+        .await
+        .map_err(|e| ApiError::Internal(format!("compile: {e}")))??;
+    let rename = |entry: &mut String| {
+        if let Some(low) = compiled.build.kernels.get(entry.as_str()) {
+            *entry = low.clone();
+        }
+    };
+    if let Some(t) = req.template.as_mut() {
+        t.launches.iter_mut().for_each(|l| rename(&mut l.entry));
+    }
+    for m in &mut req.manifests {
+        m.launches.iter_mut().for_each(|l| rename(&mut l.entry));
+    }
+    req.ptx = Some(compiled.ptx);
+    req.source = Some(source);
+    Ok((req, compiled.build))
+}
+
 /// Checks a request and, when it passes, stores it and queues its jobs.
 pub async fn create(db: &DatabaseConnection, caller: &Caller, req: NewSubmission, quotas: &Quotas) -> Result<Created, ApiError> {
+    let (req, build) = match req.cuda_source {
+        Some(_) => {
+            // Size, includes and options are checked before the compiler starts.
+            let (r, b) = compile_request(req, quotas).await?;
+            (r, Some(b))
+        }
+        None if req.compile_options.is_some() => return Err(ApiError::InvalidBody("`compile_options` goes with `cuda_source`".into())),
+        None => (req, None),
+    };
     check_text("name", &req.name, MAX_NAME)?;
     check_text("description", &req.description, MAX_DESCRIPTION)?;
     check_text("source", &req.source, MAX_SOURCE)?;
@@ -163,6 +234,11 @@ pub async fn create(db: &DatabaseConnection, caller: &Caller, req: NewSubmission
         let mut parts: Vec<String> = manifests.iter().map(|m| sha256_hex(serde_json::to_string(m).unwrap_or_default().as_bytes())).collect();
         parts.sort();
         parts.push(format!("{classes:?}"));
+        // Compiled source is part of what was submitted: the same PTX sent as PTX, or from
+        // other source, is another submission (it shows other source).
+        if let Some(b) = &build {
+            parts.push(format!("source {} {}", sha256_hex(req.source.as_deref().unwrap_or("").as_bytes()), serde_json::to_string(b).unwrap_or_default()));
+        }
         sha256_hex(format!("{}\n{}", record.sha256, parts.join("\n")).as_bytes())
     };
     // The check for a duplicate, the quota's count and the insert are one transaction
@@ -211,6 +287,7 @@ pub async fn create(db: &DatabaseConnection, caller: &Caller, req: NewSubmission
         created_at: Set(now),
         fingerprint: Set(Some(fingerprint)),
         deleted_at: Set(None),
+        build: Set(build.as_ref().map(|b| serde_json::to_string(b).unwrap_or_default())),
         ..Default::default()
     }
     .insert(&txn)
@@ -364,6 +441,8 @@ pub async fn view<C: ConnectionTrait>(db: &C, id: i32) -> Result<Option<Submissi
         created_at: s.created_at,
         artifact: artifact_view(&a),
         has_source: s.source.is_some(),
+        source: s.build.as_ref().and(s.source.clone()),
+        build: s.build.as_deref().and_then(|b| serde_json::from_str(b).ok()),
         jobs: views,
         links: SubmissionLinks {
             self_: format!("/v1/submissions/{}", s.id),

@@ -12,9 +12,12 @@ use crate::signing::{Record, RecordSignature};
 
 /// `POST /v1/submissions`: a PTX artifact and what to run it on.
 ///
-/// Give the PTX inline (`ptx`) or name one uploaded before (`artifact_sha256`), and
-/// either one manifest per problem (`manifests`) or one `template` with the `problems`
-/// it applies to (for kernels that read M, N, K at run time).
+/// Give the PTX inline (`ptx`), name one uploaded before (`artifact_sha256`), or give
+/// CUDA C++ source for the service to compile (`cuda_source`, with `compile_options`);
+/// and either one manifest per problem (`manifests`) or one `template` with the
+/// `problems` it applies to (for kernels that read M, N, K at run time). With source,
+/// each launch's `entry` is an `extern "C"` kernel's name or an NVRTC name expression
+/// (`gemm<128, 128, 64>`), and the stored manifests name the compiled kernel.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct NewSubmission {
@@ -43,6 +46,14 @@ pub struct NewSubmission {
     /// The CUDA C++ source, shown with the kernel (never compiled by the service).
     #[serde(default)]
     pub source: Option<String>,
+    /// CUDA C++ source the service compiles with NVRTC into PTX for the manifests' arch
+    /// (instead of `ptx`/`artifact_sha256`; it is then also the shown `source`). Only the
+    /// CUDA headers and CUTLASS/CuTe may be included.
+    #[serde(default)]
+    pub cuda_source: Option<String>,
+    /// Options for compiling `cuda_source`.
+    #[serde(default)]
+    pub compile_options: Option<crate::compile::CompileOptions>,
 }
 
 /// One job: one problem on one device class.
@@ -102,6 +113,13 @@ pub struct SubmissionView {
     pub created_at: DateTime<Utc>,
     pub artifact: ArtifactView,
     pub has_source: bool,
+    /// The source the artifact was compiled from, when the service compiled it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
+    /// How the service compiled `source` (enough to rebuild the same PTX); absent for
+    /// PTX submissions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub build: Option<crate::compile::BuildInfo>,
     pub jobs: Vec<JobView>,
     pub links: SubmissionLinks,
 }

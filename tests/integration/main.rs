@@ -12,6 +12,7 @@ mod downloads;
 mod fleet;
 mod holes;
 mod storage;
+mod source;
 mod submissions;
 mod ui;
 mod webdriver;

@@ -26,12 +26,17 @@ fn id_of(raw: &str) -> Result<i32, ApiError> {
         (status = 401, description = "Missing, unknown or revoked token", body = crate::api::error::ProblemDetails, content_type = "application/problem+json"),
         (status = 404, description = "`artifact_sha256` names no artifact", body = crate::api::error::ProblemDetails, content_type = "application/problem+json"),
         (status = 413, description = "PTX over the artifact quota, or body over the limit", body = crate::api::error::ProblemDetails, content_type = "application/problem+json"),
-        (status = 422, description = "Not PTX, a bad manifest, or PTX that does not match its manifests (the first fault is named)", body = crate::api::error::ProblemDetails, content_type = "application/problem+json"),
+        (status = 422, description = "Not PTX, a bad manifest, or PTX that does not match its manifests (the first fault is named); or `compile_failed`: CUDA source that did not compile, with a `reason` (`compile_error` with NVRTC's `log`, `no_such_kernel`, `include_refused`, `source_too_large`, `bad_option`, `time_limit`/`cpu_limit`/`memory_limit` with the `limit`, …)", body = crate::api::error::ProblemDetails, content_type = "application/problem+json"),
+        (status = 503, description = "CUDA source sent to a service without NVRTC, or the database is unavailable", body = crate::api::error::ProblemDetails, content_type = "application/problem+json"),
         (status = 429, description = "Rate limit or queued-jobs quota", body = crate::api::error::ProblemDetails, content_type = "application/problem+json"),
     )
 )]
 #[post("/v1/submissions")]
 pub async fn create(state: State, caller: Caller, body: web::Bytes) -> Result<HttpResponse, ApiError> {
+    // Said plainly before JSON parsing would: PTX and CUDA source are UTF-8 text.
+    if let Err(e) = std::str::from_utf8(&body) {
+        return Err(ApiError::InvalidBody(format!("the body is not UTF-8 (invalid byte at offset {}); PTX and CUDA source must be UTF-8 text", e.valid_up_to())));
+    }
     let req: NewSubmission = crate::api::error::from_json_body(&body, "a submission")?;
     let quotas = state.settings.quotas.clone();
     Ok(match submit::create(&state.db, &caller, req, &quotas).await? {
