@@ -70,7 +70,7 @@ pub async fn serve_artifact(req: &HttpRequest, state: &State, sha: &str, cache_c
 
 #[utoipa::path(
     get, path = "/v1/artifacts/{sha256}", tag = "artifacts",
-    params(("sha256" = String, Path, description = "64 lowercase hex digits")),
+    params(("sha256" = String, Path, pattern = "^[0-9a-f]{64}$", description = "64 lowercase hex digits")),
     responses(
         (status = 200, description = "The PTX; `Cache-Control: public, immutable`, strong ETag", body = String, content_type = "text/plain"),
         (status = 304, description = "Not modified"),
