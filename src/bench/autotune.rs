@@ -1,13 +1,12 @@
-//! The `cublaslt_autotune` baseline: time every one of up to 100 of cuBLASLt's heuristic algorithms
+//! The `cublaslt_autotune` baseline: time up to 100 of cuBLASLt's heuristic algorithms
 //! for a problem and keep the one with the best median; and the database cache of that
 //! choice per (device class, driver, cuBLAS version, problem), stored as the algorithm's
 //! configuration attributes so it can be re-created ([`LtGemm::from_config`]).
 //!
 //! Timing all candidates to ±1% would cost more than the benchmark itself, so the search
-//! screens every candidate the heuristic offers with a short graph timing (best of a few
-//! replays; the budget does not cut the screen short, so no algorithm goes untimed because
-//! the heuristic ranked it late), then times the few best side by side, interleaved, and
-//! keeps the best median. The choice records how many were offered and timed.
+//! screens every candidate with a short graph timing (best of a few replays, in the
+//! heuristic's order until the screen's share of the budget is spent), then times the
+//! few best side by side, interleaved, and keeps the best median.
 
 use std::time::{Duration, Instant};
 
@@ -27,13 +26,8 @@ use crate::problem::Problem;
 pub struct AutotuneOptions {
     /// Heuristic algorithms asked for (DESIGN.md: up to 100).
     pub max_candidates: usize,
-    /// Wall-clock limit of the whole search. With `screen_all`, a guide only (every
-    /// offered algorithm is screened whatever it costs); without, the screen stops at 70%
-    /// of it.
+    /// Wall-clock limit of the whole search; the screen stops at 70% of it.
     pub budget: Duration,
-    /// Screen every offered algorithm at least once before choosing (the default: a
-    /// baseline nobody can call weak); `false` keeps the old budget-bounded screen.
-    pub screen_all: bool,
     /// Timed replays per candidate in the screen (after one warm-up replay).
     pub screen_replays: u32,
     /// Candidates that go on to the final.
@@ -47,7 +41,6 @@ impl Default for AutotuneOptions {
         AutotuneOptions {
             max_candidates: 100,
             budget: Duration::from_secs(2),
-            screen_all: true,
             screen_replays: 2,
             finalists: 4,
             final_replays: 9,
@@ -88,7 +81,7 @@ pub fn autotune<'a>(gpu: &Gpu, ops: &'a Operands, opts: &AutotuneOptions) -> Res
     let mut best: Vec<(f64, usize, GraphTimer)> = Vec::new();
     let mut timed = 0;
     for (i, algo) in algos.iter().enumerate() {
-        if !opts.screen_all && i > 0 && started.elapsed() > screen_budget {
+        if i > 0 && started.elapsed() > screen_budget {
             break;
         }
         // An algorithm the heuristic offers but that cannot be captured (or fails) is
