@@ -518,7 +518,7 @@ mod tests {
     fn the_budget_leaves_the_reserve_to_the_api() {
         let l = Limits { max_connections: 10_000, reserve_fds: 100, ..Limits::default() };
         let b = l.budget(Some(300));
-        assert!(b.connections as u64 + 2 * b.open_artifacts + 1 <= 200, "{b:?}");
+        assert!(b.connections as u64 + 2 * b.open_artifacts < 200, "{b:?}");
         assert!(b.connections >= 100, "{b:?}");
         assert_eq!(l.budget(Some(50)), Budget { connections: 1, open_artifacts: 1 }, "below the reserve: one at a time");
         assert_eq!(l.budget(None).connections, 10_000);

@@ -28,7 +28,7 @@ pub enum Pressure {
 impl Pressure {
     /// The pressures of the race stage, in order, for a run seeded by `seed`.
     pub fn stage(seed: u64) -> [Pressure; 4] {
-        [Pressure::Slowed { seed }, Pressure::Slowed { seed: seed ^ 0x5EED_0F_5105 }, Pressure::AllBut { free: 8 }, Pressure::AllBut { free: 1 }]
+        [Pressure::Slowed { seed }, Pressure::Slowed { seed: seed ^ 0x0000_005E_ED0F_5105 }, Pressure::AllBut { free: 8 }, Pressure::AllBut { free: 1 }]
     }
 
     pub fn describe(self, sm_count: u32) -> String {

@@ -130,7 +130,7 @@ fn the_simple_kernel_matches_the_reference_on_awkward_shapes() {
 fn the_simple_kernel_runs_under_a_cluster_launch() {
     let Some(gpu) = gpu_and_nvrtc_or_skip() else { return };
     if gpu.facts().compute_capability < (9, 0) {
-        skip(format!("clusters need sm_90"));
+        skip("clusters need sm_90");
         return;
     }
     let shape = (256, 512, 64);
@@ -172,7 +172,7 @@ const TMA_COPY: &str = include_str!("../kernels/tma_copy.cu");
 fn tensor_maps_address_each_operand_as_the_layout_says() {
     let Some(gpu) = gpu_and_nvrtc_or_skip() else { return };
     if gpu.facts().compute_capability < (9, 0) {
-        skip(format!("tensor maps need sm_90"));
+        skip("tensor maps need sm_90");
         return;
     }
     let ptx = gpu::nvrtc::compile(TMA_COPY, "tma_copy.cu", "compute_90", &[]).expect("compile the TMA copy kernel");

@@ -30,7 +30,7 @@ use kaas::verify::Verdict;
 /// Reports a test that cannot run here. With `KAAS_REQUIRE_GPU` set (the device
 /// machine's runs set it: `scripts/gpu-check.sh remote`), a skip is a failure instead, so
 /// a GPU run can never pass by skipping.
-fn skip(why: String) {
+fn skip(why: impl std::fmt::Display) {
     if std::env::var_os("KAAS_REQUIRE_GPU").is_some_and(|v| !v.is_empty()) {
         panic!("KAAS_REQUIRE_GPU is set, but this test would skip: {why}");
     }
