@@ -78,6 +78,7 @@ stage() {
     rm -rf .dev/run; mkdir -p .dev/run/e2e
     cp "${CARGO_TARGET_DIR:-$repo/target}/release/kaas" .dev/run/kaas
     cp "$here/device-run.sh" .dev/run/device-run.sh
+    cp "$here/source-report.py" .dev/run/source-report.py
     # The GPU tests too (3-4 MB), so one staged folder serves both scripts:
     # `bash .dev/run/gpu-check.sh remote [FILTER…]` runs them with this `kaas` as sandbox.
     local gpu_tests
@@ -442,6 +443,230 @@ PY
     done
 }
 
+stage_nvrtc() {
+    local repo; repo="$(cd "$here/.." && pwd)"; cd "$repo"
+    eval "$(bash "$here/cuda-tools.sh" 2>/dev/null)"
+    local lib; lib="$(dirname "$KAAS_PTXAS")/../../cuda_nvrtc/lib"
+    rm -rf .dev/nvrtc; mkdir -p .dev/nvrtc
+    xz -T0 -9 -c "$lib/libnvrtc.so.12" > .dev/nvrtc/libnvrtc.so.12.xz
+    gzip -c "$lib"/libnvrtc-builtins.so.12.? > .dev/nvrtc/libnvrtc-builtins.so.12.gz
+    tar czf .dev/nvrtc/headers.tgz -C .dev/cuda cutlass/cutlass_library/source/include/cute \
+        cutlass/cutlass_library/source/include/cutlass cccl/nvidia/cuda_cccl/include nvidia/cuda_runtime/include
+    echo "$KAAS_HEADER_SET" > .dev/nvrtc/header_set
+    du -sh .dev/nvrtc
+}
+
+# NVRTC 12.9 and the header set for compiling CUDA source on the device: unpacked once per
+# machine from the carried .dev/nvrtc into .dev/nvrtc12 (ignored, so it stays between
+# calls), then exported as the service's compile environment.
+nvrtc12() {
+    local repo dst; repo="$(cd "$here/../.." && pwd)"; dst="$repo/.dev/nvrtc12"
+    if [[ ! -e "$dst/lib/libnvrtc.so.12" ]]; then
+        [[ -f "$repo/.dev/nvrtc/libnvrtc.so.12.xz" ]] || { echo "no NVRTC 12 here: stage-nvrtc, then carry .dev/nvrtc" >&2; return 1; }
+        mkdir -p "$dst/lib"
+        python3 -c 'import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], "wb"))' \
+            "$repo/.dev/nvrtc/libnvrtc.so.12.xz" "$dst/lib/libnvrtc.so.12.tmp"
+        mv "$dst/lib/libnvrtc.so.12.tmp" "$dst/lib/libnvrtc.so.12"
+        gunzip -c "$repo/.dev/nvrtc/libnvrtc-builtins.so.12.gz" > "$dst/lib/libnvrtc-builtins.so.12.9"
+        ln -sf libnvrtc.so.12 "$dst/lib/libnvrtc.so"
+        tar xzf "$repo/.dev/nvrtc/headers.tgz" -C "$dst"
+        cp "$repo/.dev/nvrtc/header_set" "$dst/header_set"
+    fi
+    export LD_LIBRARY_PATH="$dst/lib:${LD_LIBRARY_PATH:-}"
+    export KAAS_CUDA_INCLUDE="$dst/nvidia/cuda_runtime/include:$dst/cccl/nvidia/cuda_cccl/include"
+    export KAAS_CUTLASS_INCLUDE="$dst/cutlass/cutlass_library/source/include"
+    KAAS_HEADER_SET="$(cat "$dst/header_set")"; export KAAS_HEADER_SET
+    export KAAS_PTXAS="${KAAS_PTXAS:-/usr/local/cuda/bin/ptxas}"
+}
+
+source_run() {  # $1 a folder of NAME.cu + NAME.json + NAME.problems, $2 seconds, $3 bench budget ms
+    setup_device; nvrtc12
+    local dir="$1" seconds="$2" bench="${3:-800}" cu name t0
+    OUT="$OUT/source"; mkdir -p "$OUT"
+    start_server /tmp/kaas-source.db "$bench"
+    export KAAS_TOKEN="$("$K" token create --name author 2>/dev/null)"
+    : >"$OUT/compile.tsv"
+    for cu in "$dir"/*.cu; do
+        name="$(basename "$cu" .cu)"; t0=$(date +%s.%N)
+        "$K" submit "$cu" --template "$dir/$name.json" --problem "$(cat "$dir/$name.problems")" --name "$name" --no-wait >"$OUT/submit-$name.txt" 2>&1 || true
+        printf '%s\t%s\n' "$name" "$(python3 -c "print(f'{$(date +%s.%N) - $t0:.2f}')")" >>"$OUT/compile.tsv"
+        tail -n 4 "$OUT/submit-$name.txt"
+    done
+    drain "$seconds"
+    python3 "$here/source-report.py" "$KAAS_URL" "$OUT"
+    kill "$SERVER"; wait "$SERVER" 2>/dev/null || true
+}
+
+# Waits until the queue is empty, at most $1 seconds.
+drain() {
+    local deadline=$((SECONDS + $1)) q
+    while (( SECONDS < deadline )); do
+        q="$(curl -fs "$KAAS_URL/v1/health" | python3 -c 'import json,sys; q=json.load(sys.stdin)["queue"]; print(q["queued"]+q["running"])')"
+        [[ "$q" == 0 ]] && break
+        sleep 2
+    done
+}
+
+# Postgres 16 from the pgserver wheel (.dev/pg/pgserver-*.whl, carried: the device has no
+# network and no Postgres), unpacked once per machine under /tmp, a fresh cluster on
+# port 55432 run as `nobody` where we are root (postgres refuses root). Sets PGBIN and
+# PG_BASE (the URL without a database).
+pg_start() {
+    local repo whl; repo="$(cd "$here/../.." && pwd)"
+    whl="$(ls "$repo"/.dev/pg/pgserver-*.whl 2>/dev/null | head -n 1)"
+    [[ -n "$whl" ]] || { echo "no Postgres here: download the pgserver wheel into .dev/pg (see docs/deployment.md) and carry .dev/pg" >&2; return 1; }
+    PGBIN=/tmp/kaas-pginstall/pgserver/pginstall/bin
+    if [[ ! -x "$PGBIN/postgres" ]]; then
+        python3 -c 'import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extractall(sys.argv[2])' "$whl" /tmp/kaas-pginstall
+        chmod -R a+rx /tmp/kaas-pginstall
+    fi
+    local as=(); [[ "$(id -u)" == 0 ]] && as=(setpriv --reuid=nobody --regid=nogroup --clear-groups)
+    "${as[@]}" "$PGBIN/pg_ctl" -D /tmp/kaas-pg/data stop -m fast >/dev/null 2>&1 || true
+    rm -rf /tmp/kaas-pg; mkdir -p /tmp/kaas-pg; [[ "$(id -u)" == 0 ]] && chown nobody /tmp/kaas-pg
+    "${as[@]}" "$PGBIN/initdb" -D /tmp/kaas-pg/data -U postgres --auth=trust -E UTF8 --locale=C >/tmp/kaas-pg/initdb.log 2>&1 \
+        || { cat /tmp/kaas-pg/initdb.log; return 1; }
+    "${as[@]}" "$PGBIN/pg_ctl" -D /tmp/kaas-pg/data -w -l /tmp/kaas-pg/postgres.log \
+        -o "-p 55432 -k /tmp/kaas-pg -c listen_addresses=127.0.0.1 -c max_connections=400" start >/dev/null
+    PG_BASE=postgres://postgres@127.0.0.1:55432
+    echo "postgres: $("$PGBIN/postgres" --version)"
+}
+
+pg_stop() {
+    local as=(); [[ "$(id -u)" == 0 ]] && as=(setpriv --reuid=nobody --regid=nogroup --clear-groups)
+    "${as[@]}" "$PGBIN/pg_ctl" -D /tmp/kaas-pg/data stop -m fast >/dev/null 2>&1 || true
+    cp /tmp/kaas-pg/postgres.log "$OUT/postgres.log" 2>/dev/null || true
+}
+
+# JOBS catalog entries of the shipped H100 bundle, as NAME.ptx + NAME.json under $1: tn
+# and nn problems of 2^33 FLOP/2 (2048³ and its permutations, no side under 512), so
+# every job costs about the same and the makespan divides evenly over the GPUs.
+fleet_jobs() {
+    local repo; repo="$(cd "$here/../.." && pwd)"
+    python3 - "$repo/kernels/h100" "$1" "$2" <<'PY'
+import gzip, json, math, os, sys
+src, dst, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+os.makedirs(dst, exist_ok=True)
+idx = json.load(gzip.open(os.path.join(src, "index.json.gz")))
+def cost(p): return sum(int(math.log2(p[d])) for d in "mnk")
+pick = sorted((e for e in idx["entries"] if cost(e["problem"]) == 33 and min(e["problem"][d] for d in "mnk") >= 512),
+              key=lambda e: (e["problem"]["layout"], e["problem"]["acc"], e["problem"]["m"], e["problem"]["n"]))[:n]
+for e in pick:
+    p = e["problem"]
+    name = f"{p['acc']}_{p['layout']}_{p['m']}x{p['n']}x{p['k']}"
+    open(os.path.join(dst, name + ".ptx"), "w").write(open(os.path.join(src, "ptx", e["artifact"] + ".ptx")).read())
+    json.dump(e["manifest"], open(os.path.join(dst, name + ".json"), "w"))
+print(f"fleet jobs: {len(pick)} catalog kernels of 2^33 multiply-adds")
+PY
+}
+
+# The fleet as an operator deploys it, on this machine's GPUs: a database, API replicas
+# without workers, and one `kaas worker --gpu I` process per GPU. For each GPU count of
+# $1 (e.g. 1,2,4): a fresh database, the same $2 catalog kernels submitted through the
+# replicas in turn, and the wall time until the queue is empty; $3 the benchmark budget
+# per job in ms. KAAS_FLEET_DB=sqlite: one SQLite file and one replica instead of
+# Postgres and two. Logs in $OUT/fleet; a table of jobs per minute last.
+fleet() {
+    setup_device
+    local counts="$1" jobs="${2:-24}" bench="${3:-500}" db="${KAAS_FLEET_DB:-postgres}" g i n pids url
+    OUT="$OUT/fleet"; mkdir -p "$OUT"
+    fleet_jobs /tmp/kaas-fleet-jobs "$jobs"
+    [[ "$db" == postgres ]] && pg_start
+    : >"$OUT/fleet.tsv"
+    for g in ${counts//,/ }; do
+        pids=()
+        if [[ "$db" == postgres ]]; then
+            "$PGBIN/psql" -h 127.0.0.1 -p 55432 -U postgres -qc "create database fleet_g$g"
+            export KAAS_DATABASE_URL="$PG_BASE/fleet_g$g"
+            local ports=(8080 8081)
+        else
+            export KAAS_DATABASE_URL="sqlite:///tmp/kaas-fleet-g$g.db?mode=rwc"; rm -f "/tmp/kaas-fleet-g$g.db"*
+            local ports=(8080)
+        fi
+        for i in "${!ports[@]}"; do
+            "$K" serve --bind "127.0.0.1:${ports[$i]}" --workers 0 >"$OUT/api-g$g-$i.log" 2>&1 & pids+=($!)
+        done
+        for i in "${!ports[@]}"; do
+            for _ in $(seq 1 300); do curl -fs "http://127.0.0.1:${ports[$i]}/v1/health/ready" >/dev/null 2>&1 && break; sleep 0.2; done
+        done
+        for ((i = 0; i < g; i++)); do
+            "$K" worker --gpu "$i" --bench-budget-ms "$bench" --poll-ms 200 >"$OUT/worker-g$g-$i.log" 2>&1 & pids+=($!)
+        done
+        for _ in $(seq 1 300); do
+            n="$(curl -fs "$KAAS_URL/v1/health" | python3 -c 'import json,sys; print(sum(w["state"] == "idle" for w in json.load(sys.stdin).get("workers", [])))' 2>/dev/null || echo 0)"
+            [[ "$n" -ge "$g" ]] && break; sleep 0.5
+        done
+        export KAAS_TOKEN="$("$K" token create --name fleet --role admin 2>/dev/null)"
+        (while sleep 2; do nvidia-smi --query-gpu=index,utilization.gpu --format=csv,noheader,nounits | tr '\n' ' '; echo; done) >"$OUT/util-g$g.txt" 2>&1 & local mon=$!
+        local t0=$SECONDS k=0 m
+        for m in /tmp/kaas-fleet-jobs/*.json; do
+            KAAS_URL="http://127.0.0.1:${ports[$((k % ${#ports[@]}))]}" "$K" submit "${m%.json}.ptx" --manifest "$m" --name "$(basename "$m" .json)" --no-wait >>"$OUT/submit-g$g.log" 2>&1 || echo "submit failed: $m"
+            k=$((k + 1))
+        done
+        local start=$(date +%s.%N)
+        drain 1200
+        local wall; wall="$(python3 -c "print(f'{$(date +%s.%N) - $start:.1f}')")"
+        kill "$mon" 2>/dev/null || true
+        local done_runs; done_runs="$(cat "$OUT"/worker-g$g-*.log | grep -c 'job finished' || true)"
+        local per; per="$(for ((i = 0; i < g; i++)); do printf '%s ' "$(grep -c 'job finished' "$OUT/worker-g$g-$i.log" || true)"; done)"
+        printf '%s\t%s\t%s\t%s\t%s\n' "$g" "$k" "$done_runs" "$wall" "$per" | tee -a "$OUT/fleet.tsv"
+        kill "${pids[@]}" 2>/dev/null || true; wait "${pids[@]}" 2>/dev/null || true
+    done
+    [[ "$db" == postgres ]] && pg_stop
+    python3 - "$OUT/fleet.tsv" "$db" <<'PY'
+import sys
+rows = [l.rstrip("\n").split("\t") for l in open(sys.argv[1]) if l.strip()]
+print(f"fleet on {sys.argv[2]}: GPUs | jobs submitted | runs finished | wall s | jobs/min | × 1 GPU | runs per worker")
+base = None
+for g, sub, fin, wall, per in rows:
+    rate = int(fin) / float(wall) * 60
+    base = base or (rate if g == "1" else None)
+    print(f"{g} | {sub} | {fin} | {wall} | {rate:.1f} | {rate / base:.2f}" if base else f"{g} | {sub} | {fin} | {wall} | {rate:.1f} | -", "|", per)
+PY
+}
+
+# Timing interference between neighbouring GPUs: one catalog kernel (2048³ tn f32)
+# benchmarked on GPU 0 (`kaas run --bench`, graph mode) $1 times alone and $1 times while
+# GPUs 1… run back-to-back fp16 matrix products through PyTorch, alternating; medians
+# and speedups over cuBLASLt-autotune-max side by side.
+interfere() {
+    setup_device
+    local rounds="${1:-3}" budget="${2:-1500}" r ngpu
+    OUT="$OUT/interfere"; mkdir -p "$OUT"
+    ngpu="$(nvidia-smi -L | wc -l)"
+    fleet_jobs /tmp/kaas-interfere 64 >/dev/null
+    local X=/tmp/kaas-interfere/f32_tn_2048x2048x2048
+    for ((r = 0; r < rounds; r++)); do
+        CUDA_VISIBLE_DEVICES=0 "$K" run --ptx "$X.ptx" --manifest "$X.json" --bench --budget-ms "$budget" --modes graph --json >"$OUT/alone-$r.json" 2>/dev/null || true
+        local hogs=() i
+        for ((i = 1; i < ngpu; i++)); do
+            CUDA_VISIBLE_DEVICES=$i python3 -c 'import time, torch
+a = torch.randn(8192, 8192, device="cuda", dtype=torch.half); end = time.time() + 600
+while time.time() < end:
+    for _ in range(20): a @ a
+    torch.cuda.synchronize()' >/dev/null 2>&1 & hogs+=($!)
+        done
+        sleep 3
+        nvidia-smi --query-gpu=index,utilization.gpu,power.draw --format=csv,noheader >>"$OUT/busy-util.txt"
+        CUDA_VISIBLE_DEVICES=0 "$K" run --ptx "$X.ptx" --manifest "$X.json" --bench --budget-ms "$budget" --modes graph --json >"$OUT/busy-$r.json" 2>/dev/null || true
+        kill "${hogs[@]}" 2>/dev/null || true; wait "${hogs[@]}" 2>/dev/null || true
+    done
+    python3 - "$OUT" "$rounds" <<'PY'
+import json, statistics, sys
+out, rounds = sys.argv[1], int(sys.argv[2])
+print("neighbours | round | kernel median µs | cuBLASLt-autotune-max µs | speedup")
+for kind in ("alone", "busy"):
+    for r in range(rounds):
+        try:
+            o = json.load(open(f"{out}/{kind}-{r}.json"))
+            b = o["bench"]
+            t = b["timings"]["graph"]["median_us"]
+            sp = b["speedups"]["graph"]["cublaslt_autotune_max"]
+            print(f"{kind} | {r} | {t:.2f} | {t * sp:.2f} | {sp:.3f}")
+        except Exception as e:
+            print(f"{kind} | {r} | unreadable: {e}")
+PY
+}
+
 case "$mode" in
     stage) stage ;;
     profile) profile "$@" ;;
@@ -453,5 +678,10 @@ case "$mode" in
     whole) whole "$@" ;;
     pairs) pairs "$@" ;;
     submit) submit "$@" ;;
+    stage-nvrtc) stage_nvrtc ;;
+    nvrtc) setup_device; nvrtc12 ;;
+    source) source_run "$@" ;;
+    fleet) fleet "$@" ;;
+    interfere) interfere "$@" ;;
     *) echo "usage: $0 stage | e2e | tune ARGS… | profile SHAPE LAYOUT ONLY… | pass LAYOUTS SECONDS [TUNE ARGS…] | whole KERNEL SIZE BUDGET_MS… | pairs DIR BUDGET_MS | verify STATE SECONDS BENCH_MS [TUNE SUBMIT OPTIONS…]" >&2; exit 2 ;;
 esac
