@@ -9,6 +9,8 @@
 #                                          (a plain .dev/run/kaas copied in later wins)
 #                                          (and the GPU test binary with gpu-check.sh:
 #                                          `bash .dev/run/gpu-check.sh remote [FILTER…]`)
+#   scripts/device-run.sh stage-lite       (here) only the release `kaas` (gzipped) and the
+#                                          scripts, for source, fleet and interfere
 #   bash .dev/run/device-run.sh e2e        (device) `kaas serve --workers auto` on SQLite,
 #                                          then `kaas submit` (a correct kernel, one that
 #                                          writes only part of C, a manifest template),
@@ -72,13 +74,19 @@ set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 mode="${1:-stage}"; shift || true
 
-stage() {
+# Only `kaas` (gzipped) and these scripts: enough for e2e-free modes (source, fleet,
+# interfere) and small enough to travel beside .dev/pg or .dev/nvrtc.
+stage_lite() {
     local repo; repo="$(cd "$here/.." && pwd)"; cd "$repo"
     cargo build --release --bin kaas
-    rm -rf .dev/run; mkdir -p .dev/run/e2e
+    rm -rf .dev/run; mkdir -p .dev/run
     cp "${CARGO_TARGET_DIR:-$repo/target}/release/kaas" .dev/run/kaas
-    cp "$here/device-run.sh" .dev/run/device-run.sh
-    cp "$here/source-report.py" .dev/run/source-report.py
+    cp "$here/device-run.sh" "$here/source-report.py" .dev/run/
+}
+
+stage() {
+    local repo; repo="$(cd "$here/.." && pwd)"; cd "$repo"
+    stage_lite; mkdir -p .dev/run/e2e
     # The GPU tests too (3-4 MB), so one staged folder serves both scripts:
     # `bash .dev/run/gpu-check.sh remote [FILTER…]` runs them with this `kaas` as sandbox.
     local gpu_tests
@@ -443,6 +451,11 @@ PY
     done
 }
 
+# The checkout's root, whether this script runs staged (.dev/run/) or from scripts/.
+repo_root() {
+    if [[ "$(basename "$here")" == scripts ]]; then (cd "$here/.." && pwd); else (cd "$here/../.." && pwd); fi
+}
+
 stage_nvrtc() {
     local repo; repo="$(cd "$here/.." && pwd)"; cd "$repo"
     eval "$(bash "$here/cuda-tools.sh" 2>/dev/null)"
@@ -451,7 +464,7 @@ stage_nvrtc() {
     xz -T0 -9 -c "$lib/libnvrtc.so.12" > .dev/nvrtc/libnvrtc.so.12.xz
     gzip -c "$lib"/libnvrtc-builtins.so.12.? > .dev/nvrtc/libnvrtc-builtins.so.12.gz
     tar czf .dev/nvrtc/headers.tgz -C .dev/cuda cutlass/cutlass_library/source/include/cute \
-        cutlass/cutlass_library/source/include/cutlass cccl/nvidia/cuda_cccl/include nvidia/cuda_runtime/include
+        cutlass/cutlass_library/source/include/cutlass cccl/nvidia/cuda_cccl/include nvidia/cuda_runtime/include nvidia/cuda_nvcc/include/crt
     echo "$KAAS_HEADER_SET" > .dev/nvrtc/header_set
     du -sh .dev/nvrtc
 }
@@ -460,7 +473,7 @@ stage_nvrtc() {
 # machine from the carried .dev/nvrtc into .dev/nvrtc12 (ignored, so it stays between
 # calls), then exported as the service's compile environment.
 nvrtc12() {
-    local repo dst; repo="$(cd "$here/../.." && pwd)"; dst="$repo/.dev/nvrtc12"
+    local repo dst; repo="$(repo_root)"; dst="$repo/.dev/nvrtc12"
     if [[ ! -e "$dst/lib/libnvrtc.so.12" ]]; then
         [[ -f "$repo/.dev/nvrtc/libnvrtc.so.12.xz" ]] || { echo "no NVRTC 12 here: stage-nvrtc, then carry .dev/nvrtc" >&2; return 1; }
         mkdir -p "$dst/lib"
@@ -473,7 +486,7 @@ nvrtc12() {
         cp "$repo/.dev/nvrtc/header_set" "$dst/header_set"
     fi
     export LD_LIBRARY_PATH="$dst/lib:${LD_LIBRARY_PATH:-}"
-    export KAAS_CUDA_INCLUDE="$dst/nvidia/cuda_runtime/include:$dst/cccl/nvidia/cuda_cccl/include"
+    export KAAS_CUDA_INCLUDE="$dst/nvidia/cuda_runtime/include:$dst/nvidia/cuda_nvcc/include:$dst/nvidia/cuda_nvcc/include/crt:$dst/cccl/nvidia/cuda_cccl/include"
     export KAAS_CUTLASS_INCLUDE="$dst/cutlass/cutlass_library/source/include"
     KAAS_HEADER_SET="$(cat "$dst/header_set")"; export KAAS_HEADER_SET
     export KAAS_PTXAS="${KAAS_PTXAS:-/usr/local/cuda/bin/ptxas}"
@@ -512,7 +525,7 @@ drain() {
 # port 55432 run as `nobody` where we are root (postgres refuses root). Sets PGBIN and
 # PG_BASE (the URL without a database).
 pg_start() {
-    local repo whl; repo="$(cd "$here/../.." && pwd)"
+    local repo whl; repo="$(repo_root)"
     whl="$(ls "$repo"/.dev/pg/pgserver-*.whl 2>/dev/null | head -n 1)"
     [[ -n "$whl" ]] || { echo "no Postgres here: download the pgserver wheel into .dev/pg (see docs/deployment.md) and carry .dev/pg" >&2; return 1; }
     PGBIN=/tmp/kaas-pginstall/pgserver/pginstall/bin
@@ -541,7 +554,7 @@ pg_stop() {
 # and nn problems of 2^33 FLOP/2 (2048³ and its permutations, no side under 512), so
 # every job costs about the same and the makespan divides evenly over the GPUs.
 fleet_jobs() {
-    local repo; repo="$(cd "$here/../.." && pwd)"
+    local repo; repo="$(repo_root)"
     python3 - "$repo/kernels/h100" "$1" "$2" <<'PY'
 import gzip, json, math, os, sys
 src, dst, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
@@ -640,14 +653,21 @@ interfere() {
         local hogs=() i
         for ((i = 1; i < ngpu; i++)); do
             CUDA_VISIBLE_DEVICES=$i python3 -c 'import time, torch
-a = torch.randn(8192, 8192, device="cuda", dtype=torch.half); end = time.time() + 600
+a = torch.randn(8192, 8192, device="cuda", dtype=torch.half)
+end = time.time() + 600
 while time.time() < end:
-    for _ in range(20): a @ a
-    torch.cuda.synchronize()' >/dev/null 2>&1 & hogs+=($!)
+    for _ in range(20):
+        a @ a
+    torch.cuda.synchronize()' >"$OUT/hog-$r-$i.log" 2>&1 & hogs+=($!)
         done
-        sleep 3
+        # Until every neighbour is busy (PyTorch takes seconds to start), at most 90 s.
+        for _ in $(seq 1 90); do
+            nvidia-smi --query-gpu=index,utilization.gpu --format=csv,noheader,nounits | awk -F', ' '$1 > 0 && $2 < 50 {idle++} END {exit idle > 0}' && break
+            sleep 1
+        done
         nvidia-smi --query-gpu=index,utilization.gpu,power.draw --format=csv,noheader >>"$OUT/busy-util.txt"
         CUDA_VISIBLE_DEVICES=0 "$K" run --ptx "$X.ptx" --manifest "$X.json" --bench --budget-ms "$budget" --modes graph --json >"$OUT/busy-$r.json" 2>/dev/null || true
+        nvidia-smi --query-gpu=index,utilization.gpu,power.draw --format=csv,noheader >>"$OUT/busy-util.txt"
         kill "${hogs[@]}" 2>/dev/null || true; wait "${hogs[@]}" 2>/dev/null || true
     done
     python3 - "$OUT" "$rounds" <<'PY'
@@ -669,6 +689,7 @@ PY
 
 case "$mode" in
     stage) stage ;;
+    stage-lite) stage_lite && gzip -f .dev/run/kaas && du -sh .dev/run ;;
     profile) profile "$@" ;;
     pass) catalog_pass "$@" ;;
     adopt) adopt "$@" ;;
@@ -679,7 +700,7 @@ case "$mode" in
     pairs) pairs "$@" ;;
     submit) submit "$@" ;;
     stage-nvrtc) stage_nvrtc ;;
-    nvrtc) setup_device; nvrtc12 ;;
+    nvrtc) nvrtc12 && echo "NVRTC 12 ready: $(ls -la "$(repo_root)/.dev/nvrtc12/lib")" ;;
     source) source_run "$@" ;;
     fleet) fleet "$@" ;;
     interfere) interfere "$@" ;;

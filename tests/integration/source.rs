@@ -340,3 +340,35 @@ fn kaas_submit_sends_a_cu_file_as_source() {
     assert_eq!(opts.defines.get("TILE").map(String::as_str), Some("128"));
     assert!(opts.fast_math);
 }
+
+/// The example kernels in `examples/source/` compile as the service compiles them, with
+/// the entries their manifest templates name: WMMA (`<mma.h>`, whose `crt/` headers come
+/// from the nvcc wheel), CuTe (CUTLASS's headers) and a plain kernel.
+#[test]
+fn the_example_sources_compile() {
+    if let Some(why) = missing_tools(true) {
+        eprintln!("SKIP: example sources: {why}");
+        return;
+    }
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("examples/source");
+    let mut compiled = Vec::new();
+    for file in std::fs::read_dir(&dir).unwrap() {
+        let path = file.unwrap().path();
+        if path.extension().is_none_or(|e| e != "cu") {
+            continue;
+        }
+        let source = std::fs::read_to_string(&path).unwrap();
+        let template: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(path.with_extension("json")).unwrap()).unwrap();
+        assert_eq!(template["arch"], "sm_90", "{}", path.display());
+        let entries: Vec<String> = template["launches"].as_array().unwrap().iter().map(|l| l["entry"].as_str().unwrap().to_string()).collect();
+        let out = compile::compile_in_sandbox(&source, Arch::Sm90, &CompileOptions::default(), &entries, &limits())
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        for entry in &entries {
+            let kernel = &out.build.kernels[entry];
+            assert!(out.ptx.contains(&format!(".entry {kernel}(")), "{}: {entry} lowered to {kernel}, which the PTX lacks", path.display());
+        }
+        compiled.push(path.file_name().unwrap().to_string_lossy().into_owned());
+    }
+    compiled.sort();
+    assert_eq!(compiled, ["cute_mma_tn.cu", "simt_nn.cu", "wmma_tn.cu"]);
+}
