@@ -103,10 +103,14 @@ impl MigrationTrait for Migration {
         let db = manager.get_connection();
         match manager.get_database_backend() {
             sea_orm::DatabaseBackend::Sqlite => {
+                // Copied aside, recreated with the new columns, copied back (no RENAME:
+                // SQLite refuses renaming onto the name of a table dropped in the same run).
+                db.execute_unprepared(&format!("CREATE TABLE jobs_old AS SELECT {JOB_COLUMNS} FROM jobs")).await?;
+                db.execute_unprepared("DROP TABLE jobs").await?;
                 manager
                     .create_table(
                         Table::create()
-                            .table("jobs_new")
+                            .table("jobs")
                             .col(pk_auto("id"))
                             .col(integer_null("submission_id"))
                             .col(integer_null("manifest_id"))
@@ -132,9 +136,8 @@ impl MigrationTrait for Migration {
                             .to_owned(),
                     )
                     .await?;
-                db.execute_unprepared(&format!("INSERT INTO jobs_new ({JOB_COLUMNS}, kind) SELECT {JOB_COLUMNS}, 'verify' FROM jobs")).await?;
-                db.execute_unprepared("DROP TABLE jobs").await?;
-                db.execute_unprepared("ALTER TABLE jobs_new RENAME TO jobs").await?;
+                db.execute_unprepared(&format!("INSERT INTO jobs ({JOB_COLUMNS}, kind) SELECT {JOB_COLUMNS}, 'verify' FROM jobs_old")).await?;
+                db.execute_unprepared("DROP TABLE jobs_old").await?;
                 for index in [
                     Index::create().name("ix_jobs_claim").table("jobs").col("state").col("priority").col("id").to_owned(),
                     Index::create().name("ix_jobs_submission").table("jobs").col("submission_id").to_owned(),

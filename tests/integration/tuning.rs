@@ -89,8 +89,9 @@ async fn a_problem_asked_by_anyone_is_one_tune_and_one_job(backend: Backend) {
     assert_eq!(items.len(), 2);
     assert!(items.iter().all(|i| i["state"] == "queued" && i["job_id"].is_i64()), "{v}");
     assert_eq!(items[0]["problem"], "sm_90/f32/tn/4096x14336x4096");
-    assert_eq!(items[0]["queue_position"], 1);
-    assert_eq!(items[1]["queue_position"], 2);
+    // Jobs are queued in problem order (16x… before 4096x…), so the second is claimed first.
+    assert_eq!(items[1]["queue_position"], 1);
+    assert_eq!(items[0]["queue_position"], 2);
     assert_eq!(items[0]["tune"], "/v1/tunes/sm_90/f32/tn/4096x14336x4096?device=H100-SXM");
 
     // Bob asks for one of them (spelt as a path) and a new one: the first is shared.
