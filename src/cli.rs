@@ -53,6 +53,10 @@ pub enum Command {
         /// Print the GPUs this process sees (as JSON) and exit.
         #[arg(long)]
         probe: bool,
+        /// Run a tune job instead (a problem to search, verify and benchmark): reads it as
+        /// JSON on stdin, writes its outcome as JSON on stdout, progress on stderr.
+        #[arg(long, conflicts_with = "probe")]
+        tune: bool,
     },
     /// Compile one CUDA C++ source in this process, under memory and CPU limits: reads a
     /// compile job as JSON on stdin, writes its outcome as JSON on stdout. The service
@@ -71,6 +75,14 @@ pub enum Command {
     Submit {
         #[command(flatten)]
         args: crate::client::SubmitArgs,
+        #[command(flatten)]
+        server: crate::client::Server,
+    },
+    /// Ask the service to tune problems (or a workload's) and follow them until each is
+    /// served, baseline_faster, failed or refused.
+    Request {
+        #[command(flatten)]
+        args: crate::client::RequestArgs,
         #[command(flatten)]
         server: crate::client::Server,
     },
@@ -221,7 +233,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             let rt = tokio::runtime::Handle::current();
             tokio::task::spawn_blocking(move || crate::bench::baselines::run_cli(args, rt)).await?
         }
-        Command::Sandbox { probe } => crate::sandbox::sandbox_main(probe),
+        Command::Sandbox { probe, tune } => crate::sandbox::sandbox_main(probe, tune),
         Command::CompileSandbox => tokio::task::spawn_blocking(crate::compile::sandbox_main).await?,
         Command::Compile(args) => tokio::task::spawn_blocking(move || crate::compile::compile_cli(&args)).await?,
         Command::Run(args) => tokio::task::spawn_blocking(move || crate::harness::run_cmd::run_cli(args)).await?,
@@ -244,6 +256,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             crate::work::worker::run(conn, cfg, stop).await
         }
         Command::Submit { args, server } => tokio::task::spawn_blocking(move || crate::client::submit(&server, &args)).await?,
+        Command::Request { args, server } => tokio::task::spawn_blocking(move || crate::client::request(&server, &args)).await?,
         Command::Status { id, json, server } => tokio::task::spawn_blocking(move || crate::client::status(&server, id, json)).await?,
         Command::Cancel { id, server } => tokio::task::spawn_blocking(move || crate::client::cancel(&server, id)).await?,
         Command::Pull { args, server } => tokio::task::spawn_blocking(move || crate::client::pull(&server, &args)).await?,

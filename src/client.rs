@@ -13,6 +13,7 @@ use serde::de::DeserializeOwned;
 use crate::catalog::{KernelView, LeaderboardView, ProblemLeaderboardView};
 use crate::manifest::Manifest;
 use crate::manifest::template::ManifestTemplate;
+use crate::work::tune::TuningRequestView;
 use crate::work::{NewSubmission, SubmissionView};
 
 #[derive(Debug, Clone, Args)]
@@ -366,6 +367,125 @@ pub fn submit(server: &Server, args: &SubmitArgs) -> anyhow::Result<()> {
         bail!("{failed} of {} job(s) did not pass", done.jobs.len());
     }
     Ok(())
+}
+
+#[derive(Debug, Clone, Args)]
+#[command(group(clap::ArgGroup::new("what").required(true).args(["workload", "problem"])))]
+pub struct RequestArgs {
+    /// A workload preset (`GET /v1/workloads`), e.g. llama-3.1-8b: every GEMM of its layer.
+    #[arg(long)]
+    pub workload: Option<String>,
+    /// With --workload: only these token counts; repeat or separate with commas.
+    #[arg(long, value_delimiter = ',', requires = "workload")]
+    pub tokens: Vec<u32>,
+    /// A problem, `tn:MxNxK` or `sm_90/f32/tn/MxNxK`; repeat or separate with commas.
+    #[arg(long, value_delimiter = ',')]
+    pub problem: Vec<String>,
+    /// Arch of problems that name none [server default: sm_90].
+    #[arg(long)]
+    pub arch: Option<String>,
+    /// Accumulator of problems that name none [server default: f32].
+    #[arg(long)]
+    pub acc: Option<String>,
+    /// Device class to tune on [server default: its tuning class].
+    #[arg(long)]
+    pub device: Option<String>,
+    /// Admins: the jobs' priority.
+    #[arg(long)]
+    pub priority: Option<i32>,
+    /// Print the request id and return at once.
+    #[arg(long)]
+    pub no_wait: bool,
+    /// Print the final request as JSON.
+    #[arg(long)]
+    pub json: bool,
+    /// Seconds between polls while waiting.
+    #[arg(long, default_value_t = 2)]
+    pub poll_secs: u64,
+}
+
+/// `kaas request`: asks the service to tune problems, then follows them until every one
+/// is served, baseline_faster, failed or refused.
+pub fn request(server: &Server, args: &RequestArgs) -> anyhow::Result<()> {
+    let client = Client::new(server);
+    let mut body = serde_json::json!({});
+    if let Some(w) = &args.workload {
+        body["workload"] = w.clone().into();
+        if !args.tokens.is_empty() {
+            body["tokens"] = args.tokens.clone().into();
+        }
+    } else {
+        body["problems"] = args.problem.clone().into();
+    }
+    for (key, v) in [("arch", &args.arch), ("acc", &args.acc), ("device", &args.device)] {
+        if let Some(v) = v {
+            body[key] = v.clone().into();
+        }
+    }
+    if let Some(p) = args.priority {
+        body["priority"] = p.into();
+    }
+    let (status, v): (u16, TuningRequestView) = client.post("/v1/tuning-requests", &body)?;
+    let queued = v.items.iter().filter(|i| i.state == "queued").count();
+    eprintln!(
+        "tuning request {}: {} problem(s) on {}, {}{}; {}{}",
+        v.id,
+        v.items.len(),
+        v.device_class,
+        counts_text(&v),
+        if status == 200 { " (nothing new queued)" } else { "" },
+        server.url.trim_end_matches('/'),
+        v.links.self_
+    );
+    if queued > 0 {
+        eprintln!("problems another request queued first share its tune");
+    }
+    if args.no_wait {
+        println!("{}", v.id);
+        return Ok(());
+    }
+    let bar = indicatif::ProgressBar::new(v.items.len() as u64);
+    bar.set_style(indicatif::ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} problems  {wide_msg}").unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()));
+    bar.enable_steady_tick(Duration::from_millis(200));
+    let mut now = v;
+    loop {
+        let settled = now.items.iter().filter(|i| crate::work::tune::state::is_terminal(&i.state)).count();
+        bar.set_position(settled as u64);
+        let current = now.items.iter().find(|i| i.state == "verifying" || i.state == "tuning").or_else(|| now.items.iter().find(|i| i.state == "queued"));
+        let at = current.map(|i| format!(" — {} {}{}", i.problem, i.state, i.queue_position.map(|p| format!(" (#{p} in the queue)")).unwrap_or_default())).unwrap_or_default();
+        bar.set_message(format!("{}{at}", counts_text(&now)));
+        if now.done {
+            break;
+        }
+        std::thread::sleep(Duration::from_secs(args.poll_secs.max(1)));
+        now = client.get(&format!("/v1/tuning-requests/{}", now.id))?;
+    }
+    bar.finish_and_clear();
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&now)?);
+    } else {
+        print!("{}", request_table(&now));
+    }
+    Ok(())
+}
+
+fn counts_text(v: &TuningRequestView) -> String {
+    v.counts.iter().map(|(s, n)| format!("{n} {s}")).collect::<Vec<_>>().join(", ")
+}
+
+/// One line per problem: its state and what to use.
+pub fn request_table(v: &TuningRequestView) -> String {
+    let mut s = String::new();
+    let _ = writeln!(s, "{:<32} {:<28} {:<16} answer", "problem", "in the workload", "state");
+    for i in &v.items {
+        let answer = match i.state.as_str() {
+            "served" => format!("{}{}", i.kernel.clone().unwrap_or_default(), i.speedup.map(|x| format!(" ({x:.3}× cuBLASLt autotuned)")).unwrap_or_default()),
+            "baseline_faster" => i.use_instead.as_ref().map(|b| format!("use {} ({} layout), {:.2} µs", b.library, b.layout, b.median_us)).unwrap_or_default(),
+            _ => i.reason.clone().or_else(|| i.stage.clone()).unwrap_or_default(),
+        };
+        let _ = writeln!(s, "{:<32} {:<28} {:<16} {answer}", i.problem, i.label.clone().unwrap_or_default(), i.state);
+    }
+    s
 }
 
 pub fn status(server: &Server, id: i32, json: bool) -> anyhow::Result<()> {

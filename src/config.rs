@@ -83,6 +83,24 @@ pub struct ServeArgs {
     /// Submission event streams (`/v1/submissions/{id}/events`) one client address may hold open at once [default: 8].
     #[arg(long, env = "KAAS_MAX_EVENT_STREAMS_PER_CLIENT")]
     pub max_event_streams_per_client: Option<usize>,
+    /// Device class a tuning request that names none is tuned on [default: H100-SXM].
+    #[arg(long, env = "KAAS_TUNE_DEVICE_CLASS")]
+    pub tune_device_class: Option<String>,
+    /// The tune job's search budget per problem, in ms (verification and benchmark come after it) [default: 60000].
+    #[arg(long, env = "KAAS_TUNE_BUDGET_MS")]
+    pub tune_budget_ms: Option<u64>,
+    /// Tunes one submitter's requests may have queued or running at once; admins are exempt [default: 128].
+    #[arg(long, env = "KAAS_MAX_OPEN_TUNES")]
+    pub max_open_tunes: Option<u64>,
+    /// Let a kernel lookup that finds nothing queue a tune of its problem itself (anonymous, rate-limited and capped) [default: false].
+    #[arg(long, env = "KAAS_TUNE_ON_MISS")]
+    pub tune_on_miss: Option<bool>,
+    /// Tunes kernel lookups may queue per minute, all replicas together [default: 10].
+    #[arg(long, env = "KAAS_TUNE_ON_MISS_PER_MINUTE")]
+    pub tune_on_miss_per_minute: Option<u64>,
+    /// Tunes queued by kernel lookups that may be open at once [default: 32].
+    #[arg(long, env = "KAAS_TUNE_ON_MISS_MAX_OPEN")]
+    pub tune_on_miss_max_open: Option<u64>,
     /// GPU workers to run in this process: `auto` (one per GPU the driver sees), or a number (0: none) [default: 0].
     #[arg(long, env = "KAAS_WORKERS")]
     pub workers: Option<String>,
@@ -175,6 +193,12 @@ pub struct FileSettings {
     pub max_artifact_bytes: Option<usize>,
     pub max_queued_jobs: Option<u64>,
     pub max_event_streams_per_client: Option<usize>,
+    pub tune_device_class: Option<String>,
+    pub tune_budget_ms: Option<u64>,
+    pub max_open_tunes: Option<u64>,
+    pub tune_on_miss: Option<bool>,
+    pub tune_on_miss_per_minute: Option<u64>,
+    pub tune_on_miss_max_open: Option<u64>,
     pub workers: Option<String>,
     pub signing_key_file: Option<PathBuf>,
     #[serde(default)]
@@ -257,6 +281,15 @@ impl ServeArgs {
                     .unwrap_or(d.max_event_streams_per_client)
                     .max(1),
                 signing_key: self.signing_key_file.clone().or(file.signing_key_file).map(|p| crate::signing::KeyPair::from_file(&p)).transpose()?,
+                tune: crate::work::tune::TuneLimits {
+                    device_class: self.tune_device_class.clone().or(file.tune_device_class).unwrap_or(d.tune.device_class.clone()),
+                    budget_ms: self.tune_budget_ms.or(file.tune_budget_ms).unwrap_or(d.tune.budget_ms).clamp(1000, d.tune.max_budget_ms),
+                    max_open_per_submitter: self.max_open_tunes.or(file.max_open_tunes).unwrap_or(d.tune.max_open_per_submitter),
+                    on_miss: self.tune_on_miss.or(file.tune_on_miss).unwrap_or(d.tune.on_miss),
+                    on_miss_per_minute: self.tune_on_miss_per_minute.or(file.tune_on_miss_per_minute).unwrap_or(d.tune.on_miss_per_minute),
+                    on_miss_max_open: self.tune_on_miss_max_open.or(file.tune_on_miss_max_open).unwrap_or(d.tune.on_miss_max_open),
+                    ..d.tune.clone()
+                },
             },
             workers: self.workers.clone().or(file.workers).map(|w| w.parse::<WorkerCount>()).transpose().map_err(anyhow::Error::msg)?.unwrap_or(WorkerCount::Fixed(0)),
             worker: self.worker.resolve(&file.worker),

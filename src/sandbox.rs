@@ -23,6 +23,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::gpu::{self, DeviceFacts, Gpu};
 use crate::harness::{BenchSettings, Job, RunOutcome, bench_candidate, verify_candidate};
+use crate::tuner::ondemand::{TuneJob, TuneOutcome};
 use crate::verify::Verdict;
 
 /// Environment variable naming the executable to spawn as the sandbox (it is run with
@@ -117,13 +118,32 @@ pub fn run_with_cancel(cmd: &SandboxCommand, job: &Job, wall_limit: Duration, ca
         Ok(v) => v,
         Err(e) => return RunOutcome::early(Verdict::InternalError, SANDBOX, format!("cannot serialise the job: {e}")),
     };
-    let spawned = cmd.command().stdin(Stdio::piped()).spawn();
-    let mut child = match spawned {
-        Ok(c) => c,
-        Err(e) => {
-            return RunOutcome::early(Verdict::InternalError, SANDBOX, format!("cannot start the sandbox `{}`: {e}", cmd.program.display()));
-        }
+    let (exit, stdout, stderr) = match run_child(cmd, None, input, wall_limit, cancel, None) {
+        Ok(ended) => ended,
+        Err(early) => return early,
     };
+    let mut outcome = judge(exit, &stdout, &stderr, wall_limit);
+    if outcome.duration_ms == 0.0 {
+        outcome.duration_ms = started.elapsed().as_secs_f64() * 1e3;
+    }
+    outcome
+}
+
+/// Called with each chunk the child writes on stderr, as it comes.
+pub type StderrWatch = Box<dyn FnMut(&[u8]) + Send>;
+
+/// Spawns `cmd` (with `arg` added), writes `input` on its stdin, and waits for it until
+/// `wall_limit` or `cancel`; how it ended, its stdout and the tail of its stderr.
+fn run_child(cmd: &SandboxCommand, arg: Option<&str>, input: Vec<u8>, wall_limit: Duration, cancel: &AtomicBool, watch: Option<StderrWatch>) -> Result<(Exit, Vec<u8>, Vec<u8>), RunOutcome> {
+    let started = Instant::now();
+    let mut command = cmd.command();
+    if let Some(a) = arg {
+        command.arg(a);
+    }
+    let mut child = command
+        .stdin(Stdio::piped())
+        .spawn()
+        .map_err(|e| RunOutcome::early(Verdict::InternalError, SANDBOX, format!("cannot start the sandbox `{}`: {e}", cmd.program.display())))?;
     // Feed stdin from its own thread: a child that never reads must not block us.
     let stdin = child.stdin.take();
     std::thread::spawn(move || {
@@ -133,17 +153,77 @@ pub fn run_with_cancel(cmd: &SandboxCommand, job: &Job, wall_limit: Duration, ca
         }
     });
     let out = Capture::stdout(child.stdout.take());
-    let err = Capture::stderr(child.stderr.take());
+    let err = Capture::start_watched(child.stderr.take(), STDERR_TAIL, true, watch);
     let exit = wait(&mut child, started + wall_limit, cancel);
     // The pipes close when the child is gone; a grandchild holding them open only costs
     // this grace period.
     let stdout = out.finish(Duration::from_secs(2));
     let stderr = err.finish(Duration::from_millis(500));
-    let mut outcome = judge(exit, &stdout, &stderr, wall_limit);
-    if outcome.duration_ms == 0.0 {
-        outcome.duration_ms = started.elapsed().as_secs_f64() * 1e3;
+    Ok((exit, stdout, stderr))
+}
+
+/// Runs a tune job in a `kaas sandbox --tune` child spawned from `cmd`, killed after
+/// `wall_limit` or when `cancel` is set. `progress` gets each `kaas-progress` line's
+/// stage and detail as the child writes it. A child that ends without a result gets the
+/// verdict a verify job's child would (crashed, timeout), with no winner.
+pub fn run_tune_with_cancel(
+    cmd: &SandboxCommand,
+    job: &TuneJob,
+    wall_limit: Duration,
+    cancel: &AtomicBool,
+    progress: Arc<Mutex<Option<(String, String)>>>,
+) -> TuneOutcome {
+    let started = Instant::now();
+    let input = match serde_json::to_vec(job) {
+        Ok(v) => v,
+        Err(e) => return TuneOutcome::without_winner(RunOutcome::early(Verdict::InternalError, SANDBOX, format!("cannot serialise the tune job: {e}")), Default::default()),
+    };
+    let mut line = Vec::new();
+    let watch: StderrWatch = Box::new(move |chunk: &[u8]| {
+        for &b in chunk {
+            if b != b'\n' {
+                // A progress line is short; anything longer is not one.
+                if line.len() < 4096 {
+                    line.push(b);
+                }
+                continue;
+            }
+            let text = String::from_utf8_lossy(&line).to_string();
+            line.clear();
+            if let Some(rest) = text.strip_prefix(crate::tuner::ondemand::PROGRESS) {
+                let (stage, detail) = rest.split_once(' ').unwrap_or((rest, ""));
+                if let Ok(mut p) = progress.lock() {
+                    *p = Some((stage.to_string(), detail.to_string()));
+                }
+            }
+        }
+    });
+    let (exit, stdout, stderr) = match run_child(cmd, Some("--tune"), input, wall_limit, cancel, Some(watch)) {
+        Ok(ended) => ended,
+        Err(early) => return TuneOutcome::without_winner(early, Default::default()),
+    };
+    let mut outcome = judge_tune(exit, &stdout, &stderr, wall_limit);
+    if outcome.run.duration_ms == 0.0 {
+        outcome.run.duration_ms = started.elapsed().as_secs_f64() * 1e3;
     }
     outcome
+}
+
+/// A tune child's result: the [`TuneOutcome`] it wrote (whole stdout, or its last line)
+/// unless the caller cancelled it; else what [`judge`] makes of how it ended.
+fn judge_tune(exit: Exit, stdout: &[u8], stderr: &[u8], wall_limit: Duration) -> TuneOutcome {
+    let written = {
+        let text = String::from_utf8_lossy(stdout);
+        let text = text.trim();
+        serde_json::from_str::<TuneOutcome>(text)
+            .ok()
+            .or_else(|| text.lines().rev().find(|l| !l.trim().is_empty()).and_then(|l| serde_json::from_str::<TuneOutcome>(l).ok()))
+    };
+    let ended = matches!(exit, Exit::Finished(_) | Exit::TimedOut);
+    match written {
+        Some(o) if ended => o,
+        _ => TuneOutcome::without_winner(judge(exit, stdout, stderr, wall_limit), Default::default()),
+    }
 }
 
 pub(crate) fn wait(child: &mut Child, deadline: Instant, cancel: &AtomicBool) -> Exit {
@@ -188,8 +268,14 @@ impl Capture {
         Capture::start(pipe, STDERR_TAIL, true)
     }
 
+
     /// Keeps the first `limit` bytes, or with `tail` the last `limit` bytes.
     pub(crate) fn start(pipe: Option<impl Read + Send + 'static>, limit: usize, tail: bool) -> Capture {
+        Capture::start_watched(pipe, limit, tail, None)
+    }
+
+    /// [`Capture::start`], and `watch` sees every chunk as it is read.
+    fn start_watched(pipe: Option<impl Read + Send + 'static>, limit: usize, tail: bool, mut watch: Option<StderrWatch>) -> Capture {
         let buf = Arc::new(Mutex::new(Vec::new()));
         let thread = pipe.map(|mut pipe| {
             let buf = buf.clone();
@@ -200,6 +286,9 @@ impl Capture {
                         Ok(0) | Err(_) => break,
                         Ok(n) => n,
                     };
+                    if let Some(w) = watch.as_mut() {
+                        w(&chunk[..n]);
+                    }
                     let Ok(mut b) = buf.lock() else { break };
                     if tail {
                         b.extend_from_slice(&chunk[..n]);
@@ -364,11 +453,14 @@ fn exit_with_parent() {
 /// `kaas sandbox`: one job from stdin, its outcome on stdout. Every failure, including a
 /// malformed job, is an outcome; the process exits 0 whenever it could write one. With
 /// `--probe`, prints the GPUs it sees instead.
-pub fn sandbox_main(probe_only: bool) -> anyhow::Result<()> {
+pub fn sandbox_main(probe_only: bool, tune: bool) -> anyhow::Result<()> {
     exit_with_parent();
     if probe_only {
         println!("{}", serde_json::to_string(&probe())?);
         return Ok(());
+    }
+    if tune {
+        return tune_main();
     }
     let mut text = String::new();
     let outcome = match std::io::stdin().take(MAX_JOB_BYTES + 1).read_to_string(&mut text) {
@@ -390,6 +482,57 @@ pub fn sandbox_main(probe_only: bool) -> anyhow::Result<()> {
         gpu::exit_now(0);
     }
     Ok(())
+}
+
+/// `kaas sandbox --tune`: one [`TuneJob`] from stdin, its [`TuneOutcome`] on stdout,
+/// progress lines on stderr.
+fn tune_main() -> anyhow::Result<()> {
+    let mut text = String::new();
+    let outcome = match std::io::stdin().take(MAX_JOB_BYTES + 1).read_to_string(&mut text) {
+        Err(e) => TuneOutcome::without_winner(RunOutcome::early(Verdict::InternalError, SANDBOX, format!("cannot read the tune job from stdin: {e}")), Default::default()),
+        Ok(n) if n as u64 > MAX_JOB_BYTES => {
+            TuneOutcome::without_winner(RunOutcome::early(Verdict::InternalError, SANDBOX, format!("the tune job is larger than {MAX_JOB_BYTES} bytes")), Default::default())
+        }
+        Ok(_) => match serde_json::from_str::<TuneJob>(&text) {
+            Err(e) => TuneOutcome::without_winner(RunOutcome::early(Verdict::InternalError, SANDBOX, format!("the tune job is not valid JSON: {e}")), Default::default()),
+            Ok(job) => run_tune_job(&job),
+        },
+    };
+    let line = serde_json::to_string(&outcome)?;
+    let mut stdout = std::io::stdout().lock();
+    writeln!(stdout, "{line}")?;
+    stdout.flush()?;
+    if outcome.run.device_lost {
+        gpu::exit_now(0);
+    }
+    Ok(())
+}
+
+fn run_tune_job(job: &TuneJob) -> TuneOutcome {
+    let failed = |why: String| TuneOutcome::without_winner(RunOutcome::early(Verdict::InternalError, SANDBOX, why), Default::default());
+    if let Err(why) = gpu::available() {
+        return failed(format!("no GPU: {why}"));
+    }
+    let gpu = match Gpu::open(0) {
+        Ok(g) => g,
+        Err(e) => return failed(format!("cannot open the GPU: {e}")),
+    };
+    let mut progress = |stage: &str, detail: &str| {
+        let mut err = std::io::stderr().lock();
+        let _ = writeln!(err, "{}{stage} {}", crate::tuner::ondemand::PROGRESS, detail.replace('\n', " "));
+        let _ = err.flush();
+    };
+    let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| crate::tuner::ondemand::run(&gpu, job, &mut progress)));
+    let outcome = ran.unwrap_or_else(|panic| {
+        let what = panic.downcast_ref::<String>().cloned().or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string())).unwrap_or_default();
+        let mut o = RunOutcome::early(Verdict::InternalError, SANDBOX, format!("the tuner panicked: {what}"));
+        o.device = Some(gpu.facts().clone());
+        TuneOutcome::without_winner(o, Default::default())
+    });
+    if outcome.run.device_lost {
+        std::mem::forget(gpu);
+    }
+    outcome
 }
 
 fn run_job(job: &Job) -> RunOutcome {

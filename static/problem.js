@@ -3,7 +3,7 @@
 // downloads and the `kaas pull` command.
 
 import {
-  h, api, query, us, ci, times, tflops, num, baselineName, submitterHref, problemHref, submissionHref, commandBox, pullCommand, table,
+  h, api, fresh, query, us, ci, times, tflops, num, baselineName, submitterHref, problemHref, submissionHref, commandBox, pullCommand, table,
   ApiError, DEFAULT_BASELINE, MODES,
 } from './lib.js';
 
@@ -114,12 +114,47 @@ function ranking(rows, kernel, device) {
   ], rows, (r) => ({ class: r.run_id === current ? 'current' : null, 'data-run': r.run_id })));
 }
 
+/// The problem's tune on `device`, if it was ever asked for (`null` when not).
+async function tuneOf(path, device) {
+  try {
+    return await fresh(`/v1/tunes/${path}${query({ device })}`);
+  } catch (e) {
+    return null;
+  }
+}
+
+/// A requested problem's state and its search trace: each code tried, its time, and the
+/// codes verified.
+function tuneSection(t) {
+  if (!t) return null;
+  const where = t.queue_position ? ` (#${t.queue_position} in the queue)` : '';
+  const trace = t.trace;
+  return h('div', { id: 'tune' },
+    h('h2', {}, 'Tuning'),
+    h('p', { id: 'tune-state', 'data-state': t.state }, `Requested tune on ${t.device_class}: `, h('strong', {}, t.state), where,
+      t.stage && !['served', 'baseline_faster', 'failed'].includes(t.state) ? ` — ${t.stage}` : '', t.message ? `. ${t.message}` : ''),
+    trace && trace.tried && trace.tried.length ? table(`Search trace: ${trace.tried.length} codes tried in ${(trace.search_ms / 1000).toFixed(1)} s (stopped: ${trace.stopped}), against ${trace.reference} at ${us(trace.reference_us)}`, [
+      { label: '#', num: true, header: true, cell: (r) => String(r.i + 1) },
+      { label: 'Code', cell: (r) => h('code', {}, r.code) },
+      { label: 'Time', num: true, cell: (r) => (r.us ? us(r.us) : (r.error || 'failed')) },
+      { label: 'vs reference', num: true, cell: (r) => times(r.reward) },
+      { label: 'Seeded', cell: (r) => (r.seeded ? 'yes' : '') },
+      { label: 'At', num: true, cell: (r) => `${(r.at_ms / 1000).toFixed(1)} s` },
+    ], trace.tried.map((r, i) => ({ ...r, i }))) : null,
+    trace && trace.verified && trace.verified.length ? table('Verified', [
+      { label: 'Code', header: true, cell: (r) => h('code', {}, r.code) },
+      { label: 'Verdict', cell: (r) => r.verdict },
+      { label: 'Message', cell: (r) => r.message },
+    ], trace.verified) : null);
+}
+
 export async function problem(rest, params) {
   const p = parsePath(rest);
   if (!p) return { title: 'Not a problem', node: h('div', {}, h('h1', {}, 'Not a problem address'), h('p', {}, 'Expected #/problem/ARCH/ACC/LAYOUT/MxNxK.')) };
   const asked = params.get('device');
   const [board, answer] = await Promise.all([api(`/v1/leaderboard/${p.path}`), kernelOrReason(p.path, asked)]);
   const kernel = answer.kernel;
+  const tune = await tuneOf(p.path, asked || (kernel && kernel.device_class) || (answer.reason && answer.reason.body.device_class));
   const reasonDevice = answer.reason && answer.reason.body.device_class;
   // The answer names the canonical class of what was asked (`h200` → `H200`); a
   // stand-in's kernel (`fallback`) is for the class asked, not the one it ran on.
@@ -167,6 +202,7 @@ export async function problem(rest, params) {
     h('div', { class: 'controls' }, picker),
     h('h2', {}, 'Ranking'), device ? ranking(board.rows.filter((r) => r.device_class === device), kernel, device) : null,
     h('h2', {}, 'Catalog kernel'), entry,
+    tuneSection(tune),
     h('h2', {}, fallback ? `Baselines on ${fallback.measured_on}` : 'Baselines'), kernel ? baselinesTable(kernel.baselines) : h('p', { class: 'muted' }, 'The baseline table comes with a catalog kernel; the fastest baseline is named above.'));
   return { title, node };
 }

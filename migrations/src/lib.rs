@@ -9,6 +9,7 @@ mod m20261122_000003_queue;
 mod m20261127_000004_service_state;
 mod m20261127_000005_signing_keys;
 mod m20261127_000006_source_builds;
+mod m20261201_000007_tuning;
 
 pub struct Migrator;
 
@@ -20,6 +21,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261127_000004_service_state::Migration),
             Box::new(m20261127_000005_signing_keys::Migration),
             Box::new(m20261127_000006_source_builds::Migration),
+            Box::new(m20261201_000007_tuning::Migration),
         ]
     }
 }

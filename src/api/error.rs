@@ -46,6 +46,13 @@ pub enum ApiError {
     ArtifactTooLarge(String),
     #[error("{0}")]
     QuotaExceeded(String),
+    /// A problem of a tuning request outside the service's limits, or a list it cannot
+    /// take (too long, a problem twice); the message names the item.
+    #[error("{0}")]
+    InvalidProblem(String),
+    /// A tuning request names a workload that is not a preset.
+    #[error("{0}")]
+    UnknownWorkload(String),
     #[error("{0}")]
     Conflict(String),
     #[error("{0}")]
@@ -99,6 +106,8 @@ impl ApiError {
             StaticInvalid(_) => ("static_invalid", StatusCode::UNPROCESSABLE_ENTITY, "The PTX does not match its manifests"),
             ArtifactTooLarge(_) => ("artifact_too_large", StatusCode::PAYLOAD_TOO_LARGE, "Artifact over the size quota"),
             QuotaExceeded(_) => ("quota_exceeded", StatusCode::TOO_MANY_REQUESTS, "Quota exceeded"),
+            InvalidProblem(_) => ("invalid_problem", StatusCode::UNPROCESSABLE_ENTITY, "A problem the service cannot take"),
+            UnknownWorkload(_) => ("unknown_workload", StatusCode::UNPROCESSABLE_ENTITY, "Unknown workload"),
             Conflict(_) => ("conflict", StatusCode::CONFLICT, "Conflict"),
             NotFound(_) => ("not_found", StatusCode::NOT_FOUND, "Not found"),
             KernelNotFound { .. } => ("kernel_not_found", StatusCode::NOT_FOUND, "No kernel for this problem"),

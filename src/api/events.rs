@@ -16,6 +16,9 @@
 //!
 //! Other replicas' and workers' writes are seen through the poll, so no cross-process
 //! notification is needed (Postgres LISTEN/NOTIFY would only shorten the delay).
+//!
+//! Tuning requests (`/v1/tuning-requests/{id}/events`) are fed the same way, their
+//! change marks being their tunes' and open jobs' states and stages.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -53,7 +56,7 @@ type Channel = watch::Receiver<Arc<Snapshot>>;
 pub struct Events {
     /// A receiver of each running feed (to subscribe new viewers from). Invariant: a
     /// feed's task removes its entry, under this lock, before it stops publishing.
-    feeds: Mutex<HashMap<i32, Channel>>,
+    feeds: Mutex<HashMap<Watched, Channel>>,
     /// Open streams per client address.
     clients: Mutex<HashMap<IpAddr, usize>>,
     max_per_client: usize,
@@ -81,28 +84,60 @@ fn event(name: &str, data: &str, id: u64) -> Bytes {
     Bytes::from(format!("id: {id}\nevent: {name}\ndata: {data}\n\n"))
 }
 
-/// The change marks of a submission's jobs: what a feed compares between polls.
-type Marks = Vec<(i32, String, Option<String>, Option<i32>, chrono::DateTime<chrono::Utc>)>;
-
-async fn marks(state: &AppState, id: i32) -> Result<Marks, sea_orm::DbErr> {
-    state.metrics.event_reads.with_label_values(&["marks"]).inc();
-    job::Entity::find()
-        .select_only()
-        .columns([job::Column::Id, job::Column::State, job::Column::Stage, job::Column::RunId, job::Column::UpdatedAt])
-        .filter(job::Column::SubmissionId.eq(id))
-        .order_by_asc(job::Column::Id)
-        .into_tuple()
-        .all(&state.db)
-        .await
+/// What a feed follows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Watched {
+    Submission(i32),
+    TuningRequest(i32),
 }
 
-/// The whole view, signed, as a snapshot numbered `seq`; `None`: no such submission.
-async fn snapshot(state: &AppState, id: i32, seq: u64) -> Result<Option<(Snapshot, String)>, ApiError> {
+impl Watched {
+    fn missing(self) -> ApiError {
+        match self {
+            Watched::Submission(id) => ApiError::NotFound(format!("no submission {id}")),
+            Watched::TuningRequest(id) => ApiError::NotFound(format!("no tuning request {id}")),
+        }
+    }
+}
+
+/// The change marks of what a feed follows (a submission's jobs; a request's tunes and
+/// their open jobs), as text: what a feed compares between polls.
+type Marks = String;
+
+async fn marks(state: &AppState, what: Watched) -> Result<Marks, sea_orm::DbErr> {
+    state.metrics.event_reads.with_label_values(&["marks"]).inc();
+    match what {
+        Watched::Submission(id) => {
+            let rows: Vec<(i32, String, Option<String>, Option<i32>, chrono::DateTime<chrono::Utc>)> = job::Entity::find()
+                .select_only()
+                .columns([job::Column::Id, job::Column::State, job::Column::Stage, job::Column::RunId, job::Column::UpdatedAt])
+                .filter(job::Column::SubmissionId.eq(id))
+                .order_by_asc(job::Column::Id)
+                .into_tuple()
+                .all(&state.db)
+                .await?;
+            Ok(format!("{rows:?}"))
+        }
+        Watched::TuningRequest(id) => Ok(format!("{:?}", crate::work::tune::marks(&state.db, id).await?)),
+    }
+}
+
+/// The whole view (signed, for a submission) as a snapshot numbered `seq`; `None`: no
+/// such submission or request.
+async fn snapshot(state: &AppState, what: Watched, seq: u64) -> Result<Option<(Snapshot, String)>, ApiError> {
     state.metrics.event_reads.with_label_values(&["view"]).inc();
-    let Some(mut v) = crate::work::submit::view(&state.db, id).await? else { return Ok(None) };
-    state.sign_submission(&mut v).await?;
-    let text = serde_json::to_string(&v).map_err(|e| ApiError::Internal(e.to_string()))?;
-    let done = v.finished().then(|| event("done", &text, seq + 1));
+    let (text, finished) = match what {
+        Watched::Submission(id) => {
+            let Some(mut v) = crate::work::submit::view(&state.db, id).await? else { return Ok(None) };
+            state.sign_submission(&mut v).await?;
+            (serde_json::to_string(&v).map_err(|e| ApiError::Internal(e.to_string()))?, v.finished())
+        }
+        Watched::TuningRequest(id) => {
+            let Some(v) = crate::work::tune::view(&state.db, id).await? else { return Ok(None) };
+            (serde_json::to_string(&v).map_err(|e| ApiError::Internal(e.to_string()))?, v.finished())
+        }
+    };
+    let done = finished.then(|| event("done", &text, seq + 1));
     Ok(Some((Snapshot { seq, event: event("snapshot", &text, seq), done }, text)))
 }
 
@@ -135,10 +170,15 @@ pub fn admit(state: &Arc<AppState>, ip: IpAddr) -> Result<StreamSlot, ApiError> 
 /// A receiver of submission `id`'s feed, starting the feed if none runs (its first read
 /// answers 404 for an unknown submission).
 pub async fn subscribe(state: &Arc<AppState>, id: i32) -> Result<Channel, ApiError> {
+    subscribe_to(state, Watched::Submission(id)).await
+}
+
+/// A receiver of the feed of `id`, starting it if none runs (404 for an unknown one).
+pub async fn subscribe_to(state: &Arc<AppState>, id: Watched) -> Result<Channel, ApiError> {
     if let Some(rx) = state.events.feeds.lock().unwrap_or_else(|e| e.into_inner()).get(&id) {
         return Ok(rx.clone());
     }
-    let (first, _) = snapshot(state, id, 1).await?.ok_or_else(|| ApiError::NotFound(format!("no submission {id}")))?;
+    let (first, _) = snapshot(state, id, 1).await?.ok_or_else(|| id.missing())?;
     let finished = first.done.is_some();
     let (tx, rx) = watch::channel(Arc::new(first));
     if finished {
@@ -159,7 +199,7 @@ pub async fn subscribe(state: &Arc<AppState>, id: i32) -> Result<Channel, ApiErr
 
 /// Removes feed `id` if no viewer holds it (the map's own receiver is the one left);
 /// true when removed, and the feed must stop.
-fn retire_if_unwatched(state: &AppState, id: i32, tx: &watch::Sender<Arc<Snapshot>>) -> bool {
+fn retire_if_unwatched(state: &AppState, id: Watched, tx: &watch::Sender<Arc<Snapshot>>) -> bool {
     let mut feeds = state.events.feeds.lock().unwrap_or_else(|e| e.into_inner());
     if tx.receiver_count() <= 1 {
         feeds.remove(&id);
@@ -168,7 +208,7 @@ fn retire_if_unwatched(state: &AppState, id: i32, tx: &watch::Sender<Arc<Snapsho
     false
 }
 
-async fn run_feed(state: Arc<AppState>, id: i32, tx: watch::Sender<Arc<Snapshot>>) {
+async fn run_feed(state: Arc<AppState>, id: Watched, tx: watch::Sender<Arc<Snapshot>>) {
     let mut seq = 1u64;
     let mut last_marks: Option<Marks> = None;
     let mut last_text: Option<String> = None;
@@ -181,7 +221,7 @@ async fn run_feed(state: Arc<AppState>, id: i32, tx: watch::Sender<Arc<Snapshot>
             Ok(m) => m,
             // A database outage: keep the viewers, try again at the next poll.
             Err(e) => {
-                tracing::debug!(error = %e, id, "event feed: cannot read change marks");
+                tracing::debug!(error = %e, ?id, "event feed: cannot read change marks");
                 continue;
             }
         };
@@ -258,3 +298,23 @@ pub fn stream(mut rx: Channel, slot: StreamSlot) -> impl futures_util::Stream<It
         }
     })
 }
+
+/// The `text/event-stream` response of one viewer (see [`stream`]).
+pub fn response(rx: Channel, slot: StreamSlot) -> actix_web::HttpResponse {
+    use actix_web::http::header;
+    actix_web::HttpResponse::Ok()
+        .insert_header((header::CONTENT_TYPE, "text/event-stream"))
+        .insert_header((header::CACHE_CONTROL, "no-store"))
+        .insert_header(("X-Accel-Buffering", "no"))
+        .streaming(stream(rx, slot))
+}
+
+/// Admits a viewer from `req`'s address (counted by the connection's address: a header
+/// would let a client pick its own) and subscribes it to `what`'s feed.
+pub async fn open(req: &actix_web::HttpRequest, state: &Arc<AppState>, what: Watched) -> Result<actix_web::HttpResponse, ApiError> {
+    let ip = req.peer_addr().map(|a| a.ip()).unwrap_or(IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED));
+    let slot = admit(state, ip)?;
+    let rx = subscribe_to(state, what).await?;
+    Ok(response(rx, slot))
+}
+

@@ -43,6 +43,8 @@ pub struct ApiSettings {
     pub signing_key: Option<crate::signing::KeyPair>,
     /// Submission event streams one client address may hold open at once.
     pub max_event_streams_per_client: usize,
+    /// Tuning requests: limits, defaults, and whether a kernel lookup's miss queues a tune.
+    pub tune: crate::work::tune::TuneLimits,
 }
 
 impl Default for ApiSettings {
@@ -57,6 +59,7 @@ impl Default for ApiSettings {
             quotas: crate::work::submit::Quotas::default(),
             signing_key: None,
             max_event_streams_per_client: 8,
+            tune: Default::default(),
         }
     }
 }

@@ -6,7 +6,7 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 use utoipa_swagger_ui::SwaggerUi;
 
-use super::routes::{artifacts, catalog, overview, signing, submissions, system, workloads};
+use super::routes::{artifacts, catalog, overview, signing, submissions, system, tuning, workloads};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -22,12 +22,14 @@ use super::routes::{artifacts, catalog, overview, signing, submissions, system, 
         workloads::list, workloads::get,
         artifacts::get_artifact, artifacts::upload_artifact,
         submissions::create, submissions::list, submissions::get, submissions::events, submissions::cancel, submissions::remove,
+        tuning::create, tuning::get, tuning::events, tuning::get_tune,
     ),
     modifiers(&BearerAuth),
     tags(
         (name = "catalog", description = "Problems, best kernels and their PTX"),
         (name = "artifacts", description = "Content-addressed PTX"),
         (name = "submissions", description = "Submit kernels, follow their verification and benchmark, cancel or delete them"),
+        (name = "tuning", description = "Ask the service to tune problems (or a workload's), follow the tunes, read their search traces"),
         (name = "leaderboard", description = "Rankings of submitters and runs"),
         (name = "system", description = "Health, metrics, identity, signing keys"),
     )

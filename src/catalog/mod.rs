@@ -129,7 +129,7 @@ fn beaten(speedups: &Option<serde_json::Value>) -> Vec<String> {
 }
 
 /// `Some(true)` when every baseline in the table was beaten; `None` when not benchmarked.
-fn beats_all(speedups: &Option<serde_json::Value>) -> Option<bool> {
+pub(crate) fn beats_all(speedups: &Option<serde_json::Value>) -> Option<bool> {
     let Some(serde_json::Value::Object(map)) = speedups else { return None };
     if map.is_empty() {
         return None;
@@ -138,7 +138,7 @@ fn beats_all(speedups: &Option<serde_json::Value>) -> Option<bool> {
 }
 
 /// The current catalog entries: the newest row per (device class, problem).
-async fn current_entries<C: ConnectionTrait>(db: &C) -> Result<Vec<catalog_entry::Model>, DbErr> {
+pub(crate) async fn current_entries<C: ConnectionTrait>(db: &C) -> Result<Vec<catalog_entry::Model>, DbErr> {
     Ok(newest_entries(catalog_entry::Entity::find().order_by_asc(catalog_entry::Column::Id).all(db).await?))
 }
 
@@ -272,7 +272,7 @@ pub async fn baselines_for<C: ConnectionTrait>(db: &C, problem_id: i32, device: 
 }
 
 /// The fastest graph-mode baseline in a table.
-fn fastest_baseline(table: &[BaselineView]) -> Option<BaselineView> {
+pub(crate) fn fastest_baseline(table: &[BaselineView]) -> Option<BaselineView> {
     table.iter().filter(|b| b.mode == "graph").min_by(|a, b| a.median_us.total_cmp(&b.median_us)).cloned()
 }
 

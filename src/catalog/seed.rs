@@ -9,6 +9,9 @@
 //!   together import once; the others find the row and go on.
 //! - Entries already current in the database (from `kaas import`, or from a start before
 //!   the row existed) are kept: the seed adds what is missing and never replaces a kernel.
+//! - A bundle directory the row does not list (shipped after the first start, e.g. a
+//!   tuned workload bundle) is imported at the next start, all or nothing, and added to
+//!   the row; bundles listed are never read again.
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -58,16 +61,24 @@ pub async fn marker<C: ConnectionTrait>(db: &C) -> Result<Option<SeedRecord>, Db
 /// while the database holds no catalog.
 pub async fn seed(db: &DatabaseConnection, dir: &Path) -> Result<Seeded, BundleError> {
     let present = dir.is_dir();
+    let name_of = |d: &Path| d.strip_prefix(dir).ok().map(|p| p.display().to_string()).filter(|p| !p.is_empty()).unwrap_or_else(|| ".".into());
+    // Bundles recorded as imported already; a later release may ship more (a tuned
+    // workload bundle beside the grid), which are imported once, the same way.
+    let mut before: Vec<String> = vec![];
     if let Some(done) = marker(db).await? {
         let nothing_yet = done.bundles.is_empty() && present && super::is_empty(db).await?;
         if !nothing_yet {
-            return Ok(Seeded::Already(done));
+            let shipped_since = if present { bundle::tree_dirs(dir)?.into_iter().filter(|d| !done.bundles.contains(&name_of(d))).collect() } else { vec![] };
+            if shipped_since.is_empty() {
+                return Ok(Seeded::Already(done));
+            }
+            before = done.bundles.clone();
         }
     }
     // Everything is read and checked before the transaction starts.
-    let bundles = if present { bundle::read_tree(dir)? } else { vec![] };
-    let names =
-        bundles.iter().map(|b| b.dir.strip_prefix(dir).ok().map(|p| p.display().to_string()).filter(|p| !p.is_empty()).unwrap_or_else(|| ".".into())).collect();
+    let bundles: Vec<_> = if present { bundle::read_tree(dir)?.into_iter().filter(|b| !before.contains(&name_of(&b.dir))).collect() } else { vec![] };
+    let mut names = before;
+    names.extend(bundles.iter().map(|b| name_of(&b.dir)));
     tracing::info!(catalog = %dir.display(), bundles = bundles.len(), "importing the shipped catalog in one transaction");
     let txn = crate::db::begin_write(db).await?;
     let keep: BTreeSet<(i32, String)> = super::current_entries(&txn).await?.into_iter().map(|e| (e.problem_id, e.device_class)).collect();

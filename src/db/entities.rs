@@ -231,8 +231,10 @@ pub mod job {
     pub struct Model {
         #[sea_orm(primary_key)]
         pub id: i32,
-        pub submission_id: i32,
-        pub manifest_id: i32,
+        /// The submission of a `verify` job; null for a `tune` job.
+        pub submission_id: Option<i32>,
+        /// The manifest a `verify` job runs; null for a `tune` job (its kernel is found by it).
+        pub manifest_id: Option<i32>,
         pub problem_id: i32,
         pub device_class: Option<String>,
         pub state: String,
@@ -250,6 +252,95 @@ pub mod job {
         #[sea_orm(column_type = "Text")]
         pub error: Option<String>,
         pub finished_at: Option<DateTimeUtc>,
+        /// `verify` (a submission's kernel) or `tune` (`crate::work::tune`).
+        pub kind: String,
+        /// The tune a `tune` job works for.
+        pub tune_id: Option<i32>,
+    }
+
+    impl ActiveModelBehavior for ActiveModel {}
+}
+
+pub mod tune {
+    use sea_orm::entity::prelude::*;
+
+    /// One (problem, device class) asked to be tuned; unique on that pair, so every
+    /// request for it, from anyone, shares this row and its one job.
+    #[sea_orm::model]
+    #[derive(Clone, Debug, PartialEq, DeriveEntityModel, Eq)]
+    #[sea_orm(table_name = "tunes")]
+    pub struct Model {
+        #[sea_orm(primary_key)]
+        pub id: i32,
+        pub problem_id: i32,
+        pub device_class: String,
+        /// `queued`, `tuning`, `verifying`, `served`, `baseline_faster` or `failed`.
+        pub state: String,
+        pub priority: i32,
+        /// The search's time budget.
+        pub budget_ms: i64,
+        /// The job working for it now (or last).
+        pub job_id: Option<i32>,
+        /// The winner's verification and benchmark run.
+        pub run_id: Option<i32>,
+        /// The submitter whose request queued it (its quota counts it); null: anonymous.
+        pub requested_by: Option<i32>,
+        #[sea_orm(column_type = "Text")]
+        pub stage: Option<String>,
+        #[sea_orm(column_type = "Text")]
+        pub message: Option<String>,
+        /// JSON: the search's trace (`crate::work::tune::Trace`).
+        #[sea_orm(column_type = "Text")]
+        pub trace: Option<String>,
+        /// JSON: the winner and the baseline configuration measured (`crate::work::tune::TuneResult`).
+        #[sea_orm(column_type = "Text")]
+        pub result: Option<String>,
+        pub created_at: DateTimeUtc,
+        pub updated_at: DateTimeUtc,
+        pub finished_at: Option<DateTimeUtc>,
+    }
+
+    impl ActiveModelBehavior for ActiveModel {}
+}
+
+pub mod tuning_request {
+    use sea_orm::entity::prelude::*;
+
+    #[sea_orm::model]
+    #[derive(Clone, Debug, PartialEq, DeriveEntityModel, Eq)]
+    #[sea_orm(table_name = "tuning_requests")]
+    pub struct Model {
+        #[sea_orm(primary_key)]
+        pub id: i32,
+        /// Null for a request the kernel route made for an anonymous miss.
+        pub submitter_id: Option<i32>,
+        pub workload: Option<String>,
+        pub device_class: String,
+        pub created_at: DateTimeUtc,
+    }
+
+    impl ActiveModelBehavior for ActiveModel {}
+}
+
+pub mod tuning_request_item {
+    use sea_orm::entity::prelude::*;
+
+    #[sea_orm::model]
+    #[derive(Clone, Debug, PartialEq, DeriveEntityModel, Eq)]
+    #[sea_orm(table_name = "tuning_request_items")]
+    pub struct Model {
+        #[sea_orm(primary_key)]
+        pub id: i32,
+        pub request_id: i32,
+        pub position: i32,
+        /// The problem's path, `{arch}/{acc}/{layout}/{m}x{n}x{k}`.
+        pub problem: String,
+        /// What it is in a workload, e.g. `k_proj, v_proj @ 16 tokens`.
+        pub label: Option<String>,
+        pub tune_id: Option<i32>,
+        /// Why it is not tuned (no tune then).
+        #[sea_orm(column_type = "Text")]
+        pub refusal: Option<String>,
     }
 
     impl ActiveModelBehavior for ActiveModel {}

@@ -14,6 +14,7 @@
 
 pub mod hopper;
 pub mod mma;
+pub mod ondemand;
 pub mod search;
 
 use std::collections::{BTreeMap, HashMap};

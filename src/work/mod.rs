@@ -7,6 +7,8 @@
 //!   Workers claim with `FOR UPDATE SKIP LOCKED` on Postgres (SQLite serialises writers
 //!   with `BEGIN IMMEDIATE`); a lease that expires puts the job back; a job that keeps
 //!   losing its worker stops after `max_attempts` with the verdict `worker_lost`.
+//! - [`tune`]: `POST /v1/tuning-requests` — problems to tune, one tune (and one job of
+//!   kind `tune`) per (problem, device class) whoever asks; the tune job's outcome.
 //! - [`worker`]: `kaas worker`, one per GPU: claims, runs the job in `kaas sandbox`,
 //!   renews the lease while it runs, stores the run and promotes it into the catalog when
 //!   it is faster than the current entry beyond both confidence intervals.
@@ -17,6 +19,7 @@
 
 pub mod queue;
 pub mod submit;
+pub mod tune;
 pub mod views;
 pub mod worker;
 

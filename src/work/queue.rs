@@ -13,7 +13,7 @@ use sea_orm::{
 };
 
 use super::state;
-use crate::db::entities::{artifact, baseline, catalog_entry, device_class, job, manifest, problem, run, submission, worker};
+use crate::db::entities::{artifact, baseline, catalog_entry, device_class, job, manifest, problem, run, submission, tune, worker};
 use crate::gpu::DeviceFacts;
 use crate::harness::RunOutcome;
 use crate::manifest::Manifest;
@@ -37,8 +37,16 @@ impl Claimant {
 #[derive(Debug, Clone)]
 pub struct Claimed {
     pub job: job::Model,
-    pub manifest: Manifest,
-    pub ptx: String,
+    pub work: Work,
+}
+
+/// What a claimed job asks for, by its kind.
+#[derive(Debug, Clone)]
+pub enum Work {
+    /// Verify (and benchmark) a submitted kernel.
+    Verify { manifest: Manifest, ptx: String },
+    /// Tune a problem (`super::tune`): its tune row, marked `tuning` by the claim.
+    Tune { tune: Box<tune::Model>, problem: crate::problem::Problem },
 }
 
 fn corrupt(what: String) -> DbErr {
@@ -73,16 +81,19 @@ pub async fn claim(db: &DatabaseConnection, who: &Claimant, lease: Duration, max
             txn.commit().await?;
             return Ok(None);
         };
+        if j.attempts >= max_attempts && j.kind == KIND_TUNE {
+            let message = lost_message(&j);
+            super::tune::end_lost(&txn, &j, &message, now).await?;
+            finish_job(&txn, &j, state::FAILED, None, Some(message), now).await?;
+            txn.commit().await?;
+            continue;
+        }
         if j.attempts >= max_attempts {
-            let message = format!(
-                "the job was started {} times and no attempt finished: its worker died, lost its lease or failed (last worker: {}; last error: {}); it will not be retried",
-                j.attempts,
-                j.lease_owner.as_deref().unwrap_or("unknown"),
-                j.error.as_deref().unwrap_or("none recorded")
-            );
+            let message = lost_message(&j);
             let class = j.device_class.clone().unwrap_or_else(|| who.facts.device_class.clone());
             ensure_device_class(&txn, &who.facts, &class).await?;
-            let r = insert_run(&txn, &j, &class, Verdict::WorkerLost, &message, None, None, None, None, now).await?;
+            let mid = j.manifest_id.ok_or_else(|| corrupt(format!("verify job {} has no manifest", j.id)))?;
+            let r = insert_run(&txn, &j, mid, &class, Verdict::WorkerLost, &message, None, None, None, None, now).await?;
             finish_job(&txn, &j, state::FAILED, Some(r), Some(message), now).await?;
             txn.commit().await?;
             continue;
@@ -103,13 +114,34 @@ pub async fn claim(db: &DatabaseConnection, who: &Claimant, lease: Duration, max
             txn.rollback().await?;
             continue;
         }
-        let m = manifest::Entity::find_by_id(j.manifest_id).one(&txn).await?.ok_or_else(|| corrupt(format!("manifest {} missing", j.manifest_id)))?;
-        let a = artifact::Entity::find_by_id(m.artifact_sha256.clone()).one(&txn).await?.ok_or_else(|| corrupt(format!("artifact {} missing", m.artifact_sha256)))?;
-        let manifest: Manifest = serde_json::from_str(&m.body).map_err(|e| corrupt(format!("manifest {}: {e}", m.id)))?;
+        let work = if j.kind == KIND_TUNE {
+            let (t, problem) = super::tune::claimed(&txn, &j, &who.worker_id, now).await?;
+            Work::Tune { tune: Box::new(t), problem }
+        } else {
+            let mid = j.manifest_id.ok_or_else(|| corrupt(format!("verify job {} has no manifest", j.id)))?;
+            let m = manifest::Entity::find_by_id(mid).one(&txn).await?.ok_or_else(|| corrupt(format!("manifest {mid} missing")))?;
+            let a = artifact::Entity::find_by_id(m.artifact_sha256.clone()).one(&txn).await?.ok_or_else(|| corrupt(format!("artifact {} missing", m.artifact_sha256)))?;
+            let manifest: Manifest = serde_json::from_str(&m.body).map_err(|e| corrupt(format!("manifest {}: {e}", m.id)))?;
+            Work::Verify { manifest, ptx: a.ptx }
+        };
         let job = job::Entity::find_by_id(j.id).one(&txn).await?.ok_or_else(|| corrupt(format!("job {} missing", j.id)))?;
         txn.commit().await?;
-        return Ok(Some(Claimed { job, manifest, ptx: a.ptx }));
+        return Ok(Some(Claimed { job, work }));
     }
+}
+
+/// The kind of a tune job (`jobs.kind`); submissions' jobs are [`KIND_VERIFY`].
+pub const KIND_TUNE: &str = "tune";
+pub const KIND_VERIFY: &str = "verify";
+
+/// Why a job whose attempts are used up is given up.
+fn lost_message(j: &job::Model) -> String {
+    format!(
+        "the job was started {} times and no attempt finished: its worker died, lost its lease or failed (last worker: {}; last error: {}); it will not be retried",
+        j.attempts,
+        j.lease_owner.as_deref().unwrap_or("unknown"),
+        j.error.as_deref().unwrap_or("none recorded")
+    )
 }
 
 /// The job, while it is running under this worker's lease.
@@ -182,7 +214,7 @@ async fn refresh_submission_status<C: ConnectionTrait>(db: &C, submission_id: i3
     Ok(())
 }
 
-async fn ensure_device_class<C: ConnectionTrait>(db: &C, facts: &DeviceFacts, class: &str) -> Result<(), DbErr> {
+pub(crate) async fn ensure_device_class<C: ConnectionTrait>(db: &C, facts: &DeviceFacts, class: &str) -> Result<(), DbErr> {
     if device_class::Entity::find_by_id(class.to_string()).one(db).await?.is_none() {
         let (major, minor) = facts.cc();
         // Another worker may add the same class at the same moment.
@@ -200,9 +232,10 @@ async fn ensure_device_class<C: ConnectionTrait>(db: &C, facts: &DeviceFacts, cl
 }
 
 #[allow(clippy::too_many_arguments)]
-async fn insert_run<C: ConnectionTrait>(
+pub(crate) async fn insert_run<C: ConnectionTrait>(
     db: &C,
     j: &job::Model,
+    manifest_id: i32,
     class: &str,
     verdict: Verdict,
     message: &str,
@@ -213,8 +246,8 @@ async fn insert_run<C: ConnectionTrait>(
     now: DateTime<Utc>,
 ) -> Result<i32, DbErr> {
     let r = run::ActiveModel {
-        submission_id: Set(Some(j.submission_id)),
-        manifest_id: Set(j.manifest_id),
+        submission_id: Set(j.submission_id),
+        manifest_id: Set(manifest_id),
         problem_id: Set(j.problem_id),
         device_class: Set(class.to_string()),
         verdict: Set(verdict.as_str().to_string()),
@@ -231,7 +264,7 @@ async fn insert_run<C: ConnectionTrait>(
     Ok(r.id)
 }
 
-async fn finish_job<C: ConnectionTrait>(db: &C, j: &job::Model, to: &str, run_id: Option<i32>, error: Option<String>, now: DateTime<Utc>) -> Result<(), DbErr> {
+pub(crate) async fn finish_job<C: ConnectionTrait>(db: &C, j: &job::Model, to: &str, run_id: Option<i32>, error: Option<String>, now: DateTime<Utc>) -> Result<(), DbErr> {
     let stage = match (to, run_id) {
         (state::DONE, _) => "finished".to_string(),
         _ => error.clone().unwrap_or_else(|| to.to_string()),
@@ -248,7 +281,10 @@ async fn finish_job<C: ConnectionTrait>(db: &C, j: &job::Model, to: &str, run_id
         .filter(job::Column::Id.eq(j.id))
         .exec(db)
         .await?;
-    refresh_submission_status(db, j.submission_id).await
+    match j.submission_id {
+        Some(id) => refresh_submission_status(db, id).await,
+        None => Ok(()),
+    }
 }
 
 /// What storing a finished job did.
@@ -258,6 +294,8 @@ pub enum Stored {
     Run { run_id: i32, promoted: bool },
     /// The job was no longer this worker's (cancelled or taken over): nothing stored.
     Lost,
+    /// A tune job ended without a kernel to store a run of (its tune says why).
+    NoRun,
 }
 
 /// Graph-mode (median, CI low, CI high) of a run's timings.
@@ -292,32 +330,23 @@ pub async fn complete(db: &DatabaseConnection, job_id: i32, worker_id: &str, out
         txn.rollback().await?;
         return Ok(Stored::Lost);
     }
+    if j.kind == KIND_TUNE {
+        txn.rollback().await?;
+        return Err(corrupt(format!("job {job_id} is a tune job; its outcome is stored by tune::complete")));
+    }
+    let mid = j.manifest_id.ok_or_else(|| corrupt(format!("verify job {} has no manifest", j.id)))?;
     let device = outcome.device.as_ref().unwrap_or(facts);
     let class = device.device_class.clone();
     ensure_device_class(&txn, device, &class).await?;
     let bench = outcome.bench.as_ref();
     let timings = bench.and_then(|b| b.get("timings")).cloned();
     let speedups = bench.and_then(|b| b.get("speedups")).cloned();
-    let mut details = serde_json::json!({
-        "stage": outcome.stage,
-        "checks": outcome.checks,
-        "ptxas": outcome.ptxas,
-        "jit_log": outcome.jit_log,
-        "duration_ms": outcome.duration_ms,
-        "worker": worker_id,
-        "attempt": j.attempts,
-    });
-    if let Some(b) = bench {
-        for key in ["converged", "rounds", "elapsed_ms", "recheck", "device_start", "device_end", "settings", "launches_per_sample", "buffer_sets"] {
-            if let Some(v) = b.get(key) {
-                details[key] = v.clone();
-            }
-        }
-    }
+    let details = run_details(outcome, worker_id, j.attempts);
     let device_json = serde_json::to_string(device).ok();
     let run_id = insert_run(
         &txn,
         &j,
+        mid,
         &class,
         outcome.verdict,
         &outcome.message,
@@ -328,7 +357,63 @@ pub async fn complete(db: &DatabaseConnection, job_id: i32, worker_id: &str, out
         now,
     )
     .await?;
-    // The baselines timed beside it refresh the problem's baseline table.
+    store_baselines(&txn, j.problem_id, &class, bench, now).await?;
+    let promoted = outcome.verdict == Verdict::Pass && promote_if_faster(&txn, &class, j.problem_id, run_id, timings.as_ref(), now).await?;
+    finish_job(&txn, &j, state::DONE, Some(run_id), None, now).await?;
+    txn.commit().await?;
+    Ok(Stored::Run { run_id, promoted })
+}
+
+/// Makes a passing run the catalog entry of (class, problem) when it [`supersedes`] the
+/// current one (or there is none); whether it did.
+pub(crate) async fn promote_if_faster<C: ConnectionTrait>(db: &C, class: &str, problem_id: i32, run_id: i32, timings: Option<&serde_json::Value>, now: DateTime<Utc>) -> Result<bool, DbErr> {
+    let current = catalog_entry::Entity::find()
+        .filter(catalog_entry::Column::DeviceClass.eq(class))
+        .filter(catalog_entry::Column::ProblemId.eq(problem_id))
+        .order_by_desc(catalog_entry::Column::Id)
+        .one(db)
+        .await?;
+    let wins = match &current {
+        None => true,
+        Some(e) => {
+            let cur = run::Entity::find_by_id(e.run_id).one(db).await?;
+            let cur_timings = cur.and_then(|r| r.timings).and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok());
+            supersedes(timings, cur_timings.as_ref())
+        }
+    };
+    if wins {
+        catalog_entry::ActiveModel { device_class: Set(class.to_string()), problem_id: Set(problem_id), run_id: Set(run_id), created_at: Set(now), ..Default::default() }
+            .insert(db)
+            .await?;
+    }
+    Ok(wins)
+}
+
+/// A run's `details`: the stage that decided, every check, ptxas and JIT reports, and the
+/// benchmark's meta.
+pub(crate) fn run_details(outcome: &RunOutcome, worker_id: &str, attempt: i32) -> serde_json::Value {
+    let mut details = serde_json::json!({
+        "stage": outcome.stage,
+        "checks": outcome.checks,
+        "ptxas": outcome.ptxas,
+        "jit_log": outcome.jit_log,
+        "duration_ms": outcome.duration_ms,
+        "worker": worker_id,
+        "attempt": attempt,
+    });
+    if let Some(b) = outcome.bench.as_ref() {
+        for key in ["converged", "rounds", "elapsed_ms", "recheck", "device_start", "device_end", "settings", "launches_per_sample", "buffer_sets"] {
+            if let Some(v) = b.get(key) {
+                details[key] = v.clone();
+            }
+        }
+    }
+    details
+}
+
+/// The baselines a benchmark timed beside its kernel, added to the problem's table.
+pub(crate) async fn store_baselines<C: ConnectionTrait>(db: &C, problem_id: i32, class: &str, bench: Option<&serde_json::Value>, now: DateTime<Utc>) -> Result<usize, DbErr> {
+    let mut stored = 0;
     for b in bench.and_then(|b| b.get("baselines")).and_then(|v| v.as_array()).into_iter().flatten() {
         let (Some(library), Some(layout), Some(mode), Some(median)) = (
             b.get("library").and_then(|v| v.as_str()),
@@ -339,8 +424,8 @@ pub async fn complete(db: &DatabaseConnection, job_id: i32, worker_id: &str, out
             continue;
         };
         baseline::ActiveModel {
-            problem_id: Set(j.problem_id),
-            device_class: Set(class.clone()),
+            problem_id: Set(problem_id),
+            device_class: Set(class.to_string()),
             library: Set(library.to_string()),
             layout: Set(layout.to_string()),
             mode: Set(mode.to_string()),
@@ -350,41 +435,11 @@ pub async fn complete(db: &DatabaseConnection, job_id: i32, worker_id: &str, out
             created_at: Set(now),
             ..Default::default()
         }
-        .insert(&txn)
+        .insert(db)
         .await?;
+        stored += 1;
     }
-    let mut promoted = false;
-    if outcome.verdict == Verdict::Pass {
-        let current = catalog_entry::Entity::find()
-            .filter(catalog_entry::Column::DeviceClass.eq(&class))
-            .filter(catalog_entry::Column::ProblemId.eq(j.problem_id))
-            .order_by_desc(catalog_entry::Column::Id)
-            .one(&txn)
-            .await?;
-        let wins = match &current {
-            None => true,
-            Some(e) => {
-                let cur = run::Entity::find_by_id(e.run_id).one(&txn).await?;
-                let cur_timings = cur.and_then(|r| r.timings).and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok());
-                supersedes(timings.as_ref(), cur_timings.as_ref())
-            }
-        };
-        if wins {
-            catalog_entry::ActiveModel {
-                device_class: Set(class.clone()),
-                problem_id: Set(j.problem_id),
-                run_id: Set(run_id),
-                created_at: Set(now),
-                ..Default::default()
-            }
-            .insert(&txn)
-            .await?;
-            promoted = true;
-        }
-    }
-    finish_job(&txn, &j, state::DONE, Some(run_id), None, now).await?;
-    txn.commit().await?;
-    Ok(Stored::Run { run_id, promoted })
+    Ok(stored)
 }
 
 /// Records a worker's presence (an upsert keyed by its id).

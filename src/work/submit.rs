@@ -298,8 +298,9 @@ pub async fn create(db: &DatabaseConnection, caller: &Caller, req: NewSubmission
         let mid = bundle::ensure_manifest(&txn, &record.sha256, pid, m, now).await?;
         for class in &classes {
             job::ActiveModel {
-                submission_id: Set(sub.id),
-                manifest_id: Set(mid),
+                submission_id: Set(Some(sub.id)),
+                manifest_id: Set(Some(mid)),
+                kind: Set(super::queue::KIND_VERIFY.into()),
                 problem_id: Set(pid),
                 device_class: Set(class.clone()),
                 state: Set(state::QUEUED.into()),
@@ -475,7 +476,7 @@ pub async fn list(db: &DatabaseConnection, submitter_name: Option<&str>, limit: 
     Ok(subs
         .into_iter()
         .map(|s| {
-            let mine: Vec<&job::Model> = jobs.iter().filter(|j| j.submission_id == s.id).collect();
+            let mine: Vec<&job::Model> = jobs.iter().filter(|j| j.submission_id == Some(s.id)).collect();
             let states: Vec<&str> = mine.iter().map(|j| j.state.as_str()).collect();
             SubmissionSummary {
                 id: s.id,

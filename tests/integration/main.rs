@@ -14,6 +14,7 @@ mod holes;
 mod storage;
 mod source;
 mod submissions;
+mod tuning;
 mod ui;
 mod webdriver;
 mod workloads;

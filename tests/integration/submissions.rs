@@ -223,8 +223,9 @@ async fn a_job_moves_through_its_states(backend: Backend) {
     assert_eq!(first.job.state, "running");
     assert_eq!(first.job.attempts, 1);
     assert_eq!(first.job.lease_owner.as_deref(), Some("worker-a"));
-    assert_eq!(first.manifest.problem, problem(256, 256, 256, Layout::Tn));
-    assert!(first.ptx.contains("hgemm_fixture"));
+    let queue::Work::Verify { manifest, ptx } = &first.work else { panic!("a submission's job is a verify job") };
+    assert_eq!(manifest.problem, problem(256, 256, 256, Layout::Tn));
+    assert!(ptx.contains("hgemm_fixture"));
     assert!(queue::heartbeat(&db.db, first.job.id, "worker-a", lease, Some("verifying")).await.unwrap());
     assert!(!queue::heartbeat(&db.db, first.job.id, "worker-b", lease, None).await.unwrap(), "only the owner renews");
     let v = get(&app, &format!("/v1/submissions/{sid}")).await.json();

@@ -20,6 +20,14 @@ pub fn parse_problem(arch: &str, acc: &str, layout: &str, shape: &str) -> Result
     Ok(Problem::new(arch.parse::<Arch>().map_err(bad)?, acc.parse::<Acc>().map_err(bad)?, layout.parse::<Layout>().map_err(bad)?, shape.parse::<Shape>().map_err(bad)?))
 }
 
+/// Reads a problem path, `{arch}/{acc}/{layout}/{m}x{n}x{k}`.
+pub fn parse_path(path: &str) -> Result<Problem, ApiError> {
+    match path.split('/').collect::<Vec<_>>()[..] {
+        [arch, acc, layout, shape] => parse_problem(arch, acc, layout, shape),
+        _ => Err(ApiError::InvalidPath(format!("`{path}` is not {{arch}}/{{acc}}/{{layout}}/MxNxK"))),
+    }
+}
+
 /// A problem taken from the `{arch}/{acc}/{layout}/{shape}` path segments, validated.
 pub struct ProblemPath(pub Problem);
 
@@ -256,11 +264,89 @@ async fn render_kernel(state: &State, p: Problem, device: Option<String>, fallba
     })
 }
 
-/// The kernel endpoint's answer for a problem, from the cache.
+/// The kernel endpoint's answer for a problem, from the cache; a miss is told where the
+/// problem's tune stands (not cached: it moves while the catalog does not).
 async fn kernel_answer(state: &State, p: Problem, q: &KernelQuery) -> Result<Arc<Rendered>, ApiError> {
     let fallback = q.fallback()?;
     let device = resolve_device(state, &q.device).await?;
-    cached(state, format!("kernel|{p}|{device:?}|{fallback:?}"), || async move { render_kernel(state, p, device, fallback).await }).await
+    let class = device.clone();
+    let r = cached(state, format!("kernel|{p}|{device:?}|{fallback:?}"), || async move { render_kernel(state, p, device, fallback).await }).await?;
+    if r.status != 404 {
+        return Ok(r);
+    }
+    with_tuning(state, p, class, r).await
+}
+
+/// A `kernel_not_found` answer with `tuning`: the problem's tune on the class asked (or
+/// the tuning class) — its state, job and queue position, or `not_requested` — and the
+/// request that asks for it. A tune that ended `baseline_faster` makes the answer
+/// `baseline_faster` with the measured baseline. With `--tune-on-miss`, a problem never
+/// asked for is queued here, within the miss limits.
+async fn with_tuning(state: &State, p: Problem, device: Option<String>, r: Arc<Rendered>) -> Result<Arc<Rendered>, ApiError> {
+    use crate::work::tune::{self, Asker, NewTuningRequest, ProblemSpec};
+    let Ok(mut body) = serde_json::from_slice::<serde_json::Value>(&r.body) else { return Ok(r) };
+    if body.get("code").and_then(|c| c.as_str()) != Some("kernel_not_found") {
+        return Ok(r);
+    }
+    let class = device.unwrap_or_else(|| state.settings.tune.device_class.clone());
+    let mut found = tune::state_of(&state.db, &p, &class).await?;
+    let mut note = None;
+    if found.is_none() && state.settings.tune.on_miss {
+        let req = NewTuningRequest { problems: vec![ProblemSpec::Text(p.path())], ..Default::default() };
+        match tune::create(&state.db, Asker::Miss, &req, &class, &state.settings.tune).await {
+            Ok(_) => found = tune::state_of(&state.db, &p, &class).await?,
+            Err(e @ (ApiError::QuotaExceeded(_) | ApiError::InvalidProblem(_))) => note = Some(format!("not queued by this lookup: {e}")),
+            Err(e) => return Err(e),
+        }
+    }
+    let ask = serde_json::json!({"method": "POST", "url": "/v1/tuning-requests", "body": {"problems": [p.path()], "device": class}});
+    let mut tuning = serde_json::json!({"device_class": class, "request": ask});
+    match &found {
+        Some((t, pos)) => {
+            tuning["state"] = t.state.clone().into();
+            tuning["stage"] = t.stage.clone().into();
+            tuning["tune"] = format!("/v1/tunes/{}?device={class}", p.path()).into();
+            if tune::state::OPEN.contains(&t.state.as_str()) {
+                tuning["job_id"] = t.job_id.into();
+                tuning["queue_position"] = (*pos).into();
+            }
+            if let Some(m) = &t.message {
+                tuning["message"] = m.clone().into();
+            }
+        }
+        None => {
+            let why = crate::tuner::ondemand::untunable(&p, 132);
+            tuning["state"] = if why.is_some() { "refused" } else { "not_requested" }.into();
+            if let Some(why) = why {
+                tuning["reason"] = why.into();
+            }
+        }
+    }
+    if let Some(n) = note {
+        tuning["note"] = n.into();
+    }
+    let state_word = tuning["state"].as_str().unwrap_or_default().to_string();
+    if let Some(obj) = body.as_object_mut() {
+        obj.insert("tuning".into(), tuning);
+        if state_word == tune::state::BASELINE_FASTER && obj.contains_key("use_instead") {
+            // Measured by the tune: say so as the catalog says it of its own entries.
+            let e = ApiError::BaselineFaster { detail: String::new(), extra: Default::default() }.details();
+            obj.insert("code".into(), e.code.into());
+            obj.insert("type".into(), e.type_.into());
+            obj.insert("title".into(), e.title.into());
+            let detail = obj.get("detail").and_then(|d| d.as_str()).unwrap_or_default().replace("no kernel for", "the tuned kernel does not beat the baselines for").replace(" yet:", ":");
+            obj.insert("detail".into(), detail.into());
+        } else if let Some(d) = obj.get("detail").and_then(|d| d.as_str()).map(str::to_string) {
+            let more = match state_word.as_str() {
+                "not_requested" => " It has not been asked to be tuned: POST /v1/tuning-requests (see `tuning.request`) asks for it.".to_string(),
+                "refused" => " The service cannot tune it (see `tuning.reason`).".to_string(),
+                s => format!(" Its tune is {s} (see `tuning`)."),
+            };
+            obj.insert("detail".into(), format!("{d}{more}").into());
+        }
+    }
+    let bytes = serde_json::to_vec(&body).map_err(|e| ApiError::Internal(e.to_string()))?;
+    Ok(Arc::new(Rendered::new(r.status, r.content_type, bytes)))
 }
 
 #[utoipa::path(

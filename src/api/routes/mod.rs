@@ -6,6 +6,7 @@ pub mod overview;
 pub mod signing;
 pub mod submissions;
 pub mod system;
+pub mod tuning;
 pub mod ui;
 pub mod workloads;
 
@@ -35,6 +36,10 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         .service(submissions::cancel)
         .service(submissions::get)
         .service(submissions::remove)
+        .service(tuning::create)
+        .service(tuning::events)
+        .service(tuning::get)
+        .service(tuning::get_tune)
         .service(ui::index)
         .service(ui::static_asset)
         .configure(crate::api::openapi::configure);

@@ -111,16 +111,7 @@ pub async fn get(state: State, id: web::Path<String>) -> Result<HttpResponse, Ap
 #[get("/v1/submissions/{id}/events")]
 pub async fn events(req: HttpRequest, state: State, id: web::Path<String>) -> Result<HttpResponse, ApiError> {
     let id = id_of(&id)?;
-    let state = state.into_inner();
-    // Counted by the connection's address: a header would let a client pick its own.
-    let ip = req.peer_addr().map(|a| a.ip()).unwrap_or(std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED));
-    let slot = crate::api::events::admit(&state, ip)?;
-    let rx = crate::api::events::subscribe(&state, id).await?;
-    Ok(HttpResponse::Ok()
-        .insert_header((header::CONTENT_TYPE, "text/event-stream"))
-        .insert_header((header::CACHE_CONTROL, "no-store"))
-        .insert_header(("X-Accel-Buffering", "no"))
-        .streaming(crate::api::events::stream(rx, slot)))
+    crate::api::events::open(&req, &state.into_inner(), crate::api::events::Watched::Submission(id)).await
 }
 
 #[utoipa::path(

@@ -1,0 +1,371 @@
+//! The tune job's GPU side (`kaas sandbox --tune`): one problem someone asked for,
+//! searched within a time budget, then its best candidates verified and benchmarked
+//! exactly as a submission's kernel is (`crate::harness`), until one passes.
+//!
+//! The child reads a [`TuneJob`] as JSON on stdin and writes one [`TuneOutcome`] on
+//! stdout; progress goes to stderr as `kaas-progress <stage> <detail>` lines, which the
+//! worker turns into the tune's state (`tuning`, `verifying`). Everything here runs in
+//! the sandbox process: the candidates are the tuner's own templates, but their PTX is
+//! judged like anyone's.
+//!
+//! The search is the tuner's bandit ([`super::search::Ucb`]) over the candidates of the
+//! families that build code for the problem ([`candidates_for`]), seeded with the winners
+//! of the nearest catalog problems ([`Seed`], chosen by the worker from the database),
+//! timed against cuBLASLt's heuristic choice as `kaas tune` times (rotating buffer sets,
+//! CUDA graphs). Modules are compiled and loaded when first pulled, so the budget covers
+//! compiling too and the search tries as much as fits.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use super::search::{Ucb, UcbSettings};
+use super::{Candidate, Family};
+use crate::gpu::{Gpu, LoadedPtx, LtGemm, PreparedManifest};
+use crate::harness::{BenchSettings, Job, RunOutcome, bench_candidate, verify_candidate};
+use crate::manifest::Manifest;
+use crate::problem::{Arch, Problem};
+use crate::verify::Verdict;
+
+/// Candidates verified, best first, before the job gives up on the search's ranking.
+pub const VERIFY_AT_MOST: usize = 3;
+/// The prefix of a progress line on the child's stderr.
+pub const PROGRESS: &str = "kaas-progress ";
+
+/// What `kaas sandbox --tune` reads on stdin.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TuneJob {
+    pub problem: Problem,
+    /// Winners of the nearest catalog problems (same arch, acc and layout), nearest first.
+    #[serde(default)]
+    pub seeds: Vec<Seed>,
+    /// Time for the search: compiling, loading and timing candidates.
+    pub budget_ms: u64,
+    /// Most candidates timed (pulls of the bandit), whatever the budget.
+    #[serde(default)]
+    pub max_pulls: Option<usize>,
+    /// The verification's secret seed (never echoed).
+    pub secret_seed: u64,
+    #[serde(default)]
+    pub watchdog_ms: Option<u64>,
+    /// The side-by-side benchmark's settings, as a verify job's `bench`.
+    #[serde(default)]
+    pub bench: Option<serde_json::Value>,
+}
+
+/// A catalog entry near the problem, whose code the search tries first.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct Seed {
+    /// The neighbour's path, `{arch}/{acc}/{layout}/{m}x{n}x{k}`.
+    pub problem: String,
+    /// Its kernel's entry name (the tuner's entry names name the code).
+    pub entry: String,
+    /// Its graph-mode speedup over cuBLASLt-autotune-max, where benchmarked.
+    pub speedup: Option<f64>,
+    /// Octaves between the two shapes, summed over M, N and K.
+    pub distance: f64,
+}
+
+/// One pull of the search.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct Tried {
+    /// The code, e.g. `128x256x64 c2 ws`.
+    pub code: String,
+    pub entry: String,
+    /// Its time (µs, graph mode, rotating buffer sets); absent where it failed to compile,
+    /// load or run.
+    pub us: Option<f64>,
+    /// Speedup over the reference timed before the search.
+    pub reward: Option<f64>,
+    /// Whether a seed named this code.
+    pub seeded: bool,
+    /// Milliseconds into the search when it was timed.
+    pub at_ms: f64,
+    /// Why it has no time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// A candidate that went through verification, and how that ended.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct Verified {
+    pub code: String,
+    pub verdict: Verdict,
+    pub message: String,
+}
+
+/// What the search did, kept with the tune and shown on the problem's page.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct Trace {
+    /// What rewards are relative to.
+    pub reference: String,
+    pub reference_us: Option<f64>,
+    /// Candidates the families have for this problem.
+    pub space: usize,
+    pub seeds: Vec<Seed>,
+    /// Every pull, in order.
+    pub tried: Vec<Tried>,
+    /// The candidates verified, in order, until one passed.
+    pub verified: Vec<Verified>,
+    pub budget_ms: u64,
+    pub search_ms: f64,
+    /// Why the search stopped: `budget`, `converged` or `max_pulls`.
+    pub stopped: String,
+}
+
+/// The kernel the search picked and verification judged.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Winner {
+    pub code: String,
+    pub entry: String,
+    pub ptx: String,
+    pub manifest: Manifest,
+    /// Its time in the search and its reward there (not what is served: the benchmark is).
+    pub search_us: Option<f64>,
+    pub search_reward: Option<f64>,
+}
+
+/// What `kaas sandbox --tune` writes on stdout.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TuneOutcome {
+    /// The last verified candidate's verification and benchmark, as a verify job's outcome;
+    /// without a candidate to verify (nothing ran, the child crashed or was killed), the
+    /// verdict that says why.
+    pub run: RunOutcome,
+    /// That candidate; `None` when none was verified.
+    #[serde(default)]
+    pub winner: Option<Winner>,
+    #[serde(default)]
+    pub trace: Trace,
+}
+
+impl TuneOutcome {
+    /// An outcome without a verified candidate.
+    pub fn without_winner(run: RunOutcome, trace: Trace) -> TuneOutcome {
+        TuneOutcome { run, winner: None, trace }
+    }
+}
+
+/// The template families that build code for `p`: the Hopper family (wgmma + TMA,
+/// sm_90a) on sm_90 problems whose rows are 16-byte aligned (TMA needs N and K to be
+/// multiples of 8 halves), the mma.sync family on every arch.
+pub fn families_for(p: &Problem) -> Vec<Family> {
+    let hopper = matches!(p.arch, Arch::Sm90 | Arch::Sm90a) && p.n % 8 == 0 && p.k % 8 == 0;
+    if hopper { vec![Family::Hopper, Family::Mma] } else { vec![Family::Mma] }
+}
+
+/// The candidates searched for `p` on a GPU of `sm_count` SMs.
+pub fn candidates_for(p: &Problem, sm_count: u32) -> Vec<Candidate> {
+    let mut out = super::space_for(p, &families_for(p), sm_count);
+    out.retain(|c| c.supports(p.layout) && (!c.split() || p.acc == crate::problem::Acc::F32));
+    out
+}
+
+/// Why `p` cannot be tuned, if it cannot: no template family builds code for it.
+pub fn untunable(p: &Problem, sm_count: u32) -> Option<String> {
+    if candidates_for(p, sm_count).is_empty() {
+        let fams: Vec<String> = families_for(p).iter().map(|f| format!("{f:?}").to_lowercase()).collect();
+        let aligned = if p.n % 8 == 0 && p.k % 8 == 0 { "" } else { " (N or K is not a multiple of 8, so the TMA family cannot load its rows)" };
+        return Some(format!("no template family of the tuner builds code for {p}{aligned}; searched: {}", fams.join(", ")));
+    }
+    None
+}
+
+/// The search's priors from the seeds: each seed's code that is in `space`, at its
+/// speedup (1.0 where unbenchmarked), weighted by closeness.
+pub fn priors(space: &[Candidate], p: &Problem, seeds: &[Seed]) -> Vec<(usize, f64, f64)> {
+    let index: HashMap<String, usize> = space.iter().enumerate().map(|(i, c)| (c.entry(p.acc, p.layout), i)).collect();
+    seeds
+        .iter()
+        .filter_map(|s| index.get(&s.entry).map(|&i| (i, s.speedup.filter(|x| x.is_finite() && *x > 0.0).unwrap_or(1.0), 1.0 / (1.0 + s.distance.max(0.0)))))
+        .collect()
+}
+
+/// Runs a tune job on `gpu`; `progress(stage, detail)` is told when the stage changes.
+/// Never panics on input; every failure is an outcome.
+pub fn run(gpu: &Gpu, job: &TuneJob, progress: &mut dyn FnMut(&str, &str)) -> TuneOutcome {
+    let p = job.problem;
+    let settings = match job.bench.as_ref().map(|v| serde_json::from_value::<BenchSettings>(v.clone())).transpose() {
+        Ok(s) => s,
+        Err(e) => return TuneOutcome::without_winner(RunOutcome::early(Verdict::InternalError, "tune", format!("the job's bench settings are invalid: {e}")), Trace::default()),
+    };
+    progress("tuning", &format!("searching {p} for {} ms", job.budget_ms));
+    let mut trace = Trace { reference: "cuBLASLt heuristic top-1".into(), budget_ms: job.budget_ms, seeds: job.seeds.clone(), ..Trace::default() };
+    let ranked = match search(gpu, job, &mut trace) {
+        Ok(r) => r,
+        Err(why) => {
+            let mut o = RunOutcome::early(Verdict::InternalError, "search", why);
+            o.device = Some(gpu.facts().clone());
+            return TuneOutcome::without_winner(o, trace);
+        }
+    };
+    if ranked.is_empty() {
+        let mut o = RunOutcome::early(Verdict::LaunchFailed, "search", format!("none of the {} candidates for {p} compiled, loaded and ran", trace.space));
+        o.device = Some(gpu.facts().clone());
+        return TuneOutcome::without_winner(o, trace);
+    }
+    let sm = gpu.facts().sm_count;
+    let mut last: Option<TuneOutcome> = None;
+    for (cfg, ptx, us, reward) in ranked.into_iter().take(VERIFY_AT_MOST) {
+        let code = cfg.label();
+        progress("verifying", &code);
+        let manifest = cfg.manifest(&p, sm);
+        let vjob = Job { ptx: ptx.clone(), manifest: manifest.clone(), secret_seed: job.secret_seed, watchdog_ms: job.watchdog_ms, bench: job.bench.clone() };
+        let mut outcome = verify_candidate(gpu, &vjob);
+        if let (Verdict::Pass, Some(s)) = (outcome.verdict, &settings) {
+            bench_candidate(gpu, &vjob, s, &mut outcome);
+        }
+        trace.verified.push(Verified { code: code.clone(), verdict: outcome.verdict, message: outcome.message.clone() });
+        let passed = outcome.verdict == Verdict::Pass;
+        let lost = outcome.device_lost;
+        let winner = Winner { code, entry: cfg.entry(p.acc, p.layout), ptx, manifest, search_us: us, search_reward: reward };
+        last = Some(TuneOutcome { run: outcome, winner: Some(winner), trace: trace.clone() });
+        // A lost device ends the process: nothing more can run in it.
+        if passed || lost {
+            break;
+        }
+    }
+    let mut out = last.unwrap_or_else(|| TuneOutcome::without_winner(RunOutcome::early(Verdict::InternalError, "tune", "nothing verified"), Trace::default()));
+    out.trace = trace;
+    out
+}
+
+/// (candidate, PTX, search time, reward) of every candidate that ran, best first.
+type Ranked = Vec<(Candidate, String, Option<f64>, Option<f64>)>;
+
+/// The budgeted search; the candidates that ran, best measured mean first.
+fn search(gpu: &Gpu, job: &TuneJob, trace: &mut Trace) -> Result<Ranked, String> {
+    let started = Instant::now();
+    let deadline = started + Duration::from_millis(job.budget_ms);
+    let p = job.problem;
+    let sm = gpu.facts().sm_count;
+    let space = candidates_for(&p, sm);
+    trace.space = space.len();
+    if space.is_empty() {
+        return Ok(vec![]);
+    }
+    let priors = priors(&space, &p, &job.seeds);
+    let seeded: std::collections::BTreeSet<usize> = priors.iter().map(|(i, _, _)| *i).collect();
+    let workspace = space.iter().map(|c| c.workspace_bytes(&p)).max().unwrap_or(0);
+    let sets = (0..super::TUNE_SETS).map(|_| super::random_operands(gpu, &p, workspace)).collect::<anyhow::Result<Vec<_>>>().map_err(|e| format!("operands: {e:#}"))?;
+    let references = sets.iter().map(|ops| LtGemm::top1(gpu, ops)).collect::<Result<Vec<_>, _>>().map_err(|e| format!("cuBLASLt reference: {e}"))?;
+    let reference_us = super::time_us(gpu, &references, 0.0).map_err(|e| format!("timing the reference: {e}"))?;
+    trace.reference_us = Some(reference_us);
+    let mut modules: HashMap<usize, Result<(LoadedPtx, String), String>> = HashMap::new();
+    let settings = UcbSettings { max_pulls: job.max_pulls.unwrap_or(UcbSettings::default().max_pulls), order_seed: Some(super::order_seed(&p)), ..UcbSettings::default() };
+    let mut ucb = Ucb::new(space.len(), &priors, settings);
+    trace.stopped = "converged".into();
+    loop {
+        if Instant::now() >= deadline {
+            trace.stopped = "budget".into();
+            break;
+        }
+        let Some(i) = ucb.next() else {
+            if ucb.pulls() >= job.max_pulls.unwrap_or(UcbSettings::default().max_pulls) {
+                trace.stopped = "max_pulls".into();
+            }
+            break;
+        };
+        let cfg = space[i];
+        let module = modules.entry(i).or_insert_with(|| {
+            let ptx = cfg.compile(p.arch, p.acc, p.layout).map_err(|e| format!("compile: {e}"))?;
+            let loaded = gpu.load_ptx(&ptx).map_err(|e| format!("load: {e}"))?;
+            Ok((loaded, ptx))
+        });
+        let timed: Result<f64, String> = match module {
+            Err(e) => Err(e.clone()),
+            Ok((loaded, _)) => {
+                let manifest = cfg.manifest(&p, sm);
+                sets.iter()
+                    .map(|ops| PreparedManifest::new(gpu, loaded, &manifest, ops))
+                    .collect::<Result<Vec<_>, _>>()
+                    .and_then(|preps| super::time_us(gpu, &preps, reference_us))
+                    .map_err(|e| format!("run: {e}"))
+            }
+        };
+        let (us, error) = match timed {
+            Ok(us) if us.is_finite() && us > 0.0 => (Some(us), None),
+            Ok(us) => (None, Some(format!("timed {us}"))),
+            Err(e) => (None, Some(e)),
+        };
+        let reward = us.map(|us| super::reward_of(reference_us, us));
+        ucb.record(i, reward.unwrap_or(f64::NAN));
+        trace.tried.push(Tried {
+            code: cfg.label(),
+            entry: cfg.entry(p.acc, p.layout),
+            us,
+            reward,
+            seeded: seeded.contains(&i),
+            at_ms: started.elapsed().as_secs_f64() * 1e3,
+            error,
+        });
+    }
+    trace.search_ms = started.elapsed().as_secs_f64() * 1e3;
+    let mut means: Vec<(usize, f64)> = ucb.means().into_iter().map(|(i, m, _)| (i, m)).filter(|(_, m)| m.is_finite() && *m > 0.0).collect();
+    means.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+    Ok(means
+        .into_iter()
+        .filter_map(|(i, m)| match modules.remove(&i) {
+            Some(Ok((_, ptx))) => Some((space[i], ptx, Some(reference_us / m), Some(m))),
+            _ => None,
+        })
+        .collect())
+}
+
+/// The wall-clock limit of a tune job's sandbox: start-up, the search's budget with room
+/// for the pull under way, and [`VERIFY_AT_MOST`] verifications with their benchmarks.
+pub fn wall_limit(job: &TuneJob) -> Duration {
+    let verify = Job {
+        ptx: String::new(),
+        manifest: crate::kernels::manifest_for(&job.problem, &crate::kernels::SimpleConfig::SMALL),
+        secret_seed: 0,
+        watchdog_ms: job.watchdog_ms,
+        bench: job.bench.clone(),
+    };
+    Duration::from_secs(30) + Duration::from_millis(job.budget_ms) + crate::sandbox::default_wall_limit(&verify) * VERIFY_AT_MOST as u32
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::problem::{Acc, Layout, Shape};
+
+    fn p(arch: Arch, m: u32, n: u32, k: u32) -> Problem {
+        Problem::new(arch, Acc::F32, Layout::Tn, Shape::new(m, n, k).expect("shape"))
+    }
+
+    #[test]
+    fn the_tma_family_needs_aligned_rows_and_hopper() {
+        assert_eq!(families_for(&p(Arch::Sm90, 16, 4096, 4096)), vec![Family::Hopper, Family::Mma]);
+        assert_eq!(families_for(&p(Arch::Sm90, 16, 4100, 4096)), vec![Family::Mma]);
+        assert_eq!(families_for(&p(Arch::Sm80, 16, 4096, 4096)), vec![Family::Mma]);
+        // A decode shape of a preset has candidates.
+        assert!(untunable(&p(Arch::Sm90, 1, 14336, 4096), 132).is_none());
+    }
+
+    #[test]
+    fn seeds_become_priors_only_for_codes_in_the_space() {
+        let prob = p(Arch::Sm90, 256, 4096, 4096);
+        let space = candidates_for(&prob, 132);
+        let first = space[0].entry(prob.acc, prob.layout);
+        let seeds = vec![
+            Seed { problem: "x".into(), entry: first, speedup: Some(1.2), distance: 1.0 },
+            Seed { problem: "y".into(), entry: "not_a_code".into(), speedup: Some(2.0), distance: 0.0 },
+        ];
+        assert_eq!(priors(&space, &prob, &seeds), vec![(0, 1.2, 0.5)]);
+    }
+
+    #[test]
+    fn a_tune_job_round_trips_and_refuses_unknown_fields() {
+        let job = TuneJob { problem: p(Arch::Sm90, 16, 4096, 4096), seeds: vec![], budget_ms: 60_000, max_pulls: None, secret_seed: u64::MAX, watchdog_ms: None, bench: None };
+        let text = serde_json::to_string(&job).expect("json");
+        assert_eq!(serde_json::from_str::<TuneJob>(&text).expect("back"), job);
+        let mut v: serde_json::Value = serde_json::from_str(&text).expect("value");
+        v["surprise"] = 1.into();
+        assert!(serde_json::from_value::<TuneJob>(v).is_err());
+        assert!(wall_limit(&job) > Duration::from_secs(90));
+    }
+}
