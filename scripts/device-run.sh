@@ -81,7 +81,7 @@ stage_lite() {
     cargo build --release --bin kaas
     rm -rf .dev/run; mkdir -p .dev/run
     cp "${CARGO_TARGET_DIR:-$repo/target}/release/kaas" .dev/run/kaas
-    cp "$here/device-run.sh" "$here/source-report.py" .dev/run/
+    cp "$here/device-run.sh" "$here/source-report.py" "$here/request-report.py" "$here/recheck.py" .dev/run/
 }
 
 stage() {
@@ -366,7 +366,10 @@ PY
 import gzip, json, os, shutil, sys
 src, dst = sys.argv[1], sys.argv[2]
 idx = json.load(open(os.path.join(src, "index.json")))
-classes = {d["name"] for d in idx["device_classes"] if d["name"] != "H200"}
+# The classes this machine measured (KAAS_EXPORT_CLASSES, comma-separated), else every
+# class but H200 (whose baselines come with the shipped catalog on an H100 machine).
+wanted = [c for c in os.environ.get("KAAS_EXPORT_CLASSES", "").split(",") if c]
+classes = set(wanted) if wanted else {d["name"] for d in idx["device_classes"] if d["name"] != "H200"}
 entries = [e for e in idx["entries"] if e["device_class"] in classes and e["submitter"] != "kaas"]
 baselines = [b for b in idx["baselines"] if b["device_class"] in classes]
 arts = {e["artifact"] for e in entries}
@@ -687,6 +690,49 @@ for kind in ("alone", "busy"):
 PY
 }
 
+# Tuning on demand, as a user asks for it: a worker per GPU (with NVRTC 12.9, since the
+# tune job compiles the tuner's templates), `kaas request --workload $1 --tokens $2` as
+# an admin with a search budget of $3 ms per problem, at most $4 seconds; the table of
+# scripts/request-report.py last, and the request's part of the catalog as a bundle in
+# $OUT/request/bundle.
+request_run() {
+    setup_device; nvrtc12
+    local workload="$1" tokens="$2" budget="${3:-20000}" seconds="${4:-480}" bench="${5:-800}" id
+    OUT="$OUT/request"; mkdir -p "$OUT"
+    export KAAS_DATABASE_URL="sqlite:///tmp/kaas-request.db?mode=rwc"; rm -f /tmp/kaas-request.db*
+    "$K" serve --bind 127.0.0.1:8080 --workers auto --bench-budget-ms "$bench" --poll-ms 200 --tune-budget-ms "$budget" >"$OUT/serve.log" 2>&1 &
+    SERVER=$!
+    for _ in $(seq 1 300); do curl -fs "$KAAS_URL/v1/health/ready" >/dev/null 2>&1 && break; sleep 0.2; done
+    export KAAS_TOKEN="$("$K" token create --name ml-engineer --role admin 2>/dev/null)"
+    id="$("$K" request --workload "$workload" ${tokens:+--tokens "$tokens"} --no-wait 2>"$OUT/request.log" | tail -n 1)"
+    tail -n 3 "$OUT/request.log"; echo "request: $id"
+    drain "$seconds"
+    "$K" export "$OUT/full" >/dev/null
+    python3 "$here/request-report.py" "$KAAS_URL" "$id" "$OUT/serve.log" "$OUT/full" "$OUT"
+    rm -rf "$OUT/full"
+    kill "$SERVER"; wait "$SERVER" 2>/dev/null || true
+}
+
+# The H100 catalog measured on this machine's GPUs (an H200's): every $1-th entry of
+# kernels/h100 in (layout, acc, FLOP) order, so every bucket is sampled, submitted as
+# it is (PTX and concrete manifest) to a server with a worker per GPU, benchmarks of $3
+# ms, at most $2 seconds; this class's part of the catalog as $OUT/bundle.tgz and a
+# table of what the H100 kernels do on this GPU.
+recheck() {
+    setup_device
+    local every="${1:-8}" seconds="${2:-480}" bench="${3:-500}" m
+    local dir=/tmp/kaas-recheck; rm -rf "$dir"; mkdir -p "$dir"
+    python3 "$here/recheck.py" pick "$(repo_root)/kernels/h100" "$dir" "$every"
+    start_server /tmp/kaas-recheck.db "$bench"
+    export KAAS_TOKEN="$("$K" token create --name h100-recheck --role admin 2>/dev/null)"
+    for m in "$dir"/*.json; do
+        "$K" submit "${m%.json}.ptx" --manifest "$m" --name "$(basename "$m" .json)" --no-wait >>"$OUT/recheck-submit.log" 2>&1 || echo "submit failed: $m"
+    done
+    KAAS_EXPORT_CLASSES="$(curl -fs "$KAAS_URL/v1/health" | python3 -c 'import json,sys; print(",".join(sorted({w["device_class"] for w in json.load(sys.stdin)["workers"] if w["device_class"]})))')" \
+        drain_and_export "$seconds"
+    python3 "$here/recheck.py" table "$OUT/bundle.tgz"
+}
+
 case "$mode" in
     stage) stage ;;
     stage-lite) stage_lite && gzip -f .dev/run/kaas && du -sh .dev/run ;;
@@ -703,6 +749,8 @@ case "$mode" in
     nvrtc) nvrtc12 && echo "NVRTC 12 ready: $(ls -la "$(repo_root)/.dev/nvrtc12/lib")" ;;
     source) source_run "$@" ;;
     fleet) fleet "$@" ;;
+    request) request_run "$@" ;;
+    recheck) recheck "$@" ;;
     interfere) interfere "$@" ;;
     *) echo "usage: $0 stage | e2e | tune ARGS… | profile SHAPE LAYOUT ONLY… | pass LAYOUTS SECONDS [TUNE ARGS…] | whole KERNEL SIZE BUDGET_MS… | pairs DIR BUDGET_MS | verify STATE SECONDS BENCH_MS [TUNE SUBMIT OPTIONS…]" >&2; exit 2 ;;
 esac
