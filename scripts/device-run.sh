@@ -697,20 +697,28 @@ PY
 # $OUT/request/bundle.
 request_run() {
     setup_device; nvrtc12
-    local workload="$1" tokens="$2" budget="${3:-20000}" seconds="${4:-480}" bench="${5:-800}" id
-    OUT="$OUT/request"; mkdir -p "$OUT"
+    local workloads="$1" tokens="$2" budget="${3:-20000}" seconds="${4:-480}" bench="${5:-800}" w ids=()
+    local top="$OUT/request"; mkdir -p "$top"; OUT="$top"
     export KAAS_DATABASE_URL="sqlite:///tmp/kaas-request.db?mode=rwc"; rm -f /tmp/kaas-request.db*
-    "$K" serve --bind 127.0.0.1:8080 --workers auto --bench-budget-ms "$bench" --poll-ms 200 --tune-budget-ms "$budget" >"$OUT/serve.log" 2>&1 &
+    "$K" serve --bind 127.0.0.1:8080 --workers auto --bench-budget-ms "$bench" --poll-ms 200 --tune-budget-ms "$budget" >"$top/serve.log" 2>&1 &
     SERVER=$!
     for _ in $(seq 1 300); do curl -fs "$KAAS_URL/v1/health/ready" >/dev/null 2>&1 && break; sleep 0.2; done
     export KAAS_TOKEN="$("$K" token create --name ml-engineer --role admin 2>/dev/null)"
-    id="$("$K" request --workload "$workload" ${tokens:+--tokens "$tokens"} --no-wait 2>"$OUT/request.log" | tail -n 1)"
-    tail -n 3 "$OUT/request.log"; echo "request: $id"
+    for w in ${workloads//,/ }; do
+        ids+=("$w:$("$K" request --workload "$w" ${tokens:+--tokens "$tokens"} --no-wait 2>>"$top/request.log" | tail -n 1)")
+    done
+    tail -n "${#ids[@]}" "$top/request.log"
     drain "$seconds"
-    "$K" export "$OUT/full" >/dev/null
-    python3 "$here/request-report.py" "$KAAS_URL" "$id" "$OUT/serve.log" "$OUT/full" "$OUT"
-    rm -rf "$OUT/full"
+    "$K" export "$top/full" >/dev/null
+    for w in "${ids[@]}"; do
+        mkdir -p "$top/${w%%:*}"
+        echo "== ${w%%:*} (request ${w#*:})"
+        python3 "$here/request-report.py" "$KAAS_URL" "${w#*:}" "$top/serve.log" "$top/full" "$top/${w%%:*}" | tee "$top/${w%%:*}/report.txt" | tail -n 12
+    done
+    rm -rf "$top/full"
     kill "$SERVER"; wait "$SERVER" 2>/dev/null || true
+    # One file back (the device tool returns a limited number of files).
+    tar czf "$top.tgz" -C "$top" . && rm -rf "$top"
 }
 
 # The H100 catalog measured on this machine's GPUs (an H200's): every $1-th entry of

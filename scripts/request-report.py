@@ -29,15 +29,15 @@ def ts(s: str) -> datetime:
 
 
 def job_seconds(log: str) -> dict:
-    """Seconds each job held its worker, from the worker's `running job` and `job
-    finished` log lines."""
+    """Seconds each job held its worker, from the worker's `running job` (a verify job)
+    or `tuning` (a tune job) and `job finished` log lines."""
     start, held = {}, {}
     for line in open(log, errors="replace"):
-        m = re.match(r"(\S+Z)\s.*?(running job|job finished).*?\bjob=(\d+)", re.sub(r"\x1b\[[0-9;]*m", "", line))
+        m = re.match(r"(\S+Z)\s+\S+\s+kaas::work::worker: (running job|tuning|job finished).*?\bjob=(\d+)", re.sub(r"\x1b\[[0-9;]*m", "", line))
         if not m:
             continue
         t, what, job = ts(m.group(1)), m.group(2), int(m.group(3))
-        if what == "running job":
+        if what in ("running job", "tuning"):
             start[job] = t
         elif job in start:
             held[job] = (t - start[job]).total_seconds()
