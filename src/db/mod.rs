@@ -79,16 +79,27 @@ pub async fn connect(cfg: &DbConfig) -> Result<DatabaseConnection, DbErr> {
     // "database is locked" (the busy timeout does not cover it) while another process
     // holds the file for its migrations.
     let lock = StartLock::acquire(cfg).await?;
-    let db = match open(cfg).await {
-        Ok(db) => db,
-        Err(e) => {
-            lock.release().await;
-            return Err(e);
-        }
-    };
-    let migrated = migrate(&db).await;
+    let migrated = migrate_and_open(cfg).await;
     lock.release().await;
-    migrated?;
+    migrated
+}
+
+/// Migrates, then opens the pool the process uses. A SQLite file is migrated through a
+/// pool of one connection of its own: SQLite checks a DDL statement's names against the
+/// schema its connection cached when it prepares it, so a migration whose statements land
+/// on different pooled connections can find a table or index it has just dropped still
+/// there ("index … already exists", now and then). The process's pool opens after, with
+/// the schema as migrated.
+async fn migrate_and_open(cfg: &DbConfig) -> Result<DatabaseConnection, DbErr> {
+    if sqlite_file(&normalize_url(&cfg.url)).is_some() {
+        let one = open(&DbConfig { max_connections: 1, ..cfg.clone() }).await?;
+        let migrated = migrate(&one).await;
+        one.close().await.ok();
+        migrated?;
+        return open(cfg).await;
+    }
+    let db = open(cfg).await?;
+    migrate(&db).await?;
     Ok(db)
 }
 
@@ -180,7 +191,7 @@ impl StartLock {
 }
 
 /// The file of a SQLite URL; `None` for an in-memory database (one process only).
-fn sqlite_file(url: &str) -> Option<std::path::PathBuf> {
+pub fn sqlite_file(url: &str) -> Option<std::path::PathBuf> {
     let rest = url.strip_prefix("sqlite://").or_else(|| url.strip_prefix("sqlite:"))?;
     let (path, query) = rest.split_once('?').unwrap_or((rest, ""));
     if path.is_empty() || path.contains(":memory:") || query.split('&').any(|kv| kv == "mode=memory") {

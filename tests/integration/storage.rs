@@ -43,3 +43,17 @@ async fn sqlite_connections_use_wal_and_a_busy_timeout() {
     let fk = db.db.query_one_raw(q("PRAGMA foreign_keys")).await.unwrap().unwrap();
     assert_eq!(fk.try_get_by_index::<i64>(0).unwrap(), 1);
 }
+
+/// Fresh SQLite files migrate every time. The tuning migration rebuilds `jobs` (drop,
+/// recreate, re-index); with its statements spread over a pool's connections, SQLite now
+/// and then judged a new index's name against a connection's stale schema ("index
+/// ix_jobs_claim already exists"). Several fresh files in a row make that visible.
+#[actix_web::test]
+async fn fresh_sqlite_files_migrate_every_time() {
+    for i in 0..12 {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}?mode=rwc", dir.path().join("kaas.db").display());
+        let db = kaas::db::connect(&kaas::db::DbConfig::new(&url)).await.unwrap_or_else(|e| panic!("fresh file {i}: {e}"));
+        db.close().await.ok();
+    }
+}
