@@ -178,6 +178,22 @@ impl DbArgs {
         let url = self.url();
         db::connect(&DbConfig::new(&url)).await.with_context(|| format!("connecting to {}", redact(&url)))
     }
+    /// As `connect`, for commands that work on a service's database (tokens, workers,
+    /// exports): the default SQLite file, when it does not exist here, is an error rather
+    /// than a new empty database (run in the wrong folder, `kaas token create` would
+    /// otherwise mint a token no server knows). A database named explicitly is opened as
+    /// named, created if its URL says so.
+    async fn connect_existing(&self) -> anyhow::Result<sea_orm::DatabaseConnection> {
+        let named = self.database_url.is_some() || std::env::var("DATABASE_URL").is_ok_and(|s| !s.is_empty());
+        if let Some(file) = db::sqlite_file(&db::normalize_url(&self.url())).filter(|f| !named && !f.exists()) {
+            anyhow::bail!(
+                "no database at {} (in {}): run this where `kaas serve` runs, or name the service's database with --database-url or KAAS_DATABASE_URL",
+                file.display(),
+                std::env::current_dir().map(|d| d.display().to_string()).unwrap_or_else(|_| "this folder".into())
+            );
+        }
+        self.connect().await
+    }
 }
 
 /// Hides a password in a database URL before it is printed.
@@ -201,13 +217,13 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Export { dir, db } => {
-            let conn = db.connect().await?;
+            let conn = db.connect_existing().await?;
             let index = bundle::export(&conn, &dir).await.with_context(|| format!("exporting to {}", dir.display()))?;
             println!("exported {} catalog entries, {} artifacts, {} baselines to {}", index.entries.len(), index.artifacts.len(), index.baselines.len(), dir.display());
             Ok(())
         }
         Command::Token { command, db } => {
-            let conn = db.connect().await?;
+            let conn = db.connect_existing().await?;
             match command {
                 TokenCommand::Create { name, role } => {
                     let t = crate::auth::create_token(&conn, &name, role).await?;
@@ -238,7 +254,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Compile(args) => tokio::task::spawn_blocking(move || crate::compile::compile_cli(&args)).await?,
         Command::Run(args) => tokio::task::spawn_blocking(move || crate::harness::run_cmd::run_cli(args)).await?,
         Command::Worker(args) => {
-            let conn = args.db.connect().await?;
+            let conn = args.db.connect_existing().await?;
             let settings = args.flags.resolve(&Default::default());
             let probe = crate::work::worker::probe(crate::sandbox::SandboxCommand::from_env()?).await;
             let cfg = worker_config(&probe, args.gpu, &settings)?;

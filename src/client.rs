@@ -343,6 +343,10 @@ pub fn submit(server: &Server, args: &SubmitArgs) -> anyhow::Result<()> {
     } else {
         eprintln!("submission {} accepted: {} job(s) queued; {}{}", v.id, v.jobs.len(), server.url.trim_end_matches('/'), v.links.self_);
     }
+    let open: Vec<Option<String>> = v.jobs.iter().filter(|j| !crate::work::state::is_terminal(&j.state)).map(|j| j.device_class.clone()).collect();
+    if let Some(note) = no_worker_for(&client, &open) {
+        eprintln!("{note}");
+    }
     if args.no_wait {
         println!("{}", v.id);
         return Ok(());
@@ -367,6 +371,38 @@ pub fn submit(server: &Server, args: &SubmitArgs) -> anyhow::Result<()> {
         bail!("{failed} of {} job(s) did not pass", done.jobs.len());
     }
     Ok(())
+}
+
+/// A note when no GPU worker the server has seen lately can run work waiting for the
+/// device classes `wanted` (`None`: any GPU): it waits in the queue until one starts, and
+/// a follower would otherwise spin without saying why. `None` when one can, or when the
+/// server cannot say.
+fn no_worker_for(client: &Client, wanted: &[Option<String>]) -> Option<String> {
+    if wanted.is_empty() {
+        return None;
+    }
+    let health: serde_json::Value = client.get("/v1/health").ok()?;
+    let classes: Vec<&str> = health["workers"]
+        .as_array()?
+        .iter()
+        .filter(|w| matches!(w["state"].as_str(), Some("idle" | "busy")))
+        .filter_map(|w| w["device_class"].as_str())
+        .collect();
+    let unserved: std::collections::BTreeSet<String> = wanted
+        .iter()
+        .filter(|c| match c {
+            Some(c) => !classes.contains(&c.as_str()),
+            None => classes.is_empty(),
+        })
+        .map(|c| c.clone().unwrap_or_else(|| "any GPU".into()))
+        .collect();
+    if unserved.is_empty() {
+        return None;
+    }
+    Some(format!(
+        "note: no GPU worker for {} has been seen by this server lately; the work waits in the queue until one starts (`kaas serve --workers auto` or `kaas worker --gpu N` on a GPU machine, same database)",
+        unserved.into_iter().collect::<Vec<_>>().join(", ")
+    ))
 }
 
 #[derive(Debug, Clone, Args)]
@@ -437,8 +473,10 @@ pub fn request(server: &Server, args: &RequestArgs) -> anyhow::Result<()> {
         server.url.trim_end_matches('/'),
         v.links.self_
     );
-    if queued > 0 {
-        eprintln!("problems another request queued first share its tune");
+    if queued > 0
+        && let Some(note) = no_worker_for(&client, &[Some(v.device_class.clone())])
+    {
+        eprintln!("{note}");
     }
     if args.no_wait {
         println!("{}", v.id);

@@ -289,6 +289,13 @@ fn check_include(line: usize, arg: &str, roots: &[PathBuf]) -> Result<(), Compil
         && path.chars().all(|c| c.is_ascii_alphanumeric() || "_./+-".contains(c))
         && Path::new(path).components().all(|c| matches!(c, Component::Normal(_)));
     let found = plain && roots.iter().any(|r| r.join(path).is_file());
+    // A server with no CUDA headers at all cannot compile any source that includes one:
+    // that is the service's shortfall (503), not the author's include (422).
+    if !found && plain && !roots.iter().any(|r| r.join("cuda_fp16.h").is_file()) {
+        return Err(CompileError::Unavailable(format!(
+            "this server has no CUDA headers to compile `#include {arg}` against (its operator sets KAAS_CUDA_INCLUDE and {CUTLASS_ENV}; scripts/cuda-tools.sh installs them)"
+        )));
+    }
     if !found {
         return Err(CompileError::refused(
             "include_refused",
@@ -778,6 +785,17 @@ mod tests {
             assert_eq!(e.reason(), "include_refused", "{src:?}: {e}");
             assert!(e.to_string().starts_with(&format!("line {line}:")), "{src:?}: {e}");
         }
+    }
+
+    #[test]
+    fn a_server_without_headers_says_so_instead_of_blaming_the_include() {
+        let none: Vec<PathBuf> = vec![];
+        let e = check_source("#include <mma.h>\n", &none, &CompileLimits::default()).unwrap_err();
+        assert_eq!(e.reason(), "nvrtc_unavailable", "{e}");
+        // What no server provides is still the author's fault.
+        assert_eq!(check_source("#include </etc/passwd>\n", &none, &CompileLimits::default()).unwrap_err().reason(), "include_refused");
+        // Source that includes nothing compiles without headers.
+        check_source("extern \"C\" __global__ void k() {}\n", &none, &CompileLimits::default()).expect("no includes, no headers needed");
     }
 
     #[test]

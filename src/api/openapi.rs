@@ -51,5 +51,7 @@ pub fn document_text() -> String {
 }
 
 pub fn configure(cfg: &mut actix_web::web::ServiceConfig) {
-    cfg.service(SwaggerUi::new("/docs/{_:.*}").url("/openapi.json", ApiDoc::openapi()));
+    cfg.service(SwaggerUi::new("/docs/{_:.*}").url("/openapi.json", ApiDoc::openapi()))
+        // Swagger UI lives under `/docs/`; the bare path is what people type.
+        .service(actix_web::web::redirect("/docs", "/docs/").permanent());
 }

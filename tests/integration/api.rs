@@ -330,4 +330,8 @@ async fn the_committed_openapi_document_is_what_is_served() {
     let docs = get(&app, "/docs/").await;
     assert_eq!(docs.status, 200);
     assert!(String::from_utf8_lossy(&docs.body).contains("swagger"));
+    // The bare path people type goes to the same page.
+    let bare = get(&app, "/docs").await;
+    assert_eq!(bare.status, 308, "{}", String::from_utf8_lossy(&bare.body));
+    assert_eq!(bare.headers.get("location").and_then(|v| v.to_str().ok()), Some("/docs/"));
 }

@@ -503,3 +503,64 @@ async fn a_flood_on_the_downloads_listener_leaves_the_api_its_descriptors() {
     serve.kill();
     db.cleanup().await;
 }
+
+/// `kaas token create` (and the other commands that work on a service's database) run in
+/// a folder without the service's SQLite file fail and say where they looked, instead of
+/// minting a token into a new, empty database that no server reads.
+#[actix_web::test]
+async fn database_commands_refuse_a_sqlite_file_that_does_not_exist() {
+    let dir = tempfile::tempdir().unwrap();
+    for args in [&["token", "create", "--name", "alice"][..], &["token", "list"][..], &["export", "out"][..]] {
+        let out = Command::new(env!("CARGO_BIN_EXE_kaas"))
+            .args(args)
+            .current_dir(dir.path())
+            .env_remove("KAAS_DATABASE_URL")
+            .env_remove("DATABASE_URL")
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?} succeeded: {err}");
+        assert!(err.contains("no database at kaas.db") && err.contains("--database-url"), "{args:?}: {err}");
+        assert!(!dir.path().join("kaas.db").exists(), "{args:?} created a database");
+    }
+    // Named explicitly, a fresh file is still made (a token before the first start).
+    let db = dir.path().join("named.db");
+    let out = Command::new(env!("CARGO_BIN_EXE_kaas"))
+        .args(["token", "create", "--name", "alice", "--database-url", &format!("sqlite://{}?mode=rwc", db.display())])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// `kaas submit` to a server that has seen no GPU worker says so at once, instead of
+/// following a queue nothing drains without a word.
+#[actix_web::test]
+async fn kaas_submit_says_when_no_worker_can_run_the_jobs() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}?mode=rwc", dir.path().join("kaas.db").display());
+    let empty = dir.path().join("catalog");
+    std::fs::create_dir(&empty).unwrap();
+    let mut serve = Serve::start(&url, &empty, dir.path().join("serve.log"));
+    serve.wait_ready(Duration::from_secs(60)).await;
+    let kaas = |args: &[&str]| Command::new(env!("CARGO_BIN_EXE_kaas")).args(args).env_remove("KAAS_CONFIG").output().unwrap();
+    let token = kaas(&["token", "create", "--name", "alice", "--database-url", &url]);
+    assert!(token.status.success(), "{}", String::from_utf8_lossy(&token.stderr));
+    let token = String::from_utf8(token.stdout).unwrap().trim().to_string();
+    // The shipped simple kernel and its manifest.
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let index: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(root.join("kernels/index.json")).unwrap()).unwrap();
+    let entry = &index["entries"][0];
+    let ptx = root.join("kernels/ptx").join(format!("{}.ptx", entry["artifact"].as_str().unwrap()));
+    let manifest = dir.path().join("m.json");
+    std::fs::write(&manifest, entry["manifest"].to_string()).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_kaas"))
+        .args(["submit", ptx.to_str().unwrap(), "--manifest", manifest.to_str().unwrap(), "--no-wait"])
+        .env("KAAS_URL", format!("http://127.0.0.1:{}", serve.port))
+        .env("KAAS_TOKEN", &token)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    serve.kill();
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("no GPU worker for") && err.contains("waits in the queue"), "{err}");
+}
