@@ -36,6 +36,11 @@ function cell(row) {
   if (row.state === 'baseline_faster') {
     return h('a', { href: problemHref(row.path, row.device_class), class: 'wl baseline', 'data-state': row.state, title: `${label}: ${row.use_instead}, ${us(row.baseline_median_us)}`, 'aria-label': label }, 'baseline');
   }
+  if (row.tune) {
+    // Asked for and not answered yet: where its tune job stands.
+    const asked = `${row.linear} at ${row.tokens} tokens: tune ${row.tune}`;
+    return h('a', { href: problemHref(row.path, row.device_class), class: 'wl missing', 'data-state': row.state, 'data-tune': row.tune, title: asked, 'aria-label': asked }, row.tune);
+  }
   return h('span', { class: 'wl missing', 'data-state': row.state, title: label, 'aria-label': label }, '—');
 }
 

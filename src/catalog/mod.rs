@@ -18,6 +18,10 @@ use crate::manifest::Manifest;
 use crate::problem::{Acc, Arch, Layout, Problem};
 pub use views::*;
 
+/// Who a tune job's kernel belongs to: the service, as for the kernels it ships.
+pub const TUNER_SUBMITTER: &str = "kaas";
+/// The submission name shown for a tune job's kernel.
+pub const TUNED_NAME: &str = "tuned on demand";
 /// Speedup table key for cuBLASLt-autotune-max, the baseline kaas ranks against.
 pub const AUTOTUNE_MAX: &str = "cublaslt_autotune_max";
 
@@ -203,10 +207,15 @@ impl EntryData {
         Ok(EntryData { runs, manifests, artifacts, submissions, submitters })
     }
 
+    /// (submitter, submission name) of a run. A run without a submission is a tune
+    /// job's: the service's own tuner made it, so it is the service's (`kaas`), as the
+    /// kernels it ships are.
     fn owner(&self, r: &run::Model) -> (String, String) {
-        let sub = r.submission_id.and_then(|id| self.submissions.get(&id));
-        let who = sub.and_then(|s| self.submitters.get(&s.submitter_id)).map(|s| s.name.clone()).unwrap_or_default();
-        (who, sub.map(|s| s.name.clone()).unwrap_or_default())
+        let Some(sub) = r.submission_id.and_then(|id| self.submissions.get(&id)) else {
+            return (TUNER_SUBMITTER.to_string(), TUNED_NAME.to_string());
+        };
+        let who = self.submitters.get(&sub.submitter_id).map(|s| s.name.clone()).unwrap_or_default();
+        (who, sub.name.clone())
     }
 }
 

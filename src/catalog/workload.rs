@@ -44,6 +44,10 @@ pub struct WorkloadRow {
     /// The fastest measured baseline, where that is the answer: `library layout`.
     pub use_instead: Option<String>,
     pub baseline_median_us: Option<f64>,
+    /// `not_in_catalog` rows someone asked to tune: the tune's state (`queued`, `tuning`,
+    /// `verifying`, `failed`). Filled by the API, which sees the job queue.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tune: Option<String>,
 }
 
 /// Counts and geometric means over the rows.
@@ -89,6 +93,7 @@ pub async fn workload(db: &DatabaseConnection, preset: &ModelConfig, arch: Arch,
             speedup: None,
             use_instead: None,
             baseline_median_us: None,
+            tune: None,
         };
         // Only what was measured on the class asked for: a workload's figures never mix
         // in another class's stand-in.
@@ -166,6 +171,7 @@ mod tests {
             speedup,
             use_instead: None,
             baseline_median_us: None,
+            tune: None,
         }
     }
 

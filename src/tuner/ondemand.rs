@@ -174,13 +174,20 @@ pub fn untunable(p: &Problem, sm_count: u32) -> Option<String> {
     None
 }
 
-/// The search's priors from the seeds: each seed's code that is in `space`, at its
-/// speedup (1.0 where unbenchmarked), weighted by closeness.
+/// The search's priors from the seeds: every candidate in `space` with a seed's code (one
+/// code may run on more than one grid), at the seed's speedup (1.0 where unbenchmarked),
+/// weighted by closeness.
 pub fn priors(space: &[Candidate], p: &Problem, seeds: &[Seed]) -> Vec<(usize, f64, f64)> {
-    let index: HashMap<String, usize> = space.iter().enumerate().map(|(i, c)| (c.entry(p.acc, p.layout), i)).collect();
+    let mut index: HashMap<String, Vec<usize>> = HashMap::new();
+    for (i, c) in space.iter().enumerate() {
+        index.entry(c.entry(p.acc, p.layout)).or_default().push(i);
+    }
     seeds
         .iter()
-        .filter_map(|s| index.get(&s.entry).map(|&i| (i, s.speedup.filter(|x| x.is_finite() && *x > 0.0).unwrap_or(1.0), 1.0 / (1.0 + s.distance.max(0.0)))))
+        .flat_map(|s| {
+            let prior = (s.speedup.filter(|x| x.is_finite() && *x > 0.0).unwrap_or(1.0), 1.0 / (1.0 + s.distance.max(0.0)));
+            index.get(&s.entry).into_iter().flatten().map(move |&i| (i, prior.0, prior.1))
+        })
         .collect()
 }
 
@@ -355,7 +362,9 @@ mod tests {
             Seed { problem: "x".into(), entry: first, speedup: Some(1.2), distance: 1.0 },
             Seed { problem: "y".into(), entry: "not_a_code".into(), speedup: Some(2.0), distance: 0.0 },
         ];
-        assert_eq!(priors(&space, &prob, &seeds), vec![(0, 1.2, 0.5)]);
+        let same: Vec<(usize, f64, f64)> = (0..space.len()).filter(|&i| space[i].entry(prob.acc, prob.layout) == space[0].entry(prob.acc, prob.layout)).map(|i| (i, 1.2, 0.5)).collect();
+        assert!(same.first() == Some(&(0, 1.2, 0.5)), "{same:?}");
+        assert_eq!(priors(&space, &prob, &seeds), same, "every grid of the seeded code, and nothing for a code not in the space");
     }
 
     #[test]

@@ -190,6 +190,16 @@ async fn a_tune_moves_from_queued_to_served_or_baseline_faster(backend: Backend)
     assert_eq!(t["trace"]["tried"][0]["code"], "128x128x64 c1");
     assert_eq!(t["trace"]["tried"][0]["us"], 11.0);
     assert_eq!(t["result"]["promoted"], true);
+    // The tuned kernel is the service's own, and its catalog exports as a bundle that
+    // imports again (a bundle refuses an entry without a submitter).
+    assert_eq!(k.json()["submitter"], "kaas", "{}", k.json());
+    let out = tempfile::tempdir().unwrap();
+    let index = kaas::catalog::bundle::export(&db.db, out.path()).await.unwrap();
+    assert!(index.entries.iter().any(|e| e.submitter == "kaas" && e.problem.path() == "sm_90/f32/tn/16x4096x4096"), "{:?}", index.entries);
+    let again = TestDb::new(Backend::Sqlite).await;
+    let report = kaas::catalog::bundle::import(&again.db, out.path()).await.expect("the exported catalog imports");
+    assert_eq!(report.entries, index.entries.len());
+    again.cleanup().await;
 
     // Passed but slower than a baseline: not in the catalog; baseline_faster, measured.
     let (j2, p2) = claim_tune(&db, "w1").await;
@@ -379,7 +389,31 @@ async fn a_worker_runs_tune_jobs_in_its_sandbox(backend: Backend) {
     db.cleanup().await;
 }
 
+/// The workload page's rows show where a requested problem's tune stands until the
+/// catalog answers it.
+async fn a_workload_shows_its_problems_tunes(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let app = test::init_service(create_app(state(&db, settings(TuneLimits::default())))).await;
+    let alice = auth::create_token(&db.db, "alice", Role::Submitter).await.unwrap().secret;
+    let r = call(&app, ask(&alice, serde_json::json!({"workload": "llama-3.1-8b", "tokens": [16]}))).await;
+    assert_eq!(r.status, 201, "{}", String::from_utf8_lossy(&r.body));
+    let (_job, p) = claim_tune(&db, "w1").await;
+    let w = get(&app, "/v1/workloads/llama-3.1-8b?device=H100-SXM").await.json();
+    let rows: Vec<&serde_json::Value> = w["rows"].as_array().unwrap().iter().filter(|r| r["tokens"] == 16).collect();
+    assert_eq!(rows.len(), 4, "{w}");
+    for row in rows {
+        let want = if row["path"] == p.path().as_str() { "tuning" } else { "queued" };
+        assert_eq!(row["state"], "not_in_catalog", "{row}");
+        assert_eq!(row["tune"], want, "{row}");
+    }
+    // A token count nobody asked for has no tune.
+    let one = w["rows"].as_array().unwrap().iter().find(|r| r["tokens"] == 1).unwrap();
+    assert!(one.get("tune").is_none(), "{one}");
+    db.cleanup().await;
+}
+
 both_backends!(
+    a_workload_shows_its_problems_tunes,
     a_problem_asked_by_anyone_is_one_tune_and_one_job,
     concurrent_requests_on_two_replicas_make_one_job_per_problem,
     a_tune_moves_from_queued_to_served_or_baseline_faster,

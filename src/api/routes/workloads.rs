@@ -69,6 +69,17 @@ pub async fn get(state: State, name: web::Path<String>, q: web::Query<WorkloadQu
     let device = resolve_device(&state, &q.device).await?;
     let key = format!("workload|{}|{arch}|{acc}|{device:?}", preset.name);
     let db = state.db.clone();
-    let r = cached(&state, key, || async move { json(&crate::catalog::workload::workload(&db, preset, arch, acc, device.as_deref()).await?) }).await?;
+    let tune_class = device.clone().unwrap_or_else(|| state.settings.tune.device_class.clone());
+    let r = cached(&state, key, || async move {
+        let mut view = crate::catalog::workload::workload(&db, preset, arch, acc, device.as_deref()).await?;
+        // Problems the catalog lacks but someone asked to tune: where their tune stands.
+        for row in view.rows.iter_mut().filter(|r| r.state == crate::catalog::workload::WorkloadState::NotInCatalog) {
+            if let Some((t, _)) = crate::work::tune::state_of(&db, &row.problem, &tune_class).await? {
+                row.tune = Some(t.state);
+            }
+        }
+        json(&view)
+    })
+    .await?;
     Ok(respond(r))
 }
