@@ -125,13 +125,10 @@
 //                   there; but a narrow tile's K-tile still costs about 145 ns (64x512x1024:
 //                   4.10 µs with two chains, 4.12 without), so that cost is not the
 //                   wgmmas' chain.
-//   KAAS_ENTRY      optional; default name encodes every knob:
-//     kaas_wgmma_<f32|f16>_<tn|nn>_<BM>x<BN>x<BK>_s<STAGES>_c<CONSUMERS>_m<CLUSTER_M>_g<GROUP_M>
-//     e.g. kaas_wgmma_f32_tn_128x256x64_s4_c2_m1_g16; KAAS_CLUSTER_N > 1 adds _n<CLUSTER_N>
-//     and then KAAS_CHAINS > 1 _x<CHAINS> (before any other suffix); KAAS_SPLITK=1 adds _sk, 2 adds _ska,
-//     3 adds _skc, KAAS_STREAMK=1 _sks;
-//     KAAS_PINGPONG=1 adds _pp, KAAS_KSPLIT=1 _kw, KAAS_COLSPLIT=1 _cs; then KAAS_EPILOGUE=2 _ts, then
-//     KAAS_DESC_UNIFORM=1 _du, 2 _dr; then KAAS_EARLY_COORDS=1 _ec, then KAAS_GRID2D=1 _2d, 2 _2g
+//   KAAS_ENTRY      the entry's name, e.g. kaas_wgmma_f32_tn_128x256x64_s4_c2_m1_g16: a
+//                   head of the tile, ring, consumers, cluster rows and group, then one
+//                   suffix per knob not at its default, in the order of the tuner's table
+//                   (src/tuner/hopper.rs, AXES; docs/tuner.md), which passes it.
 //   KAAS_WAIT0      0 (default) or 1 (not with KAAS_KSPLIT): each consumer waits for a
 //                   K-tile's wgmmas right after issuing them and frees its slot at once,
 //                   instead of keeping one K-tile in flight and freeing the slot one K-tile
@@ -329,16 +326,6 @@ typedef unsigned long long u64;
 #define KAAS_PROBE_LOADS (KAAS_PROBE != 2 && KAAS_PROBE != 3 && KAAS_PROBE != 5)
 #define KAAS_PROBE_SYNC (KAAS_PROBE != 5)
 
-#if KAAS_ACC_F32
-#define KAAS_ACC_TAG f32
-#else
-#define KAAS_ACC_TAG f16
-#endif
-#if KAAS_LAYOUT_TN
-#define KAAS_LAYOUT_TAG tn
-#else
-#define KAAS_LAYOUT_TAG nn
-#endif
 #ifndef KAAS_DESC_UNIFORM
 #define KAAS_DESC_UNIFORM 0
 #endif
@@ -351,90 +338,10 @@ typedef unsigned long long u64;
 #ifndef KAAS_EARLY_COORDS
 #define KAAS_EARLY_COORDS 0
 #endif
+// The entry's name: the tuner derives it from the same table as these defines
+// (src/tuner/hopper.rs, AXES) and passes it, so the name is spelt in one place.
 #ifndef KAAS_ENTRY
-// The code's suffix: _pp (ping-pong), _ska / _sk / _skc / _sks (split-K, atomic / in order /
-// in a cluster / stream-K), or none.
-#if KAAS_PINGPONG
-#define KAAS_CODE_TAG _pp
-#elif KAAS_KSPLIT
-#define KAAS_CODE_TAG _kw
-#elif KAAS_COLSPLIT && KAAS_SPLITK == 2
-#define KAAS_CODE_TAG _ska_cs
-#elif KAAS_COLSPLIT
-#define KAAS_CODE_TAG _cs
-#elif KAAS_SPLITK == 3
-#define KAAS_CODE_TAG _skc
-#elif KAAS_SPLITK == 2 && KAAS_STREAMK == 2
-#define KAAS_CODE_TAG _skh
-#elif KAAS_SPLITK == 2 && KAAS_STREAMK
-#define KAAS_CODE_TAG _sks
-#elif KAAS_SPLITK == 2
-#define KAAS_CODE_TAG _ska
-#elif KAAS_SPLITK
-#define KAAS_CODE_TAG _sk
-#endif
-#ifndef KAAS_CODE_TAG
-#define KAAS_CODE_TAG
-#endif
-// _n2, _n4, _n8 (clusters along N) or none.
-#if KAAS_CLUSTER_N == 2
-#define KAAS_CN_TAG _n2
-#elif KAAS_CLUSTER_N == 4
-#define KAAS_CN_TAG _n4
-#elif KAAS_CLUSTER_N == 8
-#define KAAS_CN_TAG _n8
-#else
-#define KAAS_CN_TAG
-#endif
-// _x2, _x4 (accumulator chains) or none.
-#if KAAS_CHAINS == 2
-#define KAAS_CH_TAG _x2
-#elif KAAS_CHAINS == 4
-#define KAAS_CH_TAG _x4
-#else
-#define KAAS_CH_TAG
-#endif
-// _ts (the TMA-store epilogue) or none.
-#if KAAS_EPILOGUE == 2
-#define KAAS_TS_TAG _ts
-#else
-#define KAAS_TS_TAG
-#endif
-// _du / _dr (KAAS_DESC_UNIFORM), after _w0 (KAAS_WAIT0), or none.
-#if KAAS_DESC_UNIFORM == 2 && KAAS_WAIT0
-#define KAAS_DU_TAG _w0_dr
-#elif KAAS_DESC_UNIFORM == 2
-#define KAAS_DU_TAG _dr
-#elif KAAS_DESC_UNIFORM && KAAS_WAIT0
-#define KAAS_DU_TAG _w0_du
-#elif KAAS_WAIT0
-#define KAAS_DU_TAG _w0
-#elif KAAS_DESC_UNIFORM
-#define KAAS_DU_TAG _du
-#else
-#define KAAS_DU_TAG
-#endif
-// _ec (KAAS_EARLY_COORDS), then _2d or _2g (KAAS_GRID2D 1 or 2), or none.
-#if KAAS_EARLY_COORDS && KAAS_GRID2D == 2
-#define KAAS_EC_TAG _ec_2g
-#elif KAAS_GRID2D == 2
-#define KAAS_EC_TAG _2g
-#elif KAAS_EARLY_COORDS && KAAS_GRID2D
-#define KAAS_EC_TAG _ec_2d
-#elif KAAS_GRID2D
-#define KAAS_EC_TAG _2d
-#elif KAAS_EARLY_COORDS
-#define KAAS_EC_TAG _ec
-#else
-#define KAAS_EC_TAG
-#endif
-#define KAAS_CATS_(a, b, c, d, e, f, g, h, i, j, k, l, m, n, o, p, q, r, s, t, u, v, w, x) \
-    a##b##c##d##e##f##g##h##i##j##k##l##m##n##o##p##q##r##s##t##u##v##w##x
-#define KAAS_CATS(...) KAAS_CATS_(__VA_ARGS__)
-#define KAAS_ENTRY                                                                                           \
-    KAAS_CATS(kaas_wgmma_, KAAS_ACC_TAG, _, KAAS_LAYOUT_TAG, _, KAAS_BM, x, KAAS_BN, x, KAAS_BK, _s, KAAS_STAGES, \
-              _c, KAAS_CONSUMERS, _m, KAAS_CLUSTER_M, _g, KAAS_GROUP_M, KAAS_CN_TAG, KAAS_CH_TAG, KAAS_CODE_TAG, KAAS_TS_TAG, \
-              KAAS_DU_TAG, KAAS_EC_TAG)
+#error "KAAS_ENTRY (the entry's name) is not defined"
 #endif
 
 constexpr int BM = KAAS_BM, BN = KAAS_BN, BK = KAAS_BK, STAGES = KAAS_STAGES;
