@@ -1357,19 +1357,19 @@ mod tests {
             let hopper: Vec<HopperConfig> = codes.iter().map(|c| c.hopper().unwrap_or_else(|| panic!("{key}: not Hopper codes"))).collect();
             let (a, rest) = hopper.split_first().unwrap();
             let one_tile = HopperConfig { grid: TileGrid::Linear, ..*a }.takes_grid2d();
-            assert_eq!(rest.len(), if one_tile { 2 - usize::from(a.grid == TileGrid::TwoD || a.grid == TileGrid::Grouped) } else { 1 }, "{key}");
+            assert_eq!(rest.len(), if one_tile { 2 - usize::from(a.grid.one_tile()) } else { 1 }, "{key}");
             on_2d += usize::from(a.grid == TileGrid::TwoD);
             let (ma, served) = (a.manifest(p, 132), index.entries.iter().filter(|e| &e.problem.path() == key).max_by_key(|e| e.run.measured_at).unwrap());
             assert_eq!(served.manifest, ma, "{key}: the entry's configuration launches as the shipped manifest does");
             let base = ma.launches[0].entry.trim_end_matches("_2d").trim_end_matches("_2g").trim_end_matches("_ec").to_string();
             for b in rest {
-                assert!(b.early_coords && b != a && (b.grid == TileGrid::TwoD || b.grid == TileGrid::Grouped) == one_tile, "{key}");
+                assert!(b.early_coords && b != a && b.grid.one_tile() == one_tile, "{key}");
                 assert_eq!(HopperConfig { early_coords: a.early_coords, grid: a.grid, ..*b }, *a, "{key}");
                 to_2g += usize::from(b.grid == TileGrid::Grouped);
                 let mb = b.manifest(p, 132);
                 let grid = if b.grid == TileGrid::TwoD { "_2d" } else if b.grid == TileGrid::Grouped { "_2g" } else { "" };
                 assert_eq!(mb.launches[0].entry, format!("{base}_ec{grid}"), "{key}");
-                if b.grid == TileGrid::TwoD || b.grid == TileGrid::Grouped {
+                if b.grid.one_tile() {
                     // The same tiles, one a CTA (the grouped grid's last group may add idle CTAs).
                     let [x, y, z] = mb.launches[0].grid;
                     assert!(x * y * z >= p.m.div_ceil(a.bm) * p.n.div_ceil(a.bn), "{key}");

@@ -893,7 +893,7 @@ fn one_tile_grid_codes(on: fn(kaas::tuner::hopper::HopperConfig) -> kaas::tuner:
     use kaas::tuner::hopper::{self, HopperConfig};
     let nn_narrow = hopper::space().into_iter().filter(|c| c.bn < 64 && c.supports(Layout::Nn)).map(hopper::searched_modes);
     let codes = one_of_each_kind(early_coords_codes().into_iter().chain(nn_narrow).filter(HopperConfig::takes_grid2d).map(on).collect());
-    assert!(codes.len() > 40 && codes.iter().all(|c| (c.grid == TileGrid::TwoD || c.grid == TileGrid::Grouped) && c.validate().is_ok()), "{}", codes.len());
+    assert!(codes.len() > 40 && codes.iter().all(|c| c.grid.one_tile() && c.validate().is_ok()), "{}", codes.len());
     codes
 }
 
