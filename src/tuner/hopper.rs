@@ -853,9 +853,7 @@ pub fn space() -> Vec<HopperConfig> {
 }
 
 /// The narrow tiles' widths (64 rows, one consumer, tn only), for the shapes whose 64×64
-/// tiles leave most SMs idle: cuBLASLt's own picks there are such tiles (on the H100,
-/// `nvjet_sm90_hsh_24x64_64x16_4x1` for 64×1024×512 and `_32x64_64x16_2x1_..._splitK`
-/// for 256×256×8192, ncu, session 10).
+/// tiles leave most SMs idle, as cuBLASLt's own picks there are.
 pub const NARROW_BN: [u32; 4] = [16, 24, 32, 48];
 
 /// Whether a candidate is worth its pulls on a problem: the layout takes it, a narrow
@@ -873,14 +871,10 @@ pub fn skinny(p: &Problem, sm_count: u32) -> bool {
     HopperConfig::new(64, 64, 2, 1).tiles(p) < 2 * sm_count
 }
 
-/// Clusters for the skinny shapes, as cuBLASLt runs them there (clusters of 2 to 8 on every
-/// skinny shape profiled, session 10): 64-row tiles in clusters of 2, 4 and 8 along N that
+/// Clusters for the skinny shapes: 64-row tiles in clusters of 2, 4 and 8 along N that
 /// multicast A (the operand every tile column shares when M is small), and 64×64 and 128×64
 /// tiles in clusters along M that multicast B (N small); each with the deepest ring and a
-/// 4-stage one, one tile per CTA. Timed exhaustively on the 211 tn shapes with M or N of
-/// 128 or less (H100, session 11), a cluster was the best code on 10, by up to 5.5%
-/// (4096×64×8192, 64×32 in pairs along N); on the small ones a single CTA stays ahead (a
-/// cluster adds about 0.2 µs).
+/// 4-stage one, one tile per CTA. Why: docs/tuner.md.
 pub fn skinny_cluster_codes() -> Vec<HopperConfig> {
     let mut out = Vec::new();
     for size in [2, 4, 8] {
@@ -895,11 +889,7 @@ pub fn skinny_cluster_codes() -> Vec<HopperConfig> {
 }
 
 /// A code in the search's modes: stepped descriptors (`_dr`) and the tile's origin computed
-/// before the K loop (`_ec`), every code. Each code timed in all three descriptor modes side
-/// by side on 8 shapes per layout (BENCHMARKS, session 23): `_dr` / plain 1.022 on the
-/// cooperative two-consumer codes (the search built them plain, as `_du` had been the same
-/// or slower there), `_dr` / `_du` 1.003 on the others. `_ec` took 0.05–0.2 µs off every
-/// tile hopper-probe timed (session 25).
+/// before the K loop (`_ec`), every code. Why: docs/tuner.md.
 pub fn searched_modes(c: HopperConfig) -> HopperConfig {
     HopperConfig { early_coords: true, ..step_twin(&c) }
 }
@@ -950,10 +940,10 @@ pub fn tma_store_twin(c: &HopperConfig) -> Option<HopperConfig> {
 pub const WIDE_BKS: [u32; 2] = [128, 256];
 
 /// The K-`bk` twin of a small-tile code (BN at most 64, where the loop's fixed cost per ring
-/// slot shows: BENCHMARKS, session 14), for `bk` in [`WIDE_BKS`]: the same tile, grid and
-/// split with `bk / 64` swizzle atoms per slot and that many times fewer slots (at least 3),
-/// the same bytes in flight where they fit. None for the codes a wide slot does not run
-/// with, and for the large tiles (128×128: slower in the probe with K 128).
+/// slot shows), for `bk` in [`WIDE_BKS`]: the same tile, grid and split with `bk / 64`
+/// swizzle atoms per slot and that many times fewer slots (at least 3), the same bytes in
+/// flight where they fit. None for the codes a wide slot does not run with, and for the
+/// large tiles. Why: docs/tuner.md.
 pub fn bk_twin(c: &HopperConfig, bk: u32) -> Option<HopperConfig> {
     if c.bk != BK || c.bn > 64 || !WIDE_BKS.contains(&bk) {
         return None;
@@ -1010,23 +1000,14 @@ pub fn tma_store_codes() -> Vec<HopperConfig> {
 }
 
 /// The 256×160 tile (tn; two consumers of 128 rows, 160 accumulators per thread, 4
-/// stages), on both grids: the tile area cuBLASLt runs at 8192³ on the H100
-/// (`nvjet_sm90_hsh_320x128_64x3_1x2`). It passes the verifier but is not in [`space`]:
-/// timed exhaustively on 13 tn shapes of 2^35 to 2^43 FLOP (session 10) it beat the best
-/// other code on one (4096×16384×8192, by 1.4%) and lost on the rest, by 5% at 8192³ and
-/// by half at 4096×4096×1024.
+/// stages), on both grids: a trial, not in [`space`]. Why: docs/tuner.md.
 pub fn wide_160_codes() -> Vec<HopperConfig> {
     let c = HopperConfig::new(256, 160, 4, 2);
     vec![c, HopperConfig { persistent: true, ..c }]
 }
 
 /// The stream-K codes (`_sks`), each with the deepest ring, on a grid of `sm_count`
-/// blocks. They pass the verifier on the H100 (`stream_k_hopper_kernels_pass_the_verifier`,
-/// 24 cases and the short grid) but are not in [`split_space`]: timed exhaustively beside
-/// the whole space on the 381 tn shapes of 2^30-2^36 FLOP that the catalog did not win
-/// (session 10) they were the best on none: on the 351 whose tiles leave a partial wave,
-/// where they ran, 4.4% or more behind the best other code (e.g. 512×128×16384: 0.857
-/// against 0.896 of cuBLASLt's heuristic).
+/// blocks: a trial, not in [`split_space`]. Why: docs/tuner.md.
 pub fn stream_k_codes(sm_count: u32) -> Vec<HopperConfig> {
     let mut out = Vec::new();
     for (bm, bn, consumers) in [(64, 128, 1), (128, 128, 2), (128, 256, 2)] {
@@ -1038,15 +1019,9 @@ pub fn stream_k_codes(sm_count: u32) -> Vec<HopperConfig> {
 
 /// The stream-K trial's codes on a grid of `sm_count` blocks: [`stream_k_codes`], and hybrid
 /// stream-K (`_skh`) of the large cooperative tiles, alone and in multicast pairs along M and
-/// along N, each with the deepest ring. The hybrid is meant for the large shapes' last wave:
-/// with 128×256 tiles, 8192³ makes 15.5 waves of 132, so the persistent grid idles half of
-/// its last wave (3%), and the 2^36–2^40 FLOP shapes lose 3.4% so (geomean, the best of four
-/// tiles each). They pass the verifier (`hybrid_stream_k_hopper_kernels_pass_the_verifier`)
-/// but are not in the search (H100, tn, session 24): timed beside the whole space on 8 large
-/// shapes, the best hybrid was 0.69–0.99 × the best code; timed beside the same 128×256
-/// tile's other grids alone, it was 1.05 × the persistent grid at 8192³ (1.00 × its TMA-store
-/// twin) but 0.75 × at 4096³, where the cut waves are half of the work and the fp32
-/// partials' round trips through L2 cost more than the idle half wave.
+/// along N, each with the deepest ring. The hybrid is meant for the large shapes' last wave
+/// (with 128×256 tiles 8192³ makes 15.5 waves of 132, so the persistent grid idles half of
+/// its last one). Not in the search. Why: docs/tuner.md.
 pub fn stream_k_trial_codes(sm_count: u32) -> Vec<HopperConfig> {
     let mut out = stream_k_codes(sm_count);
     for (bm, bn, consumers) in [(128, 256, 2), (256, 128, 2), (128, 128, 2)] {
@@ -1060,13 +1035,8 @@ pub fn stream_k_trial_codes(sm_count: u32) -> Vec<HopperConfig> {
 }
 
 /// Codes that run in clusters of two along M (`_m2`: each CTA loads half of the B tile and
-/// multicasts it to both) and, for the large tiles, along N (`_n2`: half of the A tile; not
-/// yet run on a GPU), on both grids. The `_m2` codes pass the verifier but are not in [`space`]:
-/// timed exhaustively beside it on 8 shapes from 512×4096×4096 to 8192³ (tn, H100, session
-/// 9) they lost on every one, by 0.7% at 8192³ and by up to 19% at 1024×1024×4096, so they
-/// would only spend the bandit's pulls. (Then a release cluster barrier ended every cluster
-/// kernel, about 1 µs; the producer now drains the ring instead. They have passed the
-/// verifier with it, and have not been re-timed.)
+/// multicasts it to both) and, for the large tiles, along N (`_n2`: half of the A tile), on
+/// both grids, and the ping-pong tiles in pairs along M: a trial, not in [`space`]. Why: docs/tuner.md.
 pub fn multicast_codes() -> Vec<HopperConfig> {
     let mut out = Vec::new();
     let along_m = MULTICAST_TILES.iter().map(|&(bm, bn, consumers)| HopperConfig { cluster_m: 2, ..HopperConfig::new(bm, bn, 2, consumers) });
@@ -1088,25 +1058,14 @@ pub fn multicast_codes() -> Vec<HopperConfig> {
 /// ones, and the 64-row ones the mid shapes pick. Every algorithm in the H100 baseline
 /// table that cuBLASLt's autotuning chose runs in clusters of two or more CTAs.
 const MULTICAST_TILES: [(u32, u32, u32); 5] = [(128, 256, 2), (256, 128, 2), (128, 128, 2), (64, 128, 1), (64, 256, 1)];
-/// The large tiles in clusters of two along N (`_n2`, multicasting A): cuBLASLt's autotuned
-/// pick on 62 of the 226 tn shapes of 2^36 FLOP and more is a cluster of two along our N,
-/// 21 of them a 256×128 tile in our terms (BENCHMARKS, session 13). And 128×64 with two
-/// consumers, cuBLASLt's heuristic pick on tn 1024×1024×8192 in our terms
-/// (`nvjet_sm90_hsh_64x128_64x8_2x1`: 384 threads, 8 stages, one tile per CTA; ncu,
-/// session 21), which the skinny shapes' clusters have along M only: on 89 long-K mid tn
-/// shapes it was 0.70 × cuBLASLt's heuristic (geomean) and never 2% ahead of the catalog
-/// (session 22).
+/// The large tiles in clusters of two along N (`_n2`, multicasting A), cuBLASLt's autotuned
+/// pick on many large tn shapes, and 128×64 with two consumers, its heuristic pick on tn
+/// 1024×1024×8192.
 const MULTICAST_N_TILES: [(u32, u32, u32); 4] = [(128, 256, 2), (256, 128, 2), (128, 128, 2), (128, 64, 2)];
 
 /// K split across the two consumer warpgroups (`_kw`): 64-row tiles from 64 × 16 to 64 ×
-/// 128, each with the deepest even ring that fits and a 4-stage one, on both grids. For the
-/// small and skinny shapes, where one consumer's chain of dependent wgmmas seemed to set the
-/// pace (session 11: every code we have takes 4.2-4.4 µs on 64×512×1024, cuBLASLt's
-/// 384-thread 64×8 kernel 3.4). They pass the verifier on the H100
-/// (`ksplit_hopper_kernels_pass_the_verifier`, 60 runs) but stay out of [`space`]: timed
-/// exhaustively beside it on 211 skinny tn shapes (session 12) they were the best on 20, by
-/// 2.2% at most, and 64×512×1024 still took 4.17 µs (two chains: 4.10). So the chain of
-/// wgmmas is not what holds the small shapes back.
+/// 128, each with the deepest even ring that fits and a 4-stage one, on both grids. A trial
+/// for the small and skinny shapes, not in [`space`]. Why: docs/tuner.md.
 pub fn ksplit_codes() -> Vec<HopperConfig> {
     let mut out = Vec::new();
     for bn in [16, 32, 64, 128] {
@@ -1121,14 +1080,7 @@ pub fn ksplit_codes() -> Vec<HopperConfig> {
 
 /// K split across two consumers in multicast pairs (`_kw` with `_m2`: two CTAs along M share
 /// B; `_n2`: along N, share A), 64 × 64 and 64 × 128 tiles with the deepest even ring, on
-/// both grids: the shape of cuBLAS's own pick on tn 1024×1024×8192 (ncu, session 21:
-/// `nvjet_sm90_hsh_64x128_64x8_2x1`, 384 threads, a cluster of two, 128 blocks, no split-K,
-/// 27.5–29.2 µs against our best 33.7). They pass the verifier on the H100
-/// (`ksplit_pair_hopper_kernels_pass_the_verifier`, 32 runs) and lose: timed exhaustively
-/// among the `_kw` codes on 83 skinny long-K tn shapes (session 21) the best pair was 0.918
-/// × the best single-CTA `_kw` code (geomean; better on 12), and on 1024×1024×8192 it took
-/// 35.7 µs against cuBLASLt's 27.6. So the K split is not what cuBLAS's two consumers do.
-/// `kaas tune --trial ksplit` times them on the skinny shapes beside the search.
+/// both grids. `kaas tune --trial ksplit` times them on the skinny shapes. Why: docs/tuner.md.
 pub fn ksplit_pair_codes() -> Vec<HopperConfig> {
     let mut out = Vec::new();
     for bn in [64, 128] {
@@ -1143,21 +1095,11 @@ pub fn ksplit_pair_codes() -> Vec<HopperConfig> {
 }
 
 /// Consumers that split the tile's columns (`_cs`): 64 × 128 and 64 × 256 with two consumer
-/// warpgroups, each an m64 chain over its half of the columns, as cuBLASLt's pick on tn
-/// 1024×1024×8192 runs (384 threads, 8 stages, a cluster of two, no split-K; ncu, session
-/// 21); alone (the deepest ring and a 4-stage one) and in pairs along M and N (the deepest
-/// ring), on both grids; and 64 × 128 with the atomic split-K, alone and in pairs (`split` 2
-/// stands for every count: [`col_split_space`] gives a problem's); each also with `wait0`.
-/// They pass the verifier on the H100 (`col_split_hopper_kernels_pass_the_verifier`, 120
-/// runs) and stay a trial (`kaas tune --trial col-split`): on the long-K mid shapes the
-/// catalog trails on (K ≥ 4096, session 22) their best was 0.90–0.91 × cuBLASLt's
-/// heuristic in the tuner's timing; of 367 problems 6 passed the promising filter, and the
-/// 4 verified were none ahead of the catalog's entries (the best, nn 64×16384×4096, 1.0024
-/// × autotune-max in the verifier's benchmark against the entry's 1.0051). On tn 1024×1024×8192
-/// (ncu) the 64×128 code takes 32.8 µs against cuBLASLt's 28.1 with the same tile,
-/// threads, registers and ring: it runs 1.6× the instructions (descriptor arithmetic) and
-/// moves about 19% more through L2 (cuBLASLt's runs in a multicast pair; ours in pairs were
-/// no faster). Freeing slots at once (`wait0`) changed nothing (1.005, same code).
+/// warpgroups, each an m64 chain over its half of the columns; alone (the deepest ring and a
+/// 4-stage one) and in pairs along M and N (the deepest ring), on both grids; and 64 × 128
+/// with the atomic split-K, alone and in pairs (`split` 2 stands for every count:
+/// [`col_split_space`] gives a problem's); each also with `wait0`. A trial (`kaas tune
+/// --trial col-split`). Why: docs/tuner.md.
 pub fn col_split_codes() -> Vec<HopperConfig> {
     let mut out = Vec::new();
     for bn in [128, 256] {
@@ -1198,12 +1140,8 @@ pub fn col_split_space(p: &Problem, sm_count: u32) -> Vec<HopperConfig> {
 
 /// Accumulator chains (`_x2`, `_x4`) for the 64-row tiles of one consumer, 64 × 16 to 64 ×
 /// 64, with the deepest ring and a 4-stage one: the k16 steps of a K-tile go round-robin
-/// to separate accumulators. They pass the verifier on the H100
-/// (`chains_hopper_kernels_pass_the_verifier`). Timed exhaustively beside the whole space
-/// on the 211 tn and 219 nn skinny shapes the catalog did not win (session 12), a code with
-/// two chains was the best on 85 tn and 88 nn shapes, by up to 5% (tn 12288×64×256: 3.39
-/// against 3.56 µs; nn 128×256×12288, split: 7.71 against 8.12), and four chains on 4 and 5. So [`skinny_chains_codes`] (two chains)
-/// are in the search on the skinny shapes; four stay with `kaas tune --trial chains`.
+/// to separate accumulators. Two chains ([`skinny_chains_codes`]) are in the search on the
+/// skinny shapes; four stay with `kaas tune --trial chains`. Why: docs/tuner.md.
 pub fn chains_codes() -> Vec<HopperConfig> {
     let mut out = Vec::new();
     for bn in NARROW_BN.into_iter().chain([64]) {
@@ -1216,7 +1154,7 @@ pub fn chains_codes() -> Vec<HopperConfig> {
 
 /// The atomic split-K codes of one 64-row consumer with two accumulator chains, and their
 /// candidates for a problem: [`split_space`]'s with two chains (the skinny shapes with long
-/// K are split-K's). In the search since session 12, with [`skinny_chains_codes`].
+/// K are split-K's).
 pub fn chains_split_tiles() -> Vec<HopperConfig> {
     split_tiles().into_iter().filter(|c| c.reduction.is_atomic()).filter_map(two_chains).collect()
 }
@@ -1273,25 +1211,16 @@ pub fn split_tiles() -> Vec<HopperConfig> {
 
 /// Atomic split-K in multicast clusters of two (`_m2…_ska`, `_n2…_ska`): a cluster takes one
 /// K-slice of two adjacent tiles, each CTA loads half of the operand they share and
-/// multicasts it, and each reduces its own tile as the plain atomic split-K does. On the
-/// mid shapes with long K the tiles that fill the SMs are small, so L2's bandwidth sets the
-/// pace: cuBLASLt's autotuned picks there run in clusters of two, 39 of the 143 tn picks
-/// where the catalog trailed by 10% or more also split K (BENCHMARKS, session 20). The
+/// multicasts it, and each reduces its own tile as the plain atomic split-K does. The
 /// deepest ring of the tiles the mid shapes pick, in pairs along M (sharing B) and along N
 /// (sharing A). `split` 2 stands for every count: [`multicast_split_space`] gives a
-/// problem's. Timed exhaustively against the plain atomic split-K on 99 tn and 100 nn mid
-/// shapes (H100, session 21) the best pair beat the best plain code by 2.8–3.6% (geomean)
-/// at K 8192, 4.7–5.2% at 12288 and 6.9–7.1% at 16384, and lost below (2–6% at K 1024 to
-/// 4096): the search takes them where [`takes_multicast_split`].
+/// problem's. The search takes them where [`takes_multicast_split`]. Why: docs/tuner.md.
 pub fn multicast_split_tiles() -> Vec<HopperConfig> {
     multicast_split_codes(&[(2, 1), (1, 2)])
 }
 
 /// The same tiles in clusters of four (2×2, 4×1, 1×4: each CTA loads a quarter or half of
-/// each shared operand), as cuBLASLt's 2x4 and 4x2 picks run. They pass the verifier but
-/// are not searched: timed exhaustively beside the pairs on 89 tn and 90 nn long-K mid
-/// shapes (H100, session 21) the best of them was 0.89–0.90 × the best pair (geomean) and
-/// the best code on 6 of 179. `kaas tune --trial multicast-split` times them.
+/// each shared operand): `kaas tune --trial multicast-split` times them; not searched. Why: docs/tuner.md.
 pub fn multicast_split_quads() -> Vec<HopperConfig> {
     multicast_split_codes(&[(2, 2), (4, 1), (1, 4)])
 }
@@ -1334,12 +1263,8 @@ pub fn multicast_split_space(codes: Vec<HopperConfig>, p: &Problem, sm_count: u3
 }
 
 /// The cluster split-K codes (`_skc`): the tiles whose fp32 partial fits a drained ring,
-/// each with the deepest ring and, with one consumer, a 4-stage ring too (smaller blocks
-/// are easier to place as a cluster), for 2 to 16 slices. They pass the verifier but are
-/// not in [`split_space`]: timed exhaustively beside the atomic split-K on 15 tn and 16 nn
-/// skinny, long-K shapes (H100, session 9) they lost on every one, at equal tile, ring
-/// and slice count too (by 0.3-0.6 µs on one wave, 2× where a cluster of 4 or more spills a
-/// second wave, since a cluster's CTAs must share a GPC).
+/// each with the deepest ring and, with one consumer, a 4-stage one too (smaller blocks
+/// are easier to place as a cluster), for 2 to 16 slices. Not in [`split_space`]. Why: docs/tuner.md.
 pub fn cluster_tiles() -> Vec<HopperConfig> {
     let mut out = Vec::new();
     for (bm, bn, consumers) in [(64, 64, 1), (64, 128, 1), (128, 64, 1), (128, 128, 2)] {
@@ -1353,9 +1278,8 @@ pub fn cluster_tiles() -> Vec<HopperConfig> {
 /// of `sm_count`: for each atomic split-K code, the split counts that make a quarter, half,
 /// one or two waves of units, and the largest that leaves two K-tiles per slice. What
 /// transfers between neighbouring shapes is the wave a count makes, so the bandit's priors
-/// name comparable arms. The in-order reduction is not searched: exhaustively over 14
-/// shapes on an H100 it was slower than the atomic one on all but one (up to 1.6×); it
-/// stays in the template for whoever needs bit-identical runs.
+/// name comparable arms. The in-order reduction is not searched; it stays in the template
+/// for whoever needs bit-identical runs. Why: docs/tuner.md.
 pub fn split_space(p: &Problem, sm_count: u32) -> Vec<HopperConfig> {
     let mut out = Vec::new();
     if p.acc != Acc::F32 {
@@ -1382,11 +1306,9 @@ fn split_counts(t: &HopperConfig, p: &Problem, sm_count: u32) -> Vec<HopperConfi
     splits.into_iter().filter(|&s| s >= 2 && ktiles >= 2 * s && tiles * s <= 2 * sm_count).map(|s| HopperConfig { split: s, ..*t }).collect()
 }
 
-/// The 8-column tiles (`kaas tune --trial narrow8`): 64×8 with
-/// one consumer, tn only, each ring [`rings`] gives, with two accumulator chains, and
-/// atomic split-K (`split` 2 stands for every count). cuBLASLt spreads the skinny long-K
-/// shapes over more SMs with tiles this narrow (BENCHMARKS, session 14); one slot of B is a
-/// single 1 KiB swizzle atom.
+/// The 8-column tiles (`kaas tune --trial narrow8`): 64×8 with one consumer, tn only, each
+/// ring [`rings`] gives, with two accumulator chains, and atomic split-K (`split` 2 stands
+/// for every count). One slot of B is a single 1 KiB swizzle atom.
 pub fn narrow8_codes() -> Vec<HopperConfig> {
     let base = HopperConfig::new(64, 8, 2, 1);
     let mut out = rings(base);
@@ -1408,15 +1330,8 @@ pub fn narrow8_search_codes() -> Vec<HopperConfig> {
     out
 }
 
-/// Whether the search offers a problem the 64×8 tiles ([`narrow8_search_codes`]): tn with
-/// fp32 accumulators, K ≥ 256 and at most 2^28 FLOP. Timed exhaustively on an H100
-/// (session 17: 99 skinny tn shapes of K ≥ 1024, 72 more of K ≥ 1024 up to 2^29.6 FLOP and
-/// 64 of K 256 and 512 up to 2^28, every trial beside the search's space), a 64×8 K-256
-/// code was the best on 42, every one of them at most 2^28 FLOP, faster there than the
-/// search's best by a geomean of 5%, 7% and 12% per sample (at most 19%); above 2^28 FLOP
-/// it was never the best, and at 2^29 already 0.54-0.78× the best. The K-64 ones never were.
-/// nn takes them too since it has narrow tiles (session 26): at 64×64×1024 and 128×128×512
-/// the nn 64×8 K-256 code ran 0.87× the time of the nn 64×64 K-128 one, as tn's does.
+/// Whether the search offers a problem the 64×8 tiles ([`narrow8_search_codes`]): fp32
+/// accumulators, K ≥ 256 and at most 2^28 FLOP. Why: docs/tuner.md.
 pub fn takes_narrow8(p: &Problem) -> bool {
     p.acc == Acc::F32 && p.k >= 256 && small(p)
 }
@@ -1491,47 +1406,33 @@ fn extend_new(out: &mut Vec<HopperConfig>, more: Vec<HopperConfig>) {
 }
 
 /// Whether the search gives a problem's unsplit 64-column candidates their TMA-store twins
-/// ([`tma_store_twin`]): fp32 accumulators. Timed exhaustively on an H100 (every 8th grid
-/// shape of 2^28 to 2^40 FLOP, 98 tn and 99 nn), a TMA-store code was the best on 63 tn
-/// (session 14) and 52 nn shapes (session 15); beside the search's space it gained 1.6%
-/// (tn) and, with K 128, 1.75% (nn), geomean over all, at most 11%. The f16 accumulator is
-/// not timed: `--trial tma-store` adds them there.
+/// ([`tma_store_twin`]): fp32 accumulators (`--trial tma-store` adds them on fp16). Why: docs/tuner.md.
 pub fn takes_tma_store(p: &Problem) -> bool {
     p.acc == Acc::F32
 }
 
 /// Whether the search gives a problem's small tiles their K-128 twins ([`bk_twin`]): fp32
-/// accumulators and K ≥ 1024, or K ≥ 256 at most 2^28 FLOP. On an H100 (session 14, 100
-/// skinny tn shapes of K ≥ 1024 timed exhaustively) a K-128 code was the best on 36, and
-/// beside the search's space it gained 1.2% (geomean over all 100, at most 11.6%); on the
-/// nn sample (session 15) it was the best on 14 of 99, every one of K ≥ 1024. On the
-/// shapes of K 256 and 512 up to 2^28 FLOP (session 17, 64 per layout) a K-128 code with
-/// two chains was the best on 32 nn shapes (4.6% faster there than the search's best,
-/// at most 7.1%) and on 20 tn ones (3.2%, with the TMA store 4.7%). Elsewhere: `--trial
-/// bk128`.
+/// accumulators and K ≥ 1024, or K ≥ 256 at most 2^28 FLOP. Elsewhere: `--trial bk128`. Why: docs/tuner.md.
 pub fn takes_bk128(p: &Problem) -> bool {
     p.acc == Acc::F32 && (p.k >= 1024 || (p.k >= 256 && small(p)))
 }
 
-/// Whether the search gives a problem's 64-row small tiles their K-256 twins: tn with fp32
-/// accumulators and K ≥ 1024. On an H100 (session 15, 99 skinny tn shapes of K ≥ 1024 timed
-/// exhaustively beside the K-128 twins) a K-256 code was the best on 16 (the narrow tiles,
-/// 16 to 48 columns, on 13), 3% faster there than the search's best, 0.4% over all 99; on
-/// the nn sample it was never the best (nn had no narrow tiles then): nn takes the K-256
-/// twins of its narrow tiles only ([`bk256_suits`]). Elsewhere: `--trial bk256`.
+/// Whether the search gives a problem's small tiles their K-256 twins: where it takes the
+/// K-128 ones, on tn, and on nn for the narrow tiles only ([`bk256_suits`]). Elsewhere:
+/// `--trial bk256`. Why: docs/tuner.md.
 pub fn takes_bk256(p: &Problem) -> bool {
     takes_bk128(p)
 }
 
 /// Whether a candidate of a problem that [`takes_bk256`] gets its K-256 twin: every tn one,
-/// and nn's narrow tiles (its 64-column ones never won with K 256, session 15).
+/// and nn's narrow tiles.
 pub fn bk256_suits(c: &HopperConfig, p: &Problem) -> bool {
     p.layout == Layout::Tn || c.bn < 64
 }
 
 /// [`bk_twin`] where the problem suits it: fp32 accumulators (with fp16 ones a K-128 code
-/// deviated more than cuBLAS: BENCHMARKS, session 14), and a split keeps its count only
-/// where each slice still gets two K-tiles of `bk`.
+/// deviated more than cuBLAS does), and a split keeps its count only where each slice still
+/// gets two K-tiles of `bk`.
 pub fn bk_twin_for(c: &HopperConfig, p: &Problem, bk: u32) -> Option<HopperConfig> {
     if p.acc != Acc::F32 {
         return None;
@@ -1540,16 +1441,9 @@ pub fn bk_twin_for(c: &HopperConfig, p: &Problem, bk: u32) -> Option<HopperConfi
 }
 
 /// Whether the search's candidates for a problem take tensor maps that widen L2 misses to
-/// 256 bytes ([`HopperConfig::l2_256`]): tn with K ≥ 512, below 2^41 FLOP. Timed side by
-/// side with 128 bytes (H100, session 12: 97 shapes of 2^28 to 2^40 FLOP per layout, every
-/// candidate of each three times), 256 was faster on tn by 0.5-2.0% on average in every K
-/// bucket from 512 up, and slower by 0.4-0.8% at K = 64 and 256; on nn it was mixed (+1.4%
-/// at K = 64, -0.4 to -1.2% at K = 512-2048, within 0.4% elsewhere). On six tn shapes of
-/// 2^40 FLOP and more it gained where the tile order streams (the best code +5.6% on
-/// 4096×16384×8192, +3.2% on 8192×16384×4096, +1.6% at 8192³) and lost at 12288³ and
-/// 16384³ (-0.4% and -1.4%; per candidate -2.1% and -4.2%). A tn K-tile's box is 128
-/// bytes of each row of A and B, so a 256-byte promotion brings the next K-tile's bytes
-/// with it; an nn B box's neighbour in the row belongs to the next tile column.
+/// 256 bytes ([`HopperConfig::l2_256`]): tn with K ≥ 512, below 2^41 FLOP. A tn K-tile's box
+/// is 128 bytes of each row of A and B, so a 256-byte promotion brings the next K-tile's
+/// bytes with it; an nn B box's neighbour in the row belongs to the next tile column. Why: docs/tuner.md.
 pub fn wide_l2_suits(p: &Problem) -> bool {
     p.layout == Layout::Tn && p.k >= 512 && p.shape().flops() < 2f64.powi(41)
 }
