@@ -43,7 +43,7 @@ impl TemplateFamily for HopperConfig {
         "Hopper wgmma + TMA template"
     }
     fn template(&self) -> &'static str {
-        hopper::TEMPLATE
+        hopper::TEMPLATE.as_str()
     }
     fn entry(&self, acc: Acc, layout: Layout) -> String {
         HopperConfig::entry(self, acc, layout)

@@ -10,6 +10,8 @@
 //! template defines and the label are derived. What each axis does, which combinations are
 //! valid, and which ones the search offers and why: `docs/tuner.md`.
 
+use std::sync::LazyLock;
+
 use serde::{Deserialize, Serialize};
 
 use super::axes::{self, Axis, Knob, Values};
@@ -18,7 +20,16 @@ use crate::gpu::{GpuError, nvrtc};
 use crate::manifest::{ABI, Buffer, Dim, I32Value, L2Promotion, Launch, Manifest, Operand, Param, Swizzle, TensorMapSpec};
 use crate::problem::{Acc, Layout, Problem};
 
-pub const TEMPLATE: &str = include_str!("../../kernels/templates/hopper_hgemm.cu");
+/// The template as NVRTC compiles it: `hopper_hgemm.cu` with its device header
+/// (`hopper_wgmma.cuh`, the wgmma wrappers no knob changes) spliced in where it includes it,
+/// so that the binary carries one self-contained source and a worker needs no files.
+pub static TEMPLATE: LazyLock<String> = LazyLock::new(|| {
+    let include = "#include \"hopper_wgmma.cuh\"\n";
+    assert!(KERNELS.matches(include).count() == 1, "hopper_hgemm.cu includes hopper_wgmma.cuh once");
+    KERNELS.replacen(include, WGMMA_HEADER, 1)
+});
+const KERNELS: &str = include_str!("../../kernels/templates/hopper_hgemm.cu");
+const WGMMA_HEADER: &str = include_str!("../../kernels/templates/hopper_wgmma.cuh");
 pub const TEMPLATE_NAME: &str = "hopper_hgemm.cu";
 /// NVRTC's virtual architecture: wgmma and setmaxnreg need the arch-specific target.
 pub const TARGET: &str = "compute_90a";
@@ -1460,7 +1471,7 @@ pub fn compile(cfg: &HopperConfig, acc: Acc, layout: Layout) -> Result<String, G
     if cfg.chains > 1 && acc != Acc::F32 {
         return Err(GpuError::refused("Hopper HGEMM", "accumulator chains are summed in fp32: acc=f32 only"));
     }
-    nvrtc::compile(TEMPLATE, TEMPLATE_NAME, TARGET, &cfg.defines(acc, layout))
+    nvrtc::compile(&TEMPLATE, TEMPLATE_NAME, TARGET, &cfg.defines(acc, layout))
 }
 
 #[cfg(test)]
@@ -2388,7 +2399,7 @@ mod tests {
         for probe in 1..=5 {
             let mut defines = c.defines(Acc::F32, Layout::Tn);
             defines.push(("KAAS_PROBE".to_string(), probe.to_string()));
-            let ptx = nvrtc::compile(TEMPLATE, TEMPLATE_NAME, TARGET, &defines).unwrap_or_else(|e| panic!("probe {probe}: {e}"));
+            let ptx = nvrtc::compile(&TEMPLATE, TEMPLATE_NAME, TARGET, &defines).unwrap_or_else(|e| panic!("probe {probe}: {e}"));
             assert!(ptx.contains(&format!(".entry {}", c.entry(Acc::F32, Layout::Tn))), "probe {probe}");
             assert_eq!(ptx.contains("wgmma.mma_async"), matches!(probe, 2 | 4), "probe {probe}: wgmma only where the math stays");
             assert_eq!(ptx.contains("wgmma.commit_group"), probe != 5, "probe {probe}");
