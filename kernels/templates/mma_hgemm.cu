@@ -33,8 +33,9 @@
 //                      rank 0 adds them to its own in rank order (bit-identical on every run)
 //                      and writes C. No global round trip, no counter, no zeroing.
 //   KAAS_ACC_F32, KAAS_LAYOUT_TN
-//   KAAS_ENTRY         optional; default kaas_mma_<f32|f16>_<tn|nn>_<BM>x<BN>x<BK>_w<WM>x<WN>_s<STAGES>
-//                      plus _sk (in order), _ska (atomic) or _skc (cluster) with KAAS_SPLITK
+//   KAAS_ENTRY         the entry's name, kaas_mma_<f32|f16>_<tn|nn>_<BM>x<BN>x<BK>_w<WM>x<WN>_s<STAGES>
+//                      and the reduction's suffix, as the tuner's table (src/tuner/mma.rs,
+//                      AXES) spells it and passes it
 //
 // ─── Launch (kaas.hgemm.v1) ─────────────────────────────────────────────────────────────
 // params: (ptr A, ptr B, ptr C, i32 M, i32 N, i32 K); KAAS_SPLITK adds (ptr workspace,
@@ -87,31 +88,10 @@ typedef unsigned long long u64;
 #define KAAS_LAYOUT_TN 1
 #endif
 
-#if KAAS_ACC_F32
-#define KAAS_ACC_TAG f32
-#else
-#define KAAS_ACC_TAG f16
-#endif
-#if KAAS_LAYOUT_TN
-#define KAAS_LAYOUT_TAG tn
-#else
-#define KAAS_LAYOUT_TAG nn
-#endif
-#if KAAS_SPLITK == 3
-#define KAAS_SPLIT_TAG _skc
-#elif KAAS_SPLITK == 2
-#define KAAS_SPLIT_TAG _ska
-#elif KAAS_SPLITK == 1
-#define KAAS_SPLIT_TAG _sk
-#else
-#define KAAS_SPLIT_TAG
-#endif
-#define KAAS_CAT_(a, b, c, d, e, f, g, h, i, j, k, l, m, n, o, p, q) a##b##c##d##e##f##g##h##i##j##k##l##m##n##o##p##q
-#define KAAS_CAT(...) KAAS_CAT_(__VA_ARGS__)
+// The entry's name: the tuner derives it from the same table as these defines
+// (src/tuner/mma.rs, AXES) and passes it, so the name is spelt in one place.
 #ifndef KAAS_ENTRY
-#define KAAS_ENTRY                                                                                                    \
-    KAAS_CAT(kaas_mma_, KAAS_ACC_TAG, _, KAAS_LAYOUT_TAG, _, KAAS_BM, x, KAAS_BN, x, KAAS_BK, _w, KAAS_WARPS_M, x, \
-             KAAS_WARPS_N, _s, KAAS_STAGES, KAAS_SPLIT_TAG)
+#error "KAAS_ENTRY (the entry's name) is not defined"
 #endif
 
 constexpr int BM = KAAS_BM, BN = KAAS_BN, BK = KAAS_BK, STAGES = KAAS_STAGES, GROUP_M = KAAS_GROUP_M;

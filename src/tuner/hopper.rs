@@ -1,35 +1,35 @@
 //! The Hopper family (`kernels/templates/hopper_hgemm.cu`): wgmma fed by TMA through an
 //! mbarrier ring, a producer warpgroup and one or two consumer warpgroups with register
-//! reallocation, a grouped tile order, and an optional persistent grid. One PTX per
-//! (accumulator, layout, tile, stages, consumers); the persistent and one-tile-per-block
-//! grids share it. Split-K (`KAAS_SPLITK`, entries ending `_sk` for the in-order reduction
-//! and `_ska` for the atomic one) is a PTX of its own per tile and reduction: the split
-//! count is a launch parameter, so one PTX serves every split. Ping-pong consumers
-//! (`KAAS_PINGPONG`, entries ending `_pp`: each consumer warpgroup owns whole tiles and
-//! the two take turns at the main loop) are codes of their own too. The narrow tiles (64 ×
-//! 8 to 48; nn 8, 16 and 32) are searched where 64×64 tiles make fewer than two waves, and so are
-//! clusters of 2 to 8 CTAs along N (`_n4`, multicasting A) or M (`_m4`, multicasting B)
-//! of the small tiles ([`skinny_cluster_codes`]), and from K 8192 the atomic split-K in
-//! such pairs ([`multicast_split_tiles`]). Four codes the search leaves out, all
-//! correct on the GPU and measured slower: split-K in a cluster (`_skc`: the slices of a
-//! tile are the CTAs of one cluster, and they reduce through distributed shared memory),
-//! clusters of two along M of the large tiles (`_m2`, which multicast B), stream-K
-//! (`_sks`) and the 256×160 tile. See [`cluster_tiles`], [`multicast_codes`],
-//! [`stream_k_codes`] and [`wide_160_codes`]. On the skinny shapes the search also offers two
-//! independent accumulator chains per consumer (`_x2`, [`skinny_chains_codes`]); four chains
-//! and K split across the two consumers (`_kw`, [`ksplit_codes`]) pass the verifier too but
-//! seldom win, so only `kaas tune --trial` times them. A one-tile-per-CTA code without a
-//! cluster can run on a 2-D grid (`_2d`, [`HopperConfig::grid2d`]) or a grouped 3-D one (`_2g`,
-//! [`HopperConfig::grid_grouped`]), which `kaas tune --twins-of` offers the shipped entries
-//! ([`latency_twins`]); the search does not build them yet.
+//! reallocation, a grouped tile order, and an optional persistent grid. One PTX per code
+//! ([`HopperKey`]): the grid's size, the split count and the L2 promotion are launch
+//! choices that one PTX serves.
+//!
+//! The configuration's knobs are typed axes ([`Reduction`], [`ConsumerMode`],
+//! [`Epilogue`], [`DescMode`], [`TileGrid`], the cluster and chain counts, and two
+//! on/off knobs), each one row of [`AXES`], from which the entry name, its parsing, the
+//! template defines and the label are derived. What each axis does, which combinations are
+//! valid, and which ones the search offers and why: `docs/tuner.md`.
+
+use std::sync::LazyLock;
 
 use serde::{Deserialize, Serialize};
 
+use super::axes::{self, Axis, Knob, Values};
+pub use super::axes::Reduction;
 use crate::gpu::{GpuError, nvrtc};
 use crate::manifest::{ABI, Buffer, Dim, I32Value, L2Promotion, Launch, Manifest, Operand, Param, Swizzle, TensorMapSpec};
 use crate::problem::{Acc, Layout, Problem};
 
-pub const TEMPLATE: &str = include_str!("../../kernels/templates/hopper_hgemm.cu");
+/// The template as NVRTC compiles it: `hopper_hgemm.cu` with its device header
+/// (`hopper_wgmma.cuh`, the wgmma wrappers no knob changes) spliced in where it includes it,
+/// so that the binary carries one self-contained source and a worker needs no files.
+pub static TEMPLATE: LazyLock<String> = LazyLock::new(|| {
+    let include = "#include \"hopper_wgmma.cuh\"\n";
+    assert!(KERNELS.matches(include).count() == 1, "hopper_hgemm.cu includes hopper_wgmma.cuh once");
+    KERNELS.replacen(include, WGMMA_HEADER, 1)
+});
+const KERNELS: &str = include_str!("../../kernels/templates/hopper_hgemm.cu");
+const WGMMA_HEADER: &str = include_str!("../../kernels/templates/hopper_wgmma.cuh");
 pub const TEMPLATE_NAME: &str = "hopper_hgemm.cu";
 /// NVRTC's virtual architecture: wgmma and setmaxnreg need the arch-specific target.
 pub const TARGET: &str = "compute_90a";
@@ -38,139 +38,369 @@ const SMEM_LIMIT: u32 = 232_448;
 const BK: u32 = 64;
 /// Group height of the tile order, in tiles.
 const GROUP_M: u32 = 16;
+/// The entry names' prefix.
+pub const ENTRY_PREFIX: &str = "kaas_wgmma_";
 
-/// One point of the search space.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+/// What the consumer warpgroups share.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub enum ConsumerMode {
+    /// The consumers split the tile's rows (BM / consumers each).
+    #[default]
+    Cooperative,
+    /// Ping-pong (`KAAS_PINGPONG`): each of two consumers owns whole tiles, alternate tiles
+    /// of the block, and their main loops take turns, so one's epilogue runs under the
+    /// other's multiplies. Two consumers, no split-K, a whole tile's accumulators in one
+    /// warpgroup.
+    PingPong,
+    /// K split across two consumers (`KAAS_KSPLIT`): each owns the whole tile and takes the
+    /// ring slots of its parity; consumer 1 hands its fp32 partial to consumer 0 through
+    /// shared memory. acc=f32, even rings, no split-K.
+    KSplit,
+    /// The consumers split the tile's columns (`KAAS_COLSPLIT`): each multiplies all BM rows
+    /// by BN/2 columns, so a 64-row tile has two consumers. BN 128 or 256, one chain,
+    /// unsplit or atomic split-K.
+    ColSplit,
+}
+
+impl ConsumerMode {
+    pub const ALL: [ConsumerMode; 4] = [ConsumerMode::Cooperative, ConsumerMode::PingPong, ConsumerMode::KSplit, ConsumerMode::ColSplit];
+
+    /// Each consumer owns whole tiles (ping-pong, or K split across the consumers).
+    pub fn whole_tile(self) -> bool {
+        matches!(self, ConsumerMode::PingPong | ConsumerMode::KSplit)
+    }
+}
+
+/// How C leaves the consumers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub enum Epilogue {
+    /// `KAAS_EPILOGUE=1`: tiles of whole 64-column pieces stage 16×64 pieces in shared memory
+    /// and store them with coalesced 16-byte stores; narrower tiles store from registers.
+    #[default]
+    Staged,
+    /// `KAAS_EPILOGUE=2`: each consumer warp writes 16×64 pieces with stmatrix into swizzled
+    /// shared memory and stores them with a bulk tensor store (C is a third tensor map).
+    /// Unsplit tiles whose BN is a multiple of 64.
+    TmaStore,
+}
+
+impl Epilogue {
+    pub const ALL: [Epilogue; 2] = [Epilogue::Staged, Epilogue::TmaStore];
+}
+
+/// How the consumers build their wgmma shared-memory descriptors (`KAAS_DESC_UNIFORM`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub enum DescMode {
+    /// Per thread, from the slot's address.
+    #[default]
+    Plain,
+    /// One 64-bit add to a slot's warp-uniform base descriptor.
+    Uniform,
+    /// Only the low word moves: one 32-bit add per operand per wgmma, the high word shared.
+    Stepped,
+}
+
+impl DescMode {
+    pub const ALL: [DescMode; 3] = [DescMode::Plain, DescMode::Uniform, DescMode::Stepped];
+}
+
+/// How a code finds its tile (`KAAS_GRID2D`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub enum TileGrid {
+    /// A 1-D grid in the grouped tile order: one unit per CTA, or a persistent grid looping
+    /// over them ([`HopperConfig::persistent`]).
+    #[default]
+    Linear,
+    /// One tile per CTA on a 2-D grid [tile columns, tile rows]: the CTA's tile is its block
+    /// index, without the tile order's divisions.
+    TwoD,
+    /// One tile per CTA on a 3-D grid [min(16, tile rows), tile columns, ⌈tile rows / 16⌉]:
+    /// tile row `z·16 + x`, column `y`, the grouped order without divisions (a CTA past
+    /// the last row returns at once).
+    Grouped,
+}
+
+impl TileGrid {
+    pub const ALL: [TileGrid; 3] = [TileGrid::Linear, TileGrid::TwoD, TileGrid::Grouped];
+
+    /// One tile per CTA on a grid of its own shape.
+    pub fn one_tile(self) -> bool {
+        self != TileGrid::Linear
+    }
+}
+
+/// One point of the search space. Serialized as the flat form of [`HopperFlat`] (the tune
+/// state files and scripts read it so).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(from = "HopperFlat", into = "HopperFlat")]
 pub struct HopperConfig {
     pub bm: u32,
     pub bn: u32,
     pub stages: u32,
     pub consumers: u32,
-    /// Grid of min(tiles, SMs) blocks looping over tiles, instead of one block per tile.
+    /// Grid of min(tiles, SMs) blocks looping over tiles, instead of one block per unit: a
+    /// launch choice, not part of the code.
     pub persistent: bool,
-    /// Split-K: K is cut into this many slices, each a block of its own; the last of a tile
-    /// to finish writes C (1: no split; then the plain entry, without workspace).
-    #[serde(default = "one", skip_serializing_if = "is_one")]
+    /// Split-K slices, a launch parameter (stream-K: the grid's blocks). 1 exactly when
+    /// `reduction` is `None`.
     pub split: u32,
-    /// Split-K's reduction: false, in order (each slice stores its partial, the last sums
-    /// them in slice order: bit-identical on every run); true, atomic (each slice adds into
-    /// one fp32 sum in L2 with `red.global.add`: the last bits vary from run to run).
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub atomic: bool,
-    /// Ping-pong consumers (`KAAS_PINGPONG`): each of the two consumer warpgroups owns whole
-    /// BM×BN tiles, alternate tiles of the block, and their main loops take turns, so one
-    /// warpgroup's epilogue runs under the other's multiplies. Needs two consumers and
-    /// pays off on the persistent grid (a block with one tile leaves a consumer idle).
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub pingpong: bool,
-    /// Split-K in a cluster (`KAAS_SPLITK=3`, entries ending `_skc`): the `split` slices of
-    /// a tile are the CTAs of one cluster of that size, and they reduce through distributed
-    /// shared memory, in rank order (bit-identical on every run), with no workspace and no
-    /// global round trip. 2 to 16 slices (above 8 the launch opts in to a non-portable
-    /// cluster size).
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub cluster_reduce: bool,
-    /// CTAs per cluster along M (`KAAS_CLUSTER_M`, `_m2` in the entry): they compute
-    /// vertically adjacent tiles with the same B columns, and each loads its share of the B
-    /// tile and multicasts it to all (TMA multicast). 1: no cluster; 2, 4 or 8.
-    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub reduction: Reduction,
+    pub consumer_mode: ConsumerMode,
+    /// CTAs per cluster along M (`KAAS_CLUSTER_M`): vertically adjacent tiles with the same B
+    /// columns, each loading its share of the B tile and multicasting it. 1, 2, 4 or 8.
     pub cluster_m: u32,
-    /// CTAs per cluster along N (`KAAS_CLUSTER_N`, `_n4` in the entry): horizontally
-    /// adjacent tiles with the same A rows, each loading its share of the A tile and
-    /// multicasting it. 1, 2, 4 or 8; the cluster is `cluster_m × cluster_n` CTAs, at most 8.
-    #[serde(default = "one", skip_serializing_if = "is_one")]
+    /// CTAs per cluster along N (`KAAS_CLUSTER_N`): horizontally adjacent tiles with the same
+    /// A rows, multicasting A. 1, 2, 4 or 8; the cluster is at most 8 CTAs.
     pub cluster_n: u32,
-    /// Stream-K (`KAAS_STREAMK`, entries ending `_sks`), with the atomic reduction: `split`
-    /// is the grid, G blocks, and the tiles' K-iterations are cut into G equal ranges
-    /// across tile boundaries; tiles shared by several blocks are summed as the atomic
-    /// split-K sums its slices. The workspace holds G counters and sums, whatever the tile
-    /// count.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub stream_k: bool,
-    /// Hybrid stream-K (`KAAS_STREAMK=2`, entries ending `_skh`; needs `stream_k`): whole
-    /// tiles on the persistent grid's order for all but the last full wave and the partial
-    /// one, whose K-iterations alone are cut into equal ranges. In clusters, each cluster
-    /// is one unit of the grid and the shared operand stays multicast.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub sk_hybrid: bool,
-    /// K split across the two consumer warpgroups (`KAAS_KSPLIT`, entries ending `_kw`):
-    /// each owns the whole tile and takes alternate K-tiles (the ring's slots of its
-    /// parity), and consumer 1 hands its fp32 partial to consumer 0 through shared memory.
-    /// Two wgmma chains where one consumer would run one; acc=f32, even rings.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub ksplit: bool,
-    /// Independent accumulator chains per consumer (`KAAS_CHAINS`, `_x2` / `_x4` in the
-    /// entry): the k16 steps of a K-tile go round-robin to this many accumulator sets, summed
-    /// after the main loop, so consecutive wgmmas do not wait on each other. 1, 2 or 4; acc=f32.
-    #[serde(default = "one", skip_serializing_if = "is_one")]
+    /// Independent accumulator chains per consumer (`KAAS_CHAINS`): the k16 steps of a
+    /// K-tile go round-robin to this many accumulator sets, summed after the main loop.
+    /// 1, 2 or 4; acc=f32.
     pub chains: u32,
-    /// The tensor maps widen L2 misses to 256 bytes instead of 128 (`"l2_promotion":
-    /// "256B"` in the manifest): a launch choice like `persistent`, not part of the code.
-    /// [`space_for`]'s candidates take it where [`wide_l2_suits`] the problem.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    /// The tensor maps widen L2 misses to 256 bytes instead of 128: a launch choice.
     pub l2_256: bool,
-    /// The TMA-store epilogue (`KAAS_EPILOGUE=2`, entries ending `_ts`): each consumer warp
-    /// writes 16×64 pieces of C with stmatrix into swizzled shared memory and stores them with
-    /// a bulk tensor store, without waiting for the global writes; C is a third tensor map.
-    /// Unsplit tiles whose BN is a multiple of 64.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub tma_store: bool,
-    /// K per ring slot (`KAAS_BK`, the tile's third figure in the entry): 64, one 128-byte
-    /// swizzle atom of fp16; or 128, two atoms per slot, so half the slots, barrier round
-    /// trips and wgmma commit groups per K for the same bytes. The small tiles' loop pays
-    /// a fixed cost per slot (BENCHMARKS, session 14): 128 cut 64×16's cost per 64 of K from
-    /// 145 to 119 ns on the H100, and made 128×128 slower. Not with the cluster reduction,
-    /// stream-K or K split across consumers (never run together).
-    #[serde(default = "bk64", skip_serializing_if = "is_bk64")]
+    pub epilogue: Epilogue,
+    /// K per ring slot (`KAAS_BK`): 64, one 128-byte swizzle atom of fp16, or 128 or 256
+    /// (two or four atoms per slot: fewer slots and barrier round trips per K). Not with the
+    /// cluster reduction, stream-K or K split across consumers.
     pub bk: u32,
-    /// The wgmma descriptors as one add to a slot's warp-uniform base (`KAAS_DESC_UNIFORM`,
-    /// entries ending `_du`): ncu had 55% of the 64×256 ping-pong code's instructions in
-    /// integer arithmetic and register-to-uniform moves building them (session 18).
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub desc_uniform: bool,
-    /// The two consumers split the tile's columns instead of its rows (`KAAS_COLSPLIT`,
-    /// entries ending `_cs`): each multiplies all BM rows by its BN/2 columns, so a 64-row
-    /// tile has two consumer warpgroups. The shape of cuBLASLt's pick on tn 1024×1024×8192
-    /// (`nvjet_sm90_hsh_128x64_64x8_1x2`: 64×128 in our terms, 384 threads, 8 stages, a
-    /// cluster of two; ncu, session 21). BN 128 or 256; unsplit or atomic split-K.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub col_split: bool,
+    pub desc: DescMode,
     /// Each consumer waits for a K-tile's wgmmas right after issuing them and frees the slot
-    /// at once (`KAAS_WAIT0`, `_w0` before `_du`), as cuBLASLt's two-consumer 64×128 kernel
-    /// does (ncu, session 22), instead of keeping one K-tile in flight. Not with K split
-    /// across consumers.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    /// at once (`KAAS_WAIT0`), instead of keeping one K-tile in flight. Not with K split
+    /// across consumers (it frees its slots its own way).
     pub wait0: bool,
-    /// With `desc_uniform`: only each descriptor's low word moves, one 32-bit add of the
-    /// slot's and k-step's offset to the consumer's slot-0 low word, the high word shared
-    /// (`KAAS_DESC_UNIFORM=2`, entries ending `_dr` in place of `_du`). cuBLASLt steps its
-    /// descriptors with one UIADD3 each per HGMMA; our `_du` code ran 1.6× cuBLASLt's
-    /// instructions on the same tile (ncu, session 22).
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub desc_step: bool,
-    /// The consumers compute their tile's origin before its K loop (`KAAS_EARLY_COORDS`,
-    /// entries ending `_ec`), so that the tile order's divisions are not sunk after the last
-    /// wgmma wait onto the critical path (~0.1–0.15 µs a tile; session 25). The search
-    /// builds every code so ([`searched_modes`]).
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    /// The consumers compute their tile's origin before its K loop (`KAAS_EARLY_COORDS`), so
+    /// the tile order's divisions are not sunk onto the critical path after the last wgmma
+    /// wait.
     pub early_coords: bool,
-    /// One tile per CTA on a 2-D grid, [tile columns, tile rows] (`KAAS_GRID2D`, entries
-    /// ending `_2d`): the CTA's tile is its block index, so the producer issues its first
-    /// loads without the tile order's two integer divisions (0.16 µs of a 1.6 µs launch; the
-    /// codes ran 0.13–0.28 µs faster on the probe, session 26). Unsplit codes without
-    /// ping-pong or a cluster on their one-tile-per-CTA grid only
-    /// ([`HopperConfig::takes_grid2d`]).
+    pub grid: TileGrid,
+}
+
+/// What tells two codes apart (one PTX each): every knob but the grid's size (persistent or
+/// not), the split count and the L2 promotion.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct HopperKey {
+    pub bm: u32,
+    pub bn: u32,
+    pub bk: u32,
+    pub stages: u32,
+    pub consumers: u32,
+    pub cluster_m: u32,
+    pub cluster_n: u32,
+    pub chains: u32,
+    pub reduction: Reduction,
+    pub consumer_mode: ConsumerMode,
+    pub epilogue: Epilogue,
+    pub wait0: bool,
+    pub desc: DescMode,
+    pub early_coords: bool,
+    pub grid: TileGrid,
+}
+
+/// The Hopper family's table, in the entry name's order (see [`axes`]). The name's
+/// positional head (tile, ring, consumers, cluster rows, group) is [`HopperConfig::entry`]'s.
+pub static AXES: [Axis<HopperConfig>; 11] = [
+    Axis { name: "cluster_n", values: Values::Count { tag: "_n", label: "", define: "KAAS_CLUSTER_N", allowed: &[1, 2, 4, 8] }, label_rank: 0, get: |c| c.cluster_n, set: |c, v| c.cluster_n = v },
+    Axis { name: "chains", values: Values::Count { tag: "_x", label: " x", define: "KAAS_CHAINS", allowed: &[1, 2, 4] }, label_rank: 2, get: |c| c.chains, set: |c, v| c.chains = v },
+    Axis { name: "reduction", values: Values::Choice(&axes::REDUCTION_KNOBS), label_rank: 4, get: |c| c.reduction as u32, set: |c, v| c.reduction = Reduction::ALL[v as usize] },
+    Axis {
+        name: "consumer_mode",
+        values: Values::Choice(&[
+            Knob::DEFAULT,
+            Knob::flag("_pp", " ping-pong", &[("KAAS_PINGPONG", 1)]),
+            Knob::flag("_kw", " k-split", &[("KAAS_KSPLIT", 1)]),
+            Knob::flag("_cs", " col-split", &[("KAAS_COLSPLIT", 1)]),
+        ]),
+        label_rank: 1,
+        get: |c| c.consumer_mode as u32,
+        set: |c, v| c.consumer_mode = ConsumerMode::ALL[v as usize],
+    },
+    Axis {
+        name: "epilogue",
+        values: Values::Choice(&[Knob { suffix: "", label: "", defines: &[("KAAS_EPILOGUE", 1)] }, Knob::flag("_ts", " tma-store", &[("KAAS_EPILOGUE", 2)])]),
+        label_rank: 5,
+        get: |c| c.epilogue as u32,
+        set: |c, v| c.epilogue = Epilogue::ALL[v as usize],
+    },
+    Axis { name: "wait0", values: Values::Choice(&[Knob::DEFAULT, Knob::flag("_w0", " wait0", &[("KAAS_WAIT0", 1)])]), label_rank: 7, get: |c| u32::from(c.wait0), set: |c, v| c.wait0 = v != 0 },
+    Axis {
+        name: "desc",
+        values: Values::Choice(&[Knob::DEFAULT, Knob::flag("_du", " du", &[("KAAS_DESC_UNIFORM", 1)]), Knob::flag("_dr", " dr", &[("KAAS_DESC_UNIFORM", 2)])]),
+        label_rank: 8,
+        get: |c| c.desc as u32,
+        set: |c, v| c.desc = DescMode::ALL[v as usize],
+    },
+    Axis {
+        name: "early_coords",
+        values: Values::Choice(&[Knob::DEFAULT, Knob::flag("_ec", " ec", &[("KAAS_EARLY_COORDS", 1)])]),
+        label_rank: 9,
+        get: |c| u32::from(c.early_coords),
+        set: |c, v| c.early_coords = v != 0,
+    },
+    Axis {
+        name: "grid",
+        values: Values::Choice(&[Knob::DEFAULT, Knob::flag("_2d", " 2d", &[("KAAS_GRID2D", 1)]), Knob::flag("_2g", " 2g", &[("KAAS_GRID2D", 2)])]),
+        label_rank: 10,
+        get: |c| c.grid as u32,
+        set: |c, v| c.grid = TileGrid::ALL[v as usize],
+    },
+    // Launch choices: in the label only.
+    Axis { name: "persistent", values: Values::Choice(&[Knob::DEFAULT, Knob::flag("", " persistent", &[])]), label_rank: 3, get: |c| u32::from(c.persistent), set: |c, v| c.persistent = v != 0 },
+    Axis { name: "l2_promotion", values: Values::Choice(&[Knob::DEFAULT, Knob::flag("", " l2-256B", &[])]), label_rank: 6, get: |c| u32::from(c.l2_256), set: |c, v| c.l2_256 = v != 0 },
+];
+
+/// The defines of the name's positional head, which no row of [`AXES`] sets.
+pub const HEAD_DEFINES: [&str; 9] = ["KAAS_BM", "KAAS_BN", "KAAS_BK", "KAAS_STAGES", "KAAS_CONSUMERS", "KAAS_CLUSTER_M", "KAAS_GROUP_M", "KAAS_ACC_F32", "KAAS_LAYOUT_TN"];
+
+/// The serialized form of [`HopperConfig`]: one field per knob, the on/off ones omitted when
+/// off, as tune state files since the first have it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+struct HopperFlat {
+    bm: u32,
+    bn: u32,
+    stages: u32,
+    consumers: u32,
+    persistent: bool,
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    split: u32,
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub grid2d: bool,
-    /// One tile per CTA in the grouped order (`KAAS_GRID2D=2`, entries ending `_2g`): a 3-D
-    /// grid [min(16, tile rows), tile columns, ⌈tile rows / 16⌉], the tile row
-    /// `z·16 + x` (a CTA past the last row returns at once) and the column `y`, so the
-    /// CTAs that start together share B's columns as the 1-D grid's 16-row groups do, with
-    /// no division. The raster of `_2d` (columns fastest) lost up to a third on wide
-    /// shapes of one wave (tn 512×2048×2048: 0.65×) and won a fifth on tall ones (session
-    /// 27): each order is a code of its own. The same codes take it as take `_2d`.
+    atomic: bool,
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub grid_grouped: bool,
+    pingpong: bool,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    cluster_reduce: bool,
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    cluster_m: u32,
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    cluster_n: u32,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    stream_k: bool,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    sk_hybrid: bool,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    ksplit: bool,
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    chains: u32,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    l2_256: bool,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    tma_store: bool,
+    #[serde(default = "bk64", skip_serializing_if = "is_bk64")]
+    bk: u32,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    desc_uniform: bool,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    col_split: bool,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    wait0: bool,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    desc_step: bool,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    early_coords: bool,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    grid2d: bool,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    grid_grouped: bool,
+}
+
+impl From<HopperFlat> for HopperConfig {
+    fn from(f: HopperFlat) -> Self {
+        let reduction = match (f.cluster_reduce, f.stream_k, f.sk_hybrid, f.atomic) {
+            (true, ..) => Reduction::Cluster,
+            (false, true, true, _) => Reduction::StreamKHybrid,
+            (false, true, false, _) => Reduction::StreamK,
+            (false, false, _, true) => Reduction::Atomic,
+            _ if f.split > 1 => Reduction::InOrder,
+            _ => Reduction::None,
+        };
+        let consumer_mode = if f.pingpong {
+            ConsumerMode::PingPong
+        } else if f.ksplit {
+            ConsumerMode::KSplit
+        } else if f.col_split {
+            ConsumerMode::ColSplit
+        } else {
+            ConsumerMode::Cooperative
+        };
+        let desc = if f.desc_step {
+            DescMode::Stepped
+        } else if f.desc_uniform {
+            DescMode::Uniform
+        } else {
+            DescMode::Plain
+        };
+        let grid = if f.grid2d {
+            TileGrid::TwoD
+        } else if f.grid_grouped {
+            TileGrid::Grouped
+        } else {
+            TileGrid::Linear
+        };
+        HopperConfig {
+            bm: f.bm,
+            bn: f.bn,
+            stages: f.stages,
+            consumers: f.consumers,
+            persistent: f.persistent,
+            split: f.split,
+            reduction,
+            consumer_mode,
+            cluster_m: f.cluster_m,
+            cluster_n: f.cluster_n,
+            chains: f.chains,
+            l2_256: f.l2_256,
+            epilogue: if f.tma_store { Epilogue::TmaStore } else { Epilogue::Staged },
+            bk: f.bk,
+            desc,
+            wait0: f.wait0,
+            early_coords: f.early_coords,
+            grid,
+        }
+    }
+}
+
+impl From<HopperConfig> for HopperFlat {
+    fn from(c: HopperConfig) -> Self {
+        HopperFlat {
+            bm: c.bm,
+            bn: c.bn,
+            stages: c.stages,
+            consumers: c.consumers,
+            persistent: c.persistent,
+            split: c.split,
+            atomic: c.reduction.is_atomic(),
+            pingpong: c.consumer_mode == ConsumerMode::PingPong,
+            cluster_reduce: c.reduction == Reduction::Cluster,
+            cluster_m: c.cluster_m,
+            cluster_n: c.cluster_n,
+            stream_k: c.reduction.is_stream_k(),
+            sk_hybrid: c.reduction == Reduction::StreamKHybrid,
+            ksplit: c.consumer_mode == ConsumerMode::KSplit,
+            chains: c.chains,
+            l2_256: c.l2_256,
+            tma_store: c.epilogue == Epilogue::TmaStore,
+            bk: c.bk,
+            desc_uniform: c.desc != DescMode::Plain,
+            col_split: c.consumer_mode == ConsumerMode::ColSplit,
+            wait0: c.wait0,
+            desc_step: c.desc == DescMode::Stepped,
+            early_coords: c.early_coords,
+            grid2d: c.grid == TileGrid::TwoD,
+            grid_grouped: c.grid == TileGrid::Grouped,
+        }
+    }
+}
+
+/// Ordered as the serialized form orders (the search state's candidate order).
+impl Ord for HopperConfig {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        HopperFlat::from(*self).cmp(&HopperFlat::from(*other)).then_with(|| self.code_key().cmp(&other.code_key()))
+    }
+}
+
+impl PartialOrd for HopperConfig {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
 }
 
 fn bk64() -> u32 {
@@ -189,11 +419,6 @@ pub(crate) fn is_one(v: &u32) -> bool {
     *v == 1
 }
 
-/// What tells two codes apart (one PTX each): every knob but the grid, the split count and
-/// the L2 promotion, with the later knobs apart (column split, wait0 and the descriptor mode:
-/// a tuple has at most 12 to compare).
-pub type CodeKey = ((u32, u32, u32, u32, u8, bool, u32, u32, bool, u32, bool, u32), (bool, bool, bool, bool, bool, bool, bool));
-
 /// Units (output tiles × slices) the split counts of the search aim at, per SM of the
 /// device: a quarter, half, one and two waves (see [`split_space`]).
 const UNIT_TARGETS: [(u32, u32); 4] = [(1, 4), (1, 2), (1, 1), (2, 1)];
@@ -201,22 +426,52 @@ const UNIT_TARGETS: [(u32, u32); 4] = [(1, 4), (1, 2), (1, 1), (2, 1)];
 impl HopperConfig {
     /// A cooperative, unsplit configuration, one tile per block, without clusters.
     pub const fn new(bm: u32, bn: u32, stages: u32, consumers: u32) -> Self {
-        HopperConfig { bm, bn, stages, consumers, persistent: false, split: 1, atomic: false, pingpong: false, cluster_reduce: false, cluster_m: 1, cluster_n: 1, stream_k: false, sk_hybrid: false, ksplit: false, chains: 1, l2_256: false, tma_store: false, bk: BK, desc_uniform: false, col_split: false, wait0: false, desc_step: false, early_coords: false, grid2d: false, grid_grouped: false }
+        HopperConfig {
+            bm,
+            bn,
+            stages,
+            consumers,
+            persistent: false,
+            split: 1,
+            reduction: Reduction::None,
+            consumer_mode: ConsumerMode::Cooperative,
+            cluster_m: 1,
+            cluster_n: 1,
+            chains: 1,
+            l2_256: false,
+            epilogue: Epilogue::Staged,
+            bk: BK,
+            desc: DescMode::Plain,
+            wait0: false,
+            early_coords: false,
+            grid: TileGrid::Linear,
+        }
     }
 
+    /// The same code split into `split` slices reduced by `reduction`.
+    pub const fn split_by(self, split: u32, reduction: Reduction) -> Self {
+        HopperConfig { split, reduction, ..self }
+    }
+
+    /// The combinations the template builds (its static assertions, in words), and the
+    /// shared-memory limit.
     pub fn validate(&self) -> Result<(), String> {
-        // Rows of a tile per consumer: cooperative consumers split the tile, ping-pong ones
-        // each own a whole tile.
-        let per = if self.whole_tile() || self.col_split { self.bm } else { self.bm / self.consumers.max(1) };
+        let col_split = self.consumer_mode == ConsumerMode::ColSplit;
+        let pingpong = self.consumer_mode == ConsumerMode::PingPong;
+        let ksplit = self.consumer_mode == ConsumerMode::KSplit;
+        let split = self.split > 1;
+        // Rows of a tile per consumer: cooperative consumers split the tile, the others
+        // each cover all its rows.
+        let per = if self.consumer_mode.whole_tile() || col_split { self.bm } else { self.bm / self.consumers.max(1) };
         // And columns per consumer.
-        let wn = if self.col_split { self.bn / 2 } else { self.bn };
+        let wn = if col_split { self.bn / 2 } else { self.bn };
         if !matches!(self.consumers, 1 | 2) || !self.bm.is_multiple_of(self.consumers) || !matches!(per, 64 | 128) {
             return Err(format!("BM {} with {} consumer warpgroup(s): each must own 64 or 128 rows", self.bm, self.consumers));
         }
         if !matches!(self.bn, 8 | 16 | 24 | 32 | 48 | 64 | 128 | 160 | 256) {
             return Err(format!("BN {} is not 8, 16, 24, 32, 48, 64, 128, 160 or 256", self.bn));
         }
-        if !self.bn.is_multiple_of(64) && self.pingpong {
+        if !self.bn.is_multiple_of(64) && pingpong {
             return Err(format!("BN {} does not run ping-pong", self.bn));
         }
         // Accumulators per consumer thread: 128 at most, 160 with two consumers (their
@@ -225,25 +480,20 @@ impl HopperConfig {
         if !matches!(self.chains, 1 | 2 | 4) {
             return Err(format!("{} accumulator chains; 1, 2 or 4", self.chains));
         }
-        if !self.pingpong && per / 64 * wn / 2 * self.chains > budget {
+        if !pingpong && per / 64 * wn / 2 * self.chains > budget {
             if self.chains > 1 {
                 return Err(format!("{} chains of a {}x{} tile need {} accumulators per consumer thread; at most {budget}", self.chains, self.bm, self.bn, per / 64 * wn / 2 * self.chains));
             }
-            if self.ksplit {
+            if ksplit {
                 return Err(format!("a {}x{} tile split across consumers needs {} accumulators per thread; at most {budget}", self.bm, self.bn, per / 64 * wn / 2));
             }
             return Err(format!("a {}x{} tile needs {} accumulators per consumer thread; at most {budget}", self.bm, self.bn, per / 64 * wn / 2));
         }
-        if self.col_split
-            && (self.consumers != 2 || !matches!(self.bn, 128 | 256) || self.pingpong || self.ksplit || self.chains > 1 || (self.split > 1 && (!self.atomic || self.cluster_reduce || self.stream_k)))
-        {
-            return Err(format!("consumers split the columns of a {}x{} tile: two consumers, BN 128 or 256, one chain, no ping-pong, no K split across them, unsplit or atomic split-K", self.bm, self.bn));
+        if col_split && (self.consumers != 2 || !matches!(self.bn, 128 | 256) || self.chains > 1 || !matches!(self.reduction, Reduction::None | Reduction::Atomic)) {
+            return Err(format!("consumers split the columns of a {}x{} tile: two consumers, BN 128 or 256, one chain, unsplit or atomic split-K", self.bm, self.bn));
         }
-        if self.desc_step && !self.desc_uniform {
-            return Err("stepped descriptors (`_dr`) are a mode of the uniform ones: desc_step needs desc_uniform".into());
-        }
-        if self.pingpong {
-            if self.consumers != 2 || self.split > 1 {
+        if pingpong {
+            if self.consumers != 2 || split {
                 return Err("ping-pong needs two consumer warpgroups and no split-K".into());
             }
             // One warpgroup holds the whole tile's accumulators: at most 128 per thread.
@@ -257,69 +507,55 @@ impl HopperConfig {
         if self.split == 0 || self.split > 1024 {
             return Err(format!("split {} is not 1 to 1024", self.split));
         }
-        if self.atomic && self.split <= 1 {
-            return Err("an atomic reduction needs split-K".into());
+        if split != (self.reduction != Reduction::None) {
+            return Err(format!("split {} with reduction {:?}: split-K takes 2 or more slices and a reduction, an unsplit code neither", self.split, self.reduction));
         }
-        if self.split > 1 && self.persistent {
+        if split && self.persistent {
             return Err("split-K runs one block per unit, not on the persistent grid".into());
         }
         if !matches!(self.cluster_m, 1 | 2 | 4 | 8) || !matches!(self.cluster_n, 1 | 2 | 4 | 8) || self.cluster_size() > 8 {
             return Err(format!("a cluster of {}x{} CTAs: each side 1, 2, 4 or 8, and 8 CTAs at most", self.cluster_m, self.cluster_n));
         }
-        // Multicast clusters run unsplit and atomic split-K codes (the in-order one has not
-        // run on a GPU in a cluster); the cluster reduction's cluster is its slices, and
-        // stream-K's ranges cross tiles. (Ping-pong
-        // consumers in a cluster passed hopper-probe's checks in session 6, and the
-        // multicast GPU test runs them.)
-        if self.cluster_size() > 1 && self.split > 1 && (!self.atomic || self.cluster_reduce || (self.stream_k && !self.split.is_multiple_of(self.cluster_size()))) {
+        // Multicast clusters run unsplit and atomic split-K codes (the in-order reduction
+        // is not built for them); the cluster reduction's cluster is its slices, and
+        // stream-K's grid is of whole clusters.
+        if self.cluster_size() > 1
+            && (matches!(self.reduction, Reduction::InOrder | Reduction::Cluster) || (self.reduction.is_stream_k() && !self.split.is_multiple_of(self.cluster_size())))
+        {
             return Err("split-K in a multicast cluster reduces atomically (not in order, not as a cluster reduction), stream-K on a grid of whole clusters".into());
         }
         // Each CTA loads its share of the shared operand: whole 8-row swizzle atoms.
         if !(self.bm / self.cluster_n).is_multiple_of(8) || !(self.bn / self.cluster_m).is_multiple_of(8) {
             return Err(format!("a {}x{} tile does not split into 8-row slices over a {}x{} cluster", self.bm, self.bn, self.cluster_m, self.cluster_n));
         }
-        if self.cluster_reduce {
-            if !(2..=16).contains(&self.split) || self.atomic {
-                return Err(format!("a cluster reduction takes 2 to 16 slices, not atomic; got split {}", self.split));
+        if self.reduction == Reduction::Cluster {
+            if !(2..=16).contains(&self.split) {
+                return Err(format!("a cluster reduction takes 2 to 16 slices; got split {}", self.split));
             }
             // Each CTA keeps its fp32 partial tile in its drained ring.
             if self.stages * (self.bm + self.bn) * self.bk * 2 < self.bm * self.bn * 4 {
                 return Err(format!("a {}-stage ring cannot hold the {}x{} fp32 partial", self.stages, self.bm, self.bn));
             }
         }
-        if self.ksplit && (self.consumers != 2 || self.pingpong || self.split > 1 || !self.stages.is_multiple_of(2)) {
-            return Err(format!("K split across consumers needs two consumers, an even ring ({} stages), and no ping-pong or split-K", self.stages));
+        if ksplit && (self.consumers != 2 || split || !self.stages.is_multiple_of(2)) {
+            return Err(format!("K split across consumers needs two consumers, an even ring ({} stages), and no split-K", self.stages));
         }
-        if self.wait0 && self.ksplit {
+        if self.wait0 && ksplit {
             return Err("K split across consumers frees its slots its own way: no wait0".into());
         }
-        if self.tma_store && (self.split > 1 || !self.bn.is_multiple_of(64)) {
+        if self.epilogue == Epilogue::TmaStore && (split || !self.bn.is_multiple_of(64)) {
             return Err(format!("the TMA-store epilogue stores 64-column pieces of unsplit tiles; got BN {} split {}", self.bn, self.split));
         }
-        if self.bk != BK && (!WIDE_BKS.contains(&self.bk) || self.cluster_reduce || self.stream_k || self.ksplit) {
+        if self.bk != BK && (!WIDE_BKS.contains(&self.bk) || self.reduction == Reduction::Cluster || self.reduction.is_stream_k() || ksplit) {
             return Err(format!("K per ring slot {} is not 64, or 128 or 256 without the cluster reduction, stream-K or K split across consumers", self.bk));
         }
-        if self.stream_k && (!self.atomic || self.split < 2 || self.cluster_reduce) {
-            return Err(format!("stream-K needs the atomic reduction over a grid of 2 or more blocks; got split {}", self.split));
-        }
-        if self.sk_hybrid && !self.stream_k {
-            return Err("hybrid stream-K (`_skh`) is a mode of stream-K: sk_hybrid needs stream_k".into());
-        }
-        if (self.grid2d || self.grid_grouped) && !self.takes_grid2d() {
-            return Err("the 2-D grids (`_2d`, `_2g`) are one unsplit tile per CTA: no persistent grid, split-K, stream-K, ping-pong or cluster".into());
-        }
-        if self.grid2d && self.grid_grouped {
-            return Err("a code takes one grid: `_2d` or `_2g`, not both".into());
+        if self.grid.one_tile() && !self.takes_grid2d() {
+            return Err("the 2-D grids (`TileGrid::TwoD`, `TileGrid::Grouped`) are one unsplit tile per CTA: no persistent grid, split-K, ping-pong or cluster".into());
         }
         if self.shared_mem_bytes() + self.static_smem_bytes() > SMEM_LIMIT {
             return Err(format!("{} B of shared memory exceed {SMEM_LIMIT}", self.shared_mem_bytes() + self.static_smem_bytes()));
         }
         Ok(())
-    }
-
-    /// Each consumer owns whole tiles: ping-pong, or K split across the consumers.
-    fn whole_tile(&self) -> bool {
-        self.pingpong || self.ksplit
     }
 
     /// CTAs per cluster (1: no cluster).
@@ -341,7 +577,7 @@ impl HopperConfig {
     /// 64-column pieces; the narrow ones store C from registers): 2,304 bytes per consumer
     /// warp, or with the TMA store two swizzled 2 KiB buffers.
     pub fn shared_mem_bytes(&self) -> u32 {
-        let staging = if self.tma_store {
+        let staging = if self.epilogue == Epilogue::TmaStore {
             self.consumers * 4 * 2 * 2048
         } else if self.bn.is_multiple_of(64) {
             self.consumers * 9216
@@ -349,7 +585,7 @@ impl HopperConfig {
             0
         };
         // K split across consumers: consumer 1's fp32 partial tile.
-        let partial = if self.ksplit { self.bm * self.bn * 4 } else { 0 };
+        let partial = if self.consumer_mode == ConsumerMode::KSplit { self.bm * self.bn * 4 } else { 0 };
         self.stages * (self.bm + self.bn) * self.bk * 2 + 1024 + staging + partial
     }
 
@@ -371,8 +607,9 @@ impl HopperConfig {
         }
     }
 
+    /// The mbarriers, and the split-K counter's broadcast slot.
     fn static_smem_bytes(&self) -> u32 {
-        2 * self.stages * 8 + if self.split > 1 && !self.cluster_reduce { 16 } else { 0 }
+        2 * self.stages * 8 + if self.reduction.uses_workspace() { 16 } else { 0 }
     }
 
     /// Output tiles of the problem; in clusters, the tile rows and columns round up to whole
@@ -385,15 +622,15 @@ impl HopperConfig {
     /// unit's fp32 partial tile (in order) or one fp32 sum per tile (atomic). As the
     /// template documents it.
     pub fn workspace_bytes(&self, p: &Problem) -> u64 {
-        if self.cluster_reduce {
-            return 0;
+        match self.reduction {
+            Reduction::None | Reduction::Cluster => 0,
+            Reduction::StreamK | Reduction::StreamKHybrid => {
+                // One counter and one sum per block: the split tile it is the first of.
+                let blocks = self.stream_blocks(p);
+                split_workspace_bytes(blocks, self.bm * self.bn, blocks, true)
+            }
+            Reduction::InOrder | Reduction::Atomic => split_workspace_bytes(self.tiles(p), self.bm * self.bn, self.split, self.reduction.is_atomic()),
         }
-        if self.stream_k {
-            // One counter and one sum per block: the split tile it is the first of.
-            let blocks = self.stream_blocks(p);
-            return split_workspace_bytes(blocks, self.bm * self.bn, blocks, true);
-        }
-        split_workspace_bytes(self.tiles(p), self.bm * self.bn, self.split, self.atomic)
     }
 
     /// Stream-K's grid: `split` blocks, but no more units (clusters, or blocks without one)
@@ -408,88 +645,64 @@ impl HopperConfig {
         units * cl
     }
 
-    /// The code's split mode: 0 unsplit, 1 in-order, 2 atomic, 3 cluster reduction (the
-    /// template's `KAAS_SPLITK`), 4 stream-K (`KAAS_SPLITK=2` with `KAAS_STREAMK=1`), 5 its
-    /// hybrid (`KAAS_STREAMK=2`).
-    fn split_mode(&self) -> u8 {
-        if self.stream_k && self.split > 1 { 4 + u8::from(self.sk_hybrid) } else { split_mode(self.split, self.atomic, self.cluster_reduce) }
-    }
-
-    /// The PTX entry; the persistent flag is a grid choice, not part of the code.
+    /// The PTX entry: the positional head, then each row of [`AXES`] that is not at its
+    /// default. The grid's size, the split count and the L2 promotion are not in it.
     pub fn entry(&self, acc: Acc, layout: Layout) -> String {
-        let sk = ["", "_sk", "_ska", "_skc", "_sks", "_skh"][usize::from(self.split_mode())];
-        let pp = if self.pingpong { "_pp" } else if self.ksplit { "_kw" } else if self.col_split { "_cs" } else { "" };
-        let cn = if self.cluster_n > 1 { format!("_n{}", self.cluster_n) } else { String::new() };
-        let cn = if self.chains > 1 { format!("{cn}_x{}", self.chains) } else { cn };
-        let ts = if self.tma_store { "_ts" } else { "" };
-        let du = if self.desc_step { "_dr" } else if self.desc_uniform { "_du" } else { "" };
-        let du = if self.wait0 { format!("_w0{du}") } else { du.to_string() };
-        let ec = if self.early_coords { "_ec" } else { "" };
-        let ec = if self.grid2d { format!("{ec}_2d") } else if self.grid_grouped { format!("{ec}_2g") } else { ec.to_string() };
-        format!("kaas_wgmma_{}_{}_{}x{}x{}_s{}_c{}_m{}_g{GROUP_M}{cn}{sk}{pp}{ts}{du}{ec}", acc.as_str(), layout.as_str(), self.bm, self.bn, self.bk, self.stages, self.consumers, self.cluster_m)
+        format!(
+            "{ENTRY_PREFIX}{}_{}_{}x{}x{}_s{}_c{}_m{}_g{GROUP_M}{}",
+            acc.as_str(),
+            layout.as_str(),
+            self.bm,
+            self.bn,
+            self.bk,
+            self.stages,
+            self.consumers,
+            self.cluster_m,
+            axes::suffixes(&AXES, self)
+        )
     }
 
+    /// The template's defines: the head's, then each row's, and the entry name.
     pub fn defines(&self, acc: Acc, layout: Layout) -> Vec<(String, String)> {
-        [
-            ("KAAS_BM", self.bm),
-            ("KAAS_BN", self.bn),
-            ("KAAS_BK", self.bk),
-            ("KAAS_STAGES", self.stages),
-            ("KAAS_CONSUMERS", self.consumers),
-            ("KAAS_CLUSTER_M", self.cluster_m),
-            ("KAAS_GROUP_M", GROUP_M),
-            ("KAAS_ACC_F32", u32::from(acc == Acc::F32)),
-            ("KAAS_LAYOUT_TN", u32::from(layout == Layout::Tn)),
-            ("KAAS_EPILOGUE", if self.tma_store { 2 } else { 1 }),
-        ]
-        .into_iter()
-        // Stream-K is the atomic split-K's code with KAAS_STREAMK.
-        .chain((self.split > 1).then_some(("KAAS_SPLITK", if self.stream_k { 2 } else { u32::from(self.split_mode()) })))
-        .chain((self.stream_k && self.split > 1).then_some(("KAAS_STREAMK", 1 + u32::from(self.sk_hybrid))))
-        .chain(self.pingpong.then_some(("KAAS_PINGPONG", 1)))
-        .chain(self.ksplit.then_some(("KAAS_KSPLIT", 1)))
-        .chain(self.col_split.then_some(("KAAS_COLSPLIT", 1)))
-        .chain(self.wait0.then_some(("KAAS_WAIT0", 1)))
-        .chain((self.cluster_n > 1).then_some(("KAAS_CLUSTER_N", self.cluster_n)))
-        .chain((self.chains > 1).then_some(("KAAS_CHAINS", self.chains)))
-        .chain(self.desc_uniform.then_some(("KAAS_DESC_UNIFORM", if self.desc_step { 2 } else { 1 })))
-        .chain(self.early_coords.then_some(("KAAS_EARLY_COORDS", 1)))
-        .chain(self.grid2d.then_some(("KAAS_GRID2D", 1)))
-        .chain(self.grid_grouped.then_some(("KAAS_GRID2D", 2)))
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect()
+        let head = [self.bm, self.bn, self.bk, self.stages, self.consumers, self.cluster_m, GROUP_M, u32::from(acc == Acc::F32), u32::from(layout == Layout::Tn)];
+        HEAD_DEFINES
+            .into_iter()
+            .zip(head)
+            .chain(axes::defines(&AXES, self))
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .chain([("KAAS_ENTRY".to_string(), self.entry(acc, layout))])
+            .collect()
     }
 
-    /// The same code with the other grid (or another split count).
-    pub fn code_key(&self) -> CodeKey {
-        ((self.bm, self.bn, self.stages, self.consumers, self.split_mode(), self.pingpong, self.cluster_m, self.cluster_n, self.ksplit, self.chains, self.tma_store, self.bk), (self.desc_uniform, self.col_split, self.wait0, self.desc_step, self.early_coords, self.grid2d, self.grid_grouped))
+    /// The code a configuration runs (one PTX each).
+    pub fn code_key(&self) -> HopperKey {
+        let HopperConfig { bm, bn, stages, consumers, persistent: _, split: _, reduction, consumer_mode, cluster_m, cluster_n, chains, l2_256: _, epilogue, bk, desc, wait0, early_coords, grid } = *self;
+        HopperKey { bm, bn, bk, stages, consumers, cluster_m, cluster_n, chains, reduction, consumer_mode, epilogue, wait0, desc, early_coords, grid }
     }
 
-    /// Whether the code can take the one-tile grids ([`HopperConfig::grid2d`],
-    /// [`HopperConfig::grid_grouped`]): one unsplit tile per CTA, no ping-pong, no cluster,
-    /// no stream-K.
+    /// Whether the code can take the one-tile grids ([`TileGrid::TwoD`],
+    /// [`TileGrid::Grouped`]): one unsplit tile per CTA, no ping-pong, no cluster.
     pub fn takes_grid2d(&self) -> bool {
-        !self.persistent && self.split <= 1 && !self.stream_k && !self.pingpong && self.cluster_size() == 1
+        !self.persistent && self.split <= 1 && self.reduction == Reduction::None && self.consumer_mode != ConsumerMode::PingPong && self.cluster_size() == 1
     }
 
-    /// The launch's grid: the 2-D one ([tile columns, tile rows]) with `grid2d`, the grouped
-    /// one ([min(16, tile rows), tile columns, ⌈tile rows / 16⌉]) with `grid_grouped`, else
-    /// [`HopperConfig::grid`] blocks along x.
+    /// The launch's grid: the 2-D one ([tile columns, tile rows]) or the grouped one
+    /// ([min(16, tile rows), tile columns, ⌈tile rows / 16⌉]) for those codes, else
+    /// [`HopperConfig::grid_blocks`] blocks along x.
     pub fn launch_grid(&self, p: &Problem, sm_count: u32) -> [u32; 3] {
         let rows = p.m.div_ceil(self.bm);
-        if self.grid2d {
-            [p.n.div_ceil(self.bn), rows, 1]
-        } else if self.grid_grouped {
-            [rows.min(GROUP_M), p.n.div_ceil(self.bn), rows.div_ceil(GROUP_M)]
-        } else {
-            [self.grid(p, sm_count), 1, 1]
+        match self.grid {
+            TileGrid::TwoD => [p.n.div_ceil(self.bn), rows, 1],
+            TileGrid::Grouped => [rows.min(GROUP_M), p.n.div_ceil(self.bn), rows.div_ceil(GROUP_M)],
+            TileGrid::Linear => [self.grid_blocks(p, sm_count), 1, 1],
         }
     }
 
-    /// Blocks: a persistent grid takes one per SM, rounded down to whole clusters.
-    pub fn grid(&self, p: &Problem, sm_count: u32) -> u32 {
+    /// Blocks of the 1-D grid: a persistent grid takes one per SM, rounded down to whole
+    /// clusters; stream-K its own count.
+    pub fn grid_blocks(&self, p: &Problem, sm_count: u32) -> u32 {
         let tiles = self.tiles(p);
-        if self.stream_k {
+        if self.reduction.is_stream_k() {
             self.stream_blocks(p)
         } else if self.persistent {
             tiles.min((sm_count / self.cluster_size()).max(1) * self.cluster_size())
@@ -513,7 +726,7 @@ impl HopperConfig {
         let mut params = vec![
             Param::TensorMap(TensorMapSpec { operand: Operand::A, box_dims: [64, self.bm / self.cluster_n], swizzle: Swizzle::B128, l2_promotion }),
             Param::TensorMap(TensorMapSpec { operand: Operand::B, box_dims: b_box, swizzle: b_swizzle, l2_promotion }),
-            if self.tma_store {
+            if self.epilogue == Epilogue::TmaStore {
                 // 16 rows of 64 columns: one consumer warp's piece.
                 Param::TensorMap(TensorMapSpec { operand: Operand::C, box_dims: [64, 16], swizzle: Swizzle::B128, l2_promotion: L2Promotion::B128 })
             } else {
@@ -523,8 +736,8 @@ impl HopperConfig {
             Param::I32(I32Value::Dim(Dim::N)),
             Param::I32(I32Value::Dim(Dim::K)),
         ];
-        if self.split > 1 && !self.cluster_reduce {
-            let s = if self.stream_k { self.stream_blocks(p) } else { self.split };
+        if self.reduction.uses_workspace() {
+            let s = if self.reduction.is_stream_k() { self.stream_blocks(p) } else { self.split };
             params.push(Param::Ptr(Buffer::Workspace));
             params.push(Param::I32(I32Value::Const(s as i32)));
         }
@@ -536,7 +749,7 @@ impl HopperConfig {
                 entry: self.entry(p.acc, p.layout),
                 grid: self.launch_grid(p, sm_count),
                 block: [self.threads(), 1, 1],
-                cluster: [if self.cluster_reduce { self.split } else { self.cluster_size() }, 1, 1],
+                cluster: [if self.reduction == Reduction::Cluster { self.split } else { self.cluster_size() }, 1, 1],
                 shared_mem_bytes: self.shared_mem_bytes(),
                 params,
             }],
@@ -545,80 +758,28 @@ impl HopperConfig {
 
     /// The configuration, accumulator and layout an entry name encodes (the grid choice is
     /// not in the name: `persistent` comes back false; nor is the split count, a launch
-    /// parameter (or the cluster size): a split-K entry comes back with `split` 2, see
-    /// [`HopperConfig::of_launch`]).
+    /// parameter (or the cluster size): a split-K entry comes back with `split` 2, stream-K
+    /// with one unit per cluster CTA, see [`HopperConfig::of_launch`]).
     pub fn from_entry(entry: &str) -> Option<(HopperConfig, Acc, Layout)> {
-        let rest = entry.strip_prefix("kaas_wgmma_")?;
-        let (rest, grid2d) = rest.strip_suffix("_2d").map_or((rest, false), |r| (r, true));
-        let (rest, grid_grouped) = if grid2d { (rest, false) } else { rest.strip_suffix("_2g").map_or((rest, false), |r| (r, true)) };
-        let (rest, early_coords) = rest.strip_suffix("_ec").map_or((rest, false), |r| (r, true));
-        let (rest, desc_step) = rest.strip_suffix("_dr").map_or((rest, false), |r| (r, true));
-        let (rest, desc_uniform) = if desc_step { (rest, true) } else { rest.strip_suffix("_du").map_or((rest, false), |r| (r, true)) };
-        let (rest, wait0) = rest.strip_suffix("_w0").map_or((rest, false), |r| (r, true));
-        let (rest, tma_store) = rest.strip_suffix("_ts").map_or((rest, false), |r| (r, true));
-        let (rest, pingpong) = rest.strip_suffix("_pp").map_or((rest, false), |r| (r, true));
-        let (rest, ksplit) = rest.strip_suffix("_kw").map_or((rest, false), |r| (r, true));
-        let (rest, col_split) = rest.strip_suffix("_cs").map_or((rest, false), |r| (r, true));
-        // Stream-K is Hopper's own; the other reductions' suffixes both families share.
-        let (rest, split, atomic, cluster_reduce, stream_k, sk_hybrid) = if let Some(r) = rest.strip_suffix("_sks") {
-            (r, 2, true, false, true, false)
-        } else if let Some(r) = rest.strip_suffix("_skh") {
-            (r, 2, true, false, true, true)
-        } else {
-            let (r, split, atomic, cluster) = split_suffix(rest);
-            (r, split, atomic, cluster, false, false)
-        };
-        let mut parts: Vec<&str> = rest.split('_').collect();
-        // `_x2`: accumulator chains, then `_n4`: a cluster along N (absent: 1 each).
-        let mut tagged = |tag: char| -> Option<u32> {
-            match parts.last().and_then(|p| p.strip_prefix(tag)) {
-                Some(v) => {
-                    let v = v.parse().ok();
-                    parts.pop();
-                    v
-                }
-                None => Some(1),
-            }
-        };
-        let chains = tagged('x')?;
-        let cluster_n = tagged('n')?;
-        let [acc, layout, tile, stages, consumers, cluster_m, group] = parts[..] else { return None };
+        let mut cfg = HopperConfig::new(0, 0, 0, 0);
+        let head = axes::strip_suffixes(&AXES, entry.strip_prefix(ENTRY_PREFIX)?, &mut cfg)?;
+        let [acc, layout, tile, stages, consumers, cluster_m, group] = head.split('_').collect::<Vec<_>>()[..] else { return None };
         let acc: Acc = acc.parse().ok()?;
         let layout: Layout = layout.parse().ok()?;
         let dims: Vec<u32> = tile.split('x').map(|d| d.parse().ok()).collect::<Option<_>>()?;
         let [bm, bn, bk] = dims[..] else { return None };
-        let cluster_m: u32 = cluster_m.strip_prefix('m')?.parse().ok()?;
-        // Stream-K's grid is a launch parameter; whole clusters of it.
-        let split = if stream_k { split.max(cluster_m * cluster_n) } else { split };
+        (cfg.bm, cfg.bn, cfg.bk) = (bm, bn, bk);
+        cfg.stages = stages.strip_prefix('s')?.parse().ok()?;
+        cfg.consumers = consumers.strip_prefix('c')?.parse().ok()?;
+        cfg.cluster_m = cluster_m.strip_prefix('m')?.parse().ok()?;
         if group != format!("g{GROUP_M}") {
             return None;
         }
-        let cfg = HopperConfig {
-            bm,
-            bn,
-            stages: stages.strip_prefix('s')?.parse().ok()?,
-            consumers: consumers.strip_prefix('c')?.parse().ok()?,
-            persistent: false,
-            split,
-            atomic,
-            pingpong,
-            cluster_reduce,
-            cluster_m,
-            cluster_n,
-            stream_k,
-            sk_hybrid,
-            ksplit,
-            chains,
-            l2_256: false,
-            tma_store,
-            bk,
-            desc_uniform,
-            col_split,
-            wait0,
-            desc_step,
-            early_coords,
-            grid2d,
-            grid_grouped,
+        cfg.split = match cfg.reduction {
+            Reduction::None => 1,
+            // Stream-K's grid is a launch parameter; whole clusters of it.
+            Reduction::StreamK | Reduction::StreamKHybrid => cfg.cluster_size().max(2),
+            _ => 2,
         };
         cfg.validate().ok()?;
         (cfg.entry(acc, layout) == entry).then_some((cfg, acc, layout))
@@ -630,12 +791,12 @@ impl HopperConfig {
     /// tuner gives both the same promotion).
     pub fn of_launch(launch: &Launch, p: &Problem) -> Option<(HopperConfig, Acc, Layout)> {
         let (mut cfg, acc, layout) = Self::from_entry(&launch.entry)?;
-        if cfg.cluster_reduce {
+        if cfg.reduction == Reduction::Cluster {
             cfg.split = launch.cluster[0];
         } else if cfg.split > 1 {
             let Some(Param::I32(I32Value::Const(s))) = launch.params.get(7) else { return None };
             cfg.split = u32::try_from(*s).ok()?;
-        } else if cfg.grid2d || cfg.grid_grouped {
+        } else if cfg.grid.one_tile() {
             // One tile per CTA, exactly the problem's tiles: any other grid is not this code's.
             if launch.grid != cfg.launch_grid(p, 0) {
                 return None;
@@ -649,25 +810,17 @@ impl HopperConfig {
     }
 
     /// Short label, e.g. `128x256 s4 c2 persistent`, `64x64 s8 c1 split 16 atomic`,
-    /// `64x64 s8 c1 split 8 cluster`.
+    /// `64x64 s8 c1 split 8 cluster`: the tile, K per slot where not 64, ring, consumers and
+    /// cluster, then each row of [`AXES`] in its label order.
     pub fn label(&self) -> String {
-        let split = if self.stream_k { format!(" stream-K{} {}", if self.sk_hybrid { " hybrid" } else { "" }, self.split) } else { split_label(self.split, self.atomic, self.cluster_reduce) };
-        let pp = if self.pingpong { " ping-pong" } else if self.ksplit { " k-split" } else if self.col_split { " col-split" } else { "" };
-        let pp = if self.chains > 1 { format!("{pp} x{}", self.chains) } else { pp.to_string() };
         let cl = match (self.cluster_m, self.cluster_n) {
             (1, 1) => String::new(),
             (m, 1) => format!(" m{m}"),
             (1, n) => format!(" n{n}"),
             (m, n) => format!(" m{m}n{n}"),
         };
-        let l2 = if self.l2_256 { " l2-256B" } else { "" };
-        let l2 = if self.tma_store { format!(" tma-store{l2}") } else { l2.to_string() };
         let bk = if self.bk != BK { format!(" k{}", self.bk) } else { String::new() };
-        let du = if self.desc_step { " dr" } else if self.desc_uniform { " du" } else { "" };
-        let du = if self.wait0 { format!(" wait0{du}") } else { du.to_string() };
-        let du = if self.early_coords { format!("{du} ec") } else { du };
-        let du = if self.grid2d { format!("{du} 2d") } else if self.grid_grouped { format!("{du} 2g") } else { du };
-        format!("{}x{}{bk} s{} c{}{cl}{pp}{}{split}{l2}{du}", self.bm, self.bn, self.stages, self.consumers, if self.persistent { " persistent" } else { "" })
+        format!("{}x{}{bk} s{} c{}{cl}{}", self.bm, self.bn, self.stages, self.consumers, axes::label(&AXES, self, self.split))
     }
 }
 
@@ -681,43 +834,6 @@ pub(crate) fn split_workspace_bytes(tiles: u32, tile_elems: u32, split: u32, ato
     let tiles = u64::from(tiles);
     let per_tile = if atomic { 1 } else { u64::from(split) };
     (4 * tiles).div_ceil(256) * 256 + 4 * tiles * per_tile * u64::from(tile_elems)
-}
-
-/// Both templates' `KAAS_SPLITK`: 0 unsplit, 1 in order, 2 atomic; the entry suffixes
-/// `""`, `_sk`, `_ska`, `_skc` and the labels follow it.
-pub(crate) fn split_mode(split: u32, atomic: bool, cluster: bool) -> u8 {
-    match (split > 1, atomic, cluster) {
-        (false, ..) => 0,
-        (true, _, true) => 3,
-        (true, false, false) => 1,
-        (true, true, false) => 2,
-    }
-}
-
-/// An entry name without its split-K suffix, and what the suffix says: `(rest, 2, true,
-/// false)` for `_ska`, `(rest, 2, false, false)` for `_sk`, `(rest, 2, false, true)` for
-/// `_skc` (the count itself is a launch parameter or the cluster size), `(rest, 1, false,
-/// false)` without one.
-pub(crate) fn split_suffix(name: &str) -> (&str, u32, bool, bool) {
-    if let Some(r) = name.strip_suffix("_ska") {
-        (r, 2, true, false)
-    } else if let Some(r) = name.strip_suffix("_skc") {
-        (r, 2, false, true)
-    } else if let Some(r) = name.strip_suffix("_sk") {
-        (r, 2, false, false)
-    } else {
-        (name, 1, false, false)
-    }
-}
-
-/// Label suffix of a split count: `""`, ` split 8`, ` split 8 atomic`, ` split 8 cluster`.
-pub(crate) fn split_label(split: u32, atomic: bool, cluster: bool) -> String {
-    match split_mode(split, atomic, cluster) {
-        0 => String::new(),
-        1 => format!(" split {split}"),
-        2 => format!(" split {split} atomic"),
-        _ => format!(" split {split} cluster"),
-    }
 }
 
 /// The search space: every tile shape the template supports, the deepest ring that fits
@@ -735,7 +851,7 @@ pub fn space() -> Vec<HopperConfig> {
         }
     }
     for (bm, bn) in PINGPONG_TILES {
-        for ring in rings(HopperConfig { persistent: true, pingpong: true, ..HopperConfig::new(bm, bn, 2, 2) }) {
+        for ring in rings(HopperConfig { persistent: true, consumer_mode: ConsumerMode::PingPong, ..HopperConfig::new(bm, bn, 2, 2) }) {
             out.push(ring);
         }
     }
@@ -748,9 +864,7 @@ pub fn space() -> Vec<HopperConfig> {
 }
 
 /// The narrow tiles' widths (64 rows, one consumer, tn only), for the shapes whose 64×64
-/// tiles leave most SMs idle: cuBLASLt's own picks there are such tiles (on the H100,
-/// `nvjet_sm90_hsh_24x64_64x16_4x1` for 64×1024×512 and `_32x64_64x16_2x1_..._splitK`
-/// for 256×256×8192, ncu, session 10).
+/// tiles leave most SMs idle, as cuBLASLt's own picks there are.
 pub const NARROW_BN: [u32; 4] = [16, 24, 32, 48];
 
 /// Whether a candidate is worth its pulls on a problem: the layout takes it, a narrow
@@ -768,14 +882,10 @@ pub fn skinny(p: &Problem, sm_count: u32) -> bool {
     HopperConfig::new(64, 64, 2, 1).tiles(p) < 2 * sm_count
 }
 
-/// Clusters for the skinny shapes, as cuBLASLt runs them there (clusters of 2 to 8 on every
-/// skinny shape profiled, session 10): 64-row tiles in clusters of 2, 4 and 8 along N that
+/// Clusters for the skinny shapes: 64-row tiles in clusters of 2, 4 and 8 along N that
 /// multicast A (the operand every tile column shares when M is small), and 64×64 and 128×64
 /// tiles in clusters along M that multicast B (N small); each with the deepest ring and a
-/// 4-stage one, one tile per CTA. Timed exhaustively on the 211 tn shapes with M or N of
-/// 128 or less (H100, session 11), a cluster was the best code on 10, by up to 5.5%
-/// (4096×64×8192, 64×32 in pairs along N); on the small ones a single CTA stays ahead (a
-/// cluster adds about 0.2 µs).
+/// 4-stage one, one tile per CTA. Why: docs/tuner.md.
 pub fn skinny_cluster_codes() -> Vec<HopperConfig> {
     let mut out = Vec::new();
     for size in [2, 4, 8] {
@@ -790,11 +900,7 @@ pub fn skinny_cluster_codes() -> Vec<HopperConfig> {
 }
 
 /// A code in the search's modes: stepped descriptors (`_dr`) and the tile's origin computed
-/// before the K loop (`_ec`), every code. Each code timed in all three descriptor modes side
-/// by side on 8 shapes per layout (BENCHMARKS, session 23): `_dr` / plain 1.022 on the
-/// cooperative two-consumer codes (the search built them plain, as `_du` had been the same
-/// or slower there), `_dr` / `_du` 1.003 on the others. `_ec` took 0.05–0.2 µs off every
-/// tile hopper-probe timed (session 25).
+/// before the K loop (`_ec`), every code. Why: docs/tuner.md.
 pub fn searched_modes(c: HopperConfig) -> HopperConfig {
     HopperConfig { early_coords: true, ..step_twin(&c) }
 }
@@ -810,25 +916,25 @@ const _: () = assert!(crate::problem::MAX_DIM.div_ceil(64) <= 65_535 && crate::p
 /// them side by side with the code. (The search itself does not build the one-tile grids
 /// yet: the same code serves the persistent grid there.)
 pub fn latency_twins(c: &HopperConfig) -> Vec<HopperConfig> {
-    let base = HopperConfig { early_coords: true, grid2d: false, grid_grouped: false, ..*c };
-    let grids: &[(bool, bool)] = if base.takes_grid2d() { &[(true, false), (false, true)] } else { &[(false, false)] };
-    grids.iter().map(|&(grid2d, grid_grouped)| HopperConfig { grid2d, grid_grouped, ..base }).filter(|t| t != c).collect()
+    let base = HopperConfig { early_coords: true, grid: TileGrid::Linear, ..*c };
+    let grids: &[TileGrid] = if base.takes_grid2d() { &[TileGrid::TwoD, TileGrid::Grouped] } else { &[TileGrid::Linear] };
+    grids.iter().map(|&grid| HopperConfig { grid, ..base }).filter(|t| t != c).collect()
 }
 
 /// The code in a descriptor mode: plain (neither), uniform (`_du`) or stepped (`_dr`, both).
-pub fn in_desc_mode(c: &HopperConfig, uniform: bool, step: bool) -> HopperConfig {
-    HopperConfig { desc_uniform: uniform || step, desc_step: step, ..*c }
+pub fn in_desc_mode(c: &HopperConfig, desc: DescMode) -> HopperConfig {
+    HopperConfig { desc, ..*c }
 }
 
 /// The twins of a code in the two other descriptor modes (plain, `_du`, `_dr`): the same
 /// tile, ring and grid.
 pub fn desc_twins(c: &HopperConfig) -> Vec<HopperConfig> {
-    [(false, false), (true, false), (true, true)].into_iter().map(|(u, s)| in_desc_mode(c, u, s)).filter(|t| t != c).collect()
+    DescMode::ALL.into_iter().map(|d| in_desc_mode(c, d)).filter(|t| t != c).collect()
 }
 
 /// The twin of a code with stepped descriptors (`_dr`): the same tile, ring and grid.
 pub fn step_twin(c: &HopperConfig) -> HopperConfig {
-    in_desc_mode(c, true, true)
+    in_desc_mode(c, DescMode::Stepped)
 }
 
 /// The TMA-store twin of a code (`_ts`): the same tile and grid with the TMA-store epilogue,
@@ -838,17 +944,17 @@ pub fn tma_store_twin(c: &HopperConfig) -> Option<HopperConfig> {
     if c.split > 1 || !c.bn.is_multiple_of(64) {
         return None;
     }
-    (2..=c.stages).rev().map(|stages| HopperConfig { stages, tma_store: true, ..*c }).find(|t| t.validate().is_ok())
+    (2..=c.stages).rev().map(|stages| HopperConfig { stages, epilogue: Epilogue::TmaStore, ..*c }).find(|t| t.validate().is_ok())
 }
 
 /// K per ring slot beside 64 that the small tiles may take: two or four swizzle atoms.
 pub const WIDE_BKS: [u32; 2] = [128, 256];
 
 /// The K-`bk` twin of a small-tile code (BN at most 64, where the loop's fixed cost per ring
-/// slot shows: BENCHMARKS, session 14), for `bk` in [`WIDE_BKS`]: the same tile, grid and
-/// split with `bk / 64` swizzle atoms per slot and that many times fewer slots (at least 3),
-/// the same bytes in flight where they fit. None for the codes a wide slot does not run
-/// with, and for the large tiles (128×128: slower in the probe with K 128).
+/// slot shows), for `bk` in [`WIDE_BKS`]: the same tile, grid and split with `bk / 64`
+/// swizzle atoms per slot and that many times fewer slots (at least 3), the same bytes in
+/// flight where they fit. None for the codes a wide slot does not run with, and for the
+/// large tiles. Why: docs/tuner.md.
 pub fn bk_twin(c: &HopperConfig, bk: u32) -> Option<HopperConfig> {
     if c.bk != BK || c.bn > 64 || !WIDE_BKS.contains(&bk) {
         return None;
@@ -905,27 +1011,18 @@ pub fn tma_store_codes() -> Vec<HopperConfig> {
 }
 
 /// The 256×160 tile (tn; two consumers of 128 rows, 160 accumulators per thread, 4
-/// stages), on both grids: the tile area cuBLASLt runs at 8192³ on the H100
-/// (`nvjet_sm90_hsh_320x128_64x3_1x2`). It passes the verifier but is not in [`space`]:
-/// timed exhaustively on 13 tn shapes of 2^35 to 2^43 FLOP (session 10) it beat the best
-/// other code on one (4096×16384×8192, by 1.4%) and lost on the rest, by 5% at 8192³ and
-/// by half at 4096×4096×1024.
+/// stages), on both grids: a trial, not in [`space`]. Why: docs/tuner.md.
 pub fn wide_160_codes() -> Vec<HopperConfig> {
     let c = HopperConfig::new(256, 160, 4, 2);
     vec![c, HopperConfig { persistent: true, ..c }]
 }
 
 /// The stream-K codes (`_sks`), each with the deepest ring, on a grid of `sm_count`
-/// blocks. They pass the verifier on the H100 (`stream_k_hopper_kernels_pass_the_verifier`,
-/// 24 cases and the short grid) but are not in [`split_space`]: timed exhaustively beside
-/// the whole space on the 381 tn shapes of 2^30-2^36 FLOP that the catalog did not win
-/// (session 10) they were the best on none: on the 351 whose tiles leave a partial wave,
-/// where they ran, 4.4% or more behind the best other code (e.g. 512×128×16384: 0.857
-/// against 0.896 of cuBLASLt's heuristic).
+/// blocks: a trial, not in [`split_space`]. Why: docs/tuner.md.
 pub fn stream_k_codes(sm_count: u32) -> Vec<HopperConfig> {
     let mut out = Vec::new();
     for (bm, bn, consumers) in [(64, 128, 1), (128, 128, 2), (128, 256, 2)] {
-        let c = HopperConfig { split: sm_count.max(2), atomic: true, stream_k: true, ..HopperConfig::new(bm, bn, 2, consumers) };
+        let c = HopperConfig { split: sm_count.max(2), reduction: Reduction::StreamK, ..HopperConfig::new(bm, bn, 2, consumers) };
         out.extend(rings(c).into_iter().take(1));
     }
     out
@@ -933,21 +1030,15 @@ pub fn stream_k_codes(sm_count: u32) -> Vec<HopperConfig> {
 
 /// The stream-K trial's codes on a grid of `sm_count` blocks: [`stream_k_codes`], and hybrid
 /// stream-K (`_skh`) of the large cooperative tiles, alone and in multicast pairs along M and
-/// along N, each with the deepest ring. The hybrid is meant for the large shapes' last wave:
-/// with 128×256 tiles, 8192³ makes 15.5 waves of 132, so the persistent grid idles half of
-/// its last wave (3%), and the 2^36–2^40 FLOP shapes lose 3.4% so (geomean, the best of four
-/// tiles each). They pass the verifier (`hybrid_stream_k_hopper_kernels_pass_the_verifier`)
-/// but are not in the search (H100, tn, session 24): timed beside the whole space on 8 large
-/// shapes, the best hybrid was 0.69–0.99 × the best code; timed beside the same 128×256
-/// tile's other grids alone, it was 1.05 × the persistent grid at 8192³ (1.00 × its TMA-store
-/// twin) but 0.75 × at 4096³, where the cut waves are half of the work and the fp32
-/// partials' round trips through L2 cost more than the idle half wave.
+/// along N, each with the deepest ring. The hybrid is meant for the large shapes' last wave
+/// (with 128×256 tiles 8192³ makes 15.5 waves of 132, so the persistent grid idles half of
+/// its last one). Not in the search. Why: docs/tuner.md.
 pub fn stream_k_trial_codes(sm_count: u32) -> Vec<HopperConfig> {
     let mut out = stream_k_codes(sm_count);
     for (bm, bn, consumers) in [(128, 256, 2), (256, 128, 2), (128, 128, 2)] {
         for (cluster_m, cluster_n) in [(1, 1), (2, 1), (1, 2)] {
             let grid = sm_count.max(2) / (cluster_m * cluster_n) * (cluster_m * cluster_n);
-            let c = HopperConfig { split: grid, atomic: true, stream_k: true, sk_hybrid: true, cluster_m, cluster_n, ..HopperConfig::new(bm, bn, 2, consumers) };
+            let c = HopperConfig { split: grid, reduction: Reduction::StreamKHybrid, cluster_m, cluster_n, ..HopperConfig::new(bm, bn, 2, consumers) };
             out.extend(rings(c).into_iter().take(1));
         }
     }
@@ -955,19 +1046,14 @@ pub fn stream_k_trial_codes(sm_count: u32) -> Vec<HopperConfig> {
 }
 
 /// Codes that run in clusters of two along M (`_m2`: each CTA loads half of the B tile and
-/// multicasts it to both) and, for the large tiles, along N (`_n2`: half of the A tile; not
-/// yet run on a GPU), on both grids. The `_m2` codes pass the verifier but are not in [`space`]:
-/// timed exhaustively beside it on 8 shapes from 512×4096×4096 to 8192³ (tn, H100, session
-/// 9) they lost on every one, by 0.7% at 8192³ and by up to 19% at 1024×1024×4096, so they
-/// would only spend the bandit's pulls. (Then a release cluster barrier ended every cluster
-/// kernel, about 1 µs; the producer now drains the ring instead. They have passed the
-/// verifier with it, and have not been re-timed.)
+/// multicasts it to both) and, for the large tiles, along N (`_n2`: half of the A tile), on
+/// both grids, and the ping-pong tiles in pairs along M: a trial, not in [`space`]. Why: docs/tuner.md.
 pub fn multicast_codes() -> Vec<HopperConfig> {
     let mut out = Vec::new();
     let along_m = MULTICAST_TILES.iter().map(|&(bm, bn, consumers)| HopperConfig { cluster_m: 2, ..HopperConfig::new(bm, bn, 2, consumers) });
     let along_n = MULTICAST_N_TILES.iter().map(|&(bm, bn, consumers)| HopperConfig { cluster_n: 2, ..HopperConfig::new(bm, bn, 2, consumers) });
     // The ping-pong tiles the mid and large shapes pick most, in pairs along M.
-    let pingpong = [(64, 256), (128, 128)].map(|(bm, bn)| HopperConfig { cluster_m: 2, pingpong: true, ..HopperConfig::new(bm, bn, 2, 2) });
+    let pingpong = [(64, 256), (128, 128)].map(|(bm, bn)| HopperConfig { cluster_m: 2, consumer_mode: ConsumerMode::PingPong, ..HopperConfig::new(bm, bn, 2, 2) });
     for c in along_m.chain(along_n).chain(pingpong) {
         if let Some(deepest) = rings(c).into_iter().next() {
             for persistent in [false, true] {
@@ -983,30 +1069,19 @@ pub fn multicast_codes() -> Vec<HopperConfig> {
 /// ones, and the 64-row ones the mid shapes pick. Every algorithm in the H100 baseline
 /// table that cuBLASLt's autotuning chose runs in clusters of two or more CTAs.
 const MULTICAST_TILES: [(u32, u32, u32); 5] = [(128, 256, 2), (256, 128, 2), (128, 128, 2), (64, 128, 1), (64, 256, 1)];
-/// The large tiles in clusters of two along N (`_n2`, multicasting A): cuBLASLt's autotuned
-/// pick on 62 of the 226 tn shapes of 2^36 FLOP and more is a cluster of two along our N,
-/// 21 of them a 256×128 tile in our terms (BENCHMARKS, session 13). And 128×64 with two
-/// consumers, cuBLASLt's heuristic pick on tn 1024×1024×8192 in our terms
-/// (`nvjet_sm90_hsh_64x128_64x8_2x1`: 384 threads, 8 stages, one tile per CTA; ncu,
-/// session 21), which the skinny shapes' clusters have along M only: on 89 long-K mid tn
-/// shapes it was 0.70 × cuBLASLt's heuristic (geomean) and never 2% ahead of the catalog
-/// (session 22).
+/// The large tiles in clusters of two along N (`_n2`, multicasting A), cuBLASLt's autotuned
+/// pick on many large tn shapes, and 128×64 with two consumers, its heuristic pick on tn
+/// 1024×1024×8192.
 const MULTICAST_N_TILES: [(u32, u32, u32); 4] = [(128, 256, 2), (256, 128, 2), (128, 128, 2), (128, 64, 2)];
 
 /// K split across the two consumer warpgroups (`_kw`): 64-row tiles from 64 × 16 to 64 ×
-/// 128, each with the deepest even ring that fits and a 4-stage one, on both grids. For the
-/// small and skinny shapes, where one consumer's chain of dependent wgmmas seemed to set the
-/// pace (session 11: every code we have takes 4.2-4.4 µs on 64×512×1024, cuBLASLt's
-/// 384-thread 64×8 kernel 3.4). They pass the verifier on the H100
-/// (`ksplit_hopper_kernels_pass_the_verifier`, 60 runs) but stay out of [`space`]: timed
-/// exhaustively beside it on 211 skinny tn shapes (session 12) they were the best on 20, by
-/// 2.2% at most, and 64×512×1024 still took 4.17 µs (two chains: 4.10). So the chain of
-/// wgmmas is not what holds the small shapes back.
+/// 128, each with the deepest even ring that fits and a 4-stage one, on both grids. A trial
+/// for the small and skinny shapes, not in [`space`]. Why: docs/tuner.md.
 pub fn ksplit_codes() -> Vec<HopperConfig> {
     let mut out = Vec::new();
     for bn in [16, 32, 64, 128] {
         // validate() takes even rings only, so the deepest that fits is even.
-        for ring in rings(HopperConfig { ksplit: true, ..HopperConfig::new(64, bn, 2, 2) }) {
+        for ring in rings(HopperConfig { consumer_mode: ConsumerMode::KSplit, ..HopperConfig::new(64, bn, 2, 2) }) {
             out.push(ring);
             out.push(HopperConfig { persistent: true, ..ring });
         }
@@ -1016,19 +1091,12 @@ pub fn ksplit_codes() -> Vec<HopperConfig> {
 
 /// K split across two consumers in multicast pairs (`_kw` with `_m2`: two CTAs along M share
 /// B; `_n2`: along N, share A), 64 × 64 and 64 × 128 tiles with the deepest even ring, on
-/// both grids: the shape of cuBLAS's own pick on tn 1024×1024×8192 (ncu, session 21:
-/// `nvjet_sm90_hsh_64x128_64x8_2x1`, 384 threads, a cluster of two, 128 blocks, no split-K,
-/// 27.5–29.2 µs against our best 33.7). They pass the verifier on the H100
-/// (`ksplit_pair_hopper_kernels_pass_the_verifier`, 32 runs) and lose: timed exhaustively
-/// among the `_kw` codes on 83 skinny long-K tn shapes (session 21) the best pair was 0.918
-/// × the best single-CTA `_kw` code (geomean; better on 12), and on 1024×1024×8192 it took
-/// 35.7 µs against cuBLASLt's 27.6. So the K split is not what cuBLAS's two consumers do.
-/// `kaas tune --trial ksplit` times them on the skinny shapes beside the search.
+/// both grids. `kaas tune --trial ksplit` times them on the skinny shapes. Why: docs/tuner.md.
 pub fn ksplit_pair_codes() -> Vec<HopperConfig> {
     let mut out = Vec::new();
     for bn in [64, 128] {
         for (cluster_m, cluster_n) in [(2, 1), (1, 2)] {
-            if let Some(ring) = rings(HopperConfig { ksplit: true, cluster_m, cluster_n, ..HopperConfig::new(64, bn, 2, 2) }).into_iter().next() {
+            if let Some(ring) = rings(HopperConfig { consumer_mode: ConsumerMode::KSplit, cluster_m, cluster_n, ..HopperConfig::new(64, bn, 2, 2) }).into_iter().next() {
                 out.push(ring);
                 out.push(HopperConfig { persistent: true, ..ring });
             }
@@ -1038,26 +1106,16 @@ pub fn ksplit_pair_codes() -> Vec<HopperConfig> {
 }
 
 /// Consumers that split the tile's columns (`_cs`): 64 × 128 and 64 × 256 with two consumer
-/// warpgroups, each an m64 chain over its half of the columns, as cuBLASLt's pick on tn
-/// 1024×1024×8192 runs (384 threads, 8 stages, a cluster of two, no split-K; ncu, session
-/// 21); alone (the deepest ring and a 4-stage one) and in pairs along M and N (the deepest
-/// ring), on both grids; and 64 × 128 with the atomic split-K, alone and in pairs (`split` 2
-/// stands for every count: [`col_split_space`] gives a problem's); each also with `wait0`.
-/// They pass the verifier on the H100 (`col_split_hopper_kernels_pass_the_verifier`, 120
-/// runs) and stay a trial (`kaas tune --trial col-split`): on the long-K mid shapes the
-/// catalog trails on (K ≥ 4096, session 22) their best was 0.90–0.91 × cuBLASLt's
-/// heuristic in the tuner's timing; of 367 problems 6 passed the promising filter, and the
-/// 4 verified were none ahead of the catalog's entries (the best, nn 64×16384×4096, 1.0024
-/// × autotune-max in the verifier's benchmark against the entry's 1.0051). On tn 1024×1024×8192
-/// (ncu) the 64×128 code takes 32.8 µs against cuBLASLt's 28.1 with the same tile,
-/// threads, registers and ring: it runs 1.6× the instructions (descriptor arithmetic) and
-/// moves about 19% more through L2 (cuBLASLt's runs in a multicast pair; ours in pairs were
-/// no faster). Freeing slots at once (`wait0`) changed nothing (1.005, same code).
+/// warpgroups, each an m64 chain over its half of the columns; alone (the deepest ring and a
+/// 4-stage one) and in pairs along M and N (the deepest ring), on both grids; and 64 × 128
+/// with the atomic split-K, alone and in pairs (`split` 2 stands for every count:
+/// [`col_split_space`] gives a problem's); each also with `wait0`. A trial (`kaas tune
+/// --trial col-split`). Why: docs/tuner.md.
 pub fn col_split_codes() -> Vec<HopperConfig> {
     let mut out = Vec::new();
     for bn in [128, 256] {
         for (cluster_m, cluster_n) in [(1, 1), (2, 1), (1, 2)] {
-            let all = rings(HopperConfig { col_split: true, cluster_m, cluster_n, ..HopperConfig::new(64, bn, 2, 2) });
+            let all = rings(HopperConfig { consumer_mode: ConsumerMode::ColSplit, cluster_m, cluster_n, ..HopperConfig::new(64, bn, 2, 2) });
             for ring in all.into_iter().take(if cluster_m * cluster_n == 1 { 2 } else { 1 }) {
                 out.push(ring);
                 out.push(HopperConfig { persistent: true, ..ring });
@@ -1076,7 +1134,7 @@ pub fn col_split_codes() -> Vec<HopperConfig> {
 fn col_split_split_tiles() -> Vec<HopperConfig> {
     [(1, 1), (2, 1), (1, 2)]
         .into_iter()
-        .filter_map(|(cluster_m, cluster_n)| rings(HopperConfig { col_split: true, split: 2, atomic: true, cluster_m, cluster_n, ..HopperConfig::new(64, 128, 2, 2) }).into_iter().next())
+        .filter_map(|(cluster_m, cluster_n)| rings(HopperConfig { consumer_mode: ConsumerMode::ColSplit, split: 2, reduction: Reduction::Atomic, cluster_m, cluster_n, ..HopperConfig::new(64, 128, 2, 2) }).into_iter().next())
         .flat_map(|c| [c, HopperConfig { wait0: true, ..c }])
         .collect()
 }
@@ -1093,12 +1151,8 @@ pub fn col_split_space(p: &Problem, sm_count: u32) -> Vec<HopperConfig> {
 
 /// Accumulator chains (`_x2`, `_x4`) for the 64-row tiles of one consumer, 64 × 16 to 64 ×
 /// 64, with the deepest ring and a 4-stage one: the k16 steps of a K-tile go round-robin
-/// to separate accumulators. They pass the verifier on the H100
-/// (`chains_hopper_kernels_pass_the_verifier`). Timed exhaustively beside the whole space
-/// on the 211 tn and 219 nn skinny shapes the catalog did not win (session 12), a code with
-/// two chains was the best on 85 tn and 88 nn shapes, by up to 5% (tn 12288×64×256: 3.39
-/// against 3.56 µs; nn 128×256×12288, split: 7.71 against 8.12), and four chains on 4 and 5. So [`skinny_chains_codes`] (two chains)
-/// are in the search on the skinny shapes; four stay with `kaas tune --trial chains`.
+/// to separate accumulators. Two chains ([`skinny_chains_codes`]) are in the search on the
+/// skinny shapes; four stay with `kaas tune --trial chains`. Why: docs/tuner.md.
 pub fn chains_codes() -> Vec<HopperConfig> {
     let mut out = Vec::new();
     for bn in NARROW_BN.into_iter().chain([64]) {
@@ -1111,9 +1165,9 @@ pub fn chains_codes() -> Vec<HopperConfig> {
 
 /// The atomic split-K codes of one 64-row consumer with two accumulator chains, and their
 /// candidates for a problem: [`split_space`]'s with two chains (the skinny shapes with long
-/// K are split-K's). In the search since session 12, with [`skinny_chains_codes`].
+/// K are split-K's).
 pub fn chains_split_tiles() -> Vec<HopperConfig> {
-    split_tiles().into_iter().filter(|c| c.atomic).filter_map(two_chains).collect()
+    split_tiles().into_iter().filter(|c| c.reduction.is_atomic()).filter_map(two_chains).collect()
 }
 
 /// The unsplit codes with two accumulator chains ([`chains_codes`] less the four-chain
@@ -1158,7 +1212,7 @@ pub fn split_tiles() -> Vec<HopperConfig> {
             if bn < 64 && !atomic {
                 continue;
             }
-            let all = rings(HopperConfig { split: 2, atomic, ..HopperConfig::new(bm, bn, 2, consumers) });
+            let all = rings(HopperConfig { split: 2, reduction: if atomic { Reduction::Atomic } else { Reduction::InOrder }, ..HopperConfig::new(bm, bn, 2, consumers) });
             // A 4-stage ring only where one consumer leaves room for a second block per SM.
             out.extend(all.into_iter().take(if consumers == 1 { 2 } else { 1 }));
         }
@@ -1168,25 +1222,16 @@ pub fn split_tiles() -> Vec<HopperConfig> {
 
 /// Atomic split-K in multicast clusters of two (`_m2…_ska`, `_n2…_ska`): a cluster takes one
 /// K-slice of two adjacent tiles, each CTA loads half of the operand they share and
-/// multicasts it, and each reduces its own tile as the plain atomic split-K does. On the
-/// mid shapes with long K the tiles that fill the SMs are small, so L2's bandwidth sets the
-/// pace: cuBLASLt's autotuned picks there run in clusters of two, 39 of the 143 tn picks
-/// where the catalog trailed by 10% or more also split K (BENCHMARKS, session 20). The
+/// multicasts it, and each reduces its own tile as the plain atomic split-K does. The
 /// deepest ring of the tiles the mid shapes pick, in pairs along M (sharing B) and along N
 /// (sharing A). `split` 2 stands for every count: [`multicast_split_space`] gives a
-/// problem's. Timed exhaustively against the plain atomic split-K on 99 tn and 100 nn mid
-/// shapes (H100, session 21) the best pair beat the best plain code by 2.8–3.6% (geomean)
-/// at K 8192, 4.7–5.2% at 12288 and 6.9–7.1% at 16384, and lost below (2–6% at K 1024 to
-/// 4096): the search takes them where [`takes_multicast_split`].
+/// problem's. The search takes them where [`takes_multicast_split`]. Why: docs/tuner.md.
 pub fn multicast_split_tiles() -> Vec<HopperConfig> {
     multicast_split_codes(&[(2, 1), (1, 2)])
 }
 
 /// The same tiles in clusters of four (2×2, 4×1, 1×4: each CTA loads a quarter or half of
-/// each shared operand), as cuBLASLt's 2x4 and 4x2 picks run. They pass the verifier but
-/// are not searched: timed exhaustively beside the pairs on 89 tn and 90 nn long-K mid
-/// shapes (H100, session 21) the best of them was 0.89–0.90 × the best pair (geomean) and
-/// the best code on 6 of 179. `kaas tune --trial multicast-split` times them.
+/// each shared operand): `kaas tune --trial multicast-split` times them; not searched. Why: docs/tuner.md.
 pub fn multicast_split_quads() -> Vec<HopperConfig> {
     multicast_split_codes(&[(2, 2), (4, 1), (1, 4)])
 }
@@ -1200,7 +1245,7 @@ fn multicast_split_codes(clusters: &[(u32, u32)]) -> Vec<HopperConfig> {
     let mut out = Vec::new();
     for (bm, bn, consumers) in [(64, 64, 1), (64, 128, 1), (128, 64, 1), (128, 128, 2)] {
         for &(cluster_m, cluster_n) in clusters {
-            let c = HopperConfig { split: 2, atomic: true, cluster_m, cluster_n, ..HopperConfig::new(bm, bn, 2, consumers) };
+            let c = HopperConfig { split: 2, reduction: Reduction::Atomic, cluster_m, cluster_n, ..HopperConfig::new(bm, bn, 2, consumers) };
             out.extend(rings(c).into_iter().take(1));
         }
     }
@@ -1229,16 +1274,12 @@ pub fn multicast_split_space(codes: Vec<HopperConfig>, p: &Problem, sm_count: u3
 }
 
 /// The cluster split-K codes (`_skc`): the tiles whose fp32 partial fits a drained ring,
-/// each with the deepest ring and, with one consumer, a 4-stage ring too (smaller blocks
-/// are easier to place as a cluster), for 2 to 16 slices. They pass the verifier but are
-/// not in [`split_space`]: timed exhaustively beside the atomic split-K on 15 tn and 16 nn
-/// skinny, long-K shapes (H100, session 9) they lost on every one, at equal tile, ring
-/// and slice count too (by 0.3-0.6 µs on one wave, 2× where a cluster of 4 or more spills a
-/// second wave, since a cluster's CTAs must share a GPC).
+/// each with the deepest ring and, with one consumer, a 4-stage one too (smaller blocks
+/// are easier to place as a cluster), for 2 to 16 slices. Not in [`split_space`]. Why: docs/tuner.md.
 pub fn cluster_tiles() -> Vec<HopperConfig> {
     let mut out = Vec::new();
     for (bm, bn, consumers) in [(64, 64, 1), (64, 128, 1), (128, 64, 1), (128, 128, 2)] {
-        let all = rings(HopperConfig { split: 2, cluster_reduce: true, ..HopperConfig::new(bm, bn, 2, consumers) });
+        let all = rings(HopperConfig { split: 2, reduction: Reduction::Cluster, ..HopperConfig::new(bm, bn, 2, consumers) });
         out.extend(all.into_iter().take(if consumers == 1 { 2 } else { 1 }));
     }
     out
@@ -1248,15 +1289,14 @@ pub fn cluster_tiles() -> Vec<HopperConfig> {
 /// of `sm_count`: for each atomic split-K code, the split counts that make a quarter, half,
 /// one or two waves of units, and the largest that leaves two K-tiles per slice. What
 /// transfers between neighbouring shapes is the wave a count makes, so the bandit's priors
-/// name comparable arms. The in-order reduction is not searched: exhaustively over 14
-/// shapes on an H100 it was slower than the atomic one on all but one (up to 1.6×); it
-/// stays in the template for whoever needs bit-identical runs.
+/// name comparable arms. The in-order reduction is not searched; it stays in the template
+/// for whoever needs bit-identical runs. Why: docs/tuner.md.
 pub fn split_space(p: &Problem, sm_count: u32) -> Vec<HopperConfig> {
     let mut out = Vec::new();
     if p.acc != Acc::F32 {
         return out;
     }
-    for t in split_tiles().into_iter().filter(|t| t.atomic && t.supports(p.layout)) {
+    for t in split_tiles().into_iter().filter(|t| t.reduction.is_atomic() && t.supports(p.layout)) {
         out.extend(split_counts(&t, p, sm_count));
     }
     out
@@ -1277,16 +1317,14 @@ fn split_counts(t: &HopperConfig, p: &Problem, sm_count: u32) -> Vec<HopperConfi
     splits.into_iter().filter(|&s| s >= 2 && ktiles >= 2 * s && tiles * s <= 2 * sm_count).map(|s| HopperConfig { split: s, ..*t }).collect()
 }
 
-/// The 8-column tiles (`kaas tune --trial narrow8`): 64×8 with
-/// one consumer, tn only, each ring [`rings`] gives, with two accumulator chains, and
-/// atomic split-K (`split` 2 stands for every count). cuBLASLt spreads the skinny long-K
-/// shapes over more SMs with tiles this narrow (BENCHMARKS, session 14); one slot of B is a
-/// single 1 KiB swizzle atom.
+/// The 8-column tiles (`kaas tune --trial narrow8`): 64×8 with one consumer, tn only, each
+/// ring [`rings`] gives, with two accumulator chains, and atomic split-K (`split` 2 stands
+/// for every count). One slot of B is a single 1 KiB swizzle atom.
 pub fn narrow8_codes() -> Vec<HopperConfig> {
     let base = HopperConfig::new(64, 8, 2, 1);
     let mut out = rings(base);
     out.extend(rings(HopperConfig { chains: 2, ..base }));
-    out.extend(rings(HopperConfig { split: 2, atomic: true, ..base }).into_iter().take(2));
+    out.extend(rings(HopperConfig { split: 2, reduction: Reduction::Atomic, ..base }).into_iter().take(2));
     out
 }
 
@@ -1303,15 +1341,8 @@ pub fn narrow8_search_codes() -> Vec<HopperConfig> {
     out
 }
 
-/// Whether the search offers a problem the 64×8 tiles ([`narrow8_search_codes`]): tn with
-/// fp32 accumulators, K ≥ 256 and at most 2^28 FLOP. Timed exhaustively on an H100
-/// (session 17: 99 skinny tn shapes of K ≥ 1024, 72 more of K ≥ 1024 up to 2^29.6 FLOP and
-/// 64 of K 256 and 512 up to 2^28, every trial beside the search's space), a 64×8 K-256
-/// code was the best on 42, every one of them at most 2^28 FLOP, faster there than the
-/// search's best by a geomean of 5%, 7% and 12% per sample (at most 19%); above 2^28 FLOP
-/// it was never the best, and at 2^29 already 0.54-0.78× the best. The K-64 ones never were.
-/// nn takes them too since it has narrow tiles (session 26): at 64×64×1024 and 128×128×512
-/// the nn 64×8 K-256 code ran 0.87× the time of the nn 64×64 K-128 one, as tn's does.
+/// Whether the search offers a problem the 64×8 tiles ([`narrow8_search_codes`]): fp32
+/// accumulators, K ≥ 256 and at most 2^28 FLOP. Why: docs/tuner.md.
 pub fn takes_narrow8(p: &Problem) -> bool {
     p.acc == Acc::F32 && p.k >= 256 && small(p)
 }
@@ -1386,65 +1417,44 @@ fn extend_new(out: &mut Vec<HopperConfig>, more: Vec<HopperConfig>) {
 }
 
 /// Whether the search gives a problem's unsplit 64-column candidates their TMA-store twins
-/// ([`tma_store_twin`]): fp32 accumulators. Timed exhaustively on an H100 (every 8th grid
-/// shape of 2^28 to 2^40 FLOP, 98 tn and 99 nn), a TMA-store code was the best on 63 tn
-/// (session 14) and 52 nn shapes (session 15); beside the search's space it gained 1.6%
-/// (tn) and, with K 128, 1.75% (nn), geomean over all, at most 11%. The f16 accumulator is
-/// not timed: `--trial tma-store` adds them there.
+/// ([`tma_store_twin`]): fp32 accumulators (`--trial tma-store` adds them on fp16). Why: docs/tuner.md.
 pub fn takes_tma_store(p: &Problem) -> bool {
     p.acc == Acc::F32
 }
 
 /// Whether the search gives a problem's small tiles their K-128 twins ([`bk_twin`]): fp32
-/// accumulators and K ≥ 1024, or K ≥ 256 at most 2^28 FLOP. On an H100 (session 14, 100
-/// skinny tn shapes of K ≥ 1024 timed exhaustively) a K-128 code was the best on 36, and
-/// beside the search's space it gained 1.2% (geomean over all 100, at most 11.6%); on the
-/// nn sample (session 15) it was the best on 14 of 99, every one of K ≥ 1024. On the
-/// shapes of K 256 and 512 up to 2^28 FLOP (session 17, 64 per layout) a K-128 code with
-/// two chains was the best on 32 nn shapes (4.6% faster there than the search's best,
-/// at most 7.1%) and on 20 tn ones (3.2%, with the TMA store 4.7%). Elsewhere: `--trial
-/// bk128`.
+/// accumulators and K ≥ 1024, or K ≥ 256 at most 2^28 FLOP. Elsewhere: `--trial bk128`. Why: docs/tuner.md.
 pub fn takes_bk128(p: &Problem) -> bool {
     p.acc == Acc::F32 && (p.k >= 1024 || (p.k >= 256 && small(p)))
 }
 
-/// Whether the search gives a problem's 64-row small tiles their K-256 twins: tn with fp32
-/// accumulators and K ≥ 1024. On an H100 (session 15, 99 skinny tn shapes of K ≥ 1024 timed
-/// exhaustively beside the K-128 twins) a K-256 code was the best on 16 (the narrow tiles,
-/// 16 to 48 columns, on 13), 3% faster there than the search's best, 0.4% over all 99; on
-/// the nn sample it was never the best (nn had no narrow tiles then): nn takes the K-256
-/// twins of its narrow tiles only ([`bk256_suits`]). Elsewhere: `--trial bk256`.
+/// Whether the search gives a problem's small tiles their K-256 twins: where it takes the
+/// K-128 ones, on tn, and on nn for the narrow tiles only ([`bk256_suits`]). Elsewhere:
+/// `--trial bk256`. Why: docs/tuner.md.
 pub fn takes_bk256(p: &Problem) -> bool {
     takes_bk128(p)
 }
 
 /// Whether a candidate of a problem that [`takes_bk256`] gets its K-256 twin: every tn one,
-/// and nn's narrow tiles (its 64-column ones never won with K 256, session 15).
+/// and nn's narrow tiles.
 pub fn bk256_suits(c: &HopperConfig, p: &Problem) -> bool {
     p.layout == Layout::Tn || c.bn < 64
 }
 
 /// [`bk_twin`] where the problem suits it: fp32 accumulators (with fp16 ones a K-128 code
-/// deviated more than cuBLAS: BENCHMARKS, session 14), and a split keeps its count only
-/// where each slice still gets two K-tiles of `bk`.
+/// deviated more than cuBLAS does), and a split keeps its count only where each slice still
+/// gets two K-tiles of `bk`.
 pub fn bk_twin_for(c: &HopperConfig, p: &Problem, bk: u32) -> Option<HopperConfig> {
     if p.acc != Acc::F32 {
         return None;
     }
-    bk_twin(c, bk).filter(|t| t.split <= 1 || t.stream_k || p.k.div_ceil(t.bk) >= 2 * t.split)
+    bk_twin(c, bk).filter(|t| t.split <= 1 || t.reduction.is_stream_k() || p.k.div_ceil(t.bk) >= 2 * t.split)
 }
 
 /// Whether the search's candidates for a problem take tensor maps that widen L2 misses to
-/// 256 bytes ([`HopperConfig::l2_256`]): tn with K ≥ 512, below 2^41 FLOP. Timed side by
-/// side with 128 bytes (H100, session 12: 97 shapes of 2^28 to 2^40 FLOP per layout, every
-/// candidate of each three times), 256 was faster on tn by 0.5-2.0% on average in every K
-/// bucket from 512 up, and slower by 0.4-0.8% at K = 64 and 256; on nn it was mixed (+1.4%
-/// at K = 64, -0.4 to -1.2% at K = 512-2048, within 0.4% elsewhere). On six tn shapes of
-/// 2^40 FLOP and more it gained where the tile order streams (the best code +5.6% on
-/// 4096×16384×8192, +3.2% on 8192×16384×4096, +1.6% at 8192³) and lost at 12288³ and
-/// 16384³ (-0.4% and -1.4%; per candidate -2.1% and -4.2%). A tn K-tile's box is 128
-/// bytes of each row of A and B, so a 256-byte promotion brings the next K-tile's bytes
-/// with it; an nn B box's neighbour in the row belongs to the next tile column.
+/// 256 bytes ([`HopperConfig::l2_256`]): tn with K ≥ 512, below 2^41 FLOP. A tn K-tile's box
+/// is 128 bytes of each row of A and B, so a 256-byte promotion brings the next K-tile's
+/// bytes with it; an nn B box's neighbour in the row belongs to the next tile column. Why: docs/tuner.md.
 pub fn wide_l2_suits(p: &Problem) -> bool {
     p.layout == Layout::Tn && p.k >= 512 && p.shape().flops() < 2f64.powi(41)
 }
@@ -1455,13 +1465,13 @@ pub fn compile(cfg: &HopperConfig, acc: Acc, layout: Layout) -> Result<String, G
     if !cfg.supports(layout) {
         return Err(GpuError::refused("Hopper HGEMM", format!("BN {} is tn only (nn loads B in 64-column boxes, or one box of 8, 16 or 32)", cfg.bn)));
     }
-    if cfg.ksplit && acc != Acc::F32 {
+    if cfg.consumer_mode == ConsumerMode::KSplit && acc != Acc::F32 {
         return Err(GpuError::refused("Hopper HGEMM", "K split across consumers adds fp32 partials: acc=f32 only"));
     }
     if cfg.chains > 1 && acc != Acc::F32 {
         return Err(GpuError::refused("Hopper HGEMM", "accumulator chains are summed in fp32: acc=f32 only"));
     }
-    nvrtc::compile(TEMPLATE, TEMPLATE_NAME, TARGET, &cfg.defines(acc, layout))
+    nvrtc::compile(&TEMPLATE, TEMPLATE_NAME, TARGET, &cfg.defines(acc, layout))
 }
 
 #[cfg(test)]
@@ -1493,17 +1503,17 @@ mod tests {
         assert!(HopperConfig { persistent: true, split: 4, ..HopperConfig::new(64, 64, 8, 1) }.validate().is_err());
         assert!(HopperConfig { split: 0, ..HopperConfig::new(64, 64, 8, 1) }.validate().is_err());
         // Ping-pong: two consumers, each holding a whole tile of at most 128×128 or 64×256.
-        let pp = HopperConfig { persistent: true, pingpong: true, ..HopperConfig::new(128, 128, 6, 2) };
+        let pp = HopperConfig { persistent: true, consumer_mode: ConsumerMode::PingPong, ..HopperConfig::new(128, 128, 6, 2) };
         pp.validate().unwrap();
         assert_eq!(pp.entry(Acc::F32, Layout::Tn), "kaas_wgmma_f32_tn_128x128x64_s6_c2_m1_g16_pp");
         assert!(pp.defines(Acc::F32, Layout::Tn).contains(&("KAAS_PINGPONG".to_string(), "1".to_string())));
         assert!(HopperConfig { bn: 256, stages: 4, ..pp }.validate().is_err(), "256 accumulators per thread");
         assert!(HopperConfig { bm: 256, stages: 4, ..pp }.validate().is_err());
         assert!(HopperConfig { consumers: 1, ..pp }.validate().is_err());
-        assert!(HopperConfig { split: 4, atomic: true, persistent: false, ..pp }.validate().is_err());
+        assert!(HopperConfig { split: 4, reduction: Reduction::Atomic, persistent: false, ..pp }.validate().is_err());
         assert!(HopperConfig { bm: 64, bn: 256, stages: 5, ..pp }.validate().is_ok());
-        assert_eq!(space.iter().filter(|c| c.pingpong).count(), 8, "four tiles, the deepest and a 4-stage ring");
-        assert!(space.iter().filter(|c| c.pingpong).all(|c| c.persistent));
+        assert_eq!(space.iter().filter(|c| c.consumer_mode == ConsumerMode::PingPong).count(), 8, "four tiles, the deepest and a 4-stage ring");
+        assert!(space.iter().filter(|c| c.consumer_mode == ConsumerMode::PingPong).all(|c| c.persistent));
     }
 
     /// The 64×8 K-256 tiles: with fp32 accumulators, K ≥ 256 and at most 2^28 FLOP, in
@@ -1542,7 +1552,7 @@ mod tests {
         let skinny = narrow(&p(Layout::Tn, 64, 1024, 512));
         let unsplit: Vec<(u32, u32)> = skinny.iter().filter(|c| c.split == 1).map(|c| (c.bn, c.stages)).collect();
         assert_eq!(unsplit, [(16, 16), (16, 4), (24, 16), (24, 4), (32, 16), (32, 4), (48, 16), (48, 4)], "{skinny:?}");
-        assert!(skinny.iter().filter(|c| c.split > 1).all(|c| c.bn == 32 && c.atomic), "{skinny:?}");
+        assert!(skinny.iter().filter(|c| c.split > 1).all(|c| c.bn == 32 && c.reduction.is_atomic()), "{skinny:?}");
         assert!(skinny.iter().any(|c| c.split > 1));
         // nn: the widths it loads in one box (16 and 32), not 24 and 48.
         let nn = narrow(&p(Layout::Nn, 64, 1024, 512));
@@ -1579,7 +1589,7 @@ mod tests {
             HopperConfig { bn: 40, ..c },
             HopperConfig { stages: 17, ..c },
             HopperConfig { cluster_m: 2, ..c },
-            HopperConfig { pingpong: true, persistent: true, consumers: 2, bm: 128, ..c },
+            HopperConfig { consumer_mode: ConsumerMode::PingPong, persistent: true, consumers: 2, bm: 128, ..c },
         ] {
             assert!(bad.validate().is_err(), "{bad:?}");
         }
@@ -1608,7 +1618,7 @@ mod tests {
     fn clusters_along_m_split_the_b_box_and_round_the_grid_to_whole_clusters() {
         let all: Vec<HopperConfig> = multicast_codes();
         assert_eq!(all.len(), 22, "five tiles along M, four along N and two ping-pong, both grids: {all:?}");
-        let (pp, all): (Vec<HopperConfig>, Vec<HopperConfig>) = all.into_iter().partition(|c| c.pingpong);
+        let (pp, all): (Vec<HopperConfig>, Vec<HopperConfig>) = all.into_iter().partition(|c| c.consumer_mode == ConsumerMode::PingPong);
         assert!(pp.iter().all(|c| c.cluster_m == 2 && c.validate().is_ok()) && pp.len() == 4, "{pp:?}");
         assert_eq!(pp[0].entry(Acc::F32, Layout::Tn), "kaas_wgmma_f32_tn_64x256x64_s5_c2_m2_g16_pp");
         let (m2, n2): (Vec<HopperConfig>, Vec<HopperConfig>) = all.into_iter().partition(|c| c.cluster_m == 2);
@@ -1647,38 +1657,37 @@ mod tests {
         // One-CTA manifests are what they were: the shipped catalog's manifests still match.
         let m1 = HopperConfig::new(128, 128, 6, 2);
         assert_eq!(m1.manifest(&p(Layout::Nn, 256, 256, 256), 132).launches[0].cluster, [1, 1, 1]);
-        for bad in [HopperConfig { cluster_m: 3, ..c }, HopperConfig { split: 4, ..c }, HopperConfig { split: 4, cluster_reduce: true, ..c }, HopperConfig { split: 3, atomic: true, stream_k: true, ..c }] {
+        for bad in [HopperConfig { cluster_m: 3, ..c }, HopperConfig { split: 4, ..c }, HopperConfig { split: 4, reduction: Reduction::Cluster, ..c }, HopperConfig { split: 3, reduction: Reduction::StreamK, ..c }] {
             assert!(bad.validate().is_err(), "{bad:?}");
         }
         // Stream-K runs in clusters on a grid of whole ones.
-        HopperConfig { split: 4, atomic: true, stream_k: true, ..c }.validate().unwrap();
+        HopperConfig { split: 4, reduction: Reduction::StreamK, ..c }.validate().unwrap();
         // Ping-pong consumers run in a cluster (both CTAs take the same tiles in the same
         // order, so the same consumer releases a slot in each).
-        assert!(HopperConfig { pingpong: true, persistent: true, cluster_m: 2, ..HopperConfig::new(128, 128, 6, 2) }.validate().is_ok());
+        assert!(HopperConfig { consumer_mode: ConsumerMode::PingPong, persistent: true, cluster_m: 2, ..HopperConfig::new(128, 128, 6, 2) }.validate().is_ok());
     }
 
     /// Stepped descriptors are a mode of the uniform ones: `_dr` in place of `_du` (after
     /// `_w0`), `KAAS_DESC_UNIFORM=2`, a module of their own, and parse back.
     #[test]
     fn stepped_descriptors_name_and_define_their_mode() {
-        let c = step_twin(&HopperConfig { pingpong: true, ..HopperConfig::new(64, 256, 5, 2) });
-        assert!(c.desc_uniform && c.desc_step && c.validate().is_ok());
+        let c = step_twin(&HopperConfig { consumer_mode: ConsumerMode::PingPong, ..HopperConfig::new(64, 256, 5, 2) });
+        assert!(c.desc != DescMode::Plain && c.desc == DescMode::Stepped && c.validate().is_ok());
         assert_eq!(c.entry(Acc::F32, Layout::Tn), "kaas_wgmma_f32_tn_64x256x64_s5_c2_m1_g16_pp_dr");
         assert_eq!(c.label(), "64x256 s5 c2 ping-pong dr");
-        let w0 = step_twin(&HopperConfig { col_split: true, wait0: true, ..HopperConfig::new(64, 128, 8, 2) });
+        let w0 = step_twin(&HopperConfig { consumer_mode: ConsumerMode::ColSplit, wait0: true, ..HopperConfig::new(64, 128, 8, 2) });
         assert_eq!(w0.entry(Acc::F32, Layout::Nn), "kaas_wgmma_f32_nn_64x128x64_s8_c2_m1_g16_cs_w0_dr");
         for (code, acc, layout) in [(c, Acc::F32, Layout::Tn), (w0, Acc::F32, Layout::Nn), (step_twin(&HopperConfig::new(128, 256, 4, 2)), Acc::F16, Layout::Tn)] {
             assert_eq!(HopperConfig::from_entry(&code.entry(acc, layout)), Some((code, acc, layout)));
             let defines = code.defines(acc, layout);
             assert!(defines.contains(&("KAAS_DESC_UNIFORM".to_string(), "2".to_string())), "{defines:?}");
-            assert_ne!(code.code_key(), HopperConfig { desc_step: false, ..code }.code_key());
+            assert_ne!(code.code_key(), HopperConfig { desc: DescMode::Uniform, ..code }.code_key());
         }
-        assert!(HopperConfig { desc_uniform: false, ..c }.validate().is_err(), "a mode of the uniform descriptors");
         assert_eq!(HopperConfig::from_entry("kaas_wgmma_f32_tn_64x256x64_s5_c2_m1_g16_pp_dr_du"), None);
         let plain = HopperConfig::new(128, 256, 4, 2);
         let twins = twin_codes(&[plain, c], false, &[], true);
-        let du = |c: &HopperConfig| in_desc_mode(c, true, false);
-        assert_eq!(twins, vec![du(&plain), step_twin(&plain), in_desc_mode(&c, false, false), du(&c)], "the two other modes of each, once");
+        let du = |c: &HopperConfig| in_desc_mode(c, DescMode::Uniform);
+        assert_eq!(twins, vec![du(&plain), step_twin(&plain), in_desc_mode(&c, DescMode::Plain), du(&c)], "the two other modes of each, once");
         assert_eq!(desc_twins(&du(&plain)), vec![plain, step_twin(&plain)]);
     }
 
@@ -1692,7 +1701,7 @@ mod tests {
         assert_eq!(codes.iter().filter(|c| c.wait0).count(), codes.len() / 2);
         for c in &codes {
             c.validate().unwrap();
-            assert!(c.col_split && c.consumers == 2 && c.bm == 64 && c.threads() == 384, "{c:?}");
+            assert!(c.consumer_mode == ConsumerMode::ColSplit && c.consumers == 2 && c.bm == 64 && c.threads() == 384, "{c:?}");
             assert_ne!(c.code_key(), HopperConfig { wait0: !c.wait0, ..*c }.code_key());
             for (acc, layout) in [(Acc::F32, Layout::Tn), (Acc::F32, Layout::Nn), (Acc::F16, Layout::Tn)] {
                 let entry = c.entry(acc, layout);
@@ -1701,23 +1710,23 @@ mod tests {
                 assert_eq!((HopperConfig { persistent: c.persistent, ..back }, a, l), (*c, acc, layout));
             }
             assert!(c.defines(Acc::F32, Layout::Tn).contains(&("KAAS_COLSPLIT".to_string(), "1".to_string())));
-            assert_ne!(c.code_key(), HopperConfig { col_split: false, bm: 128, ..*c }.code_key());
+            assert_ne!(c.code_key(), HopperConfig { consumer_mode: ConsumerMode::Cooperative, bm: 128, ..*c }.code_key());
         }
-        let c = HopperConfig { col_split: true, ..HopperConfig::new(64, 128, 8, 2) };
+        let c = HopperConfig { consumer_mode: ConsumerMode::ColSplit, ..HopperConfig::new(64, 128, 8, 2) };
         assert_eq!(c.entry(Acc::F32, Layout::Tn), "kaas_wgmma_f32_tn_64x128x64_s8_c2_m1_g16_cs");
-        assert_eq!(HopperConfig { cluster_n: 2, split: 4, atomic: true, ..c }.entry(Acc::F32, Layout::Nn), "kaas_wgmma_f32_nn_64x128x64_s8_c2_m1_g16_n2_ska_cs");
+        assert_eq!(HopperConfig { cluster_n: 2, split: 4, reduction: Reduction::Atomic, ..c }.entry(Acc::F32, Layout::Nn), "kaas_wgmma_f32_nn_64x128x64_s8_c2_m1_g16_n2_ska_cs");
         assert_eq!(HopperConfig { cluster_m: 2, ..c }.label(), "64x128 s8 c2 m2 col-split");
-        assert_eq!(HopperConfig { wait0: true, desc_uniform: true, ..c }.entry(Acc::F32, Layout::Tn), "kaas_wgmma_f32_tn_64x128x64_s8_c2_m1_g16_cs_w0_du");
-        assert_eq!(HopperConfig::from_entry("kaas_wgmma_f32_tn_64x128x64_s8_c2_m1_g16_cs_w0_du").map(|(c, _, _)| (c.wait0, c.desc_uniform)), Some((true, true)));
-        assert!(HopperConfig { wait0: true, ksplit: true, col_split: false, ..c }.validate().is_err());
+        assert_eq!(HopperConfig { wait0: true, desc: DescMode::Uniform, ..c }.entry(Acc::F32, Layout::Tn), "kaas_wgmma_f32_tn_64x128x64_s8_c2_m1_g16_cs_w0_du");
+        assert_eq!(HopperConfig::from_entry("kaas_wgmma_f32_tn_64x128x64_s8_c2_m1_g16_cs_w0_du").map(|(c, _, _)| (c.wait0, c.desc != DescMode::Plain)), Some((true, true)));
+        assert!(HopperConfig { wait0: true, consumer_mode: ConsumerMode::KSplit, ..c }.validate().is_err());
         // Without the column split a 64-row tile cannot have two cooperative consumers.
-        assert!(HopperConfig { col_split: false, ..c }.validate().is_err());
+        assert!(HopperConfig { consumer_mode: ConsumerMode::Cooperative, ..c }.validate().is_err());
         for bad in [
             HopperConfig { bn: 64, ..c },
             HopperConfig { consumers: 1, ..c },
-            HopperConfig { pingpong: true, persistent: true, ..c },
             HopperConfig { split: 4, ..c },
-            HopperConfig { split: 4, atomic: true, stream_k: true, ..c },
+            HopperConfig { split: 4, reduction: Reduction::InOrder, ..c },
+            HopperConfig { split: 4, reduction: Reduction::StreamK, ..c },
             HopperConfig { chains: 2, ..c },
         ] {
             assert!(bad.validate().is_err(), "{bad:?}");
@@ -1739,7 +1748,7 @@ mod tests {
     fn ksplit_pairs_are_valid_and_parse_back() {
         let codes = ksplit_pair_codes();
         assert_eq!(codes.len(), 8, "{codes:?}");
-        assert!(codes.iter().all(|c| c.validate().is_ok() && c.ksplit && c.cluster_size() == 2 && c.stages.is_multiple_of(2)), "{codes:?}");
+        assert!(codes.iter().all(|c| c.validate().is_ok() && c.consumer_mode == ConsumerMode::KSplit && c.cluster_size() == 2 && c.stages.is_multiple_of(2)), "{codes:?}");
         let c = codes.iter().find(|c| c.bn == 128 && c.cluster_m == 2 && !c.persistent).expect("64x128 along M");
         let p = Problem::new(Arch::Sm90, Acc::F32, Layout::Tn, Shape::new(1024, 1024, 8192).unwrap());
         let man = c.manifest(&p, 132);
@@ -1757,7 +1766,7 @@ mod tests {
     fn multicast_split_codes_pair_tiles_and_count_per_cta_tile() {
         let codes = multicast_split_tiles();
         assert_eq!(codes.len(), 8, "{codes:?}");
-        assert!(codes.iter().all(|c| c.validate().is_ok() && c.atomic && c.split == 2 && c.cluster_size() == 2 && !c.persistent), "{codes:?}");
+        assert!(codes.iter().all(|c| c.validate().is_ok() && c.reduction.is_atomic() && c.split == 2 && c.cluster_size() == 2 && !c.persistent), "{codes:?}");
         let c = *codes.iter().find(|c| c.bm == 64 && c.bn == 128 && c.cluster_m == 2).expect("64x128 in pairs along M");
         let p = |layout, m, n, k| Problem::new(Arch::Sm90, Acc::F32, layout, Shape::new(m, n, k).unwrap());
         // 1000 rows: 16 tiles of 64, 8 pairs; 1000 columns: 8 tiles of 128. Split 3.
@@ -1794,15 +1803,15 @@ mod tests {
         let p = |m, n, k| Problem::new(Arch::Sm90, Acc::F32, Layout::Tn, Shape::new(m, n, k).unwrap());
         // Few tiles and a long K: many splits; the output fills the GPU: none.
         let skinny = split_space(&p(64, 64, 16384), 132);
-        let splits: Vec<u32> = skinny.iter().filter(|c| c.atomic && c.bm == 64 && c.bn == 64 && c.stages == 8).map(|c| c.split).collect();
+        let splits: Vec<u32> = skinny.iter().filter(|c| c.reduction.is_atomic() && c.bm == 64 && c.bn == 64 && c.stages == 8).map(|c| c.split).collect();
         assert_eq!(splits, [33, 66, 128, 132, 264].into_iter().filter(|&s| s <= 128).collect::<Vec<_>>(), "{skinny:?}");
-        assert!(skinny.iter().all(|c| c.atomic && !c.cluster_reduce), "only the atomic reduction is searched");
+        assert!(skinny.iter().all(|c| c.reduction.is_atomic() && c.reduction != Reduction::Cluster), "only the atomic reduction is searched");
         // A quarter, half, one and two waves of 4 tiles of 64×64: 8, 16, 33 and 66 slices.
         let four = split_space(&p(128, 128, 16384), 132);
-        let splits: Vec<u32> = four.iter().filter(|c| c.atomic && c.bm == 64 && c.bn == 64 && c.stages == 8).map(|c| c.split).collect();
+        let splits: Vec<u32> = four.iter().filter(|c| c.reduction.is_atomic() && c.bm == 64 && c.bn == 64 && c.stages == 8).map(|c| c.split).collect();
         assert_eq!(splits, [8, 16, 33, 66], "{four:?}");
         // Short K caps the count: 64×64×2048 has 32 K-tiles, so at most 16 slices.
-        let short: Vec<u32> = split_space(&p(64, 64, 2048), 132).iter().filter(|c| c.atomic && c.bm == 64 && c.bn == 64 && c.stages == 8).map(|c| c.split).collect();
+        let short: Vec<u32> = split_space(&p(64, 64, 2048), 132).iter().filter(|c| c.reduction.is_atomic() && c.bm == 64 && c.bn == 64 && c.stages == 8).map(|c| c.split).collect();
         assert_eq!(short, [16], "{short:?}");
         assert!(split_space(&p(8192, 8192, 8192), 132).is_empty());
         assert!(split_space(&p(64, 64, 64), 132).is_empty(), "one K-tile cannot split");
@@ -1817,29 +1826,29 @@ mod tests {
                 for c in split_space(&prob, 132).into_iter().chain(clustered) {
                     c.validate().unwrap();
                     let units = c.tiles(&prob) * c.split;
-                    let per_slice = if c.cluster_reduce { 1 } else { 2 };
+                    let per_slice = if c.reduction == Reduction::Cluster { 1 } else { 2 };
                     assert!(units <= 264 && prob.k.div_ceil(64) >= per_slice * c.split, "{} {prob}", c.label());
                     let man = c.manifest(&prob, 132);
                     man.validate().unwrap_or_else(|e| panic!("{} {prob}: {e}", c.label()));
                     assert_eq!(man.launches[0].grid, [units, 1, 1]);
                     assert_eq!(man.workspace_bytes, c.workspace_bytes(&prob));
-                    assert!(man.launches[0].entry.ends_with(if c.cluster_reduce { "_skc" } else if c.atomic { "_ska" } else { "_sk" }));
+                    assert!(man.launches[0].entry.ends_with(if c.reduction == Reduction::Cluster { "_skc" } else if c.reduction.is_atomic() { "_ska" } else { "_sk" }));
                     assert_eq!(HopperConfig::of_launch(&man.launches[0], &prob), Some((c, Acc::F32, layout)));
                 }
             }
         }
         // The template's formula: 256-byte rounded counters, then S partial tiles of fp32.
-        let c = HopperConfig { split: 16, ..HopperConfig::new(64, 64, 8, 1) };
+        let c = HopperConfig::new(64, 64, 8, 1).split_by(16, Reduction::InOrder);
         assert_eq!(c.workspace_bytes(&p(100, 64, 16384)), 256 + 4 * 2 * 16 * 64 * 64);
-        assert_eq!(HopperConfig { atomic: true, ..c }.workspace_bytes(&p(100, 64, 16384)), 256 + 4 * 2 * 64 * 64);
+        assert_eq!(HopperConfig { reduction: Reduction::Atomic, ..c }.workspace_bytes(&p(100, 64, 16384)), 256 + 4 * 2 * 64 * 64);
         assert_eq!(HopperConfig { split: 1, ..c }.workspace_bytes(&p(100, 64, 16384)), 0);
-        assert!(HopperConfig { split: 1, atomic: true, ..c }.validate().is_err());
+        assert!(HopperConfig { split: 1, reduction: Reduction::Atomic, ..c }.validate().is_err());
     }
 
     #[test]
     fn the_cluster_reduction_launches_one_cluster_per_tile_without_workspace() {
         let p = Problem::new(Arch::Sm90, Acc::F32, Layout::Nn, Shape::new(200, 100, 4096).unwrap());
-        let c = HopperConfig { split: 8, cluster_reduce: true, ..HopperConfig::new(64, 64, 8, 1) };
+        let c = HopperConfig { split: 8, reduction: Reduction::Cluster, ..HopperConfig::new(64, 64, 8, 1) };
         c.validate().unwrap();
         let man = c.manifest(&p, 132);
         man.validate().unwrap();
@@ -1850,13 +1859,12 @@ mod tests {
         assert!(c.defines(Acc::F32, Layout::Nn).contains(&("KAAS_SPLITK".to_string(), "3".to_string())));
         assert_eq!(c.label(), "64x64 s8 c1 split 8 cluster");
         assert_eq!(HopperConfig::of_launch(l, &p), Some((c, Acc::F32, Layout::Nn)));
-        assert_ne!(c.code_key(), HopperConfig { cluster_reduce: false, ..c }.code_key());
+        assert_ne!(c.code_key(), HopperConfig { reduction: Reduction::InOrder, ..c }.code_key());
         // The static barrier of the workspace reductions is not there.
-        assert_eq!(c.static_smem_bytes() + 16, HopperConfig { cluster_reduce: false, ..c }.static_smem_bytes());
+        assert_eq!(c.static_smem_bytes() + 16, HopperConfig { reduction: Reduction::InOrder, ..c }.static_smem_bytes());
         for bad in [
             HopperConfig { split: 1, ..c },
             HopperConfig { split: 17, ..c },
-            HopperConfig { atomic: true, ..c },
             HopperConfig { persistent: true, ..c },
             // Two stages of 128×256 (96 KiB) cannot hold its 128 KiB fp32 partial.
             HopperConfig { bm: 128, bn: 256, stages: 2, consumers: 2, ..c },
@@ -1864,7 +1872,7 @@ mod tests {
             assert!(bad.validate().is_err(), "{bad:?}");
         }
         assert!(HopperConfig { bm: 128, bn: 256, stages: 4, consumers: 2, ..c }.validate().is_ok());
-        assert!(cluster_tiles().iter().all(|t| t.validate().is_ok() && t.cluster_reduce));
+        assert!(cluster_tiles().iter().all(|t| t.validate().is_ok() && t.reduction == Reduction::Cluster));
     }
 
     #[test]
@@ -1915,7 +1923,7 @@ mod tests {
             HopperConfig { cluster_m: 2, ..c },
             HopperConfig { cluster_n: 16, ..c },
             HopperConfig { cluster_m: 4, cluster_n: 1, ..HopperConfig::new(64, 16, 4, 1) },
-            HopperConfig { split: 4, cluster_reduce: true, ..c },
+            HopperConfig { split: 4, reduction: Reduction::Cluster, ..c },
         ] {
             assert!(bad.validate().is_err(), "{bad:?}");
         }
@@ -1932,8 +1940,8 @@ mod tests {
         // memory with the 32 KiB partial, 7 is odd) and 4; each on both grids.
         let rings: Vec<(u32, u32)> = codes.iter().filter(|c| !c.persistent).map(|c| (c.bn, c.stages)).collect();
         assert_eq!(rings, [(16, 16), (16, 4), (32, 16), (32, 4), (64, 8), (64, 4), (128, 6), (128, 4)], "{codes:?}");
-        assert!(space_for(&p(64, 512, 1024), 132).iter().all(|c| !c.ksplit), "seldom best: --trial ksplit only");
-        let c = HopperConfig { ksplit: true, ..HopperConfig::new(64, 64, 8, 2) };
+        assert!(space_for(&p(64, 512, 1024), 132).iter().all(|c| c.consumer_mode != ConsumerMode::KSplit), "seldom best: --trial ksplit only");
+        let c = HopperConfig { consumer_mode: ConsumerMode::KSplit, ..HopperConfig::new(64, 64, 8, 2) };
         c.validate().unwrap();
         assert_eq!(c.entry(Acc::F32, Layout::Nn), "kaas_wgmma_f32_nn_64x64x64_s8_c2_m1_g16_kw");
         assert_eq!(c.label(), "64x64 s8 c2 k-split");
@@ -1945,14 +1953,13 @@ mod tests {
         man.validate().unwrap();
         assert_eq!((man.launches[0].grid, man.launches[0].block), ([8, 1, 1], [384, 1, 1]));
         assert_eq!(HopperConfig::of_launch(&man.launches[0], &prob), Some((c, Acc::F32, Layout::Tn)));
-        assert_ne!(c.code_key(), HopperConfig { ksplit: false, ..c }.code_key());
+        assert_ne!(c.code_key(), HopperConfig { consumer_mode: ConsumerMode::Cooperative, ..c }.code_key());
         for bad in [
             HopperConfig { stages: 7, ..c },
             HopperConfig { consumers: 1, ..c },
             HopperConfig { bm: 128, consumers: 1, ..c },
-            HopperConfig { pingpong: true, persistent: true, ..c },
-            HopperConfig { split: 4, atomic: true, ..c },
-            HopperConfig { cluster_n: 2, split: 4, atomic: true, ..c },
+            HopperConfig { split: 4, reduction: Reduction::Atomic, ..c },
+            HopperConfig { cluster_n: 2, split: 4, reduction: Reduction::Atomic, ..c },
             HopperConfig { bn: 256, stages: 4, ..c },
         ] {
             assert!(bad.validate().is_err(), "{bad:?}");
@@ -1968,7 +1975,7 @@ mod tests {
     #[test]
     fn the_l2_256_twin_is_the_same_code_with_wider_l2_promotion() {
         let p = Problem::new(Arch::Sm90, Acc::F32, Layout::Tn, Shape::new(2048, 8192, 128).unwrap());
-        for c in [HopperConfig::new(128, 128, 6, 2), HopperConfig { persistent: true, ..HopperConfig::new(128, 256, 4, 2) }, HopperConfig { split: 4, atomic: true, ..HopperConfig::new(64, 64, 8, 1) }] {
+        for c in [HopperConfig::new(128, 128, 6, 2), HopperConfig { persistent: true, ..HopperConfig::new(128, 256, 4, 2) }, HopperConfig { split: 4, reduction: Reduction::Atomic, ..HopperConfig::new(64, 64, 8, 1) }] {
             let twin = HopperConfig { l2_256: true, ..c };
             assert_eq!((twin.entry(Acc::F32, Layout::Tn), twin.code_key()), (c.entry(Acc::F32, Layout::Tn), c.code_key()));
             assert_ne!(twin.label(), c.label());
@@ -2022,7 +2029,7 @@ mod tests {
         let both = HopperConfig { chains: 2, cluster_n: 4, split: 1, ..c };
         assert_eq!(HopperConfig::from_entry(&both.entry(Acc::F32, Layout::Tn)), Some((both, Acc::F32, Layout::Tn)));
         assert_eq!(both.entry(Acc::F32, Layout::Tn), "kaas_wgmma_f32_tn_64x16x64_s16_c1_m1_g16_n4_x2");
-        let split = HopperConfig { chains: 2, split: 2, atomic: true, ..HopperConfig::new(64, 64, 8, 1) };
+        let split = HopperConfig { chains: 2, split: 2, reduction: Reduction::Atomic, ..HopperConfig::new(64, 64, 8, 1) };
         assert_eq!(HopperConfig::from_entry(&split.entry(Acc::F32, Layout::Nn)), Some((split, Acc::F32, Layout::Nn)));
         // 64×64 holds 32 accumulators per chain: four chains are 128, the one-consumer budget.
         assert!(HopperConfig { chains: 4, ..HopperConfig::new(64, 64, 8, 1) }.validate().is_ok());
@@ -2042,7 +2049,7 @@ mod tests {
     fn the_2d_grid_names_defines_and_launches_one_tile_per_cta() {
         let p = Problem::new(Arch::Sm90, Acc::F32, Layout::Nn, Shape::new(1000, 200, 512).unwrap());
         let c = latency_twins(&searched_modes(HopperConfig::new(64, 32, 4, 1)))[0];
-        assert!(c.grid2d && c.early_coords && c.desc_step);
+        assert!(c.grid == TileGrid::TwoD && c.early_coords && c.desc == DescMode::Stepped);
         assert_eq!(c.entry(Acc::F32, Layout::Nn), "kaas_wgmma_f32_nn_64x32x64_s4_c1_m1_g16_dr_ec_2d");
         assert!(c.defines(Acc::F32, Layout::Nn).contains(&("KAAS_GRID2D".to_string(), "1".to_string())));
         assert_eq!(c.label(), "64x32 s4 c1 dr ec 2d");
@@ -2055,15 +2062,15 @@ mod tests {
         assert_eq!(HopperConfig::of_launch(&flat, &p), None, "a 1-D grid is not this code's");
         for bad in [
             HopperConfig { persistent: true, ..c },
-            HopperConfig { split: 4, atomic: true, ..c },
+            HopperConfig { split: 4, reduction: Reduction::Atomic, ..c },
             HopperConfig { cluster_n: 2, ..c },
-            HopperConfig { pingpong: true, consumers: 2, bm: 128, bn: 128, stages: 4, ..c },
+            HopperConfig { consumer_mode: ConsumerMode::PingPong, consumers: 2, bm: 128, bn: 128, stages: 4, ..c },
         ] {
             assert!(bad.validate().is_err(), "{bad:?}");
-            let plain = HopperConfig { grid2d: false, ..bad };
+            let plain = HopperConfig { grid: TileGrid::Linear, ..bad };
             assert_eq!(latency_twins(&plain), vec![HopperConfig { early_coords: true, ..plain }].into_iter().filter(|t| *t != plain).collect::<Vec<_>>(), "{bad:?}");
         }
-        assert_eq!(HopperConfig::from_entry("kaas_wgmma_f32_tn_64x64x64_s4_c1_m1_g16_dr_ec_2d").map(|(c, _, _)| c.grid2d), Some(true));
+        assert_eq!(HopperConfig::from_entry("kaas_wgmma_f32_tn_64x64x64_s4_c1_m1_g16_dr_ec_2d").map(|(c, _, _)| c.grid == TileGrid::TwoD), Some(true));
         assert!(HopperConfig::from_entry("kaas_wgmma_f32_tn_64x64x64_s4_c1_m1_g16_dr_2d_ec").is_none());
         assert!(HopperConfig::from_entry("kaas_wgmma_f32_tn_64x64x64_s4_c1_m1_g16_ska_dr_ec_2d").is_none(), "split-K takes no 2-D grid");
     }
@@ -2075,7 +2082,7 @@ mod tests {
     fn the_grouped_grid_names_defines_and_launches_one_tile_per_cta() {
         let plain = searched_modes(HopperConfig::new(64, 128, 4, 1));
         let [d, g] = latency_twins(&plain)[..] else { panic!("two twins: {:?}", latency_twins(&plain)) };
-        assert!(d.grid2d && !d.grid_grouped && g.grid_grouped && !g.grid2d && g.early_coords);
+        assert!(d.grid == TileGrid::TwoD && d.grid != TileGrid::Grouped && g.grid == TileGrid::Grouped && g.grid != TileGrid::TwoD && g.early_coords);
         assert_eq!(latency_twins(&d), vec![g], "a `_2d` entry's twin is its `_2g` code");
         assert_eq!(latency_twins(&g), vec![d]);
         assert_eq!(g.entry(Acc::F32, Layout::Tn), "kaas_wgmma_f32_tn_64x128x64_s4_c1_m1_g16_dr_ec_2g");
@@ -2093,7 +2100,6 @@ mod tests {
                 assert_eq!(HopperConfig::of_launch(&other, &p), None, "{m}x{n}: the 2-D grid is not this code's");
             }
         }
-        assert!(HopperConfig { grid2d: true, ..g }.validate().is_err());
         assert!(HopperConfig { persistent: true, ..g }.validate().is_err());
         assert_eq!(HopperConfig::from_entry("kaas_wgmma_f32_tn_64x128x64_s4_c1_m1_g16_dr_ec_2g"), Some((g, Acc::F32, Layout::Tn)));
         assert!(HopperConfig::from_entry("kaas_wgmma_f32_tn_64x128x64_s4_c1_m1_g16_dr_ec_2g_2d").is_none());
@@ -2122,7 +2128,7 @@ mod tests {
         for c in split_tiles() {
             let layout = if c.supports(Layout::Nn) { Layout::Nn } else { Layout::Tn };
             let entry = c.entry(Acc::F32, layout);
-            assert!(entry.ends_with(if c.atomic { "_g16_ska" } else { "_g16_sk" }), "{entry}");
+            assert!(entry.ends_with(if c.reduction.is_atomic() { "_g16_ska" } else { "_g16_sk" }), "{entry}");
             assert_eq!(HopperConfig::from_entry(&entry), Some((c, Acc::F32, layout)));
         }
         for c in cluster_tiles() {
@@ -2152,7 +2158,7 @@ mod tests {
             return;
         }
         let mut seen = std::collections::BTreeSet::new();
-        for c in space().into_iter().chain(split_tiles()).filter(|c| seen.insert((c.bm, c.bn, c.consumers, c.pingpong, c.split))) {
+        for c in space().into_iter().chain(split_tiles()).filter(|c| seen.insert((c.bm, c.bn, c.consumers, c.consumer_mode == ConsumerMode::PingPong, c.split))) {
             let ec = searched_modes(c);
             let plain = HopperConfig { early_coords: false, ..ec };
             for layout in Layout::ALL.into_iter().filter(|&l| c.supports(l)) {
@@ -2222,7 +2228,7 @@ mod tests {
             let defines = c.defines(Acc::F32, Layout::Tn);
             assert!(defines.contains(&("KAAS_SPLITK".into(), "2".into())) && defines.contains(&("KAAS_STREAMK".into(), "1".into())), "{defines:?}");
             assert_eq!(c.label(), format!("{}x{} s{} c{} stream-K 132", c.bm, c.bn, c.stages, c.consumers));
-            for bad in [HopperConfig { atomic: false, ..*c }, HopperConfig { split: 1, atomic: false, ..*c }, HopperConfig { cluster_reduce: true, ..*c }] {
+            for bad in [HopperConfig { split: 1, ..*c }, HopperConfig { bk: 128, ..*c }] {
                 assert!(bad.validate().is_err(), "{bad:?}");
             }
         }
@@ -2264,7 +2270,7 @@ mod tests {
     #[test]
     fn hybrid_stream_k_names_its_mode_and_launches_whole_clusters() {
         let prob = Problem::new(Arch::Sm90, Acc::F32, Layout::Tn, Shape::new(8192, 8192, 8192).unwrap());
-        let codes: Vec<HopperConfig> = stream_k_trial_codes(132).into_iter().filter(|c| c.sk_hybrid).collect();
+        let codes: Vec<HopperConfig> = stream_k_trial_codes(132).into_iter().filter(|c| c.reduction == Reduction::StreamKHybrid).collect();
         assert_eq!(codes.len(), 9, "{codes:?}");
         for c in &codes {
             c.validate().unwrap();
@@ -2276,12 +2282,12 @@ mod tests {
             let entry = c.entry(Acc::F32, Layout::Tn);
             assert!(entry.ends_with("_skh"), "{entry}");
             let (parsed, ..) = HopperConfig::from_entry(&entry).unwrap_or_else(|| panic!("{entry}"));
-            assert!(parsed.stream_k && parsed.sk_hybrid && parsed.cluster_size() == c.cluster_size(), "{entry}");
+            assert!(parsed.reduction.is_stream_k() && parsed.reduction == Reduction::StreamKHybrid && parsed.cluster_size() == c.cluster_size(), "{entry}");
             assert_eq!(HopperConfig::of_launch(&man.launches[0], &prob), Some((*c, Acc::F32, Layout::Tn)));
             let defines = c.defines(Acc::F32, Layout::Tn);
             assert!(defines.contains(&("KAAS_STREAMK".into(), "2".into())), "{defines:?}");
             assert!(c.label().contains(" stream-K hybrid 132"), "{}", c.label());
-            assert!(HopperConfig { stream_k: false, split: 1, atomic: false, ..*c }.validate().is_err(), "hybrid needs stream-K");
+            assert!(HopperConfig { split: 1, ..*c }.validate().is_err(), "hybrid stream-K needs a grid of units");
             if c.cluster_size() > 1 {
                 assert!(HopperConfig { split: 7, ..*c }.validate().is_err(), "a grid of whole clusters");
             }
@@ -2352,7 +2358,7 @@ mod tests {
                 assert!(ptx.contains("wgmma.mma_async") && ptx.contains(".target sm_90a"), "{}", c.label());
                 // The TMA-store epilogue's instructions are there, and only there.
                 let stores = ptx.contains("stmatrix.sync.aligned.m8n8.x4") && ptx.contains("cp.async.bulk.tensor.2d.global.shared::cta");
-                assert_eq!(stores, c.tma_store, "{}", c.label());
+                assert_eq!(stores, c.epilogue == Epilogue::TmaStore, "{}", c.label());
                 // The entry names K per slot.
                 for bk in WIDE_BKS {
                     assert_eq!(ptx.contains(&format!(".entry kaas_wgmma_{}_{}_{}x{}x{bk}_", acc.as_str(), layout.as_str(), c.bm, c.bn)), c.bk == bk, "{}", c.label());
@@ -2393,7 +2399,7 @@ mod tests {
         for probe in 1..=5 {
             let mut defines = c.defines(Acc::F32, Layout::Tn);
             defines.push(("KAAS_PROBE".to_string(), probe.to_string()));
-            let ptx = nvrtc::compile(TEMPLATE, TEMPLATE_NAME, TARGET, &defines).unwrap_or_else(|e| panic!("probe {probe}: {e}"));
+            let ptx = nvrtc::compile(&TEMPLATE, TEMPLATE_NAME, TARGET, &defines).unwrap_or_else(|e| panic!("probe {probe}: {e}"));
             assert!(ptx.contains(&format!(".entry {}", c.entry(Acc::F32, Layout::Tn))), "probe {probe}");
             assert_eq!(ptx.contains("wgmma.mma_async"), matches!(probe, 2 | 4), "probe {probe}: wgmma only where the math stays");
             assert_eq!(ptx.contains("wgmma.commit_group"), probe != 5, "probe {probe}");
@@ -2411,14 +2417,14 @@ mod tests {
             eprintln!("SKIP: no NVRTC ({why})");
             return;
         }
-        for (c, layout) in [(HopperConfig { pingpong: true, persistent: true, ..HopperConfig::new(64, 256, 4, 2) }, Layout::Tn), (HopperConfig::new(128, 256, 4, 2), Layout::Nn), (HopperConfig { bk: 128, ..HopperConfig::new(64, 64, 4, 1) }, Layout::Tn)] {
-            let mut defines = c.defines(Acc::F32, layout);
-            let plain = nvrtc::compile(TEMPLATE, TEMPLATE_NAME, TARGET, &defines).unwrap();
-            defines.push(("KAAS_DESC_UNIFORM".to_string(), "1".to_string()));
-            let ptx = nvrtc::compile(TEMPLATE, TEMPLATE_NAME, TARGET, &defines).unwrap_or_else(|e| panic!("{}: {e}", c.label()));
+        for (c, layout) in [(HopperConfig { consumer_mode: ConsumerMode::PingPong, persistent: true, ..HopperConfig::new(64, 256, 4, 2) }, Layout::Tn), (HopperConfig::new(128, 256, 4, 2), Layout::Nn), (HopperConfig { bk: 128, ..HopperConfig::new(64, 64, 4, 1) }, Layout::Tn)] {
+            let plain = compile(&c, Acc::F32, layout).unwrap();
+            let du = HopperConfig { desc: DescMode::Uniform, ..c };
+            let ptx = compile(&du, Acc::F32, layout).unwrap_or_else(|e| panic!("{}: {e}", c.label()));
             assert!(ptx.contains("shfl.sync.idx") && ptx.contains("wgmma.mma_async"), "{}", c.label());
-            let du = HopperConfig { desc_uniform: true, ..c };
-            assert_eq!(du.defines(Acc::F32, layout), defines);
+            // The same defines but the mode's and the name.
+            let extra: Vec<(String, String)> = du.defines(Acc::F32, layout).into_iter().filter(|d| !c.defines(Acc::F32, layout).contains(d)).collect();
+            assert_eq!(extra, [("KAAS_DESC_UNIFORM".to_string(), "1".to_string()), ("KAAS_ENTRY".to_string(), du.entry(Acc::F32, layout))]);
             assert!(ptx.contains(&format!(".entry {}(", du.entry(Acc::F32, layout))), "{}", du.entry(Acc::F32, layout));
             assert!(!plain.contains("shfl.sync"), "{}", c.label());
         }
@@ -2427,7 +2433,7 @@ mod tests {
     #[test]
     fn desc_twins_are_the_same_launch_under_their_own_entry() {
         let p = Problem::new(Arch::Sm90, Acc::F32, Layout::Tn, Shape::new(12288, 12288, 2048).unwrap());
-        let c = HopperConfig { pingpong: true, persistent: true, tma_store: true, ..HopperConfig::new(64, 256, 4, 2) };
+        let c = HopperConfig { consumer_mode: ConsumerMode::PingPong, persistent: true, epilogue: Epilogue::TmaStore, ..HopperConfig::new(64, 256, 4, 2) };
         let [t, dr] = desc_twins(&c)[..] else { panic!("two twins") };
         assert_eq!((desc_twins(&t), dr), (vec![c, dr], step_twin(&c)));
         assert_eq!(t.entry(Acc::F32, Layout::Tn), "kaas_wgmma_f32_tn_64x256x64_s4_c2_m1_g16_pp_ts_du");
@@ -2451,11 +2457,11 @@ mod tests {
         assert_eq!(t.shared_mem_bytes(), c.shared_mem_bytes(), "the same bytes in flight");
         // At least three slots; narrow tiles; split-K keeps its count; no large tiles.
         assert_eq!(bk_twin(&HopperConfig::new(64, 16, 4, 1), 128).map(|t| t.stages), Some(3));
-        let split = HopperConfig { split: 8, atomic: true, ..HopperConfig::new(64, 32, 16, 1) };
+        let split = HopperConfig { split: 8, reduction: Reduction::Atomic, ..HopperConfig::new(64, 32, 16, 1) };
         assert_eq!(bk_twin(&split, 128), Some(HopperConfig { stages: 8, bk: 128, ..split }));
         assert!(bk_twin(&HopperConfig::new(128, 128, 6, 2), 128).is_none());
         assert!(bk_twin(&t, 128).is_none() && bk_twin(&t, 256).is_none(), "already 128");
-        assert!(HopperConfig { ksplit: true, bk: 128, ..HopperConfig::new(128, 64, 4, 2) }.validate().unwrap_err().contains("K per ring slot"));
+        assert!(HopperConfig { consumer_mode: ConsumerMode::KSplit, bk: 128, ..HopperConfig::new(128, 64, 4, 2) }.validate().unwrap_err().contains("K per ring slot"));
         assert!(HopperConfig { bk: 96, ..c }.validate().is_err());
         // The manifest: boxes of one swizzle atom along K (nn's B: 128 rows of K), and the
         // entry and launch give the configuration back.
@@ -2473,7 +2479,7 @@ mod tests {
         // Every code once, each a valid twin, split-K's among them.
         let codes = bk_codes(128);
         assert!(codes.iter().all(|c| c.bk == 128 && c.validate().is_ok() && c.bn <= 64));
-        assert!(codes.iter().any(|c| c.split > 1) && codes.iter().any(|c| c.tma_store) && codes.iter().any(|c| c.cluster_size() > 1));
+        assert!(codes.iter().any(|c| c.split > 1) && codes.iter().any(|c| c.epilogue == Epilogue::TmaStore) && codes.iter().any(|c| c.cluster_size() > 1));
     }
 
     #[test]
@@ -2490,7 +2496,7 @@ mod tests {
         assert!(bk_twin(&HopperConfig::new(128, 64, 8, 2), 256).is_none());
         assert!(bk_twin(&narrow, 192).is_none() && HopperConfig { bk: 512, ..narrow }.validate().is_err());
         // A split keeps its count only where each slice gets two K-tiles of 256.
-        let split = HopperConfig { split: 4, atomic: true, ..HopperConfig::new(64, 32, 16, 1) };
+        let split = HopperConfig { split: 4, reduction: Reduction::Atomic, ..HopperConfig::new(64, 32, 16, 1) };
         let f32 = |k| Problem::new(Arch::Sm90, Acc::F32, Layout::Tn, Shape::new(64, 512, k).unwrap());
         assert!(bk_twin_for(&split, &f32(2048), 256).is_some() && bk_twin_for(&split, &f32(1792), 256).is_none());
         assert!(bk_twin_for(&narrow, &Problem { acc: Acc::F16, ..f32(4096) }, 256).is_none(), "fp32 only");
@@ -2514,7 +2520,7 @@ mod tests {
         let p = |layout, m, n, k| Problem::new(Arch::Sm90, Acc::F32, layout, Shape::new(m, n, k).unwrap());
         let c = HopperConfig { persistent: true, l2_256: true, ..HopperConfig::new(128, 256, 4, 2) };
         let t = tma_store_twin(&c).unwrap();
-        assert_eq!(t, HopperConfig { tma_store: true, ..c }, "4 stages still fit");
+        assert_eq!(t, HopperConfig { epilogue: Epilogue::TmaStore, ..c }, "4 stages still fit");
         assert_eq!(t.entry(Acc::F32, Layout::Tn), "kaas_wgmma_f32_tn_128x256x64_s4_c2_m1_g16_ts");
         assert!(t.defines(Acc::F32, Layout::Tn).contains(&("KAAS_EPILOGUE".to_string(), "2".to_string())));
         assert_eq!(t.label(), "128x256 s4 c2 persistent tma-store l2-256B");
@@ -2522,13 +2528,13 @@ mod tests {
         assert_eq!(t.shared_mem_bytes(), 4 * 384 * 128 + 1024 + 2 * 4 * 2 * 2048);
         assert_eq!(t.shared_mem_bytes() - c.shared_mem_bytes(), 2 * (16_384 - 9_216));
         // The ping-pong 64x256 ring of 5 stages no longer fits: 4.
-        let pp = HopperConfig { pingpong: true, ..HopperConfig::new(64, 256, 5, 2) };
-        assert!(pp.validate().is_ok() && HopperConfig { tma_store: true, ..pp }.validate().is_err());
+        let pp = HopperConfig { consumer_mode: ConsumerMode::PingPong, ..HopperConfig::new(64, 256, 5, 2) };
+        assert!(pp.validate().is_ok() && HopperConfig { epilogue: Epilogue::TmaStore, ..pp }.validate().is_err());
         assert_eq!(tma_store_twin(&pp).map(|t| t.stages), Some(4));
         // No twin for split-K codes or narrow tiles; validate says why.
-        assert!(tma_store_twin(&HopperConfig { split: 4, atomic: true, ..HopperConfig::new(64, 64, 8, 1) }).is_none());
+        assert!(tma_store_twin(&HopperConfig { split: 4, reduction: Reduction::Atomic, ..HopperConfig::new(64, 64, 8, 1) }).is_none());
         assert!(tma_store_twin(&HopperConfig::new(64, 32, 16, 1)).is_none());
-        assert!(HopperConfig { tma_store: true, ..HopperConfig::new(64, 32, 4, 1) }.validate().unwrap_err().contains("64-column"));
+        assert!(HopperConfig { epilogue: Epilogue::TmaStore, ..HopperConfig::new(64, 32, 4, 1) }.validate().unwrap_err().contains("64-column"));
         for layout in Layout::ALL {
             for (m, n, k) in [(8192, 8192, 8192), (1000, 1000, 1000), (64, 64, 64)] {
                 let prob = p(layout, m, n, k);
@@ -2544,7 +2550,7 @@ mod tests {
         }
         // The codes: every unsplit 64-column tile of the search, once, each a valid twin.
         let codes = tma_store_codes();
-        assert!(codes.iter().all(|c| c.tma_store && c.validate().is_ok() && !c.persistent && !c.l2_256));
+        assert!(codes.iter().all(|c| c.epilogue == Epilogue::TmaStore && c.validate().is_ok() && !c.persistent && !c.l2_256));
         let keys: std::collections::HashSet<_> = codes.iter().map(|c| c.code_key()).collect();
         assert_eq!(keys.len(), codes.len(), "a code twice");
         for c in space().into_iter().filter(|c| c.split == 1 && c.bn.is_multiple_of(64)) {
@@ -2556,6 +2562,84 @@ mod tests {
                 let e = t.entry(Acc::F16, layout);
                 assert_eq!(HopperConfig::from_entry(&e), Some((*t, Acc::F16, layout)), "{e}");
             }
+        }
+    }
+
+    /// The table is data a name can carry: every value of every row that is in the name has
+    /// a suffix of its own that parses back to it, no define is set by two rows or by a row
+    /// and the head, and every define a row or the head sets is one the template reads.
+    /// Adding a knob is a row of [`AXES`] and its use in the template.
+    #[test]
+    fn the_table_is_data_a_name_can_carry() {
+        let problems = axes::check_table(&AXES, HopperConfig::new(64, 64, 4, 1));
+        assert!(problems.is_empty(), "{problems:#?}");
+        let rows: Vec<&str> = AXES.iter().flat_map(|a| a.define_names()).collect();
+        for d in HEAD_DEFINES {
+            assert!(!rows.contains(&d), "{d} is the head's and a row's");
+        }
+        for d in rows.iter().chain(HEAD_DEFINES.iter()) {
+            assert!(TEMPLATE.contains(&format!("#ifndef {d}\n")), "the template does not read {d}");
+        }
+        // And the template reads nothing else from outside but the entry name and the
+        // probe's own switches.
+        for line in TEMPLATE.lines().filter_map(|l| l.strip_prefix("#ifndef KAAS_")) {
+            let d = format!("KAAS_{line}");
+            assert!(rows.contains(&d.as_str()) || HEAD_DEFINES.contains(&d.as_str()) || ["KAAS_ENTRY", "KAAS_PROBE", "KAAS_MC_ARRIVE_CTA"].contains(&d.as_str()), "{d} is in no row");
+        }
+        // The mma family's table is the reduction's first four values.
+        let problems = axes::check_table(&crate::tuner::mma::AXES, crate::tuner::mma::space()[0]);
+        assert!(problems.is_empty(), "{problems:#?}");
+    }
+
+    /// Every entry name in the shipped catalog parses and prints back identically, in both
+    /// families.
+    #[test]
+    fn every_shipped_entry_name_round_trips() {
+        let mut seen = 0;
+        for (_, index, _) in crate::catalog::bundle::shipped_bundles() {
+            for e in &index.entries {
+                let entry = &e.manifest.launches[0].entry;
+                if entry.starts_with(ENTRY_PREFIX) {
+                    let (cfg, acc, layout) = HopperConfig::from_entry(entry).unwrap_or_else(|| panic!("{entry} does not parse"));
+                    assert_eq!(cfg.entry(acc, layout), *entry);
+                    seen += 1;
+                } else if entry.starts_with(crate::tuner::mma::ENTRY_PREFIX) {
+                    let (cfg, acc, layout) = crate::tuner::mma::MmaConfig::from_entry(entry).unwrap_or_else(|| panic!("{entry} does not parse"));
+                    assert_eq!(cfg.entry(acc, layout), *entry);
+                    seen += 1;
+                }
+            }
+        }
+        assert!(seen > 0, "no tuner entry in the shipped catalog");
+    }
+
+    /// The serialized form is the flat one tune state files have: the same JSON, and old JSON
+    /// with every knob loads to the typed configuration.
+    #[test]
+    fn the_serialized_form_is_the_flat_one() {
+        let c = HopperConfig { persistent: true, l2_256: true, consumer_mode: ConsumerMode::PingPong, epilogue: Epilogue::TmaStore, desc: DescMode::Stepped, early_coords: true, ..HopperConfig::new(64, 256, 4, 2) };
+        let json = r#"{"bm":64,"bn":256,"stages":4,"consumers":2,"persistent":true,"pingpong":true,"l2_256":true,"tma_store":true,"desc_uniform":true,"desc_step":true,"early_coords":true}"#;
+        assert_eq!(serde_json::to_string(&c).unwrap(), json);
+        assert_eq!(serde_json::from_str::<HopperConfig>(json).unwrap(), c);
+        let cases = [
+            (r#"{"bm":64,"bn":64,"stages":8,"consumers":1,"persistent":false,"split":8}"#, HopperConfig::new(64, 64, 8, 1).split_by(8, Reduction::InOrder)),
+            (r#"{"bm":64,"bn":64,"stages":8,"consumers":1,"persistent":false,"split":8,"atomic":true}"#, HopperConfig::new(64, 64, 8, 1).split_by(8, Reduction::Atomic)),
+            (r#"{"bm":64,"bn":64,"stages":8,"consumers":1,"persistent":false,"split":8,"cluster_reduce":true}"#, HopperConfig::new(64, 64, 8, 1).split_by(8, Reduction::Cluster)),
+            (r#"{"bm":128,"bn":128,"stages":4,"consumers":2,"persistent":false,"split":132,"atomic":true,"stream_k":true}"#, HopperConfig::new(128, 128, 4, 2).split_by(132, Reduction::StreamK)),
+            (
+                r#"{"bm":128,"bn":128,"stages":4,"consumers":2,"persistent":false,"split":132,"atomic":true,"cluster_m":2,"stream_k":true,"sk_hybrid":true}"#,
+                HopperConfig { cluster_m: 2, ..HopperConfig::new(128, 128, 4, 2).split_by(132, Reduction::StreamKHybrid) },
+            ),
+            (r#"{"bm":64,"bn":64,"stages":8,"consumers":2,"persistent":false,"ksplit":true}"#, HopperConfig { consumer_mode: ConsumerMode::KSplit, ..HopperConfig::new(64, 64, 8, 2) }),
+            (r#"{"bm":64,"bn":128,"stages":8,"consumers":2,"persistent":false,"col_split":true,"wait0":true}"#, HopperConfig { consumer_mode: ConsumerMode::ColSplit, wait0: true, ..HopperConfig::new(64, 128, 8, 2) }),
+            (r#"{"bm":64,"bn":16,"stages":8,"consumers":1,"persistent":false,"cluster_n":4,"chains":2,"bk":128,"desc_uniform":true}"#, HopperConfig { cluster_n: 4, chains: 2, bk: 128, desc: DescMode::Uniform, ..HopperConfig::new(64, 16, 8, 1) }),
+            (r#"{"bm":64,"bn":32,"stages":4,"consumers":1,"persistent":false,"grid2d":true}"#, HopperConfig { grid: TileGrid::TwoD, ..HopperConfig::new(64, 32, 4, 1) }),
+            (r#"{"bm":64,"bn":32,"stages":4,"consumers":1,"persistent":false,"grid_grouped":true}"#, HopperConfig { grid: TileGrid::Grouped, ..HopperConfig::new(64, 32, 4, 1) }),
+        ];
+        for (json, want) in cases {
+            want.validate().unwrap_or_else(|e| panic!("{json}: {e}"));
+            assert_eq!(serde_json::from_str::<HopperConfig>(json).unwrap(), want, "{json}");
+            assert_eq!(serde_json::to_string(&want).unwrap(), json);
         }
     }
 }

@@ -9,6 +9,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::axes::{self, Axis, Knob, REDUCTION_KNOBS, Values};
+pub use super::axes::Reduction;
 use crate::gpu::{GpuError, nvrtc};
 use crate::manifest::{ABI, Buffer, I32Value, Launch, Manifest, Param};
 use crate::problem::{Acc, Arch, Layout, Problem};
@@ -23,8 +25,9 @@ const SMEM_LIMIT: u32 = 232_448;
 /// this family take 1024³ in 11.0 µs where cuBLASLt takes 5.6).
 pub const ELIGIBLE_MACS: u64 = 1 << 31;
 
-/// One point of the family's search space.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+/// One point of the family's search space. Serialized as the flat form of [`MmaFlat`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(from = "MmaFlat", into = "MmaFlat")]
 pub struct MmaConfig {
     pub bm: u32,
     pub bn: u32,
@@ -32,18 +35,77 @@ pub struct MmaConfig {
     pub warps_m: u32,
     pub warps_n: u32,
     pub stages: u32,
-    /// Split-K slices (1: no split, the plain entry without workspace).
-    #[serde(default = "super::hopper::one", skip_serializing_if = "super::hopper::is_one")]
+    /// Split-K slices, a launch parameter (the cluster's size with [`Reduction::Cluster`]).
+    /// 1 exactly when `reduction` is `None`.
     pub split: u32,
-    /// Split-K's reduction: false in order (bit-identical runs), true atomic.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub atomic: bool,
-    /// Split-K in a cluster (`_skc`, sm_90): the `split` slices of a tile are the CTAs of one
-    /// cluster, and ranks 1.. push their partials into rank 0's shared memory. No workspace;
-    /// `atomic` is false.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub cluster: bool,
+    /// In order, atomic, or (sm_90) in a cluster whose ranks 1.. push their partials into
+    /// rank 0's shared memory; not stream-K.
+    pub reduction: Reduction,
 }
+
+/// The serialized form of [`MmaConfig`], as tune state files have it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+struct MmaFlat {
+    bm: u32,
+    bn: u32,
+    bk: u32,
+    warps_m: u32,
+    warps_n: u32,
+    stages: u32,
+    #[serde(default = "super::hopper::one", skip_serializing_if = "super::hopper::is_one")]
+    split: u32,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    atomic: bool,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    cluster: bool,
+}
+
+impl From<MmaFlat> for MmaConfig {
+    fn from(f: MmaFlat) -> Self {
+        let reduction = match (f.cluster, f.atomic) {
+            (true, _) => Reduction::Cluster,
+            (false, true) => Reduction::Atomic,
+            _ if f.split > 1 => Reduction::InOrder,
+            _ => Reduction::None,
+        };
+        MmaConfig { bm: f.bm, bn: f.bn, bk: f.bk, warps_m: f.warps_m, warps_n: f.warps_n, stages: f.stages, split: f.split, reduction }
+    }
+}
+
+impl From<MmaConfig> for MmaFlat {
+    fn from(c: MmaConfig) -> Self {
+        let MmaConfig { bm, bn, bk, warps_m, warps_n, stages, split, reduction } = c;
+        MmaFlat { bm, bn, bk, warps_m, warps_n, stages, split, atomic: reduction == Reduction::Atomic, cluster: reduction == Reduction::Cluster }
+    }
+}
+
+/// Ordered as the serialized form orders.
+impl Ord for MmaConfig {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        MmaFlat::from(*self).cmp(&MmaFlat::from(*other)).then_with(|| self.reduction.cmp(&other.reduction))
+    }
+}
+
+impl PartialOrd for MmaConfig {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+/// The family's table (see [`super::axes`]): the reduction, as the Hopper family names it.
+pub static AXES: [Axis<MmaConfig>; 1] = [Axis {
+    name: "reduction",
+    values: Values::Choice(REDUCTIONS),
+    label_rank: 0,
+    get: |c| c.reduction as u32,
+    set: |c, v| c.reduction = Reduction::ALL[v as usize],
+}];
+
+/// The reductions the template builds: unsplit, in order, atomic and in a cluster.
+const REDUCTIONS: &[Knob] = REDUCTION_KNOBS.split_at(4).0;
+
+/// The entry names' prefix.
+pub const ENTRY_PREFIX: &str = "kaas_mma_";
 
 /// Units (output tiles × slices) the split counts aim at, in waves of one block per SM:
 /// half, one, two and four (small blocks share an SM, so more than one wave still runs at once).
@@ -52,7 +114,7 @@ const UNIT_TARGETS: [(u32, u32); 4] = [(1, 2), (1, 1), (2, 1), (4, 1)];
 impl MmaConfig {
     /// The template's static assertions, in words.
     pub fn validate(&self) -> Result<(), String> {
-        let MmaConfig { bm, bn, bk, warps_m, warps_n, stages, split, atomic, cluster } = *self;
+        let MmaConfig { bm, bn, bk, warps_m, warps_n, stages, split, reduction } = *self;
         if !matches!(bk, 32 | 64) {
             return Err(format!("BK {bk} is not 32 or 64"));
         }
@@ -68,11 +130,11 @@ impl MmaConfig {
         if split == 0 || split > 1024 {
             return Err(format!("split {split} is not 1 to 1024"));
         }
-        if atomic && split <= 1 {
-            return Err("an atomic reduction needs split-K".into());
+        if (split > 1) != (reduction != Reduction::None) || reduction.is_stream_k() {
+            return Err(format!("split {split} with reduction {reduction:?}: split-K takes 2 or more slices and a reduction (in order, atomic or in a cluster), an unsplit code neither"));
         }
-        if cluster && (atomic || !(2..=CLUSTER_SPLIT_MAX).contains(&split)) {
-            return Err(format!("split-K in a cluster takes 2 to {CLUSTER_SPLIT_MAX} slices and no atomic reduction (split {split})"));
+        if reduction == Reduction::Cluster && !(2..=CLUSTER_SPLIT_MAX).contains(&split) {
+            return Err(format!("split-K in a cluster takes 2 to {CLUSTER_SPLIT_MAX} slices (split {split})"));
         }
         if self.shared_mem_bytes() > SMEM_LIMIT {
             return Err(format!("{} B of shared memory exceed {SMEM_LIMIT}", self.shared_mem_bytes()));
@@ -87,7 +149,7 @@ impl MmaConfig {
     /// The ring: STAGES × (A tile + B tile), fp16, unpadded (the tiles are swizzled); split-K
     /// in a cluster adds rank 0's inbox, one fp32 partial per other rank.
     pub fn shared_mem_bytes(&self) -> u32 {
-        let inbox = if self.cluster { (self.split - 1) * self.bm * self.bn * 4 } else { 0 };
+        let inbox = if self.reduction == Reduction::Cluster { (self.split - 1) * self.bm * self.bn * 4 } else { 0 };
         self.stages * (self.bm + self.bn) * self.bk * 2 + inbox
     }
 
@@ -98,22 +160,17 @@ impl MmaConfig {
     /// As the template documents it: counters rounded up to 256 bytes, then one fp32 sum
     /// per tile (atomic) or every unit's partial (in order).
     pub fn workspace_bytes(&self, p: &Problem) -> u64 {
-        if self.cluster {
+        if !self.reduction.uses_workspace() {
             return 0;
         }
-        super::hopper::split_workspace_bytes(self.tiles(p), self.bm * self.bn, self.split, self.atomic)
+        super::hopper::split_workspace_bytes(self.tiles(p), self.bm * self.bn, self.split, self.reduction.is_atomic())
     }
 
-    /// The template's `KAAS_SPLITK`: 0 unsplit, 1 in order, 2 atomic, 3 in a cluster.
-    fn split_mode(&self) -> u8 {
-        super::hopper::split_mode(self.split, self.atomic, self.cluster)
-    }
-
-    /// The PTX entry, e.g. `kaas_mma_f32_tn_64x64x64_w2x2_s4` (`_sk`/`_ska`/`_skc` with split-K).
+    /// The PTX entry, e.g. `kaas_mma_f32_tn_64x64x64_w2x2_s4`, then the rows of [`AXES`]
+    /// (the reduction's suffix with split-K).
     pub fn entry(&self, acc: Acc, layout: Layout) -> String {
-        let sk = ["", "_sk", "_ska", "_skc"][usize::from(self.split_mode())];
         format!(
-            "kaas_mma_{}_{}_{}x{}x{}_w{}x{}_s{}{sk}",
+            "{ENTRY_PREFIX}{}_{}_{}x{}x{}_w{}x{}_s{}{}",
             acc.as_str(),
             layout.as_str(),
             self.bm,
@@ -121,7 +178,8 @@ impl MmaConfig {
             self.bk,
             self.warps_m,
             self.warps_n,
-            self.stages
+            self.stages,
+            axes::suffixes(&AXES, self)
         )
     }
 
@@ -137,19 +195,20 @@ impl MmaConfig {
             ("KAAS_LAYOUT_TN", u32::from(layout == Layout::Tn)),
         ]
         .into_iter()
-        .chain((self.split > 1).then_some(("KAAS_SPLITK", u32::from(self.split_mode()))))
+        .chain(axes::defines(&AXES, self))
         .map(|(k, v)| (k.to_string(), v.to_string()))
+        .chain([("KAAS_ENTRY".to_string(), self.entry(acc, layout))])
         .collect()
     }
 
     /// The same code with another split count.
     pub fn code(&self) -> MmaConfig {
-        MmaConfig { split: if self.split > 1 { 2 } else { 1 }, ..*self }
+        MmaConfig { split: if self.reduction != Reduction::None { 2 } else { 1 }, ..*self }
     }
 
     pub fn manifest(&self, p: &Problem) -> Manifest {
         let mut params = crate::manifest::pointer_params();
-        if self.split > 1 && !self.cluster {
+        if self.reduction.uses_workspace() {
             params.push(Param::Ptr(Buffer::Workspace));
             params.push(Param::I32(I32Value::Const(self.split as i32)));
         }
@@ -161,7 +220,7 @@ impl MmaConfig {
                 entry: self.entry(p.acc, p.layout),
                 grid: [self.tiles(p) * self.split, 1, 1],
                 block: [self.threads(), 1, 1],
-                cluster: [if self.cluster { self.split } else { 1 }, 1, 1],
+                cluster: [if self.reduction == Reduction::Cluster { self.split } else { 1 }, 1, 1],
                 shared_mem_bytes: self.shared_mem_bytes(),
                 params,
             }],
@@ -171,8 +230,8 @@ impl MmaConfig {
     /// The configuration, accumulator and layout an entry name encodes; a split-K entry
     /// comes back with `split` 2 (the count is a launch parameter, see [`MmaConfig::of_launch`]).
     pub fn from_entry(entry: &str) -> Option<(MmaConfig, Acc, Layout)> {
-        let rest = entry.strip_prefix("kaas_mma_")?;
-        let (rest, split, atomic, cluster) = super::hopper::split_suffix(rest);
+        let mut cfg = MmaConfig { bm: 0, bn: 0, bk: 0, warps_m: 0, warps_n: 0, stages: 0, split: 1, reduction: Reduction::None };
+        let rest = axes::strip_suffixes(&AXES, entry.strip_prefix(ENTRY_PREFIX)?, &mut cfg)?;
         let [acc, layout, tile, warps, stages] = rest.split('_').collect::<Vec<_>>()[..] else { return None };
         let acc: Acc = acc.parse().ok()?;
         let layout: Layout = layout.parse().ok()?;
@@ -180,7 +239,8 @@ impl MmaConfig {
         let w: Vec<u32> = warps.strip_prefix('w')?.split('x').map(|d| d.parse().ok()).collect::<Option<_>>()?;
         let [bm, bn, bk] = dims[..] else { return None };
         let [warps_m, warps_n] = w[..] else { return None };
-        let cfg = MmaConfig { bm, bn, bk, warps_m, warps_n, stages: stages.strip_prefix('s')?.parse().ok()?, split, atomic, cluster };
+        let split = if cfg.reduction == Reduction::None { 1 } else { 2 };
+        let cfg = MmaConfig { bm, bn, bk, warps_m, warps_n, stages: stages.strip_prefix('s')?.parse().ok()?, split, ..cfg };
         cfg.validate().ok()?;
         (cfg.entry(acc, layout) == entry).then_some((cfg, acc, layout))
     }
@@ -188,7 +248,7 @@ impl MmaConfig {
     /// The configuration a launch of this family runs (the split count from its params).
     pub fn of_launch(launch: &Launch) -> Option<(MmaConfig, Acc, Layout)> {
         let (mut cfg, acc, layout) = Self::from_entry(&launch.entry)?;
-        if cfg.cluster {
+        if cfg.reduction == Reduction::Cluster {
             cfg.split = launch.cluster[0];
             cfg.validate().ok()?;
         } else if cfg.split > 1 {
@@ -202,8 +262,7 @@ impl MmaConfig {
     /// Short label, e.g. `mma 64x64x64 w2x2 s4`, `mma 32x32x64 w2x2 s4 split 16 atomic`,
     /// `… split 8 cluster`.
     pub fn label(&self) -> String {
-        let split = super::hopper::split_label(self.split, self.atomic, self.cluster);
-        format!("mma {}x{}x{} w{}x{} s{}{split}", self.bm, self.bn, self.bk, self.warps_m, self.warps_n, self.stages)
+        format!("mma {}x{}x{} w{}x{} s{}{}", self.bm, self.bn, self.bk, self.warps_m, self.warps_n, self.stages, axes::label(&AXES, self, self.split))
     }
 }
 
@@ -219,7 +278,7 @@ pub fn space() -> Vec<MmaConfig> {
     let mut out = Vec::new();
     for (bm, bn, warps_m, warps_n) in TILES {
         for (bk, stages) in RINGS {
-            let c = MmaConfig { bm, bn, bk, warps_m, warps_n, stages, split: 1, atomic: false, cluster: false };
+            let c = MmaConfig { bm, bn, bk, warps_m, warps_n, stages, split: 1, reduction: Reduction::None };
             if c.validate().is_ok() {
                 out.push(c);
             }
@@ -245,7 +304,7 @@ pub fn deep_codes() -> Vec<MmaConfig> {
     let mut out = Vec::new();
     for (bm, bn, warps_m, warps_n) in DEEP_TILES {
         for stages in DEEP_STAGES {
-            let c = MmaConfig { bm, bn, bk: 64, warps_m, warps_n, stages, split: 1, atomic: false, cluster: false };
+            let c = MmaConfig { bm, bn, bk: 64, warps_m, warps_n, stages, split: 1, reduction: Reduction::None };
             if c.validate().is_ok() {
                 out.push(c);
             }
@@ -269,7 +328,7 @@ pub fn split_tiles() -> Vec<MmaConfig> {
     let mut out = Vec::new();
     for atomic in [false, true] {
         for (bm, bn, warps_m, warps_n) in [(32, 32, 2, 2), (32, 64, 2, 2), (64, 32, 2, 2), (64, 64, 2, 2)] {
-            out.push(MmaConfig { bm, bn, bk: 64, warps_m, warps_n, stages: 4, split: 2, atomic, cluster: false });
+            out.push(MmaConfig { bm, bn, bk: 64, warps_m, warps_n, stages: 4, split: 2, reduction: if atomic { Reduction::Atomic } else { Reduction::InOrder } });
         }
     }
     out
@@ -281,7 +340,7 @@ pub const CLUSTER_SPLIT_MAX: u32 = 16;
 
 /// The codes of split-K in a cluster: the split-K tiles with the 64-deep ring.
 pub fn cluster_split_codes() -> Vec<MmaConfig> {
-    split_tiles().into_iter().filter(|t| !t.atomic).map(|t| MmaConfig { cluster: true, ..t }).collect()
+    split_tiles().into_iter().filter(|t| t.reduction == Reduction::InOrder).map(|t| MmaConfig { reduction: Reduction::Cluster, ..t }).collect()
 }
 
 /// Split-K in a cluster for a problem whose output needs fewer blocks than a wave (fp32
@@ -326,7 +385,7 @@ pub fn split_space(p: &Problem, sm_count: u32) -> Vec<MmaConfig> {
     if p.acc != Acc::F32 {
         return out;
     }
-    for t in split_tiles().into_iter().filter(|t| t.atomic) {
+    for t in split_tiles().into_iter().filter(|t| t.reduction == Reduction::Atomic) {
         let tiles = t.tiles(p);
         let ktiles = p.k.div_ceil(t.bk);
         if tiles >= sm_count {
@@ -378,7 +437,7 @@ pub fn compile(cfg: &MmaConfig, arch: Arch, acc: Acc, layout: Layout) -> Result<
     if cfg.split > 1 && acc != Acc::F32 {
         return Err(GpuError::refused("mma HGEMM", "split-K partials are fp32: acc=f32 only"));
     }
-    if cfg.cluster && !has_clusters(arch) {
+    if cfg.reduction == Reduction::Cluster && !has_clusters(arch) {
         return Err(GpuError::refused("mma HGEMM", format!("split-K in a cluster needs sm_90; {} has no clusters", arch.as_str())));
     }
     nvrtc::compile(TEMPLATE, TEMPLATE_NAME, target(arch), &cfg.defines(acc, layout))
@@ -415,14 +474,14 @@ mod tests {
             }
         }
         // The template's formula: 4 stages of (64 + 64) rows of 64 fp16.
-        assert_eq!(MmaConfig { bm: 64, bn: 64, bk: 64, warps_m: 2, warps_n: 2, stages: 4, split: 1, atomic: false, cluster: false }.shared_mem_bytes(), 65_536);
+        assert_eq!(MmaConfig { bm: 64, bn: 64, bk: 64, warps_m: 2, warps_n: 2, stages: 4, split: 1, reduction: Reduction::None }.shared_mem_bytes(), 65_536);
         let bad = [
-            MmaConfig { bm: 48, bn: 64, bk: 64, warps_m: 2, warps_n: 2, stages: 4, split: 1, atomic: false, cluster: false },
-            MmaConfig { bm: 64, bn: 16, bk: 64, warps_m: 2, warps_n: 1, stages: 4, split: 1, atomic: false, cluster: false },
-            MmaConfig { bm: 64, bn: 64, bk: 16, warps_m: 2, warps_n: 2, stages: 4, split: 1, atomic: false, cluster: false },
-            MmaConfig { bm: 64, bn: 64, bk: 64, warps_m: 2, warps_n: 2, stages: 9, split: 1, atomic: false, cluster: false },
-            MmaConfig { bm: 256, bn: 256, bk: 64, warps_m: 4, warps_n: 4, stages: 4, split: 1, atomic: false, cluster: false },
-            MmaConfig { bm: 64, bn: 64, bk: 64, warps_m: 2, warps_n: 2, stages: 4, split: 1, atomic: true, cluster: false },
+            MmaConfig { bm: 48, bn: 64, bk: 64, warps_m: 2, warps_n: 2, stages: 4, split: 1, reduction: Reduction::None },
+            MmaConfig { bm: 64, bn: 16, bk: 64, warps_m: 2, warps_n: 1, stages: 4, split: 1, reduction: Reduction::None },
+            MmaConfig { bm: 64, bn: 64, bk: 16, warps_m: 2, warps_n: 2, stages: 4, split: 1, reduction: Reduction::None },
+            MmaConfig { bm: 64, bn: 64, bk: 64, warps_m: 2, warps_n: 2, stages: 9, split: 1, reduction: Reduction::None },
+            MmaConfig { bm: 256, bn: 256, bk: 64, warps_m: 4, warps_n: 4, stages: 4, split: 1, reduction: Reduction::None },
+            MmaConfig { bm: 64, bn: 64, bk: 64, warps_m: 2, warps_n: 2, stages: 4, split: 1, reduction: Reduction::Atomic },
         ];
         for c in bad {
             assert!(c.validate().is_err(), "{c:?}");
@@ -463,7 +522,7 @@ mod tests {
                 assert_eq!(MmaConfig::from_entry(&e), Some((c, Acc::F32, layout)), "{e}");
             }
         }
-        assert_eq!(MmaConfig { bm: 32, bn: 32, bk: 64, warps_m: 2, warps_n: 2, stages: 4, split: 7, atomic: true, cluster: false }.entry(Acc::F32, Layout::Tn), "kaas_mma_f32_tn_32x32x64_w2x2_s4_ska");
+        assert_eq!(MmaConfig { bm: 32, bn: 32, bk: 64, warps_m: 2, warps_n: 2, stages: 4, split: 7, reduction: Reduction::Atomic }.entry(Acc::F32, Layout::Tn), "kaas_mma_f32_tn_32x32x64_w2x2_s4_ska");
         assert!(MmaConfig::from_entry("kaas_mma_f32_tn_48x64x64_w2x2_s4").is_none(), "does not tile");
         assert!(MmaConfig::from_entry("kaas_mma_f32_tn_64x64x64_w2x2_s4_ska_ska").is_none());
         assert!(MmaConfig::from_entry("kaas_wgmma_f32_tn_64x64x64_s8_c1_m1_g16").is_none());
@@ -477,7 +536,7 @@ mod tests {
         // and 128 (two K-tiles each); four waves (132) would leave fewer than two K-tiles.
         let skinny: Vec<u32> = split_space(&p(Layout::Tn, 64, 64, 16384), sm).iter().filter(|c| c.bm == 32 && c.bn == 32).map(|c| c.split).collect();
         assert_eq!(skinny, [16, 33, 66, 128]);
-        assert!(split_space(&p(Layout::Tn, 64, 64, 16384), sm).iter().all(|c| c.atomic && c.code() != *c));
+        assert!(split_space(&p(Layout::Tn, 64, 64, 16384), sm).iter().all(|c| c.reduction == Reduction::Atomic && c.code() != *c));
         // Short K: 64×64×256 has 4 K-tiles, so at most 2 slices.
         let short: Vec<u32> = split_space(&p(Layout::Tn, 64, 64, 256), sm).iter().filter(|c| c.bm == 32 && c.bn == 32).map(|c| c.split).collect();
         assert_eq!(short, [2]);
@@ -492,9 +551,9 @@ mod tests {
             assert!(c.tiles(&prob) * c.split <= 4 * sm);
         }
         // The template's formula: 256-byte rounded counters, then the sums or partials.
-        let c = MmaConfig { bm: 32, bn: 32, bk: 64, warps_m: 2, warps_n: 2, stages: 4, split: 16, atomic: false, cluster: false };
+        let c = MmaConfig { bm: 32, bn: 32, bk: 64, warps_m: 2, warps_n: 2, stages: 4, split: 16, reduction: Reduction::InOrder };
         assert_eq!(c.workspace_bytes(&p(Layout::Tn, 100, 64, 4096)), 256 + 4 * 8 * 16 * 32 * 32);
-        assert_eq!(MmaConfig { atomic: true, ..c }.workspace_bytes(&p(Layout::Tn, 100, 64, 4096)), 256 + 4 * 8 * 32 * 32);
+        assert_eq!(MmaConfig { reduction: Reduction::Atomic, ..c }.workspace_bytes(&p(Layout::Tn, 100, 64, 4096)), 256 + 4 * 8 * 32 * 32);
         // Only small problems get the family at all.
         assert!(space_for(&p(Layout::Tn, 4096, 4096, 4096), sm).is_empty());
         assert!(space_for(&p(Layout::Tn, 1024, 1024, 8192), sm).is_empty());
@@ -533,7 +592,7 @@ mod tests {
             assert_eq!(MmaConfig::from_entry(&launch.entry).map(|(e, ..)| e), Some(c.code()));
         }
         let c = cluster_split_codes()[0];
-        assert!(MmaConfig { split: 17, ..c }.validate().is_err() && MmaConfig { atomic: true, ..c }.validate().is_err());
+        assert!(MmaConfig { split: 17, ..c }.validate().is_err() && MmaConfig { split: 1, ..c }.validate().is_err());
     }
 
     /// The shipped catalog's mma kernels are what the template builds today: recompiling
@@ -570,7 +629,7 @@ mod tests {
                 assert!(ptx.contains(&format!(".entry {}", c.entry(acc, layout))), "{}", c.label());
                 assert!(ptx.contains("mma.sync.aligned.m16n8k16") && ptx.contains("cp.async.cg.shared.global"), "{}", c.label());
                 assert!(ptx.contains(&format!(".target {}", arch.as_str())), "{}", c.label());
-                if c.atomic {
+                if c.reduction == Reduction::Atomic {
                     // sm_90 adds four floats at once; sm_80 has only the scalar reduction.
                     assert_eq!(ptx.contains("red.global.add.v4.f32"), arch == Arch::Sm90, "{}", c.label());
                 }

@@ -12,6 +12,8 @@
 //! workers verify them and benchmark them side by side with every baseline: the tuner's
 //! own timings only rank candidates, they are never served.
 
+pub mod axes;
+pub mod family;
 pub mod hopper;
 pub mod mma;
 pub mod ondemand;
@@ -27,7 +29,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::gpu::{Contender, Gpu, LoadedPtx, LtAlgoConfig, LtGemm, Operands, PreparedManifest, time_graph};
 use crate::problem::{Acc, Arch, Layout, Problem, Shape};
-use hopper::HopperConfig;
+pub use family::TemplateFamily;
+use hopper::{ConsumerMode, DescMode, Epilogue, HopperConfig};
+#[cfg(test)]
+use hopper::{Reduction, TileGrid};
 use mma::MmaConfig;
 use search::{Ucb, UcbSettings};
 
@@ -42,32 +47,28 @@ pub enum Candidate {
 }
 
 impl Candidate {
-    pub fn entry(&self, acc: Acc, layout: Layout) -> String {
+    /// The configuration, through its family's interface.
+    pub fn config(&self) -> &dyn TemplateFamily {
         match self {
-            Candidate::Hopper(c) => c.entry(acc, layout),
-            Candidate::Mma(c) => c.entry(acc, layout),
+            Candidate::Hopper(c) => c,
+            Candidate::Mma(c) => c,
         }
+    }
+
+    pub fn entry(&self, acc: Acc, layout: Layout) -> String {
+        self.config().entry(acc, layout)
     }
 
     pub fn manifest(&self, p: &Problem, sm_count: u32) -> crate::manifest::Manifest {
-        match self {
-            Candidate::Hopper(c) => c.manifest(p, sm_count),
-            Candidate::Mma(c) => c.manifest(p),
-        }
+        self.config().manifest(p, sm_count)
     }
 
     pub fn workspace_bytes(&self, p: &Problem) -> u64 {
-        match self {
-            Candidate::Hopper(c) => c.workspace_bytes(p),
-            Candidate::Mma(c) => c.workspace_bytes(p),
-        }
+        self.config().workspace_bytes(p)
     }
 
     pub fn label(&self) -> String {
-        match self {
-            Candidate::Hopper(c) => c.label(),
-            Candidate::Mma(c) => c.label(),
-        }
+        self.config().label()
     }
 
     /// The Hopper configuration, for the other family none.
@@ -80,33 +81,21 @@ impl Candidate {
 
     /// Whether the family builds this code for a layout (the Hopper narrow tiles are tn only).
     fn supports(&self, layout: Layout) -> bool {
-        match self {
-            Candidate::Hopper(c) => c.supports(layout),
-            Candidate::Mma(_) => true,
-        }
+        self.config().supports(layout)
     }
 
     /// Split-K codes need fp32 partials.
     fn split(&self) -> bool {
-        match self {
-            Candidate::Hopper(c) => c.split > 1,
-            Candidate::Mma(c) => c.split > 1,
-        }
+        self.config().split() > 1
     }
 
     /// The template family's name and source, for submissions.
     fn template(&self) -> (&'static str, &'static str) {
-        match self {
-            Candidate::Hopper(_) => ("Hopper wgmma + TMA template", hopper::TEMPLATE),
-            Candidate::Mma(_) => ("Ampere-style mma.sync + cp.async template", mma::TEMPLATE),
-        }
+        (self.config().family_name(), self.config().template())
     }
 
     pub fn compile(&self, arch: Arch, acc: Acc, layout: Layout) -> Result<String, crate::gpu::GpuError> {
-        match self {
-            Candidate::Hopper(c) => hopper::compile(c, acc, layout),
-            Candidate::Mma(c) => mma::compile(c, arch, acc, layout),
-        }
+        self.config().compile(arch, acc, layout)
     }
 }
 
@@ -248,7 +237,7 @@ impl Trial {
 fn codes_with(families: &[Family], trials: &[Trial], arch: Arch, acc: Acc, layout: Layout) -> Vec<Candidate> {
     let mut out = codes(families, arch, acc, layout);
     let f32_only = |c: &Candidate| match c {
-        Candidate::Hopper(h) => h.ksplit || h.chains > 1 || h.split > 1,
+        Candidate::Hopper(h) => h.consumer_mode == ConsumerMode::KSplit || h.chains > 1 || h.split > 1,
         Candidate::Mma(m) => m.split > 1,
     };
     let suits = |c: &Candidate| c.supports(layout) && (acc == Acc::F32 || !f32_only(c));
@@ -291,12 +280,12 @@ fn space_with(p: &Problem, families: &[Family], trials: &[Trial], sm_count: u32)
     // Twins of every Hopper candidate so far, the TMA store's first (so that K 128 twins
     // them too).
     let twin_trials: [(Trial, TwinOf); 5] = [
-        (Trial::TmaStore, |h, _| hopper::tma_store_twin(h).filter(|_| !h.tma_store)),
+        (Trial::TmaStore, |h, _| hopper::tma_store_twin(h).filter(|_| h.epilogue != Epilogue::TmaStore)),
         (Trial::Bk128, |h, p| hopper::bk_twin_for(h, p, 128)),
         (Trial::Bk256, |h, p| hopper::bk_twin_for(h, p, 256)),
         // Plain, then `_du` (the second twins the first's twins too: no new code).
-        (Trial::Du, |h, _| Some(hopper::in_desc_mode(h, false, false)).filter(|t| t != h)),
-        (Trial::Du, |h, _| Some(hopper::in_desc_mode(h, true, false)).filter(|t| t != h)),
+        (Trial::Du, |h, _| Some(hopper::in_desc_mode(h, hopper::DescMode::Plain)).filter(|t| t != h)),
+        (Trial::Du, |h, _| Some(hopper::in_desc_mode(h, hopper::DescMode::Uniform)).filter(|t| t != h)),
     ];
     for (trial, twin) in twin_trials {
         if families.contains(&Family::Hopper) && trials.contains(&trial) {
@@ -1137,13 +1126,13 @@ pub fn kind(c: &Candidate) -> String {
             }
         }
         Candidate::Hopper(h) => {
-            tags.push(if h.pingpong {
+            tags.push(if h.consumer_mode == ConsumerMode::PingPong {
                 "ping-pong"
-            } else if h.ksplit {
+            } else if h.consumer_mode == ConsumerMode::KSplit {
                 "K split"
-            } else if h.col_split && h.split > 1 {
+            } else if h.consumer_mode == ConsumerMode::ColSplit && h.split > 1 {
                 "split-K col-split"
-            } else if h.col_split {
+            } else if h.consumer_mode == ConsumerMode::ColSplit {
                 "col-split"
             } else if h.split > 1 {
                 "split-K"
@@ -1158,7 +1147,7 @@ pub fn kind(c: &Candidate) -> String {
             if h.chains > 1 {
                 tags.push("chains");
             }
-            if h.tma_store {
+            if h.epilogue == Epilogue::TmaStore {
                 tags.push("TMA store");
             }
             match h.bk {
@@ -1166,9 +1155,9 @@ pub fn kind(c: &Candidate) -> String {
                 256 => tags.push("K 256"),
                 _ => {}
             }
-            if h.desc_step {
+            if h.desc == DescMode::Stepped {
                 tags.push("dr");
-            } else if h.desc_uniform {
+            } else if h.desc != DescMode::Plain {
                 tags.push("du");
             }
         }
@@ -1368,20 +1357,20 @@ mod tests {
             assert_eq!(&p.path(), key);
             let hopper: Vec<HopperConfig> = codes.iter().map(|c| c.hopper().unwrap_or_else(|| panic!("{key}: not Hopper codes"))).collect();
             let (a, rest) = hopper.split_first().unwrap();
-            let one_tile = HopperConfig { grid2d: false, grid_grouped: false, ..*a }.takes_grid2d();
-            assert_eq!(rest.len(), if one_tile { 2 - usize::from(a.grid2d || a.grid_grouped) } else { 1 }, "{key}");
-            on_2d += usize::from(a.grid2d);
+            let one_tile = HopperConfig { grid: TileGrid::Linear, ..*a }.takes_grid2d();
+            assert_eq!(rest.len(), if one_tile { 2 - usize::from(a.grid.one_tile()) } else { 1 }, "{key}");
+            on_2d += usize::from(a.grid == TileGrid::TwoD);
             let (ma, served) = (a.manifest(p, 132), index.entries.iter().filter(|e| &e.problem.path() == key).max_by_key(|e| e.run.measured_at).unwrap());
             assert_eq!(served.manifest, ma, "{key}: the entry's configuration launches as the shipped manifest does");
             let base = ma.launches[0].entry.trim_end_matches("_2d").trim_end_matches("_2g").trim_end_matches("_ec").to_string();
             for b in rest {
-                assert!(b.early_coords && b != a && (b.grid2d || b.grid_grouped) == one_tile, "{key}");
-                assert_eq!(HopperConfig { early_coords: a.early_coords, grid2d: a.grid2d, grid_grouped: a.grid_grouped, ..*b }, *a, "{key}");
-                to_2g += usize::from(b.grid_grouped);
+                assert!(b.early_coords && b != a && b.grid.one_tile() == one_tile, "{key}");
+                assert_eq!(HopperConfig { early_coords: a.early_coords, grid: a.grid, ..*b }, *a, "{key}");
+                to_2g += usize::from(b.grid == TileGrid::Grouped);
                 let mb = b.manifest(p, 132);
-                let grid = if b.grid2d { "_2d" } else if b.grid_grouped { "_2g" } else { "" };
+                let grid = if b.grid == TileGrid::TwoD { "_2d" } else if b.grid == TileGrid::Grouped { "_2g" } else { "" };
                 assert_eq!(mb.launches[0].entry, format!("{base}_ec{grid}"), "{key}");
-                if b.grid2d || b.grid_grouped {
+                if b.grid.one_tile() {
                     // The same tiles, one a CTA (the grouped grid's last group may add idle CTAs).
                     let [x, y, z] = mb.launches[0].grid;
                     assert!(x * y * z >= p.m.div_ceil(a.bm) * p.n.div_ceil(a.bn), "{key}");
@@ -1402,7 +1391,7 @@ mod tests {
     #[test]
     fn winners_are_submitted_per_code_and_configuration() {
         let base = HopperConfig::new(64, 64, 4, 1);
-        let split = |s: u32| Candidate::Hopper(HopperConfig { split: s, atomic: true, ..base });
+        let split = |s: u32| Candidate::Hopper(HopperConfig { split: s, reduction: Reduction::Atomic, ..base });
         let wide = Candidate::Hopper(HopperConfig { l2_256: true, ..base });
         let mut state = TuneState::default();
         for (prob, winner, reward) in [
@@ -1477,9 +1466,9 @@ mod tests {
         let p = |layout, m, n, k| Problem::new(Arch::Sm90, Acc::F32, layout, Shape::new(m, n, k).unwrap());
         for prob in [p(Layout::Tn, 8192, 8192, 8192), p(Layout::Nn, 2048, 512, 2048), p(Layout::Tn, 64, 512, 8192)] {
             let space: Vec<HopperConfig> = space_for(&prob, &hopper, 132).iter().filter_map(Candidate::hopper).collect();
-            assert!(space.iter().all(|h| h.desc_uniform && h.desc_step), "{prob}");
+            assert!(space.iter().all(|h| h.desc != DescMode::Plain && h.desc == DescMode::Stepped), "{prob}");
             if prob.m == 8192 {
-                assert!(space.iter().any(|h| h.consumers == 2 && !h.pingpong && !h.ksplit), "{prob}: the cooperative codes too");
+                assert!(space.iter().any(|h| h.consumers == 2 && h.consumer_mode != ConsumerMode::PingPong && h.consumer_mode != ConsumerMode::KSplit), "{prob}: the cooperative codes too");
             }
             // The trial adds each one's twins in the two other modes, and only those.
             let with = space_with(&prob, &hopper, &[Trial::Du], 132);
@@ -1491,7 +1480,7 @@ mod tests {
         // twins beside them; the shipped catalog's plain and `_du` codes still rebuild from
         // their names.
         let loaded = codes(&hopper, Arch::Sm90, Acc::F32, Layout::Tn);
-        assert!(loaded.iter().filter_map(Candidate::hopper).all(|h| h.desc_step));
+        assert!(loaded.iter().filter_map(Candidate::hopper).all(|h| h.desc == DescMode::Stepped));
         let entries = |cs: &[Candidate]| cs.iter().map(|c| c.entry(Acc::F32, Layout::Tn)).collect::<std::collections::BTreeSet<_>>();
         let twins: Vec<Candidate> = loaded.iter().flat_map(|c| c.hopper().map_or(vec![*c], |h| hopper::desc_twins(&h).into_iter().map(Candidate::Hopper).collect())).collect();
         let all: std::collections::BTreeSet<String> = entries(&loaded).union(&entries(&twins)).cloned().collect();
@@ -1508,7 +1497,7 @@ mod tests {
         let added: Vec<&Candidate> = with.iter().filter(|c| !plain.contains(c)).collect();
         // And the pairs along N (one tile row of 64: none along M), both grids.
         assert_eq!(added.len(), hopper::ksplit_codes().len() + 4, "{added:?}");
-        assert!(added.iter().all(|c| matches!(c, Candidate::Hopper(h) if h.ksplit)));
+        assert!(added.iter().all(|c| matches!(c, Candidate::Hopper(h) if h.consumer_mode == ConsumerMode::KSplit)));
         assert_eq!(space_with(&p(4096, 4096, 4096), &hopper, &[Trial::Ksplit], 132).len(), space_for(&p(4096, 4096, 4096), &hopper, 132).len(), "not skinny");
         assert!(space_with(&skinny, &[Family::Mma], &[Trial::Ksplit], 132).iter().all(|c| matches!(c, Candidate::Mma(_))), "Hopper codes need the Hopper family");
         let f16 = Problem::new(Arch::Sm90, Acc::F16, Layout::Tn, Shape::new(64, 512, 1024).unwrap());
@@ -1540,7 +1529,7 @@ mod tests {
         assert!(eight(Acc::F32, Layout::Tn) == searched_eight && eight(Acc::F32, Layout::Nn) == searched_eight);
         assert!(eight(Acc::F16, Layout::Tn).is_empty() && eight(Acc::F16, Layout::Nn).is_empty());
         assert!(codes_with(&hopper, &[Trial::Narrow8, Trial::Bk256], Arch::Sm90, Acc::F32, Layout::Tn).iter().any(|c| matches!(c, Candidate::Hopper(h) if h.bn == 8 && h.bk == 256)));
-        assert!(codes_with(&hopper, &[Trial::Ksplit], Arch::Sm90, Acc::F16, Layout::Tn).iter().all(|c| !matches!(c, Candidate::Hopper(h) if h.ksplit)));
+        assert!(codes_with(&hopper, &[Trial::Ksplit], Arch::Sm90, Acc::F16, Layout::Tn).iter().all(|c| !matches!(c, Candidate::Hopper(h) if h.consumer_mode == ConsumerMode::KSplit)));
         // Chains come unsplit and with the split counts split-K takes on the problem.
         let long = p(64, 512, 8192);
         let chained: Vec<HopperConfig> = space_with(&long, &hopper, &[Trial::Chains], 132).into_iter().filter_map(|c| match c {
@@ -1548,7 +1537,7 @@ mod tests {
             Candidate::Hopper(h) if h.chains > 1 && h.bk == 64 => Some(h),
             _ => None,
         }).collect();
-        assert!(chained.iter().any(|h| h.split > 1 && h.atomic) && chained.iter().any(|h| h.split == 1), "{chained:?}");
+        assert!(chained.iter().any(|h| h.split > 1 && h.reduction.is_atomic()) && chained.iter().any(|h| h.split == 1), "{chained:?}");
         let split: Vec<HopperConfig> = hopper::split_space(&long, 132).into_iter().filter(|c| c.bm == 64 && c.consumers == 1).collect();
         assert_eq!(chained.iter().filter(|h| h.split > 1).count(), split.len());
         // Two chains are in the search already: the trial adds the four-chain codes only,
@@ -1581,8 +1570,8 @@ mod tests {
         // The TMA-store trial twins the search's unsplit 64-column candidates, grid kept, where
         // the search does not already (fp16 accumulators; with fp32 ones it does).
         let big = Problem::new(Arch::Sm90, Acc::F16, Layout::Nn, Shape::new(8192, 8192, 8192).unwrap());
-        assert!(space_for(&p(8192, 8192, 8192), &hopper, 132).iter().any(|c| matches!(c, Candidate::Hopper(h) if h.tma_store)));
-        assert!(!space_for(&big, &hopper, 132).iter().any(|c| matches!(c, Candidate::Hopper(h) if h.tma_store)));
+        assert!(space_for(&p(8192, 8192, 8192), &hopper, 132).iter().any(|c| matches!(c, Candidate::Hopper(h) if h.epilogue == Epilogue::TmaStore)));
+        assert!(!space_for(&big, &hopper, 132).iter().any(|c| matches!(c, Candidate::Hopper(h) if h.epilogue == Epilogue::TmaStore)));
         let plain = space_for(&big, &hopper, 132);
         let twins: Vec<Candidate> = space_with(&big, &hopper, &[Trial::TmaStore], 132).into_iter().filter(|c| !plain.contains(c)).collect();
         // (Rings cut to fit the second staging buffer may make two candidates one twin.)
@@ -1591,10 +1580,10 @@ mod tests {
         expected.dedup();
         assert!(expected.len() > 30, "{}", expected.len());
         assert_eq!(twins.len(), expected.len());
-        assert!(twins.iter().all(|c| matches!(c, Candidate::Hopper(h) if h.tma_store)));
+        assert!(twins.iter().all(|c| matches!(c, Candidate::Hopper(h) if h.epilogue == Epilogue::TmaStore)));
         // With another trial, its candidates get twins too: clusters with the TMA store.
         let both_trials = space_with(&big, &hopper, &[Trial::Multicast, Trial::TmaStore], 132);
-        let m2 = hopper::multicast_codes().into_iter().find(|c| c.cluster_m == 2 && !c.pingpong && c.persistent).unwrap();
+        let m2 = hopper::multicast_codes().into_iter().find(|c| c.cluster_m == 2 && c.consumer_mode != ConsumerMode::PingPong && c.persistent).unwrap();
         let m2 = hopper::searched_modes(HopperConfig { l2_256: hopper::wide_l2_suits(&big), ..m2 });
         assert!(both_trials.contains(&Candidate::Hopper(hopper::tma_store_twin(&m2).unwrap())), "{}", m2.label());
         // The K-128 trial twins the small tiles, split-K's with two 128-deep K-tiles a slice,
@@ -1631,7 +1620,7 @@ mod tests {
             _ => None,
         }).collect();
         assert!(n8.iter().any(|h| h.split > 1) && n8.iter().any(|h| h.chains == 2) && n8.iter().any(|h| h.split <= 1 && h.chains == 1), "{n8:?}");
-        assert!(n8.iter().all(|h| h.split <= 1 || (h.atomic && 8192u32.div_ceil(64) >= 2 * h.split)), "{n8:?}");
+        assert!(n8.iter().all(|h| h.split <= 1 || (h.reduction.is_atomic() && 8192u32.div_ceil(64) >= 2 * h.split)), "{n8:?}");
         let f16_n8 = space_with(&Problem { acc: Acc::F16, ..skinny_long }, &hopper, &[Trial::Narrow8], 132);
         assert!(f16_n8.iter().any(|c| matches!(c, Candidate::Hopper(h) if h.bn == 8)) && !f16_n8.iter().any(|c| matches!(c, Candidate::Hopper(h) if h.bn == 8 && (h.split > 1 || h.chains > 1))));
         let nn_n8 = space_with(&nn_long, &hopper, &[Trial::Narrow8], 132);
@@ -1674,7 +1663,7 @@ mod tests {
         assert_eq!(Candidate::Mma(mma::space()[0]).manifest(&p(64, 64, 64), 132), mma::space()[0].manifest(&p(64, 64, 64)));
         // Split-K in a cluster: searched on sm_90's small long-K shapes, its codes loaded for
         // sm_90 only (sm_80 has no clusters).
-        let cluster = |c: &Candidate| matches!(c, Candidate::Mma(m) if m.cluster);
+        let cluster = |c: &Candidate| matches!(c, Candidate::Mma(m) if m.reduction == Reduction::Cluster);
         assert!(space_for(&p(64, 128, 2048), &[Family::Mma], 132).iter().any(cluster));
         assert!(codes(&[Family::Mma], Arch::Sm90, Acc::F32, Layout::Tn).iter().any(cluster));
         assert!(!codes(&[Family::Mma], Arch::Sm80, Acc::F32, Layout::Tn).iter().any(cluster));
@@ -1719,15 +1708,15 @@ mod tests {
         let nn = |m, n, k| Problem::new(Arch::Sm90, Acc::F16, Layout::Nn, Shape::new(m, n, k).unwrap());
         let prob = nn(8192, 8192, 8192);
         let searched: Vec<HopperConfig> = hopper::space_for(&prob, 132).into_iter().map(hopper::searched_modes).collect();
-        let coop = searched.iter().copied().find(|c| !c.pingpong && c.bn == 256 && c.consumers == 2).expect("a cooperative 128x256");
-        let pp = searched.iter().copied().find(|c| c.pingpong).expect("a ping-pong code");
+        let coop = searched.iter().copied().find(|c| c.consumer_mode != ConsumerMode::PingPong && c.bn == 256 && c.consumers == 2).expect("a cooperative 128x256");
+        let pp = searched.iter().copied().find(|c| c.consumer_mode == ConsumerMode::PingPong).expect("a ping-pong code");
         let twin = hopper::tma_store_twin(&coop).unwrap();
-        let m2pp = HopperConfig { cluster_m: 2, pingpong: true, persistent: true, ..HopperConfig::new(64, 256, 5, 2) };
+        let m2pp = HopperConfig { cluster_m: 2, consumer_mode: ConsumerMode::PingPong, persistent: true, ..HopperConfig::new(64, 256, 5, 2) };
         assert_eq!(kind(&Candidate::Hopper(twin)), "cooperative+TMA store+dr");
-        assert_eq!(kind(&Candidate::Hopper(hopper::bk_twin(&HopperConfig { split: 4, atomic: true, ..HopperConfig::new(64, 32, 16, 1) }, 128).unwrap())), "split-K+K 128");
+        assert_eq!(kind(&Candidate::Hopper(hopper::bk_twin(&HopperConfig { split: 4, reduction: Reduction::Atomic, ..HopperConfig::new(64, 32, 16, 1) }, 128).unwrap())), "split-K+K 128");
         assert_eq!(kind(&Candidate::Hopper(m2pp)), "ping-pong+cluster");
         assert_eq!(kind(&Candidate::Hopper(hopper::searched_modes(m2pp))), "ping-pong+cluster+dr");
-        assert_eq!(kind(&Candidate::Hopper(hopper::in_desc_mode(&m2pp, true, false))), "ping-pong+cluster+du");
+        assert_eq!(kind(&Candidate::Hopper(hopper::in_desc_mode(&m2pp, DescMode::Uniform))), "ping-pong+cluster+du");
         assert_eq!(kind(&Candidate::Mma(mma::deep_codes()[0])), "mma deep ring");
         let result = |problem: Problem, samples: Vec<(HopperConfig, f64)>| ProblemResult {
             problem,
@@ -1748,7 +1737,7 @@ mod tests {
         state.results.insert(prob.path(), result(prob, vec![(coop, 1.0), (pp, 0.98), (twin, 1.05)]));
         // 4096³: a search code stays best.
         let q = nn(4096, 4096, 4096);
-        state.results.insert(q.path(), result(q, vec![(pp, 1.02), (HopperConfig { tma_store: true, ..pp }, 0.99)]));
+        state.results.insert(q.path(), result(q, vec![(pp, 1.02), (HopperConfig { epilogue: Epilogue::TmaStore, ..pp }, 0.99)]));
         let report = kinds_report(&state, 132);
         assert!(report.contains("over 2 problem(s) (1 best outside the search's own space"), "{report}");
         assert!(report.contains("cooperative+TMA store+dr") && report.contains("best on    1; × the search's best there: geomean 1.0500"), "{report}");

@@ -1,6 +1,8 @@
 //! The tuner's Hopper and mma codes through the whole verifier.
 
 use super::*;
+#[allow(unused_imports)]
+use kaas::tuner::hopper::{ConsumerMode, DescMode, Epilogue, Reduction, TileGrid};
 
 // ---------------------------------------------------------------------------------------
 // The Hopper template's split-K entries through the whole verifier
@@ -113,7 +115,7 @@ fn split_k_hopper_kernels_pass_the_verifier() {
     for ((m, n, k), cfg, split) in cases {
         for (layout, atomic) in [(Layout::Tn, false), (Layout::Nn, false), (Layout::Tn, true), (Layout::Nn, true)] {
             let p = Problem::new(Arch::Sm90, Acc::F32, layout, Shape::new(m, n, k).expect("shape"));
-            let cfg = HopperConfig { split, atomic, ..cfg };
+            let cfg = HopperConfig { split, reduction: if atomic { Reduction::Atomic } else { Reduction::InOrder }, ..cfg };
             let ptx = hopper::compile(&cfg, p.acc, layout).expect("compile");
             runs.run_code(&p, &cfg, &ptx);
         }
@@ -205,7 +207,7 @@ fn hybrid_stream_k_hopper_kernels_pass_the_verifier() {
         return;
     }
     let shapes = [(4000, 4104, 520), (1000, 1000, 4104), (4096, 4096, 512), (300, 600, 4104), (2000, 3000, 1000)];
-    let codes: Vec<_> = hopper::stream_k_trial_codes(132).into_iter().filter(|c| c.sk_hybrid).map(hopper::searched_modes).collect();
+    let codes: Vec<_> = hopper::stream_k_trial_codes(132).into_iter().filter(|c| c.reduction == Reduction::StreamKHybrid).map(hopper::searched_modes).collect();
     assert_eq!(codes.len(), 9);
     split_codes_pass_the_verifier("STREAMK-HYBRID", &codes, &[2, 8, 132, 264], &shapes, (&codes[0], (4096, 4096, 512), 1));
 }
@@ -281,8 +283,8 @@ fn tma_store_hopper_kernels_pass_the_verifier() {
         HopperConfig::new(128, 128, 6, 2),
         HopperConfig::new(64, 128, 8, 1),
         HopperConfig::new(64, 64, 8, 1),
-        HopperConfig { pingpong: true, ..HopperConfig::new(64, 256, 5, 2) },
-        HopperConfig { pingpong: true, ..HopperConfig::new(128, 128, 6, 2) },
+        HopperConfig { consumer_mode: ConsumerMode::PingPong, ..HopperConfig::new(64, 256, 5, 2) },
+        HopperConfig { consumer_mode: ConsumerMode::PingPong, ..HopperConfig::new(128, 128, 6, 2) },
         HopperConfig { cluster_m: 2, ..HopperConfig::new(128, 128, 6, 2) },
         HopperConfig { cluster_n: 2, ..HopperConfig::new(128, 256, 4, 2) },
     ];
@@ -334,7 +336,7 @@ fn wide_slot_kernels_pass_the_verifier(bk: u32) {
         HopperConfig::new(128, 64, 8, 2),
         HopperConfig { chains: 2, ..HopperConfig::new(64, 64, 8, 1) },
         HopperConfig { cluster_n: 2, ..HopperConfig::new(64, 64, 8, 1) },
-        HopperConfig { tma_store: true, ..HopperConfig::new(64, 64, 8, 1) },
+        HopperConfig { epilogue: Epilogue::TmaStore, ..HopperConfig::new(64, 64, 8, 1) },
     ];
     let codes: Vec<HopperConfig> = base.iter().filter_map(|c| hopper::bk_twin(c, bk)).collect();
     assert!(codes.len() >= 6, "K {bk}: {codes:?}");
@@ -346,7 +348,7 @@ fn wide_slot_kernels_pass_the_verifier(bk: u32) {
     // The atomic split-K: 5 and 16 slices of 4200 (33 K-tiles of 128, 17 of 256; the last
     // one partial).
     for split in [5, 16] {
-        let code = hopper::bk_twin(&HopperConfig { split, atomic: true, ..HopperConfig::new(64, 32, 16, 1) }, bk).expect("a twin");
+        let code = hopper::bk_twin(&HopperConfig { split, reduction: Reduction::Atomic, ..HopperConfig::new(64, 32, 16, 1) }, bk).expect("a twin");
         for layout in Layout::ALL.into_iter().filter(|&l| code.supports(l)) {
             let p = Problem::new(Arch::Sm90, Acc::F32, layout, Shape::new(100, 264, 4200).expect("shape"));
             runs.run_code(&p, &code, &hopper::compile(&code, p.acc, layout).expect("compile"));
@@ -518,7 +520,7 @@ fn chains_hopper_kernels_pass_the_verifier() {
         runs.run_code(&p, &cfg, &ptx);
     }
     let combos = [
-        HopperConfig { chains: 2, split: 8, atomic: true, ..HopperConfig::new(64, 64, 8, 1) },
+        HopperConfig { chains: 2, split: 8, reduction: Reduction::Atomic, ..HopperConfig::new(64, 64, 8, 1) },
         HopperConfig { chains: 2, cluster_n: 4, ..HopperConfig::new(64, 16, 16, 1) },
         HopperConfig { chains: 4, persistent: true, ..HopperConfig::new(64, 32, 4, 1) },
     ];
@@ -544,7 +546,7 @@ fn pingpong_hopper_kernels_pass_the_verifier() {
     if !hopper_or_skip() {
         return;
     }
-    let tiles: Vec<_> = hopper::space().into_iter().filter(|c| c.pingpong).collect();
+    let tiles: Vec<_> = hopper::space().into_iter().filter(|c| c.consumer_mode == ConsumerMode::PingPong).collect();
     assert!(!tiles.is_empty());
     let shapes = [(1000, 1000, 1000), (100, 200, 136), (4096, 520, 64), (640, 384, 4104)];
     let mut runs = VerifierRuns::new("PINGPONG");
@@ -570,9 +572,9 @@ fn uniform_descriptor_hopper_kernels_pass_the_verifier() {
     }
     let base: Vec<HopperConfig> = hopper::space().into_iter().chain(hopper::skinny_chains_codes()).chain(hopper::narrow8_search_codes()).collect();
     let twins = hopper::twin_codes(&base, true, &[128], false);
-    let split = hopper::split_tiles().into_iter().map(|c| HopperConfig { split: 5, atomic: true, ..c });
-    let codes = one_of_each_kind(base.into_iter().chain(twins).chain(split).map(|c| hopper::in_desc_mode(&c, true, false)).collect());
-    assert!(codes.len() > 20 && codes.iter().all(|c| c.desc_uniform), "{}", codes.len());
+    let split = hopper::split_tiles().into_iter().map(|c| HopperConfig { split: 5, reduction: Reduction::Atomic, ..c });
+    let codes = one_of_each_kind(base.into_iter().chain(twins).chain(split).map(|c| hopper::in_desc_mode(&c, DescMode::Uniform)).collect());
+    assert!(codes.len() > 20 && codes.iter().all(|c| c.desc != DescMode::Plain), "{}", codes.len());
     let runs = verify_in_turn("DESC-UNIFORM", &codes);
     println!("{} uniform-descriptor runs", runs.runs);
     runs.assert_all_passed();
@@ -639,9 +641,9 @@ fn stepped_descriptor_hopper_kernels_pass_the_verifier() {
     if !hopper_or_skip() {
         return;
     }
-    let split = hopper::split_tiles().into_iter().map(|c| HopperConfig { split: 5, atomic: true, ..c });
+    let split = hopper::split_tiles().into_iter().map(|c| HopperConfig { split: 5, reduction: Reduction::Atomic, ..c });
     let codes = one_of_each_kind(kinds_of_code().into_iter().chain(split).map(|c| hopper::step_twin(&c)).collect());
-    assert!(codes.len() > 40 && codes.iter().all(|c| c.desc_step && c.validate().is_ok()), "{}", codes.len());
+    assert!(codes.len() > 40 && codes.iter().all(|c| c.desc == DescMode::Stepped && c.validate().is_ok()), "{}", codes.len());
     let runs = verify_in_turn("DESC-STEP", &codes);
     println!("{} stepped-descriptor runs over {} codes", runs.runs, codes.len());
     runs.assert_all_passed();
@@ -651,8 +653,8 @@ fn stepped_descriptor_hopper_kernels_pass_the_verifier() {
 /// plus split-K in order and hybrid stream-K (whose units take tiles their own way).
 fn early_coords_codes() -> Vec<kaas::tuner::hopper::HopperConfig> {
     use kaas::tuner::hopper::{self, HopperConfig};
-    let split = hopper::split_tiles().into_iter().flat_map(|c| [HopperConfig { split: 5, atomic: true, ..c }, HopperConfig { split: 5, atomic: false, ..c }]);
-    let stream_k = hopper::stream_k_trial_codes(132).into_iter().filter(|c| c.sk_hybrid);
+    let split = hopper::split_tiles().into_iter().flat_map(|c| [HopperConfig { split: 5, reduction: Reduction::Atomic, ..c }, HopperConfig { split: 5, reduction: Reduction::InOrder, ..c }]);
+    let stream_k = hopper::stream_k_trial_codes(132).into_iter().filter(|c| c.reduction == Reduction::StreamKHybrid);
     let codes = one_of_each_kind(kinds_of_code().into_iter().chain(split).chain(stream_k).map(hopper::searched_modes).collect());
     assert!(codes.len() > 100 && codes.iter().all(|c| c.early_coords && c.entry(Acc::F32, Layout::Tn).ends_with("_ec") && c.validate().is_ok()), "{}", codes.len());
     codes
@@ -764,7 +766,7 @@ fn mma_family_kernels_pass_the_verifier() {
     let small = mma::space()[0];
     cases.push(((33, 100, 70), small, Acc::F32));
     cases.push(((100, 72, 30), mma::space()[3], Acc::F32));
-    let tile = |bm, bn, atomic| mma::split_tiles().into_iter().find(|c| c.bm == bm && c.bn == bn && c.atomic == atomic).expect("a split-K tile");
+    let tile = |bm, bn, atomic| mma::split_tiles().into_iter().find(|c| c.bm == bm && c.bn == bn && c.reduction.is_atomic() == atomic).expect("a split-K tile");
     cases.push(((64, 64, 16384), MmaConfig { split: 64, ..tile(32, 32, true) }, Acc::F32));
     cases.push(((100, 200, 1000), MmaConfig { split: 5, ..tile(32, 64, false) }, Acc::F32));
     cases.push(((1000, 72, 3000), MmaConfig { split: 23, ..tile(64, 32, true) }, Acc::F32));
@@ -875,7 +877,7 @@ fn nn_narrow_hopper_kernels_pass_the_verifier() {
     let shapes = [(100, 200, 136), (64, 1000, 520), (300, 72, 4104), (1000, 1000, 1000), (200, 64, 256)];
     let mut runs = VerifierRuns::new("NN-NARROW");
     for (i, cfg) in codes.iter().chain(&persistent).enumerate() {
-        assert!(cfg.supports(Layout::Nn) && cfg.early_coords && cfg.desc_step, "{cfg:?}");
+        assert!(cfg.supports(Layout::Nn) && cfg.early_coords && cfg.desc == DescMode::Stepped, "{cfg:?}");
         let (m, n, k) = shapes[i % shapes.len()];
         let p = Problem::new(Arch::Sm90, Acc::F32, Layout::Nn, Shape::new(m, n, k).expect("shape"));
         runs.run_code(&p, cfg, &hopper::compile(cfg, p.acc, p.layout).expect("compile"));
@@ -891,7 +893,7 @@ fn one_tile_grid_codes(on: fn(kaas::tuner::hopper::HopperConfig) -> kaas::tuner:
     use kaas::tuner::hopper::{self, HopperConfig};
     let nn_narrow = hopper::space().into_iter().filter(|c| c.bn < 64 && c.supports(Layout::Nn)).map(hopper::searched_modes);
     let codes = one_of_each_kind(early_coords_codes().into_iter().chain(nn_narrow).filter(HopperConfig::takes_grid2d).map(on).collect());
-    assert!(codes.len() > 40 && codes.iter().all(|c| (c.grid2d || c.grid_grouped) && c.validate().is_ok()), "{}", codes.len());
+    assert!(codes.len() > 40 && codes.iter().all(|c| c.grid.one_tile() && c.validate().is_ok()), "{}", codes.len());
     codes
 }
 
@@ -902,7 +904,7 @@ fn grid2d_hopper_kernels_pass_the_verifier() {
     if !hopper_or_skip() {
         return;
     }
-    let codes = one_tile_grid_codes(|c| kaas::tuner::hopper::HopperConfig { grid2d: true, ..c });
+    let codes = one_tile_grid_codes(|c| kaas::tuner::hopper::HopperConfig { grid: TileGrid::TwoD, ..c });
     let runs = verify_in_turn("GRID-2D", &codes);
     println!("{} 2-D grid runs over {} codes", runs.runs, codes.len());
     runs.assert_all_passed();
@@ -917,7 +919,7 @@ fn grouped_grid_hopper_kernels_pass_the_verifier() {
     if !hopper_or_skip() {
         return;
     }
-    let codes = one_tile_grid_codes(|c| kaas::tuner::hopper::HopperConfig { grid_grouped: true, ..c });
+    let codes = one_tile_grid_codes(|c| kaas::tuner::hopper::HopperConfig { grid: TileGrid::Grouped, ..c });
     // Tile rows of 64 / 128: 18 / 9, 33 / 17, 66 / 33, 2 / 1, 21 / 11, 16 / 8.
     let shapes = [(1100, 200, 136), (2100, 1000, 520), (4200, 136, 264), (100, 4000, 1000), (1300, 72, 4104), (1024, 384, 256)];
     let runs = verify_in_turn_on("GRID-GROUPED", &codes, &shapes);

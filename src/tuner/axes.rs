@@ -1,0 +1,266 @@
+//! The configuration space as data: each template family's knobs are rows of one table
+//! ([`Axis`]), and the entry name's suffixes, their parsing, the template's `KAAS_*` defines
+//! and the label's words are all derived from it. A new knob is one row here (and its
+//! field in the configuration), and its use in the template: nothing else names it.
+//!
+//! An entry name is `<prefix><positional head><suffix of each row, in table order>`, where
+//! a row at its default value adds nothing; parsing strips the rows' suffixes from the end,
+//! last row first, and a name parses only if printing the result gives the same name back.
+//! The label reads the rows in `label_rank` order (the name's order is fixed by the shipped
+//! catalog; the label's by the tuner's reports).
+
+/// Split-K's reduction across a tile's K-slices. Every value but `None` needs a split count
+/// of 2 or more (the slices), and `None` a count of 1.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub enum Reduction {
+    /// Unsplit: one unit per tile.
+    #[default]
+    None,
+    /// Each slice stores its fp32 partial; the last of a tile to finish sums them in slice
+    /// order (bit-identical on every run).
+    InOrder,
+    /// Each slice adds into one fp32 sum per tile in L2 (`red.global.add`); the last bits
+    /// vary from run to run.
+    Atomic,
+    /// The slices are the CTAs of one cluster and reduce through distributed shared memory
+    /// in rank order (bit-identical, no workspace).
+    Cluster,
+    /// Stream-K (Hopper only): the split count is the grid, and the tiles' K-iterations are
+    /// cut into that many equal ranges across tile boundaries, shared tiles summed as
+    /// `Atomic` sums its slices.
+    StreamK,
+    /// Hybrid stream-K (Hopper only): whole tiles in the persistent order for all but the
+    /// last full wave and the partial one, whose K-iterations alone are cut into ranges.
+    StreamKHybrid,
+}
+
+impl Reduction {
+    /// In table order (the index is the row's value).
+    pub const ALL: [Reduction; 6] = [Reduction::None, Reduction::InOrder, Reduction::Atomic, Reduction::Cluster, Reduction::StreamK, Reduction::StreamKHybrid];
+
+    /// Whether slices add into one fp32 sum per tile (the atomic reduction and stream-K).
+    pub fn is_atomic(self) -> bool {
+        matches!(self, Reduction::Atomic | Reduction::StreamK | Reduction::StreamKHybrid)
+    }
+
+    pub fn is_stream_k(self) -> bool {
+        matches!(self, Reduction::StreamK | Reduction::StreamKHybrid)
+    }
+
+    /// Whether the reduction uses the workspace (counters and partials or sums): every split
+    /// but the cluster reduction.
+    pub fn uses_workspace(self) -> bool {
+        !matches!(self, Reduction::None | Reduction::Cluster)
+    }
+}
+
+/// The reduction's row values, shared by both split-K families (the mma family takes the
+/// first four). `{split}` in a label is the split count.
+pub const REDUCTION_KNOBS: [Knob; 6] = [
+    Knob::DEFAULT,
+    Knob { suffix: "_sk", label: " split {split}", defines: &[("KAAS_SPLITK", 1)] },
+    Knob { suffix: "_ska", label: " split {split} atomic", defines: &[("KAAS_SPLITK", 2)] },
+    Knob { suffix: "_skc", label: " split {split} cluster", defines: &[("KAAS_SPLITK", 3)] },
+    Knob { suffix: "_sks", label: " stream-K {split}", defines: &[("KAAS_SPLITK", 2), ("KAAS_STREAMK", 1)] },
+    Knob { suffix: "_skh", label: " stream-K hybrid {split}", defines: &[("KAAS_SPLITK", 2), ("KAAS_STREAMK", 2)] },
+];
+
+/// One value of a row: what it adds to the entry name and the label, and the template
+/// defines it sets (none: the template's default).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Knob {
+    pub suffix: &'static str,
+    pub label: &'static str,
+    pub defines: &'static [(&'static str, u32)],
+}
+
+impl Knob {
+    /// A row's default value: nothing in the name or the label, no define.
+    pub const DEFAULT: Knob = Knob { suffix: "", label: "", defines: &[] };
+    /// The value of an on/off row that is on.
+    pub const fn flag(suffix: &'static str, label: &'static str, defines: &'static [(&'static str, u32)]) -> Knob {
+        Knob { suffix, label, defines }
+    }
+}
+
+/// The values a row takes.
+#[derive(Debug, Clone, Copy)]
+pub enum Values {
+    /// One of a closed set; the value is the index, 0 the default.
+    Choice(&'static [Knob]),
+    /// A count, 1 by default: above 1 it adds `{tag}{n}` to the name and `{label}{n}` to the
+    /// label and sets `define` to n. `allowed` lists the counts the template takes.
+    Count { tag: &'static str, label: &'static str, define: &'static str, allowed: &'static [u32] },
+}
+
+/// One row of a family's table: a knob of its configuration `C`.
+pub struct Axis<C> {
+    pub name: &'static str,
+    pub values: Values,
+    /// The label shows the rows in this order.
+    pub label_rank: u8,
+    /// The row's value in a configuration (a choice's index, or the count).
+    pub get: fn(&C) -> u32,
+    /// Sets the row's value (as `get` gives it).
+    pub set: fn(&mut C, u32),
+}
+
+impl<C> Axis<C> {
+    /// Whether the row is in the entry name (a launch choice, such as the grid's size, is not).
+    pub fn named(&self) -> bool {
+        match self.values {
+            Values::Choice(knobs) => knobs.iter().any(|k| !k.suffix.is_empty()),
+            Values::Count { .. } => true,
+        }
+    }
+
+    /// The row's suffix in the entry name for a value.
+    fn suffix(&self, v: u32) -> String {
+        match self.values {
+            Values::Choice(knobs) => knobs.get(v as usize).map_or("", |k| k.suffix).to_string(),
+            Values::Count { tag, .. } if v > 1 => format!("{tag}{v}"),
+            Values::Count { .. } => String::new(),
+        }
+    }
+
+    /// The row's label text for a value (`split`: the split count).
+    fn label(&self, v: u32, split: u32) -> String {
+        match self.values {
+            Values::Choice(knobs) => knobs.get(v as usize).map_or(String::new(), |k| k.label.replace("{split}", &split.to_string())),
+            Values::Count { label, .. } if v > 1 && !label.is_empty() => format!("{label}{v}"),
+            Values::Count { .. } => String::new(),
+        }
+    }
+
+    /// The row's template defines for a value.
+    fn defines(&self, v: u32) -> Vec<(&'static str, u32)> {
+        match self.values {
+            Values::Choice(knobs) => knobs.get(v as usize).map_or(Vec::new(), |k| k.defines.to_vec()),
+            Values::Count { define, .. } if v > 1 => vec![(define, v)],
+            Values::Count { .. } => Vec::new(),
+        }
+    }
+
+    /// Every value of the row with its suffix (the default's empty).
+    pub fn all_values(&self) -> Vec<(u32, String)> {
+        match self.values {
+            Values::Choice(knobs) => (0..knobs.len() as u32).map(|v| (v, self.suffix(v))).collect(),
+            Values::Count { allowed, .. } => allowed.iter().map(|&v| (v, self.suffix(v))).collect(),
+        }
+    }
+
+    /// Every define name the row may set.
+    pub fn define_names(&self) -> Vec<&'static str> {
+        let mut out: Vec<&'static str> = match self.values {
+            Values::Choice(knobs) => knobs.iter().flat_map(|k| k.defines.iter().map(|d| d.0)).collect(),
+            Values::Count { define, .. } => vec![define],
+        };
+        out.sort_unstable();
+        out.dedup();
+        out
+    }
+
+    /// Strips the row's suffix from the end of `name` and sets its value in `cfg`; a name
+    /// without one leaves the default.
+    fn strip<'a>(&self, name: &'a str, cfg: &mut C) -> Option<&'a str> {
+        match self.values {
+            Values::Choice(knobs) => {
+                for (i, k) in knobs.iter().enumerate().filter(|(_, k)| !k.suffix.is_empty()) {
+                    if let Some(rest) = name.strip_suffix(k.suffix) {
+                        (self.set)(cfg, i as u32);
+                        return Some(rest);
+                    }
+                }
+                (self.set)(cfg, 0);
+                Some(name)
+            }
+            Values::Count { tag, .. } => {
+                let Some((rest, last)) = name.rsplit_once('_') else {
+                    (self.set)(cfg, 1);
+                    return Some(name);
+                };
+                match last.strip_prefix(&tag[1..]).and_then(|n| n.parse::<u32>().ok()) {
+                    Some(n) if n > 1 => {
+                        (self.set)(cfg, n);
+                        Some(rest)
+                    }
+                    _ => {
+                        (self.set)(cfg, 1);
+                        Some(name)
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The entry name's suffixes of a configuration, in table order.
+pub fn suffixes<C>(axes: &[Axis<C>], cfg: &C) -> String {
+    axes.iter().map(|a| a.suffix((a.get)(cfg))).collect()
+}
+
+/// Strips every row's suffix from the end of `name` (last row first) into `cfg`: what is
+/// left is the name's positional head. The caller checks that the configuration prints the
+/// same name back.
+pub fn strip_suffixes<'a, C>(axes: &[Axis<C>], mut name: &'a str, cfg: &mut C) -> Option<&'a str> {
+    for a in axes.iter().rev().filter(|a| a.named()) {
+        name = a.strip(name, cfg)?;
+    }
+    Some(name)
+}
+
+/// The template defines of a configuration's rows, in table order.
+pub fn defines<C>(axes: &[Axis<C>], cfg: &C) -> Vec<(&'static str, u32)> {
+    axes.iter().flat_map(|a| a.defines((a.get)(cfg))).collect()
+}
+
+/// The label's words of a configuration's rows, in `label_rank` order.
+pub fn label<C>(axes: &[Axis<C>], cfg: &C, split: u32) -> String {
+    let mut rows: Vec<&Axis<C>> = axes.iter().collect();
+    rows.sort_by_key(|a| a.label_rank);
+    rows.iter().map(|a| a.label((a.get)(cfg), split)).collect()
+}
+
+/// Checks that a table is data a name can carry: no two values of any rows share a
+/// suffix, no define is set by two rows, and every value's suffix parses back to it.
+#[cfg(test)]
+pub fn check_table<C: Copy>(axes: &[Axis<C>], base: C) -> Vec<String> {
+    let mut problems = Vec::new();
+    let mut suffixes: Vec<(String, &str)> = Vec::new();
+    let mut defines: Vec<(&str, &str)> = Vec::new();
+    for a in axes {
+        for (v, s) in a.all_values() {
+            if !s.is_empty() {
+                if let Some((_, other)) = suffixes.iter().find(|(t, _)| *t == s) {
+                    problems.push(format!("suffix {s} of {} is also {other}'s", a.name));
+                }
+                suffixes.push((s.clone(), a.name));
+            }
+            let mut cfg = base;
+            (a.set)(&mut cfg, v);
+            if (a.get)(&cfg) != v {
+                problems.push(format!("{} does not keep value {v}", a.name));
+            }
+            if !a.named() {
+                // A launch choice: not in the name.
+                continue;
+            }
+            if s.is_empty() && v != (a.get)(&base) {
+                problems.push(format!("value {v} of {} has no suffix", a.name));
+            }
+            let name = format!("head{}", a.suffix(v));
+            let mut back = base;
+            match strip_suffixes(axes, &name, &mut back) {
+                Some("head") if (a.get)(&back) == v => {}
+                other => problems.push(format!("{name} parses to {other:?}, value {}, not {v} of {}", (a.get)(&back), a.name)),
+            }
+        }
+        for d in a.define_names() {
+            if let Some((_, other)) = defines.iter().find(|(n, _)| *n == d) {
+                problems.push(format!("define {d} of {} is also set by {other}", a.name));
+            }
+            defines.push((d, a.name));
+        }
+    }
+    problems
+}
