@@ -70,7 +70,17 @@ pub async fn open(cfg: &DbConfig) -> Result<DatabaseConnection, DbErr> {
 /// Brings the schema up to date. Call it under a [`StartLock`]: the migrator itself does
 /// not keep two processes from applying the same migration at once.
 pub async fn migrate(db: &DatabaseConnection) -> Result<(), DbErr> {
-    Migrator::up(db, None).await
+    if db.get_database_backend() != DbBackend::Sqlite {
+        return Migrator::up(db, None).await;
+    }
+    // SQLite: every pending migration in one transaction, so on one connection. SQLite
+    // checks a DDL statement's names against the schema its own connection has cached,
+    // so a migration spread over pooled connections could find a table or index it had
+    // just dropped still there ("index … already exists", now and then); and a migration
+    // that fails halfway leaves nothing behind.
+    let txn = db.begin().await?;
+    Migrator::up(&txn, None).await?;
+    txn.commit().await
 }
 
 /// Connects and brings the schema up to date, under the start-up lock.
@@ -79,27 +89,16 @@ pub async fn connect(cfg: &DbConfig) -> Result<DatabaseConnection, DbErr> {
     // "database is locked" (the busy timeout does not cover it) while another process
     // holds the file for its migrations.
     let lock = StartLock::acquire(cfg).await?;
-    let migrated = migrate_and_open(cfg).await;
+    let db = match open(cfg).await {
+        Ok(db) => db,
+        Err(e) => {
+            lock.release().await;
+            return Err(e);
+        }
+    };
+    let migrated = migrate(&db).await;
     lock.release().await;
-    migrated
-}
-
-/// Migrates, then opens the pool the process uses. A SQLite file is migrated through a
-/// pool of one connection of its own: SQLite checks a DDL statement's names against the
-/// schema its connection cached when it prepares it, so a migration whose statements land
-/// on different pooled connections can find a table or index it has just dropped still
-/// there ("index … already exists", now and then). The process's pool opens after, with
-/// the schema as migrated.
-async fn migrate_and_open(cfg: &DbConfig) -> Result<DatabaseConnection, DbErr> {
-    if sqlite_file(&normalize_url(&cfg.url)).is_some() {
-        let one = open(&DbConfig { max_connections: 1, ..cfg.clone() }).await?;
-        let migrated = migrate(&one).await;
-        one.close().await.ok();
-        migrated?;
-        return open(cfg).await;
-    }
-    let db = open(cfg).await?;
-    migrate(&db).await?;
+    migrated?;
     Ok(db)
 }
 
