@@ -120,7 +120,7 @@ pub fn run_with_cancel(cmd: &SandboxCommand, job: &Job, wall_limit: Duration, ca
     };
     let (exit, stdout, stderr) = match run_child(cmd, None, input, wall_limit, cancel, None) {
         Ok(ended) => ended,
-        Err(early) => return early,
+        Err(early) => return *early,
     };
     let mut outcome = judge(exit, &stdout, &stderr, wall_limit);
     if outcome.duration_ms == 0.0 {
@@ -134,7 +134,7 @@ pub type StderrWatch = Box<dyn FnMut(&[u8]) + Send>;
 
 /// Spawns `cmd` (with `arg` added), writes `input` on its stdin, and waits for it until
 /// `wall_limit` or `cancel`; how it ended, its stdout and the tail of its stderr.
-fn run_child(cmd: &SandboxCommand, arg: Option<&str>, input: Vec<u8>, wall_limit: Duration, cancel: &AtomicBool, watch: Option<StderrWatch>) -> Result<(Exit, Vec<u8>, Vec<u8>), RunOutcome> {
+fn run_child(cmd: &SandboxCommand, arg: Option<&str>, input: Vec<u8>, wall_limit: Duration, cancel: &AtomicBool, watch: Option<StderrWatch>) -> Result<(Exit, Vec<u8>, Vec<u8>), Box<RunOutcome>> {
     let started = Instant::now();
     let mut command = cmd.command();
     if let Some(a) = arg {
@@ -143,7 +143,7 @@ fn run_child(cmd: &SandboxCommand, arg: Option<&str>, input: Vec<u8>, wall_limit
     let mut child = command
         .stdin(Stdio::piped())
         .spawn()
-        .map_err(|e| RunOutcome::early(Verdict::InternalError, SANDBOX, format!("cannot start the sandbox `{}`: {e}", cmd.program.display())))?;
+        .map_err(|e| Box::new(RunOutcome::early(Verdict::InternalError, SANDBOX, format!("cannot start the sandbox `{}`: {e}", cmd.program.display()))))?;
     // Feed stdin from its own thread: a child that never reads must not block us.
     let stdin = child.stdin.take();
     std::thread::spawn(move || {
@@ -200,7 +200,7 @@ pub fn run_tune_with_cancel(
     });
     let (exit, stdout, stderr) = match run_child(cmd, Some("--tune"), input, wall_limit, cancel, Some(watch)) {
         Ok(ended) => ended,
-        Err(early) => return TuneOutcome::without_winner(early, Default::default()),
+        Err(early) => return TuneOutcome::without_winner(*early, Default::default()),
     };
     let mut outcome = judge_tune(exit, &stdout, &stderr, wall_limit);
     if outcome.run.duration_ms == 0.0 {

@@ -104,11 +104,14 @@ impl Watched {
 /// their open jobs), as text: what a feed compares between polls.
 type Marks = String;
 
+/// A job's fields that mark a change: id, state, stage, run, last update.
+type JobMark = (i32, String, Option<String>, Option<i32>, chrono::DateTime<chrono::Utc>);
+
 async fn marks(state: &AppState, what: Watched) -> Result<Marks, sea_orm::DbErr> {
     state.metrics.event_reads.with_label_values(&["marks"]).inc();
     match what {
         Watched::Submission(id) => {
-            let rows: Vec<(i32, String, Option<String>, Option<i32>, chrono::DateTime<chrono::Utc>)> = job::Entity::find()
+            let rows: Vec<JobMark> = job::Entity::find()
                 .select_only()
                 .columns([job::Column::Id, job::Column::State, job::Column::Stage, job::Column::RunId, job::Column::UpdatedAt])
                 .filter(job::Column::SubmissionId.eq(id))

@@ -153,8 +153,14 @@ impl TuneOutcome {
 /// sm_90a) on sm_90 problems whose rows are 16-byte aligned (TMA needs N and K to be
 /// multiples of 8 halves), the mma.sync family on every arch.
 pub fn families_for(p: &Problem) -> Vec<Family> {
-    let hopper = matches!(p.arch, Arch::Sm90 | Arch::Sm90a) && p.n % 8 == 0 && p.k % 8 == 0;
+    let hopper = matches!(p.arch, Arch::Sm90 | Arch::Sm90a) && rows_aligned(p);
     if hopper { vec![Family::Hopper, Family::Mma] } else { vec![Family::Mma] }
+}
+
+/// Whether the rows TMA loads (K of A; N or K of B) are whole 16-byte units: N and K
+/// multiples of 8 halves.
+fn rows_aligned(p: &Problem) -> bool {
+    p.n.is_multiple_of(8) && p.k.is_multiple_of(8)
 }
 
 /// The candidates searched for `p` on a GPU of `sm_count` SMs.
@@ -168,7 +174,7 @@ pub fn candidates_for(p: &Problem, sm_count: u32) -> Vec<Candidate> {
 pub fn untunable(p: &Problem, sm_count: u32) -> Option<String> {
     if candidates_for(p, sm_count).is_empty() {
         let fams: Vec<String> = families_for(p).iter().map(|f| format!("{f:?}").to_lowercase()).collect();
-        let aligned = if p.n % 8 == 0 && p.k % 8 == 0 { "" } else { " (N or K is not a multiple of 8, so the TMA family cannot load its rows)" };
+        let aligned = if rows_aligned(p) { "" } else { " (N or K is not a multiple of 8, so the TMA family cannot load its rows)" };
         return Some(format!("no template family of the tuner builds code for {p}{aligned}; searched: {}", fams.join(", ")));
     }
     None
