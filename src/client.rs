@@ -561,7 +561,7 @@ pub struct ProblemArgs {
 
 impl ProblemArgs {
     fn path(&self) -> anyhow::Result<String> {
-        let p = crate::api::routes::catalog::parse_problem(&self.arch, &self.acc, &self.layout, &self.problem).map_err(|e| anyhow::anyhow!("{e}"))?;
+        let p = crate::problem::Problem::from_segments(&self.arch, &self.acc, &self.layout, &self.problem)?;
         Ok(p.path())
     }
 

@@ -25,6 +25,8 @@ pub enum ProblemError {
     ShapeForm(String),
     #[error("{dim} = `{value}` is not a whole number from 1 to {MAX_DIM}")]
     Extent { dim: char, value: String },
+    #[error("`{0}` is not {{arch}}/{{acc}}/{{layout}}/MxNxK")]
+    Path(String),
 }
 
 /// The PTX target family a kernel is verified for.
@@ -213,6 +215,19 @@ impl Problem {
     pub fn path(&self) -> String {
         format!("{}/{}/{}/{}", self.arch, self.acc, self.layout, self.shape())
     }
+
+    /// A problem from its four path segments, `{arch}`, `{acc}`, `{layout}`, `{m}x{n}x{k}`.
+    pub fn from_segments(arch: &str, acc: &str, layout: &str, shape: &str) -> Result<Problem, ProblemError> {
+        Ok(Problem::new(arch.parse()?, acc.parse()?, layout.parse()?, shape.parse()?))
+    }
+
+    /// The inverse of [`Problem::path`]: `{arch}/{acc}/{layout}/{m}x{n}x{k}`.
+    pub fn from_path(path: &str) -> Result<Problem, ProblemError> {
+        match path.split('/').collect::<Vec<_>>()[..] {
+            [arch, acc, layout, shape] => Problem::from_segments(arch, acc, layout, shape),
+            _ => Err(ProblemError::Path(path.to_string())),
+        }
+    }
 }
 
 impl fmt::Display for Problem {
@@ -224,6 +239,15 @@ impl fmt::Display for Problem {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_path_reads_back_as_its_problem_and_a_bad_one_names_its_fault() {
+        let p = Problem::new(Arch::Sm90, Acc::F16, Layout::Nn, Shape::new(16, 4096, 14336).expect("shape"));
+        assert_eq!(Problem::from_path(&p.path()).expect("its own path"), p);
+        assert!(matches!(Problem::from_path("sm_90/f32/tn"), Err(ProblemError::Path(_))));
+        assert!(matches!(Problem::from_path("sm_90/f64/tn/1x1x1"), Err(ProblemError::Acc(_))));
+        assert!(matches!(Problem::from_segments("sm_90", "f32", "tn", "0x1x1"), Err(ProblemError::Extent { dim: 'M', .. })));
+    }
 
     #[test]
     fn shapes_parse_and_print() {

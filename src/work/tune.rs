@@ -677,7 +677,7 @@ pub async fn view(db: &DatabaseConnection, id: i32) -> Result<Option<TuningReque
             (None, Some(_)) => {}
             (None, None) => {
                 // Answered by the catalog when asked: as the catalog answers now.
-                let p = crate::api::routes::catalog::parse_path(&it.problem)?;
+                let p = Problem::from_path(&it.problem).map_err(|e| ApiError::Internal(format!("a stored request item's problem: {e}")))?;
                 match measured_answer(db, &p, &r.device_class).await? {
                     Some((s, speedup, use_instead)) => {
                         v.state = s.into();

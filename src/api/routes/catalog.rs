@@ -12,20 +12,11 @@ use super::artifacts::serve_artifact;
 use crate::api::cache::Rendered;
 use crate::api::{ApiError, State, accepts_gzip};
 use crate::catalog::{self, KernelLookup, ProblemFilter};
-use crate::problem::{Acc, Arch, Layout, Problem, Shape};
+use crate::problem::Problem;
 
-/// Reads `{arch}/{acc}/{layout}/{m}x{n}x{k}` path parameters.
+/// Reads `{arch}/{acc}/{layout}/{m}x{n}x{k}` path parameters; a fault is a bad path (400).
 pub fn parse_problem(arch: &str, acc: &str, layout: &str, shape: &str) -> Result<Problem, ApiError> {
-    let bad = |e: crate::problem::ProblemError| ApiError::InvalidPath(e.to_string());
-    Ok(Problem::new(arch.parse::<Arch>().map_err(bad)?, acc.parse::<Acc>().map_err(bad)?, layout.parse::<Layout>().map_err(bad)?, shape.parse::<Shape>().map_err(bad)?))
-}
-
-/// Reads a problem path, `{arch}/{acc}/{layout}/{m}x{n}x{k}`.
-pub fn parse_path(path: &str) -> Result<Problem, ApiError> {
-    match path.split('/').collect::<Vec<_>>()[..] {
-        [arch, acc, layout, shape] => parse_problem(arch, acc, layout, shape),
-        _ => Err(ApiError::InvalidPath(format!("`{path}` is not {{arch}}/{{acc}}/{{layout}}/MxNxK"))),
-    }
+    Problem::from_segments(arch, acc, layout, shape).map_err(|e| ApiError::InvalidPath(e.to_string()))
 }
 
 /// A problem taken from the `{arch}/{acc}/{layout}/{shape}` path segments, validated.
