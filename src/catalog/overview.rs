@@ -10,12 +10,12 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use sea_orm::{ColumnTrait, DatabaseConnection, EntityTrait, QueryFilter};
+use sea_orm::{ColumnTrait, DatabaseConnection, EntityTrait, QueryFilter, QuerySelect};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use super::{AUTOTUNE_MAX, CatalogError, EntryData, beats_all, current_entries, geomean, graph_figures, problem_of, run_view};
-use crate::db::entities::{baseline, device_class, problem};
+use crate::db::entities::{baseline, device_class, job, problem, run, tune};
 use crate::problem::{Acc, Arch, Layout, Problem};
 
 /// What the heatmap is asked for; every field left out is chosen by the service.
@@ -125,9 +125,12 @@ fn mode_figures(timings: Option<&serde_json::Value>, speedups: Option<&serde_jso
 }
 
 pub async fn heatmap(db: &DatabaseConnection, q: &HeatmapQuery) -> Result<HeatmapView, CatalogError> {
+    // A problem known only from work that never ran (a queued submission's job, a tuning
+    // request's tune) adds no row, column or K; the catalog's own problems all show.
+    let unmeasured = asked_but_unmeasured(db).await?;
     let rows = problem::Entity::find().all(db).await?;
     let mut problems = Vec::with_capacity(rows.len());
-    for row in &rows {
+    for row in rows.iter().filter(|r| !unmeasured.contains(&r.id)) {
         problems.push((row.id, problem_of(row)?));
     }
     let archs: BTreeSet<Arch> = problems.iter().map(|(_, p)| p.arch).collect();
@@ -318,6 +321,17 @@ pub async fn stats(db: &DatabaseConnection) -> Result<CatalogStats, CatalogError
         geomean_speedup_vs_autotune_max: geomean(&speedups),
         example,
     })
+}
+
+/// Problems that jobs or tunes name but that have neither a run (every catalog entry has
+/// one) nor a measured baseline.
+async fn asked_but_unmeasured(db: &DatabaseConnection) -> Result<BTreeSet<i32>, sea_orm::DbErr> {
+    let ids = |v: Vec<i32>| v.into_iter().collect::<BTreeSet<i32>>();
+    let mut asked = ids(job::Entity::find().select_only().column(job::Column::ProblemId).distinct().into_tuple::<i32>().all(db).await?);
+    asked.extend(tune::Entity::find().select_only().column(tune::Column::ProblemId).distinct().into_tuple::<i32>().all(db).await?);
+    let mut measured = ids(run::Entity::find().select_only().column(run::Column::ProblemId).distinct().into_tuple::<i32>().all(db).await?);
+    measured.extend(baseline::Entity::find().select_only().column(baseline::Column::ProblemId).distinct().into_tuple::<i32>().all(db).await?);
+    Ok(asked.difference(&measured).copied().collect())
 }
 
 #[cfg(test)]

@@ -409,6 +409,10 @@ async fn a_workload_shows_its_problems_tunes(backend: Backend) {
     // A token count nobody asked for has no tune.
     let one = w["rows"].as_array().unwrap().iter().find(|r| r["tokens"] == 1).unwrap();
     assert!(one.get("tune").is_none(), "{one}");
+    // Asked for and never measured, the problems add nothing to the heatmap.
+    let h = get(&app, "/v1/heatmap").await.json();
+    assert_eq!(h["ks"], serde_json::json!([]), "{h}");
+    assert_eq!(h["cells"], serde_json::json!([]), "{h}");
     db.cleanup().await;
 }
 
