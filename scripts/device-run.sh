@@ -169,11 +169,13 @@ ptx_dir() {  # sets PTX_DIR: the tuner's PTX, which travels compressed, unpacked
     fi
 }
 
-start_server() {  # $1 database file, $2 bench budget ms
+start_server() {  # $1 database file, $2 bench budget ms, then more `kaas serve` options
     export KAAS_DATABASE_URL="sqlite://$1?mode=rwc"
-    "$K" serve --bind 127.0.0.1:8080 --workers auto --bench-budget-ms "$2" --poll-ms 200 >"$OUT/serve.log" 2>&1 &
+    local bench="$2"; shift 2
+    "$K" serve --bind 127.0.0.1:8080 --workers auto --bench-budget-ms "$bench" --poll-ms 200 "$@" >"$OUT/serve.log" 2>&1 &
     SERVER=$!
-    for _ in $(seq 1 100); do curl -fs "$KAAS_URL/v1/health" >/dev/null 2>&1 && break; sleep 0.2; done
+    # Ready: migrated and the shipped catalog imported (a minute at most).
+    for _ in $(seq 1 300); do curl -fs "$KAAS_URL/v1/health/ready" >/dev/null 2>&1 && break; sleep 0.2; done
     curl -fs "$KAAS_URL/v1/health" | python3 -c 'import json,sys; h=json.load(sys.stdin); print("health:", h["status"], "|", h["local_workers"])'
 }
 
@@ -335,13 +337,7 @@ submit() {  # $1 a folder of NAME.ptx + NAME.json (manifest template) + NAME.pro
 # Waits until the queue is empty (at most $1 seconds), stops the server and exports the
 # catalog bundle to $OUT/bundle.tgz.
 drain_and_export() {
-    local seconds="$1"
-    local deadline=$((SECONDS + seconds))
-    while (( SECONDS < deadline )); do
-        q="$(curl -fs "$KAAS_URL/v1/health" | python3 -c 'import json,sys; q=json.load(sys.stdin)["queue"]; print(q["queued"]+q["running"])')"
-        [[ "$q" == 0 ]] && break
-        sleep 5
-    done
+    drain "$1"
     curl -fs "$KAAS_URL/v1/health" | python3 -c 'import json,sys; print("queue left:", json.load(sys.stdin)["queue"])'
     kill "$SERVER"; wait "$SERVER" 2>/dev/null || true
     # What the service measured, one line per run of a problem (layout m n k verdict
@@ -699,10 +695,8 @@ request_run() {
     setup_device; nvrtc12
     local workloads="$1" tokens="$2" budget="${3:-20000}" seconds="${4:-480}" bench="${5:-800}" w ids=()
     local top="$OUT/request"; mkdir -p "$top"; OUT="$top"
-    export KAAS_DATABASE_URL="sqlite:///tmp/kaas-request.db?mode=rwc"; rm -f /tmp/kaas-request.db*
-    "$K" serve --bind 127.0.0.1:8080 --workers auto --bench-budget-ms "$bench" --poll-ms 200 --tune-budget-ms "$budget" >"$top/serve.log" 2>&1 &
-    SERVER=$!
-    for _ in $(seq 1 300); do curl -fs "$KAAS_URL/v1/health/ready" >/dev/null 2>&1 && break; sleep 0.2; done
+    rm -f /tmp/kaas-request.db*
+    start_server /tmp/kaas-request.db "$bench" --tune-budget-ms "$budget"
     export KAAS_TOKEN="$("$K" token create --name ml-engineer --role admin 2>/dev/null)"
     for w in ${workloads//,/ }; do
         ids+=("$w:$("$K" request --workload "$w" ${tokens:+--tokens "$tokens"} --no-wait 2>>"$top/request.log" | tail -n 1)")
