@@ -957,6 +957,28 @@ async fn current_entry_beats_all<C: ConnectionTrait>(db: &C, problem_id: i32, cl
     Ok(catalog::beats_all(&speedups.and_then(|s| s.get("graph").cloned())) == Some(true))
 }
 
+/// The state of every unfinished or failed tune on `class`, by problem path: what a
+/// listing shows for the problems the catalog does not answer yet (served and measured
+/// tunes are the catalog's answers). Two queries, however long the listing.
+pub async fn pending_states(db: &DatabaseConnection, class: &str) -> Result<HashMap<String, String>, DbErr> {
+    let tunes = tune::Entity::find()
+        .filter(tune::Column::DeviceClass.eq(class))
+        .filter(tune::Column::State.is_in(state::OPEN.iter().copied().chain([state::FAILED])))
+        .all(db)
+        .await?;
+    if tunes.is_empty() {
+        return Ok(HashMap::new());
+    }
+    let paths: HashMap<i32, String> = problem::Entity::find()
+        .filter(problem::Column::Id.is_in(tunes.iter().map(|t| t.problem_id)))
+        .all(db)
+        .await?
+        .iter()
+        .filter_map(|row| problem_of(row).ok().map(|p| (row.id, p.path())))
+        .collect();
+    Ok(tunes.into_iter().filter_map(|t| paths.get(&t.problem_id).map(|path| (path.clone(), t.state))).collect())
+}
+
 /// For a kernel lookup that found nothing: the problem's tune on `class`, if any.
 pub async fn state_of(db: &DatabaseConnection, p: &Problem, class: &str) -> Result<Option<(tune::Model, Option<u64>)>, DbErr> {
     let Some(prow) = catalog::find_problem(db, p).await? else { return Ok(None) };

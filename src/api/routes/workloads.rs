@@ -73,10 +73,9 @@ pub async fn get(state: State, name: web::Path<String>, q: web::Query<WorkloadQu
     let r = cached(&state, key, || async move {
         let mut view = crate::catalog::workload::workload(&db, preset, arch, acc, device.as_deref()).await?;
         // Problems the catalog lacks but someone asked to tune: where their tune stands.
+        let pending = crate::work::tune::pending_states(&db, &tune_class).await?;
         for row in view.rows.iter_mut().filter(|r| r.state == crate::catalog::workload::WorkloadState::NotInCatalog) {
-            if let Some((t, _)) = crate::work::tune::state_of(&db, &row.problem, &tune_class).await? {
-                row.tune = Some(t.state);
-            }
+            row.tune = pending.get(&row.path).cloned();
         }
         json(&view)
     })
