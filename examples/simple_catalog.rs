@@ -64,6 +64,8 @@ fn main() -> anyhow::Result<()> {
                 measured_at,
                 timings: None,
                 speedups: None,
+                regime: None,
+                regimes: None,
                 device: Some(report["device"].clone()),
             },
         });

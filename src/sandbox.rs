@@ -652,8 +652,11 @@ mod tests {
     fn the_wall_limit_covers_every_launch_sequence() {
         let j = Job { watchdog_ms: Some(1000), ..job() };
         assert_eq!(default_wall_limit(&j), Duration::from_secs(38));
-        // A benchmark adds its budget, both autotunes, 30 s of set-up and one watchdog.
-        let j = Job { bench: Some(serde_json::json!({"budget_ms": 5000})), ..j };
-        assert_eq!(default_wall_limit(&j), Duration::from_secs(38 + 5 + 2 + 30 + 1));
+        // A benchmark adds its budget, both autotune screens' safety limits (20 s each
+        // unless the settings say), 30 s of set-up and one watchdog.
+        let b = Job { bench: Some(serde_json::json!({"budget_ms": 5000})), ..j.clone() };
+        assert_eq!(default_wall_limit(&b), Duration::from_secs(38 + 5 + 40 + 30 + 1));
+        let b = Job { bench: Some(serde_json::json!({"budget_ms": 5000, "autotune_budget_ms": 1000})), ..j };
+        assert_eq!(default_wall_limit(&b), Duration::from_secs(38 + 5 + 2 + 30 + 1));
     }
 }

@@ -92,6 +92,15 @@ export const baselineName = (key) => BASELINE_NAMES[key] || key;
 export const DEFAULT_BASELINE = 'cublaslt_autotune_max';
 export const MODES = ['graph', 'offline', 'server'];
 
+// The cache regime of a run's figures (docs/verification.md, "Timing regimes").
+const REGIME_NAMES = {
+  l2_cold: 'L2-cold (inputs rotated over at least 2× the L2 cache)',
+  l2_warm: 'L2-warm (one buffer set)',
+  rotation_3_sets: 'three rotating buffer sets (timed before regimes were named)',
+};
+export const regimeName = (key) => REGIME_NAMES[key] || key || 'unknown regime';
+export const RANKED_REGIME = 'l2_cold';
+
 /** A timestamp as `2025-01-31 14:05 UTC`; `when` puts it in a <time> element. */
 export function utc(iso) {
   const d = new Date(iso);

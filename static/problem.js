@@ -4,7 +4,7 @@
 
 import {
   h, api, fresh, query, us, ci, times, tflops, num, baselineName, submitterHref, problemHref, submissionHref, commandBox, pullCommand, table,
-  ApiError, DEFAULT_BASELINE, MODES,
+  ApiError, DEFAULT_BASELINE, MODES, RANKED_REGIME, regimeName,
 } from './lib.js';
 
 const WORD = /^[A-Za-z0-9_.-]{1,32}$/;
@@ -41,7 +41,7 @@ function timingsTable(run) {
   const t = run.timings || {};
   const modes = MODES.filter((m) => t[m]).concat(Object.keys(t).filter((m) => !MODES.includes(m)));
   if (!modes.length) return h('p', { class: 'muted' }, 'Not benchmarked: verified only.');
-  return table('Timings of the catalog kernel by mode', [
+  return table(`Timings of the catalog kernel by mode, ${regimeName(run.regime)}`, [
     { label: 'Mode', header: true, cell: (m) => m },
     { label: 'Median', num: true, cell: (m) => us(t[m].median_us) },
     { label: '95% CI of the median', num: true, cell: (m) => ci(t[m].ci95_low_us, t[m].ci95_high_us) },
@@ -57,10 +57,25 @@ function speedupsTable(run) {
   const modes = MODES.filter((m) => s[m]);
   if (!modes.length) return null;
   const names = [...new Set(modes.flatMap((m) => Object.keys(s[m])))].sort();
-  return table('Speedup over each baseline (above 1× is faster), measured side by side in the same run', [
+  return table(`Speedup over each baseline (above 1× is faster), measured side by side in the same run, ${regimeName(run.regime)}`, [
     { label: 'Baseline', header: true, cell: (b) => baselineName(b) },
     ...modes.map((m) => ({ label: m, num: true, cell: (b) => times(s[m][b]) })),
   ], names);
+}
+
+// Every regime the run was timed in, side by side: the rotation and graph-mode figures.
+function regimesTable(run) {
+  const r = run.regimes || {};
+  const names = Object.keys(r).sort((a, b) => (b === RANKED_REGIME) - (a === RANKED_REGIME) || a.localeCompare(b));
+  if (!names.length) return null;
+  const g = (n) => (r[n].timings && r[n].timings.graph) || {};
+  return table('Graph-mode figures in each cache regime (the catalog ranks by L2-cold)', [
+    { label: 'Regime', header: true, cell: (n) => regimeName(n) + (n === RANKED_REGIME ? ' — ranked' : '') },
+    { label: 'Buffer sets', num: true, cell: (n) => String(r[n].buffer_sets) },
+    { label: '× L2', num: true, cell: (n) => (num(r[n].l2_multiple) ? r[n].l2_multiple.toFixed(1) : '—') },
+    { label: 'Median', num: true, cell: (n) => us(g(n).median_us) },
+    { label: `vs ${baselineName(DEFAULT_BASELINE)}`, num: true, cell: (n) => times(r[n].speedups && r[n].speedups.graph && r[n].speedups.graph[DEFAULT_BASELINE]) },
+  ], names, (n) => ({ 'data-regime': n }));
 }
 
 function verification(run) {
@@ -141,6 +156,11 @@ function tuneSection(t) {
       { label: 'Seeded', cell: (r) => (r.seeded ? 'yes' : '') },
       { label: 'At', num: true, cell: (r) => `${(r.at_ms / 1000).toFixed(1)} s` },
     ], trace.tried.map((r, i) => ({ ...r, i }))) : null,
+    trace && trace.retimed && trace.retimed.length ? table('Finalists re-timed side by side with the reference (graph mode, L2-cold); verified in this order', [
+      { label: 'Code', header: true, cell: (r) => h('code', {}, r.code) },
+      { label: 'Median', num: true, cell: (r) => us(r.median_us) },
+      { label: 'vs reference', num: true, cell: (r) => times(r.speedup) },
+    ], trace.retimed) : null,
     trace && trace.verified && trace.verified.length ? table('Verified', [
       { label: 'Code', header: true, cell: (r) => h('code', {}, r.code) },
       { label: 'Verdict', cell: (r) => r.verdict },
@@ -179,7 +199,7 @@ export async function problem(rest, params) {
       h('h3', {}, 'Pull it'),
       commandBox(pullCommand(p, kernel.device_class), 'kaas pull command'),
       commandBox(`curl -fsS -o kernel.ptx '${location.origin}/v1/kernels/${p.path}/ptx${query({ device: kernel.device_class })}'`, 'curl command for the PTX'),
-      h('h2', {}, fallback ? `Timings on ${fallback.measured_on}` : 'Timings'), timingsTable(kernel.run), speedupsTable(kernel.run),
+      h('h2', {}, fallback ? `Timings on ${fallback.measured_on}` : 'Timings'), timingsTable(kernel.run), speedupsTable(kernel.run), regimesTable(kernel.run),
       h('h2', {}, 'Verification'), verification(kernel.run),
       h('h2', {}, 'Launch'), launches(kernel.manifest),
     ];

@@ -10,6 +10,7 @@ mod m20261127_000004_service_state;
 mod m20261127_000005_signing_keys;
 mod m20261127_000006_source_builds;
 mod m20261201_000007_tuning;
+mod m20261202_000008_regimes;
 
 pub struct Migrator;
 
@@ -22,6 +23,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261127_000005_signing_keys::Migration),
             Box::new(m20261127_000006_source_builds::Migration),
             Box::new(m20261201_000007_tuning::Migration),
+            Box::new(m20261202_000008_regimes::Migration),
         ]
     }
 }

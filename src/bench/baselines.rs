@@ -76,6 +76,13 @@ pub struct BaselinesArgs {
     /// Null test instead of the table: cuBLAS and cuBLASLt top-1 each entered twice.
     #[arg(long)]
     pub calibrate: bool,
+    /// Agreement check instead of the table: per shape (TN), the autotune choice as the
+    /// benchmark makes it, against every algorithm the heuristic offers timed side by
+    /// side in the L2-cold regime for the whole --budget-ms (an exhaustive search);
+    /// prints the choice's median over the exhaustive best, and the median and p90 of
+    /// that ratio.
+    #[arg(long, conflicts_with = "calibrate")]
+    pub agreement: bool,
     /// Merge these bundles' baselines into --out instead of timing anything.
     #[arg(long, value_name = "DIR", num_args = 1..)]
     pub merge: Vec<PathBuf>,
@@ -175,12 +182,31 @@ pub(crate) fn operand_sets(gpu: &Gpu, pool: &Pool, p: &Problem, sets: usize, sal
     operand_sets_with(gpu, pool, p, 0, sets, salt)
 }
 
-/// [`operand_sets`] with `workspace_bytes` of workspace per set.
+/// [`operand_sets`] with `workspace_bytes` of workspace per set. All sets live in one
+/// allocation (an L2-cold rotation over a small problem needs thousands of sets), each
+/// buffer at a 256-byte boundary, as `cudaMalloc` would place it.
 pub(crate) fn operand_sets_with(gpu: &Gpu, pool: &Pool, p: &Problem, workspace_bytes: u64, sets: usize, salt: usize) -> Result<Vec<Operands>, GpuError> {
     let (a, b) = ((p.m as usize) * (p.k as usize), (p.k as usize) * (p.n as usize));
-    (0..sets.max(1))
+    let c = (p.m as usize) * (p.n as usize);
+    let ws = usize::try_from(workspace_bytes).map_err(|_| GpuError::refused("operand sets", format!("workspace of {workspace_bytes} bytes")))?;
+    let up = |bytes: usize| bytes.div_ceil(256) * 256;
+    let stride = up(a * 2) + up(b * 2) + up(c * 2) + up(ws);
+    let sets = sets.max(1);
+    let arena = gpu.alloc(stride * sets)?;
+    (0..sets)
         .map(|s| {
-            let ops = Operands::alloc(gpu, p, workspace_bytes)?;
+            let at = s * stride;
+            let (a_at, b_at) = (at, at + up(a * 2));
+            let c_at = b_at + up(b * 2);
+            let w_at = c_at + up(c * 2);
+            let workspace = if ws > 0 {
+                let w = arena.view(w_at, ws)?;
+                w.zero(gpu)?;
+                Some(w)
+            } else {
+                None
+            };
+            let ops = Operands::from_buffers(p, arena.view(a_at, a * 2)?, arena.view(b_at, b * 2)?, arena.view(c_at, c * 2)?, workspace)?;
             // Distinct, unaligned windows of the pool for every buffer.
             let base = (salt * 2 * sets + 2 * s) * 1_000_003;
             pool.fill(gpu, &ops.a, a, base)?;
@@ -189,6 +215,13 @@ pub(crate) fn operand_sets_with(gpu: &Gpu, pool: &Pool, p: &Problem, workspace_b
             Ok(ops)
         })
         .collect()
+}
+
+/// Bytes one buffer set of `p` takes in [`operand_sets_with`].
+pub(crate) fn set_bytes(p: &Problem, workspace_bytes: u64) -> u64 {
+    let up = |bytes: u64| bytes.div_ceil(256) * 256;
+    let (m, n, k) = (p.m as u64, p.n as u64, p.k as u64);
+    up(2 * m * k) + up(2 * k * n) + up(2 * m * n) + up(workspace_bytes)
 }
 
 /// A baseline's `config`: what re-creates the call.
@@ -359,7 +392,7 @@ impl Session<'_> {
 
     /// The autotuned algorithm for `ops`'s problem: from the cache when it holds one that
     /// still re-creates, else searched (and stored).
-    fn autotuned<'a>(&self, ops: &'a Operands, budget: Duration) -> Result<(LtGemm<'a>, AutotuneChoice, bool), GpuError> {
+    fn autotuned<'a>(&self, ops: &'a Operands) -> Result<(LtGemm<'a>, AutotuneChoice, bool), GpuError> {
         let key = AutotuneKey::new(&self.facts, ops.problem());
         if let Some((rt, db)) = &self.cache
             && let Ok(Some(choice)) = rt.block_on(autotune::load(db, &key))
@@ -367,7 +400,7 @@ impl Session<'_> {
         {
             return Ok((lt, choice, true));
         }
-        let opts = AutotuneOptions { max_candidates: self.autotune_max, budget, ..AutotuneOptions::default() };
+        let opts = AutotuneOptions { max_candidates: self.autotune_max, ..AutotuneOptions::default() };
         let (lt, choice) = autotune::autotune(self.gpu, ops, &opts)?;
         if let Some((rt, db)) = &self.cache
             && let Err(e) = rt.block_on(autotune::store(db, &key, &choice, Utc::now()))
@@ -415,7 +448,7 @@ impl Session<'_> {
         run.setup_ms = started.elapsed().as_millis() as u64;
 
         let at_start = Instant::now();
-        let six = SixBaselines::build(gpu, &nn, &tn, &|ops| self.autotuned(ops, budget.mul_f64(0.2)))?;
+        let six = SixBaselines::build(gpu, &nn, &tn, &|ops| self.autotuned(ops))?;
         run.autotune_reproduced = six.reproduced;
         for (layout, (choice, cached)) in Layout::ALL.iter().zip(&six.auto_choice) {
             run.autotune.insert(
@@ -599,6 +632,9 @@ pub fn run_cli(args: BaselinesArgs, rt: tokio::runtime::Handle) -> anyhow::Resul
     if args.calibrate {
         return calibrate(&session, &pool, &shapes, &args);
     }
+    if args.agreement {
+        return agreement(&session, &pool, &shapes, &args);
+    }
 
     let started = Instant::now();
     let total = args.total_budget_s.map(Duration::from_secs);
@@ -690,6 +726,72 @@ pub struct CalibrationRow {
 /// The null test: per shape, cuBLAS (TN) and cuBLASLt top-1 (TN) each entered twice as
 /// separate contenders; every pair must tie within ±target. Then the harness's own
 /// speed: the full six-contender run (autotune included) per shape, timed.
+/// One shape of the agreement check.
+#[derive(Debug, Clone, Serialize)]
+struct AgreementRow {
+    shape: String,
+    offered: usize,
+    buffer_sets: usize,
+    /// The autotune choice's median over the exhaustive best's, both from the same
+    /// side-by-side run (1.0: the choice is the best).
+    ratio: f64,
+    choice_rank: usize,
+    rounds: usize,
+    converged: bool,
+}
+
+/// See [`BaselinesArgs::agreement`]. The choice is made as the benchmark makes it (on one
+/// buffer set, [`autotune::autotune`]); the exhaustive run times every offered algorithm
+/// over an L2-cold rotation, each sample walking all of it, and ranks them by median.
+fn agreement(session: &Session, pool: &Pool, shapes: &[Shape], args: &BaselinesArgs) -> anyhow::Result<()> {
+    let gpu = session.gpu;
+    let mut rows = Vec::new();
+    for (i, shape) in shapes.iter().enumerate() {
+        let p = session.problem(Layout::Tn, *shape);
+        let sets = crate::harness::bench::cold_sets(&p, 0, session.facts.l2_cache_bytes, 3);
+        let ops = operand_sets(gpu, pool, &p, sets, 11 * i)?;
+        let (chosen, _) = autotune::autotune(gpu, &ops[0], &AutotuneOptions { max_candidates: session.autotune_max, ..AutotuneOptions::default() })?;
+        let chosen_words = chosen.algo_words();
+        let algos = LtGemm::heuristics(gpu, &ops[0], session.autotune_max)?;
+        let bound: Vec<Vec<LtGemm>> = algos.iter().map(|a| ops.iter().map(|o| a.with_operands(o)).collect::<Result<Vec<_>, _>>()).collect::<Result<_, _>>()?;
+        let contenders: Vec<Vec<&dyn Contender>> = bound.iter().map(|b| as_dyn(b)).collect();
+        let cfg = BenchConfig {
+            modes: vec![Mode::Graph],
+            budget: Duration::from_millis(args.budget_ms),
+            seed: args.seed ^ i as u64,
+            min_launches: u32::try_from(sets).unwrap_or(u32::MAX),
+            min_rounds: 5,
+            ..BenchConfig::default()
+        };
+        let report = runner::benchmark(gpu, &contenders, shape.flops(), &cfg)?;
+        let medians: Vec<f64> = (0..algos.len()).map(|c| median_of(&report, c, Mode::Graph).unwrap_or(f64::INFINITY)).collect();
+        let best = medians.iter().copied().fold(f64::INFINITY, f64::min);
+        let Some(choice) = algos.iter().position(|a| a.algo_words() == chosen_words) else {
+            eprintln!("AGREEMENT {shape}: the choice is not among the algorithms offered again; skipped");
+            continue;
+        };
+        let rank = 1 + medians.iter().filter(|m| **m < medians[choice]).count();
+        let row = AgreementRow { shape: shape.to_string(), offered: algos.len(), buffer_sets: sets, ratio: medians[choice] / best, choice_rank: rank, rounds: report.rounds, converged: report.converged };
+        println!(
+            "AGREEMENT {:<18} offered {:>3} sets {:>5} choice/best {:.4} rank {:>3} rounds {:>3} {}",
+            row.shape,
+            row.offered,
+            row.buffer_sets,
+            row.ratio,
+            row.choice_rank,
+            row.rounds,
+            if row.converged { "converged" } else { "NOT converged" }
+        );
+        rows.push(row);
+    }
+    let mut ratios: Vec<f64> = rows.iter().map(|r| r.ratio).collect();
+    ratios.sort_by(f64::total_cmp);
+    let at = |q: f64| ratios.get(((ratios.len() as f64 - 1.0) * q).round() as usize).copied().unwrap_or(f64::NAN);
+    println!("AGREEMENT {} shapes: choice/best median {:.4}, p90 {:.4}, worst {:.4}", rows.len(), at(0.5), at(0.9), at(1.0));
+    write_json(&args.out.join("agreement.json"), &serde_json::json!({ "device": session.facts, "rows": rows }))?;
+    Ok(())
+}
+
 fn calibrate(session: &Session, pool: &Pool, shapes: &[Shape], args: &BaselinesArgs) -> anyhow::Result<()> {
     let gpu = session.gpu;
     let mut rows = Vec::new();

@@ -45,6 +45,10 @@ pub struct BenchConfig {
     /// Launches per sample (graph size R, and the back-to-back count of `offline`);
     /// 0 = choose per contender so that one sample takes about [`TARGET_REPLAY_US`].
     pub graph_launches: u32,
+    /// At least this many launches per sample, above [`MAX_LAUNCHES`] if need be: an
+    /// L2-cold rotation sets it to its number of buffer sets, so that every sample walks
+    /// the whole rotation and no launch finds its inputs still in the cache.
+    pub min_launches: u32,
 }
 
 impl Default for BenchConfig {
@@ -57,6 +61,7 @@ impl Default for BenchConfig {
             max_rounds: 1000,
             seed: 0,
             graph_launches: 0,
+            min_launches: 1,
         }
     }
 }
@@ -198,6 +203,7 @@ pub fn run_rounds(
     let mut launches = Vec::with_capacity(n);
     for c in 0..n {
         let r = if cfg.graph_launches > 0 { cfg.graph_launches.min(MAX_LAUNCHES) } else { choose_launches(src, c)? };
+        let r = r.max(cfg.min_launches);
         src.prepare(c, r)?;
         launches.push(r);
     }
@@ -586,6 +592,18 @@ mod tests {
         let mut again = Fake::new(&[10.0, 11.0, 12.0, 13.0], &[0.0; 4]);
         run(&mut again, &c);
         assert_eq!(again.calls, fake.calls);
+    }
+
+    #[test]
+    fn a_cold_rotation_sets_a_floor_on_launches_per_sample_above_the_cap() {
+        // A 10 µs kernel would get R = 10; a rotation of 2,000 sets needs every sample to
+        // walk all of them, beyond MAX_LAUNCHES.
+        let mut fake = Fake::new(&[10.0, 20_000.0], &[0.0, 0.0]);
+        let r = run(&mut fake, &BenchConfig { min_launches: 2_000, max_rounds: 2, ..cfg(60_000) });
+        assert_eq!(r.launches, vec![2_000, 2_000]);
+        // A floor below what the probe chooses changes nothing.
+        let mut fake = Fake::new(&[10.0], &[0.0]);
+        assert_eq!(run(&mut fake, &BenchConfig { min_launches: 3, max_rounds: 2, ..cfg(60_000) }).launches, vec![10]);
     }
 
     #[test]

@@ -77,6 +77,13 @@ pub struct RunRecord {
     pub measured_at: DateTime<Utc>,
     pub timings: Option<serde_json::Value>,
     pub speedups: Option<serde_json::Value>,
+    /// The cache regime of `timings` and `speedups`; absent for runs timed before
+    /// regimes were named.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub regime: Option<String>,
+    /// Every regime's figures (the run's `regimes`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub regimes: Option<serde_json::Value>,
     pub device: Option<serde_json::Value>,
 }
 
@@ -506,6 +513,8 @@ async fn write_index<C: ConnectionTrait>(
                     message: Set(e.run.message.clone()),
                     timings: Set(json_text(&e.run.timings)),
                     speedups: Set(json_text(&e.run.speedups)),
+                    regime: Set(e.run.regime.clone()),
+                    regimes: Set(json_text(&e.run.regimes)),
                     device: Set(json_text(&e.run.device)),
                     created_at: Set(e.run.measured_at),
                     ..Default::default()
@@ -611,6 +620,8 @@ pub async fn snapshot(db: &DatabaseConnection) -> Result<(Index, BTreeMap<String
                 measured_at: r.created_at,
                 timings: r.timings.as_deref().map(|t| parse_json(t, "timings")).transpose()?,
                 speedups: r.speedups.as_deref().map(|t| parse_json(t, "speedups")).transpose()?,
+                regime: r.regime.clone(),
+                regimes: r.regimes.as_deref().map(|t| parse_json(t, "regimes")).transpose()?,
                 device: r.device.as_deref().map(|t| parse_json(t, "device")).transpose()?,
             },
         });

@@ -102,9 +102,20 @@ pub(crate) fn run_view(r: &run::Model) -> RunView {
         measured_at: r.created_at,
         timings: json_opt(&r.timings),
         speedups: json_opt(&r.speedups),
+        regime: match (&r.regime, &r.timings) {
+            (Some(name), _) => Some(name.clone()),
+            (None, Some(_)) => Some(LEGACY_REGIME.to_string()),
+            (None, None) => None,
+        },
+        regimes: json_opt(&r.regimes),
         device: json_opt(&r.device),
     }
 }
+
+/// The regime named for figures timed before regimes were: every contender rotated over
+/// three buffer sets, which is L2-warm for small problems, cold for large ones and mixed
+/// between (docs/verification.md, "Timing regimes").
+pub const LEGACY_REGIME: &str = "rotation_3_sets";
 
 pub(crate) fn baseline_view(b: &baseline::Model) -> BaselineView {
     BaselineView {

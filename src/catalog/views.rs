@@ -39,6 +39,15 @@ pub struct RunView {
     /// `{mode: {baseline: speedup}}`, measured side by side in the same run.
     #[schema(value_type = Option<Object>)]
     pub speedups: Option<serde_json::Value>,
+    /// The cache regime of `timings` and `speedups`: `l2_cold` (what the catalog ranks
+    /// by), or `rotation_3_sets` for runs timed before regimes were named; `null` when
+    /// not benchmarked.
+    pub regime: Option<String>,
+    /// Every regime the run was timed in: `{"l2_cold": {…}, "l2_warm": {…}}`, each with
+    /// the candidate's `timings` and `speedups`, the `baselines` timed beside it, and its
+    /// rotation (`buffer_sets`, `footprint_bytes`, `l2_multiple`, `cache`).
+    #[schema(value_type = Option<Object>)]
+    pub regimes: Option<serde_json::Value>,
     /// GPU model, driver, CUDA and cuBLAS versions, clocks and temperature.
     #[schema(value_type = Option<Object>)]
     pub device: Option<serde_json::Value>,

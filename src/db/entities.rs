@@ -174,6 +174,12 @@ pub mod run {
         /// JSON: the stage that decided, every check, ptxas and JIT reports, benchmark meta.
         #[sea_orm(column_type = "Text")]
         pub details: Option<String>,
+        /// The cache regime of `timings` and `speedups` (`l2_cold`); null for runs timed
+        /// before regimes were named.
+        pub regime: Option<String>,
+        /// JSON `{regime: {timings, speedups, baselines, buffer_sets, footprint_bytes, …}}`.
+        #[sea_orm(column_type = "Text")]
+        pub regimes: Option<String>,
     }
 
     impl ActiveModelBehavior for ActiveModel {}

@@ -1,22 +1,26 @@
 //! The benchmark half of a run, in the sandbox process right after verification passed
 //! (only when the job asks for it, [`Job::bench`]): the candidate — its manifest's
 //! launches via [`PreparedManifest`] — side by side with cuBLAS, cuBLASLt heuristic top-1
-//! and cuBLASLt autotuned, each in NN and TN, every contender's inputs rotating over
-//! several buffer sets of random fp16 data (DESIGN.md, Benchmark).
+//! and cuBLASLt autotuned, each in NN and TN, every contender's inputs filled with random
+//! fp16 data, timed in two cache regimes ([`Regime`]): L2-cold (a rotation over buffer
+//! sets spanning at least twice the L2 cache; the catalog ranks by it) and L2-warm (one
+//! buffer set). The baselines and the candidate share each regime's rotation.
 //!
-//! After timing, launches inside sequences shaped like the timed one are checked
-//! ([`super::sequence`]: a kernel that skips its work when launched back to back gets
-//! `timing_dependent`), and the output a timed launch left in one buffer set (picked at
-//! random) is re-checked: it must be complete and finite and within the verification's deviation
+//! After timing, the output a timed launch left in one buffer set (picked at random) is
+//! re-checked: it must be complete and finite and within the verification's deviation
 //! bound, recomputed on that set's inputs from fresh baseline runs and an fp32
 //! reference. A kernel whose timed output fails gets the verdict `unstable`. The same
 //! inputs are also run once more untimed; whether the two outputs are bit-identical is
 //! recorded (a nondeterministic but accurate kernel, e.g. split-K with atomics, passes).
+//! Then launches inside sequences shaped like each regime's timed one are checked
+//! ([`super::sequence`]: a kernel that skips its work when launched back to back gets
+//! `timing_dependent`).
 //!
-//! The result goes into [`RunOutcome::bench`]:
+//! The result goes into [`RunOutcome::bench`]: the ranked regime's figures at the top,
 //! `{"timings": {mode: Timing}, "baselines": [{library, layout, mode, timing, config}],
-//!   "speedups": {mode: {"cublas_nn": x, …, "cublaslt_autotune_max": x}}, "recheck": {…},
-//!   "device_start", "device_end", "converged", "rounds", "elapsed_ms", …}`.
+//!   "speedups": {mode: {"cublas_nn": x, …, "cublaslt_autotune_max": x}}, "regime":
+//!   "l2_cold", "regimes": {"l2_cold": {…the same, with its rotation…}, "l2_warm": {…}},
+//!   "recheck": {…}, "sequence_checks": {regime: […]}, "device_start", "device_end", …}`.
 
 use std::time::{Duration, Instant};
 
@@ -39,7 +43,7 @@ use crate::verify::containment::POISON_BITS;
 const BENCH: &str = "benchmark";
 const RECHECK: &str = "benchmark re-check";
 
-/// Buffer sets a run's contenders rotate over unless the settings say otherwise.
+/// The fewest buffer sets of an L2-cold rotation unless the settings say otherwise.
 pub const DEFAULT_SETS: usize = 3;
 
 /// What a job's `bench` object may say; every field is optional.
@@ -54,11 +58,13 @@ pub struct BenchSettings {
     pub budget_ms: u64,
     /// Seeds the inputs and the order of contenders.
     pub seed: u64,
-    /// Buffer sets every contender's inputs rotate over (at least 2).
+    /// The fewest buffer sets of the L2-cold rotation (it takes as many more as it needs
+    /// to span twice the L2 cache; at least 2).
     pub sets: usize,
     /// Heuristic algorithms the cuBLASLt autotune may time.
     pub autotune_max: usize,
-    /// Time limit of each layout's autotune search; a fifth of `budget_ms` when absent.
+    /// Safety limit of each layout's autotune screen, which otherwise times every
+    /// algorithm the heuristic offers; 20 s when absent.
     pub autotune_budget_ms: Option<u64>,
 }
 
@@ -85,22 +91,28 @@ impl BenchSettings {
         }
     }
 
-    pub fn autotune_budget(&self) -> Duration {
-        Duration::from_millis(self.autotune_budget_ms.unwrap_or(self.budget_ms / 5))
+    pub fn autotune_limit(&self) -> Duration {
+        self.autotune_budget_ms.map_or(AutotuneOptions::default().screen_limit, Duration::from_millis)
     }
 
     /// What the sandbox's wall-clock limit must add for the benchmark: the rounds, both
     /// autotune searches, and set-up and the re-check.
     pub fn wall_time(&self) -> Duration {
-        Duration::from_millis(self.budget_ms) + self.autotune_budget() * 2 + Duration::from_secs(30)
+        Duration::from_millis(self.budget_ms) + self.autotune_limit() * 2 + Duration::from_secs(30)
     }
 
-    fn config(&self) -> BenchConfig {
+    /// The round loop's settings for one regime over `sets` buffer sets: the ranked
+    /// regime times every asked mode in two thirds of the budget; the one beside it
+    /// times `graph` only, in the last third. A cold rotation is walked whole by every
+    /// sample.
+    fn config_for(&self, regime: Regime, sets: usize) -> BenchConfig {
+        let (modes, share) = if regime == RANKED { (self.modes.clone(), 2.0 / 3.0) } else { (vec![Mode::Graph], 1.0 / 3.0) };
         BenchConfig {
-            modes: self.modes.clone(),
+            modes,
             target_rel: self.target_rel,
-            budget: Duration::from_millis(self.budget_ms),
+            budget: Duration::from_millis(self.budget_ms).mul_f64(share),
             seed: self.seed,
+            min_launches: if regime == Regime::L2Cold { u32::try_from(sets).unwrap_or(u32::MAX) } else { 1 },
             ..BenchConfig::default()
         }
     }
@@ -142,15 +154,63 @@ fn timing_failure(candidate: &str) -> impl Fn(GpuError) -> StageFailure + '_ {
     }
 }
 
+/// The cache regimes every benchmark times (docs/verification.md, "Timing regimes").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Regime {
+    /// Every launch reads the same buffer set: its inputs are in the L2 cache when they
+    /// fit there, as in a loop that multiplies the same operands again and again.
+    L2Warm,
+    /// The launches rotate over buffer sets spanning at least twice the L2 cache, so a
+    /// launch's inputs were evicted since it last read them, as a layer's weights are in
+    /// a model: what Triton's `do_bench` and nvbench measure by default.
+    L2Cold,
+}
+
+impl Regime {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Regime::L2Warm => "l2_warm",
+            Regime::L2Cold => "l2_cold",
+        }
+    }
+}
+
+/// The regime the catalog ranks by: a run's top-level `timings`, `speedups` and
+/// `baselines` are this regime's, and the other is stored beside them in `regimes`.
+/// Cold, because it is the regime a model's layer runs in: a kernel that wins only
+/// while its weights sit in the L2 cache loses inside the model.
+pub const RANKED: Regime = Regime::L2Cold;
+
+/// The regime shown beside the ranked one.
+pub const SHOWN_BESIDE: Regime = Regime::L2Warm;
+
+/// Buffer sets an L2-cold rotation needs: enough to span twice `l2_bytes`, and at least
+/// `min_sets` (2 or more, so that consecutive launches never share a set).
+pub fn cold_sets(p: &Problem, workspace_bytes: u64, l2_bytes: u64, min_sets: usize) -> usize {
+    let set = crate::bench::baselines::set_bytes(p, workspace_bytes).max(1);
+    let needed = (2 * l2_bytes).div_ceil(set);
+    usize::try_from(needed).unwrap_or(usize::MAX).max(min_sets.max(2))
+}
+
+/// At most this share of the device's memory goes to the three rotations (candidate,
+/// NN and TN baselines); a cold rotation that would need more is cut, and its `cache`
+/// then reads `l2_mixed` or `l2_warm` by its real footprint.
+const ROTATION_MEMORY_SHARE: f64 = 0.3;
+
 fn run_bench(gpu: &Gpu, job: &Job, settings: &BenchSettings) -> Result<(serde_json::Value, Option<StageFailure>), StageFailure> {
     let started = Instant::now();
     let p = job.manifest.problem;
     let harness = |e: GpuError| StageFailure::new(Verdict::InternalError, BENCH, format!("the harness failed: {e}"));
-    let sets = settings.sets.max(2);
+    let ws = job.manifest.workspace_bytes;
+    let l2 = gpu.facts().l2_cache_bytes;
+    let one_set = crate::bench::baselines::set_bytes(&p, ws).max(1);
+    let fits = (gpu.facts().total_memory_bytes as f64 * ROTATION_MEMORY_SHARE / (3 * one_set) as f64) as usize;
+    let sets = cold_sets(&p, ws, l2, settings.sets).min(fits.max(2));
     let loaded = gpu.load_ptx(&job.ptx).map_err(harness)?;
     let (a_len, b_len) = (p.m as usize * p.k as usize, p.k as usize * p.n as usize);
     let pool = Pool::new(gpu, a_len.max(b_len) + 4_000_037, settings.seed).map_err(harness)?;
-    let cand_ops = operand_sets_with(gpu, &pool, &p, job.manifest.workspace_bytes, sets, 0).map_err(harness)?;
+    let cand_ops = operand_sets_with(gpu, &pool, &p, ws, sets, 0).map_err(harness)?;
     let nn = operand_sets(gpu, &pool, &Problem { layout: Layout::Nn, ..p }, sets, 1).map_err(harness)?;
     let tn = operand_sets(gpu, &pool, &Problem { layout: Layout::Tn, ..p }, sets, 2).map_err(harness)?;
     let prepared = cand_ops
@@ -162,29 +222,56 @@ fn run_bench(gpu: &Gpu, job: &Job, settings: &BenchSettings) -> Result<(serde_js
     let setup_ms = started.elapsed().as_secs_f64() * 1e3;
 
     let at = Instant::now();
-    let opts = AutotuneOptions { max_candidates: settings.autotune_max.max(1), budget: settings.autotune_budget(), ..AutotuneOptions::default() };
+    let opts = AutotuneOptions { max_candidates: settings.autotune_max.max(1), screen_limit: settings.autotune_limit(), ..AutotuneOptions::default() };
     let six = SixBaselines::build(gpu, &nn, &tn, &|ops| autotune::autotune(gpu, ops, &opts).map(|(lt, c)| (lt, c, false))).map_err(harness)?;
     let autotune_ms = at.elapsed().as_secs_f64() * 1e3;
 
     let candidate_label = prepared[0].label();
-    let mut contenders: Vec<Vec<&dyn Contender>> = vec![prepared.iter().map(|c| c as &dyn Contender).collect()];
-    contenders.extend(six.sets());
-    let report = runner::benchmark(gpu, &contenders, p.shape().flops(), &settings.config()).map_err(timing_failure(&candidate_label))?;
-
     let slots: Vec<BaselineSlot> = SLOTS.iter().enumerate().map(|(i, &(library, layout))| BaselineSlot { contender: i + 1, library, layout }).collect();
-    let mut baselines = Vec::new();
-    for (i, &(library, layout)) in SLOTS.iter().enumerate() {
-        let config = six.config(i, &Problem { layout, ..p }).map_err(harness)?;
-        let Some(ct) = report.contenders.get(i + 1) else { continue };
-        for (mode, timing) in &ct.timings {
-            baselines.push(serde_json::json!({
-                "library": library.as_str(), "layout": layout.as_str(), "mode": mode.as_str(),
-                "timing": timing, "config": config, "launches_per_sample": ct.launches_per_sample,
-            }));
+    let sets_of = |regime: Regime| match regime {
+        Regime::L2Warm => 1,
+        Regime::L2Cold => sets,
+    };
+    let mut regimes = serde_json::Map::new();
+    let mut ranked = None;
+    for regime in [RANKED, SHOWN_BESIDE] {
+        let n = sets_of(regime);
+        let mut contenders: Vec<Vec<&dyn Contender>> = vec![prepared[..n].iter().map(|c| c as &dyn Contender).collect()];
+        contenders.extend(six.sets().into_iter().map(|mut s| {
+            s.truncate(n);
+            s
+        }));
+        let config = settings.config_for(regime, n);
+        let report = runner::benchmark(gpu, &contenders, p.shape().flops(), &config).map_err(timing_failure(&candidate_label))?;
+        let mut baselines = Vec::new();
+        for (i, &(library, layout)) in SLOTS.iter().enumerate() {
+            let config = six.config(i, &Problem { layout, ..p }).map_err(harness)?;
+            let Some(ct) = report.contenders.get(i + 1) else { continue };
+            for (mode, timing) in &ct.timings {
+                baselines.push(serde_json::json!({
+                    "library": library.as_str(), "layout": layout.as_str(), "mode": mode.as_str(),
+                    "timing": timing, "config": config, "launches_per_sample": ct.launches_per_sample,
+                }));
+            }
+        }
+        let candidate = &report.contenders[0];
+        let mut summary = regime_of(&p, ws, n, l2);
+        if let Some(map) = summary.as_object_mut() {
+            map.insert("timings".into(), serde_json::json!(candidate.timings));
+            map.insert("speedups".into(), runner::speedups(&report, 0, &slots));
+            map.insert("baselines".into(), serde_json::Value::Array(baselines));
+            map.insert("launches_per_sample".into(), candidate.launches_per_sample.into());
+            map.insert("converged".into(), report.converged.into());
+            map.insert("rounds".into(), report.rounds.into());
+            map.insert("elapsed_ms".into(), (report.elapsed.as_secs_f64() * 1e3).into());
+        }
+        regimes.insert(regime.as_str().into(), summary);
+        if regime == RANKED {
+            ranked = Some(report);
         }
     }
-    let candidate = &report.contenders[0];
-    drop(contenders);
+    let report = ranked.ok_or_else(|| StageFailure::new(Verdict::InternalError, BENCH, "the ranked regime was not timed"))?;
+    let ranked_view = regimes.get(RANKED.as_str()).cloned().unwrap_or_default();
 
     // The re-check, on a buffer set picked at random after timing (first: the checks
     // below change the sets' outputs).
@@ -193,24 +280,38 @@ fn run_bench(gpu: &Gpu, job: &Job, settings: &BenchSettings) -> Result<(serde_js
     let (recheck, recheck_failure) = recheck(gpu, job, &cand_ops[set], &prepared[set], set)?;
     let recheck_ms = at.elapsed().as_secs_f64() * 1e3;
 
-    // Launches inside a sequence shaped like the timed one must do their work.
+    // Launches inside a sequence shaped like each timed one must do their work: the cold
+    // rotation, and the warm regime's one set launched back to back (where a kernel that
+    // keeps state in its workspace finds its own previous launch right before it).
     let at = Instant::now();
-    let (sequence_checks, sequence_failure) = sequence::check_timed_sequences(gpu, job, &cand_ops, &prepared, candidate.launches_per_sample)?;
+    let mut sequence_checks = serde_json::Map::new();
+    let mut sequence_failure = None;
+    for regime in [RANKED, SHOWN_BESIDE] {
+        let n = sets_of(regime);
+        let launches = regimes[regime.as_str()]["launches_per_sample"].as_u64().unwrap_or(1) as u32;
+        let (checks, failure) = sequence::check_timed_sequences(gpu, job, &cand_ops[..n], &prepared[..n], launches)?;
+        sequence_checks.insert(regime.as_str().into(), serde_json::to_value(checks).unwrap_or_default());
+        if failure.is_some() {
+            sequence_failure = failure;
+            break;
+        }
+    }
     let sequence_ms = at.elapsed().as_secs_f64() * 1e3;
     let failure = recheck_failure.or(sequence_failure);
 
     let bench = serde_json::json!({
-        "timings": candidate.timings,
-        "baselines": baselines,
-        "speedups": runner::speedups(&report, 0, &slots),
+        "timings": ranked_view["timings"],
+        "baselines": ranked_view["baselines"],
+        "speedups": ranked_view["speedups"],
         "device_start": report.device_start,
         "device_end": report.device_end,
         "converged": report.converged,
         "rounds": report.rounds,
         "elapsed_ms": report.elapsed.as_secs_f64() * 1e3,
-        "launches_per_sample": candidate.launches_per_sample,
+        "launches_per_sample": ranked_view["launches_per_sample"],
         "buffer_sets": sets,
-        "regime": regime(&p, job.manifest.workspace_bytes, sets, gpu.facts().l2_cache_bytes),
+        "regime": RANKED.as_str(),
+        "regimes": regimes,
         "settings": settings,
         "recheck": recheck,
         "sequence_checks": sequence_checks,
@@ -223,25 +324,23 @@ fn run_bench(gpu: &Gpu, job: &Job, settings: &BenchSettings) -> Result<(serde_js
     Ok((bench, failure))
 }
 
-/// The cache regime of the timings, from what one contender's rotation touches: every
-/// contender's launches walk over `sets` buffer sets of A, B and C (and the workspace).
-/// `l2_warm`: the whole rotation fits in the L2 cache, so a launch finds its inputs
-/// there; `l2_cold`: it spans at least twice the L2, so a launch's inputs were evicted
-/// since it last read them, as a layer's weights are in a real model; `l2_mixed`
-/// between. Baselines and candidate share the regime: each rotates over as many sets of
-/// the same sizes.
-pub fn regime(p: &Problem, workspace_bytes: u64, sets: usize, l2_bytes: u64) -> serde_json::Value {
-    let set_bytes = 2 * (p.m as u64 * p.k as u64 + p.k as u64 * p.n as u64 + p.m as u64 * p.n as u64) + workspace_bytes;
-    let footprint = set_bytes.saturating_mul(sets as u64);
+/// What one regime's rotation touches: every contender's launches walk over `sets`
+/// buffer sets of A, B and C (and the workspace). `cache` names what that does to the
+/// L2: `l2_warm`, the whole rotation fits in it; `l2_cold`, it spans at least twice the
+/// L2; `l2_mixed` between. (The warm regime's one set of a large problem is itself
+/// larger than the L2: its `cache` says so.) Baselines and candidate share the regime:
+/// each rotates over as many sets of the same sizes.
+pub fn regime_of(p: &Problem, workspace_bytes: u64, sets: usize, l2_bytes: u64) -> serde_json::Value {
+    let footprint = crate::bench::baselines::set_bytes(p, workspace_bytes).saturating_mul(sets as u64);
     let multiple = if l2_bytes > 0 { footprint as f64 / l2_bytes as f64 } else { f64::INFINITY };
-    let name = if multiple <= 1.0 {
+    let cache = if multiple <= 1.0 {
         "l2_warm"
     } else if multiple >= 2.0 {
         "l2_cold"
     } else {
         "l2_mixed"
     };
-    serde_json::json!({"name": name, "buffer_sets": sets, "footprint_bytes": footprint, "l2_bytes": l2_bytes, "l2_multiple": multiple})
+    serde_json::json!({"buffer_sets": sets, "footprint_bytes": footprint, "l2_bytes": l2_bytes, "l2_multiple": multiple, "cache": cache})
 }
 
 /// Re-checks the output a timed launch left in buffer set `set` (see the module docs).
@@ -318,15 +417,44 @@ mod tests {
         let l2 = 50 << 20;
         let p = |m, n, k| Problem::new(Arch::Sm90, Acc::F32, Layout::Tn, Shape::new(m, n, k).expect("shape"));
         // 1024³: 6 MiB a set, 18 MiB over three sets: warm.
-        assert_eq!(regime(&p(1024, 1024, 1024), 0, 3, l2)["name"], "l2_warm");
+        assert_eq!(regime_of(&p(1024, 1024, 1024), 0, 3, l2)["cache"], "l2_warm");
         // 2048³: 24 MiB a set, 72 MiB: mixed.
-        let r = regime(&p(2048, 2048, 2048), 0, 3, l2);
-        assert_eq!(r["name"], "l2_mixed");
+        let r = regime_of(&p(2048, 2048, 2048), 0, 3, l2);
+        assert_eq!(r["cache"], "l2_mixed");
         assert_eq!(r["footprint_bytes"], 3 * 3 * 2 * 2048 * 2048);
         assert!((r["l2_multiple"].as_f64().expect("multiple") - 1.44).abs() < 1e-9);
-        // 8192³: 384 MiB a set: cold; a workspace counts too.
-        assert_eq!(regime(&p(8192, 8192, 8192), 0, 3, l2)["name"], "l2_cold");
-        assert_eq!(regime(&p(1024, 1024, 1024), 100 << 20, 3, l2)["name"], "l2_cold");
+        // 8192³: 384 MiB a set: cold even alone; a workspace counts too.
+        assert_eq!(regime_of(&p(8192, 8192, 8192), 0, 1, l2)["cache"], "l2_cold");
+        assert_eq!(regime_of(&p(1024, 1024, 1024), 100 << 20, 3, l2)["cache"], "l2_cold");
+    }
+
+    #[test]
+    fn a_cold_rotation_spans_twice_the_l2_whatever_the_problem() {
+        let l2: u64 = 50 << 20;
+        let p = |m, n, k| Problem::new(Arch::Sm90, Acc::F32, Layout::Tn, Shape::new(m, n, k).expect("shape"));
+        for (m, n, k) in [(64, 64, 64), (1, 4096, 4096), (128, 512, 3584), (2048, 2048, 2048), (8192, 8192, 8192)] {
+            let sets = cold_sets(&p(m, n, k), 0, l2, 3);
+            assert!(sets >= 3, "{m}x{n}x{k}: {sets}");
+            assert_eq!(regime_of(&p(m, n, k), 0, sets, l2)["cache"], "l2_cold", "{m}x{n}x{k} over {sets} sets");
+            // And not wastefully more than needed (beyond the floor of 3).
+            if sets > 3 {
+                assert_ne!(regime_of(&p(m, n, k), 0, sets - 1, l2)["cache"], "l2_cold", "{m}x{n}x{k}: {sets} is more than needed");
+            }
+        }
+        // 64³ needs thousands of 24 KiB sets, every one walked by each sample.
+        assert_eq!(cold_sets(&p(64, 64, 64), 0, l2, 3), 4267);
+    }
+
+    #[test]
+    fn the_ranked_regime_gets_every_mode_and_the_other_graph_only() {
+        let s = BenchSettings { budget_ms: 900, ..BenchSettings::default() };
+        let cold = s.config_for(Regime::L2Cold, 4267);
+        let warm = s.config_for(Regime::L2Warm, 1);
+        assert_eq!(RANKED, Regime::L2Cold);
+        assert_eq!(cold.modes, s.modes);
+        assert_eq!(warm.modes, vec![Mode::Graph]);
+        assert_eq!(cold.budget + warm.budget, Duration::from_millis(900));
+        assert_eq!((cold.min_launches, warm.min_launches), (4267, 1));
     }
 
     #[test]
@@ -336,13 +464,13 @@ mod tests {
         assert_eq!(s.budget_ms, 500);
         assert_eq!(s.modes, vec![Mode::Graph]);
         assert_eq!(s.sets, 3);
-        assert_eq!(s.autotune_budget(), Duration::from_millis(100));
-        assert_eq!(s.wall_time(), Duration::from_millis(500 + 200 + 30_000));
+        assert_eq!(s.autotune_limit(), Duration::from_secs(20), "a safety limit, not a budget");
+        assert_eq!(s.wall_time(), Duration::from_millis(500 + 2 * 20_000 + 30_000));
         let e = BenchSettings::of(&job(Some(serde_json::json!({"budjet_ms": 1})))).expect_err("unknown field");
         assert!(e.contains("budjet_ms"), "{e}");
         assert!(BenchSettings::of(&job(Some(serde_json::json!({"modes": ["fast"]})))).is_err());
-        let c = BenchSettings::default().config();
+        let c = BenchSettings::default().config_for(RANKED, 3);
         assert_eq!(c.modes, vec![Mode::Graph, Mode::Offline]);
-        assert_eq!(c.budget, Duration::from_secs(3));
+        assert_eq!(c.budget, Duration::from_secs(2));
     }
 }

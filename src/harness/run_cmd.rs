@@ -97,6 +97,28 @@ pub fn table(job: &Job, o: &RunOutcome, wall: Duration) -> String {
         num(b, "elapsed_ms"),
         b["recheck"]["detail"].as_str().unwrap_or("-")
     );
+    match b["regimes"].as_object() {
+        Some(regimes) => {
+            for (name, r) in regimes {
+                let ranked = if b["regime"] == name.as_str() { ", ranked" } else { "" };
+                let _ = writeln!(
+                    s,
+                    "\n== {name}{ranked}: {} buffer set(s), {:.1}× the L2 cache ({}), {} launches a sample",
+                    r["buffer_sets"],
+                    num(r, "l2_multiple"),
+                    r["cache"].as_str().unwrap_or("?"),
+                    r["launches_per_sample"]
+                );
+                mode_tables(&mut s, r);
+            }
+        }
+        None => mode_tables(&mut s, b),
+    }
+    s
+}
+
+/// Per mode: the candidate's median and every baseline with the candidate's speedup.
+fn mode_tables(s: &mut String, b: &serde_json::Value) {
     for mode in Mode::ALL {
         let Some(t) = b["timings"].get(mode.as_str()) else { continue };
         let _ = writeln!(s, "\n[{}] candidate: median {:.2} µs (95% CI {:.2}–{:.2}), {:.1} TFLOP/s", mode.as_str(), num(t, "median_us"), num(t, "ci95_low_us"), num(t, "ci95_high_us"), num(t, "tflops"));
@@ -111,7 +133,6 @@ pub fn table(job: &Job, o: &RunOutcome, wall: Duration) -> String {
             let _ = writeln!(s, "  {:<22} {:>12} {:>10} {:>9.3}×", key, "", "", num(sp, &key));
         }
     }
-    s
 }
 
 #[cfg(test)]
@@ -139,5 +160,27 @@ mod tests {
         assert!(!text.contains("[offline]"), "{text}");
         let plain = table(&job, &RunOutcome::early(Verdict::Timeout, "sandbox", "killed"), Duration::ZERO);
         assert!(plain.contains("verdict  timeout") && !plain.contains("candidate"), "{plain}");
+    }
+
+    #[test]
+    fn each_regime_gets_its_own_table_named_and_the_ranked_one_marked() {
+        let p = Problem::new(Arch::Sm90, Acc::F32, Layout::Tn, Shape::new(256, 256, 256).expect("shape"));
+        let job = Job { ptx: String::new(), manifest: manifest_for(&p, &SimpleConfig::SMALL), secret_seed: 1, watchdog_ms: None, bench: None };
+        let mut o = RunOutcome::early(Verdict::Pass, "verification", "passed");
+        let t = |us: f64| serde_json::json!({"median_us": us, "ci95_low_us": us, "ci95_high_us": us, "tflops": 1.0});
+        let regime = |us: f64, sets: u32, multiple: f64, cache: &str| serde_json::json!({
+            "timings": {"graph": t(us)}, "buffer_sets": sets, "l2_multiple": multiple, "cache": cache, "launches_per_sample": sets,
+            "baselines": [], "speedups": {"graph": {"cublaslt_autotune_max": 10.0 / us}},
+        });
+        o.bench = Some(serde_json::json!({
+            "timings": {"graph": t(12.5)}, "rounds": 12, "converged": true, "elapsed_ms": 50.0, "recheck": {"detail": "ok"},
+            "regime": "l2_cold",
+            "regimes": {"l2_cold": regime(12.5, 800, 2.0, "l2_cold"), "l2_warm": regime(8.0, 1, 0.01, "l2_warm")},
+        }));
+        let text = table(&job, &o, Duration::from_millis(10));
+        assert!(text.contains("== l2_cold, ranked: 800 buffer set(s), 2.0× the L2 cache (l2_cold)"), "{text}");
+        assert!(text.contains("== l2_warm: 1 buffer set(s)"), "{text}");
+        assert!(text.contains("median 12.50 µs") && text.contains("median 8.00 µs"), "{text}");
+        assert!(text.contains("0.800×") && text.contains("1.250×"), "{text}");
     }
 }

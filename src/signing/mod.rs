@@ -258,6 +258,8 @@ mod tests {
             message: "verified and benchmarked: \"quoted\", back\\slash, tab\t, bell\u{7}, é → 😀".into(),
             timings: Some(r#"{"graph": {"median_us": 900.0, "ci95_low_us": 899.5, "ci95_high_us": 900.25, "tflops": 152.7, "samples": 200}, "server": {"median_us": 1.5e-7, "p99_us": 1e21}}"#.into()),
             speedups: Some(r#"{"graph": {"cublaslt_autotune_max": 1.0823, "cublas_max": 1.1}}"#.into()),
+            regime: Some("l2_cold".into()),
+            regimes: Some(r#"{"l2_cold": {"buffer_sets": 3, "l2_multiple": 2.25, "cache": "l2_cold", "timings": {"graph": {"median_us": 900.0}}, "speedups": {"graph": {"cublaslt_autotune_max": 1.0823}}}, "l2_warm": {"buffer_sets": 1, "l2_multiple": 0.75, "cache": "l2_warm", "timings": {"graph": {"median_us": 880.5}}, "speedups": {"graph": {"cublaslt_autotune_max": 1.1}}}}"#.into()),
             device: Some(r#"{"model": "NVIDIA H100 80GB HBM3", "sm_clock_mhz": 1980, "temperature_c": 41.5, "tiny": 0.000015, "big": 1e16, "neg": -2.5, "zero": -0.0, "u64": 18446744073709551615, "i64": -9223372036854775808}"#.into()),
             created_at: chrono::DateTime::parse_from_rfc3339("2026-11-20T12:00:00.123456Z").unwrap().to_utc(),
             details: Some(r#"{"stage": "deviation", "checks": [{"name": "exact", "passed": true, "detail": "4 runs", "ms": 12.5}]}"#.into()),

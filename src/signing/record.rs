@@ -39,6 +39,15 @@ pub struct Record {
     /// `{mode: {baseline: speedup}}`, as stored.
     #[schema(value_type = Option<Object>)]
     pub speedups: Option<serde_json::Value>,
+    /// The cache regime of `timings` and `speedups` (`l2_cold`, or `rotation_3_sets` for
+    /// runs timed before regimes were named); absent when not benchmarked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub regime: Option<String>,
+    /// The figures of every regime the run was timed in, as stored; absent for runs
+    /// timed before regimes were named.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub regimes: Option<serde_json::Value>,
     /// The GPU's facts: model, driver, CUDA and cuBLAS versions, clocks, temperature.
     #[schema(value_type = Option<Object>)]
     pub device: Option<serde_json::Value>,
@@ -63,6 +72,8 @@ impl Record {
             checks: details.and_then(|d| d.get("checks").cloned()).filter(|c| !c.is_null()),
             timings: run.timings,
             speedups: run.speedups,
+            regime: run.regime,
+            regimes: run.regimes,
             device: run.device,
             measured_at: run.measured_at,
         }

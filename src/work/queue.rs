@@ -93,7 +93,7 @@ pub async fn claim(db: &DatabaseConnection, who: &Claimant, lease: Duration, max
             let class = j.device_class.clone().unwrap_or_else(|| who.facts.device_class.clone());
             ensure_device_class(&txn, &who.facts, &class).await?;
             let mid = j.manifest_id.ok_or_else(|| corrupt(format!("verify job {} has no manifest", j.id)))?;
-            let r = insert_run(&txn, &j, mid, &class, Verdict::WorkerLost, &message, None, None, None, None, now).await?;
+            let r = insert_run(&txn, &j, mid, &class, Verdict::WorkerLost, &message, &Measured::default(), None, None, now).await?;
             finish_job(&txn, &j, state::FAILED, Some(r), Some(message), now).await?;
             txn.commit().await?;
             continue;
@@ -239,8 +239,7 @@ pub(crate) async fn insert_run<C: ConnectionTrait>(
     class: &str,
     verdict: Verdict,
     message: &str,
-    timings: Option<String>,
-    speedups: Option<String>,
+    measured: &Measured,
     device: Option<String>,
     details: Option<String>,
     now: DateTime<Utc>,
@@ -252,8 +251,10 @@ pub(crate) async fn insert_run<C: ConnectionTrait>(
         device_class: Set(class.to_string()),
         verdict: Set(verdict.as_str().to_string()),
         message: Set(message.to_string()),
-        timings: Set(timings),
-        speedups: Set(speedups),
+        timings: Set(measured.timings.as_ref().map(|v| v.to_string())),
+        speedups: Set(measured.speedups.as_ref().map(|v| v.to_string())),
+        regime: Set(measured.regime.clone()),
+        regimes: Set(measured.regimes.as_ref().map(|v| v.to_string())),
         device: Set(device),
         details: Set(details),
         created_at: Set(now),
@@ -298,21 +299,73 @@ pub enum Stored {
     NoRun,
 }
 
-/// Graph-mode (median, CI low, CI high) of a run's timings.
-fn graph_ci(timings: Option<&serde_json::Value>) -> Option<(f64, f64, f64)> {
-    let g = timings?.get("graph")?;
-    Some((g.get("median_us")?.as_f64()?, g.get("ci95_low_us")?.as_f64()?, g.get("ci95_high_us")?.as_f64()?))
+/// What a benchmark measured, as a run stores it: the ranked regime's timings and
+/// speedups (per mode), that regime's name, and every regime's figures.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Measured {
+    pub timings: Option<serde_json::Value>,
+    pub speedups: Option<serde_json::Value>,
+    pub regime: Option<String>,
+    pub regimes: Option<serde_json::Value>,
 }
 
-/// The catalog replacement rule: a passing run replaces the current entry when it is
-/// faster beyond both confidence intervals (its upper bound below the entry's lower
-/// bound). A benchmarked run replaces an unbenchmarked entry; otherwise ties, overlaps
-/// and unbenchmarked runs keep the older entry.
-pub fn supersedes(new: Option<&serde_json::Value>, current: Option<&serde_json::Value>) -> bool {
-    match (graph_ci(new), graph_ci(current)) {
-        (Some((_, _, new_high)), Some((_, cur_low, _))) => new_high < cur_low,
-        (Some(_), None) => true,
-        (None, _) => false,
+impl Measured {
+    /// From a run's `bench` object (`None`: not benchmarked).
+    pub fn of(bench: Option<&serde_json::Value>) -> Measured {
+        let get = |k: &str| bench.and_then(|b| b.get(k)).filter(|v| !v.is_null()).cloned();
+        Measured {
+            timings: get("timings"),
+            speedups: get("speedups"),
+            regime: get("regime").and_then(|v| v.as_str().map(str::to_string)),
+            regimes: get("regimes"),
+        }
+    }
+
+    /// The same from a stored run.
+    pub fn of_run(r: &run::Model) -> Measured {
+        let parse = |t: &Option<String>| t.as_deref().and_then(|t| serde_json::from_str(t).ok());
+        Measured { timings: parse(&r.timings), speedups: parse(&r.speedups), regime: r.regime.clone(), regimes: parse(&r.regimes) }
+    }
+
+    /// Graph-mode (median, CI low, CI high).
+    fn graph_ci(&self) -> Option<(f64, f64, f64)> {
+        let g = self.timings.as_ref()?.get("graph")?;
+        Some((g.get("median_us")?.as_f64()?, g.get("ci95_low_us")?.as_f64()?, g.get("ci95_high_us")?.as_f64()?))
+    }
+
+    /// Graph-mode speedup over cuBLASLt-autotune-max, measured side by side in the run.
+    fn graph_autotune_max(&self) -> Option<f64> {
+        self.speedups.as_ref()?.pointer(&format!("/graph/{}", crate::catalog::AUTOTUNE_MAX))?.as_f64()
+    }
+}
+
+/// The catalog replacement rule, for a passing run of manifest `new_manifest` against the
+/// current entry's run of `current_manifest`:
+/// - the same kernel measured again in a named regime replaces its older figures (how
+///   the catalog moves to the ranked regime: re-measuring never keeps a stale number);
+/// - runs in the same regime: the new one must be faster beyond both confidence
+///   intervals (its upper bound below the entry's lower bound);
+/// - runs in different regimes (an entry measured before regimes were named): their
+///   times do not compare, so each run's own graph speedup over cuBLASLt-autotune-max,
+///   measured side by side, decides, and the new one must be higher.
+///
+/// A benchmarked run replaces an unbenchmarked entry; otherwise ties, overlaps and
+/// unbenchmarked runs keep the older entry.
+pub fn supersedes(new_manifest: i32, new: &Measured, current_manifest: i32, current: &Measured) -> bool {
+    let Some((_, _, new_high)) = new.graph_ci() else { return false };
+    if new_manifest == current_manifest && new.regime.is_some() {
+        return true;
+    }
+    if new.regime != current.regime {
+        return match (new.graph_autotune_max(), current.graph_autotune_max()) {
+            (Some(n), Some(c)) => n > c,
+            (Some(_), None) => true,
+            (None, _) => current.graph_ci().is_none(),
+        };
+    }
+    match current.graph_ci() {
+        Some((_, cur_low, _)) => new_high < cur_low,
+        None => true,
     }
 }
 
@@ -339,8 +392,7 @@ pub async fn complete(db: &DatabaseConnection, job_id: i32, worker_id: &str, out
     let class = device.device_class.clone();
     ensure_device_class(&txn, device, &class).await?;
     let bench = outcome.bench.as_ref();
-    let timings = bench.and_then(|b| b.get("timings")).cloned();
-    let speedups = bench.and_then(|b| b.get("speedups")).cloned();
+    let measured = Measured::of(bench);
     let details = run_details(outcome, worker_id, j.attempts);
     let device_json = serde_json::to_string(device).ok();
     let run_id = insert_run(
@@ -350,15 +402,21 @@ pub async fn complete(db: &DatabaseConnection, job_id: i32, worker_id: &str, out
         &class,
         outcome.verdict,
         &outcome.message,
-        timings.as_ref().map(|v| v.to_string()),
-        speedups.as_ref().map(|v| v.to_string()),
+        &measured,
         device_json,
         Some(details.to_string()),
         now,
     )
     .await?;
     store_baselines(&txn, j.problem_id, &class, bench, now).await?;
-    let promoted = outcome.verdict == Verdict::Pass && promote_if_faster(&txn, &class, j.problem_id, run_id, timings.as_ref(), now).await?;
+    let promoted = if outcome.verdict == Verdict::Pass {
+        promote_if_faster(&txn, &class, j.problem_id, run_id, mid, &measured, now).await?
+    } else {
+        if outcome.verdict.is_kernel_fault() {
+            withdraw_if_current(&txn, &class, j.problem_id, mid, run_id).await?;
+        }
+        false
+    };
     finish_job(&txn, &j, state::DONE, Some(run_id), None, now).await?;
     txn.commit().await?;
     Ok(Stored::Run { run_id, promoted })
@@ -366,20 +424,13 @@ pub async fn complete(db: &DatabaseConnection, job_id: i32, worker_id: &str, out
 
 /// Makes a passing run the catalog entry of (class, problem) when it [`supersedes`] the
 /// current one (or there is none); whether it did.
-pub(crate) async fn promote_if_faster<C: ConnectionTrait>(db: &C, class: &str, problem_id: i32, run_id: i32, timings: Option<&serde_json::Value>, now: DateTime<Utc>) -> Result<bool, DbErr> {
-    let current = catalog_entry::Entity::find()
-        .filter(catalog_entry::Column::DeviceClass.eq(class))
-        .filter(catalog_entry::Column::ProblemId.eq(problem_id))
-        .order_by_desc(catalog_entry::Column::Id)
-        .one(db)
-        .await?;
-    let wins = match &current {
+pub(crate) async fn promote_if_faster<C: ConnectionTrait>(db: &C, class: &str, problem_id: i32, run_id: i32, manifest_id: i32, measured: &Measured, now: DateTime<Utc>) -> Result<bool, DbErr> {
+    let wins = match current_entry(db, class, problem_id).await? {
         None => true,
-        Some(e) => {
-            let cur = run::Entity::find_by_id(e.run_id).one(db).await?;
-            let cur_timings = cur.and_then(|r| r.timings).and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok());
-            supersedes(timings, cur_timings.as_ref())
-        }
+        Some(e) => match run::Entity::find_by_id(e.run_id).one(db).await? {
+            Some(cur) => supersedes(manifest_id, measured, cur.manifest_id, &Measured::of_run(&cur)),
+            None => true,
+        },
     };
     if wins {
         catalog_entry::ActiveModel { device_class: Set(class.to_string()), problem_id: Set(problem_id), run_id: Set(run_id), created_at: Set(now), ..Default::default() }
@@ -387,6 +438,43 @@ pub(crate) async fn promote_if_faster<C: ConnectionTrait>(db: &C, class: &str, p
             .await?;
     }
     Ok(wins)
+}
+
+async fn current_entry<C: ConnectionTrait>(db: &C, class: &str, problem_id: i32) -> Result<Option<catalog_entry::Model>, DbErr> {
+    catalog_entry::Entity::find()
+        .filter(catalog_entry::Column::DeviceClass.eq(class))
+        .filter(catalog_entry::Column::ProblemId.eq(problem_id))
+        .order_by_desc(catalog_entry::Column::Id)
+        .one(db)
+        .await
+}
+
+/// A kernel the catalog serves that fails verification when run again (a stage added
+/// since it was admitted caught it) stops being served: the entries of (class,
+/// problem) that point at its runs are deleted, so the one before it, if any, is served
+/// again. The runs stay, the failing one included, as the record of why.
+pub(crate) async fn withdraw_if_current<C: ConnectionTrait>(db: &C, class: &str, problem_id: i32, manifest_id: i32, failing_run: i32) -> Result<bool, DbErr> {
+    let Some(e) = current_entry(db, class, problem_id).await? else { return Ok(false) };
+    let Some(cur) = run::Entity::find_by_id(e.run_id).one(db).await? else { return Ok(false) };
+    if cur.manifest_id != manifest_id {
+        return Ok(false);
+    }
+    let runs_of_kernel: Vec<i32> = run::Entity::find()
+        .filter(run::Column::ManifestId.eq(manifest_id))
+        .filter(run::Column::DeviceClass.eq(class))
+        .all(db)
+        .await?
+        .into_iter()
+        .map(|r| r.id)
+        .collect();
+    let gone = catalog_entry::Entity::delete_many()
+        .filter(catalog_entry::Column::DeviceClass.eq(class))
+        .filter(catalog_entry::Column::ProblemId.eq(problem_id))
+        .filter(catalog_entry::Column::RunId.is_in(runs_of_kernel))
+        .exec(db)
+        .await?;
+    tracing::warn!(class, problem_id, manifest_id, failing_run, withdrawn = gone.rows_affected, "a served kernel failed verification when run again: withdrawn");
+    Ok(gone.rows_affected > 0)
 }
 
 /// A run's `details`: the stage that decided, every check, ptxas and JIT reports, and the
@@ -481,23 +569,51 @@ pub fn worker_id(gpu: &str) -> String {
 mod tests {
     use super::*;
 
-    fn t(median: f64, low: f64, high: f64) -> serde_json::Value {
-        serde_json::json!({"graph": {"median_us": median, "ci95_low_us": low, "ci95_high_us": high}})
+    fn m(regime: Option<&str>, median: f64, low: f64, high: f64, speedup: f64) -> Measured {
+        Measured {
+            timings: Some(serde_json::json!({"graph": {"median_us": median, "ci95_low_us": low, "ci95_high_us": high}})),
+            speedups: Some(serde_json::json!({"graph": {"cublaslt_autotune_max": speedup}})),
+            regime: regime.map(str::to_string),
+            regimes: None,
+        }
     }
 
     #[test]
     fn a_run_replaces_the_entry_only_beyond_both_intervals() {
-        let cur = t(100.0, 99.0, 101.0);
-        assert!(supersedes(Some(&t(90.0, 89.5, 90.5)), Some(&cur)));
+        let cold = Some("l2_cold");
+        let cur = m(cold, 100.0, 99.0, 101.0, 1.0);
+        assert!(supersedes(2, &m(cold, 90.0, 89.5, 90.5, 1.1), 1, &cur));
         // Faster median, but the intervals overlap: the older entry stays.
-        assert!(!supersedes(Some(&t(98.9, 98.0, 99.5)), Some(&cur)));
+        assert!(!supersedes(2, &m(cold, 98.9, 98.0, 99.5, 1.01), 1, &cur));
         // A tie keeps the older.
-        assert!(!supersedes(Some(&cur), Some(&cur)));
+        assert!(!supersedes(2, &cur, 1, &cur));
         // Slower never wins.
-        assert!(!supersedes(Some(&t(120.0, 119.0, 121.0)), Some(&cur)));
+        assert!(!supersedes(2, &m(cold, 120.0, 119.0, 121.0, 0.8), 1, &cur));
         // Benchmarked beats unbenchmarked; unbenchmarked never replaces.
-        assert!(supersedes(Some(&cur), None));
-        assert!(!supersedes(None, Some(&cur)));
-        assert!(!supersedes(None, None));
+        assert!(supersedes(2, &cur, 1, &Measured::default()));
+        assert!(!supersedes(2, &Measured::default(), 1, &cur));
+        assert!(!supersedes(2, &Measured::default(), 1, &Measured::default()));
+    }
+
+    #[test]
+    fn the_same_kernel_measured_again_in_a_named_regime_replaces_its_figures() {
+        // A legacy entry (no regime) re-measured cold: slower in µs and in speedup, and
+        // still the newer, honest figure of the same kernel.
+        let legacy = m(None, 50.0, 49.9, 50.1, 1.06);
+        let again = m(Some("l2_cold"), 55.0, 54.9, 55.1, 1.01);
+        assert!(supersedes(7, &again, 7, &legacy));
+        // Another kernel, though, must win by the rules.
+        assert!(!supersedes(8, &again, 7, &legacy));
+        // A re-measure without a named regime is not a re-measure in the ranked regime.
+        assert!(!supersedes(7, &m(None, 55.0, 54.9, 55.1, 1.01), 7, &legacy));
+    }
+
+    #[test]
+    fn across_regimes_the_speedups_measured_side_by_side_decide_not_the_times() {
+        let legacy = m(None, 50.0, 49.9, 50.1, 1.02);
+        // Slower in µs (cold), but a higher speedup over its own baselines: it wins.
+        assert!(supersedes(2, &m(Some("l2_cold"), 60.0, 59.9, 60.1, 1.05), 1, &legacy));
+        // Faster in µs but a lower speedup: it does not.
+        assert!(!supersedes(2, &m(Some("l2_cold"), 40.0, 39.9, 40.1, 1.01), 1, &legacy));
     }
 }

@@ -868,9 +868,8 @@ pub async fn complete(db: &DatabaseConnection, job_id: i32, worker_id: &str, out
     queue::ensure_device_class(&txn, &device, &class).await?;
     let run_out = &outcome.run;
     let bench = run_out.bench.as_ref();
-    let speedups = bench.and_then(|b| b.get("speedups")).cloned();
-    let timings = bench.and_then(|b| b.get("timings")).cloned();
-    let graph_speedups = speedups.as_ref().and_then(|s| s.get("graph")).cloned();
+    let measured = queue::Measured::of(bench);
+    let graph_speedups = measured.speedups.as_ref().and_then(|s| s.get("graph")).cloned();
     let mut result = TuneResult {
         verdict: Some(run_out.verdict),
         message: run_out.message.clone(),
@@ -892,8 +891,7 @@ pub async fn complete(db: &DatabaseConnection, job_id: i32, worker_id: &str, out
             &class,
             run_out.verdict,
             &run_out.message,
-            timings.as_ref().map(|v| v.to_string()),
-            speedups.as_ref().map(|v| v.to_string()),
+            &measured,
             serde_json::to_string(&device).ok(),
             Some(details.to_string()),
             now,
@@ -902,7 +900,7 @@ pub async fn complete(db: &DatabaseConnection, job_id: i32, worker_id: &str, out
         queue::store_baselines(&txn, j.problem_id, &class, bench, now).await?;
         // Into the catalog only when it passed and beat every baseline.
         if run_out.verdict == Verdict::Pass && catalog::beats_all(&graph_speedups) == Some(true) {
-            result.promoted = queue::promote_if_faster(&txn, &class, j.problem_id, rid, timings.as_ref(), now).await?;
+            result.promoted = queue::promote_if_faster(&txn, &class, j.problem_id, rid, mid, &measured, now).await?;
         }
         run_id = Some(rid);
     }

@@ -310,4 +310,68 @@ fn a_whole_run_verifies_then_benchmarks_against_the_baselines() {
     println!("RUNBENCH recheck {}", bench["recheck"]["detail"]);
     println!("RUNBENCH setup {} ms, autotune {} ms, timing {} ms, recheck {} ms, rounds {}, converged {}",
         bench["setup_ms"], bench["autotune_ms"], bench["elapsed_ms"], bench["recheck_ms"], bench["rounds"], bench["converged"]);
+    both_regimes_were_timed(bench, 2048 * 2048 * 2 * 3);
+}
+
+/// The checks on a benchmark's two regimes: ranked L2-cold over a rotation spanning at
+/// least twice the L2 and walked whole by every sample, L2-warm on one set; the baselines
+/// in each; every algorithm the heuristic offered screened by the autotune; the timed
+/// sequences of both checked. `set_bytes`: one buffer set's A, B and C.
+fn both_regimes_were_timed(bench: &serde_json::Value, set_bytes: u64) {
+    assert_eq!(bench["regime"], "l2_cold");
+    let cold = &bench["regimes"]["l2_cold"];
+    let warm = &bench["regimes"]["l2_warm"];
+    assert_eq!(cold["timings"], bench["timings"], "the top-level figures are the ranked regime's");
+    assert_eq!(cold["cache"], "l2_cold", "{cold}");
+    assert!(cold["l2_multiple"].as_f64().is_some_and(|x| x >= 2.0), "{}", cold["l2_multiple"]);
+    let sets = cold["buffer_sets"].as_u64().expect("sets");
+    assert!(cold["launches_per_sample"].as_u64().is_some_and(|r| r >= sets), "every sample walks the rotation: {cold}");
+    assert!(cold["footprint_bytes"].as_u64().is_some_and(|f| f >= sets * set_bytes));
+    assert_eq!(warm["buffer_sets"], 1);
+    assert!(warm["timings"]["graph"]["median_us"].as_f64().is_some_and(|x| x.is_finite() && x > 0.0), "{warm}");
+    assert!(warm["timings"].get("offline").is_none(), "the regime beside is timed in graph mode only");
+    assert_eq!(warm["baselines"].as_array().map(Vec::len), Some(6), "six baselines, graph mode");
+    for b in bench["baselines"].as_array().expect("baselines").iter().filter(|b| b["library"] == "cublaslt_autotune") {
+        let a = &b["config"]["autotune"];
+        assert_eq!(a["candidates_timed"], a["candidates_offered"], "every offered algorithm is screened: {a}");
+    }
+    for regime in ["l2_cold", "l2_warm"] {
+        let checks = bench["sequence_checks"][regime].as_array().unwrap_or_else(|| panic!("{regime}: {}", bench["sequence_checks"]));
+        assert_eq!(checks.len(), 4, "{regime}");
+        assert!(checks.iter().all(|c| c["passed"] == true), "{regime}: {checks:?}");
+    }
+    let us = |r: &serde_json::Value| r["timings"]["graph"]["median_us"].as_f64().unwrap_or(f64::NAN);
+    let speed = |r: &serde_json::Value| r["speedups"]["graph"]["cublaslt_autotune_max"].as_f64().unwrap_or(f64::NAN);
+    println!(
+        "RUNBENCH regimes: l2_cold {} sets ({:.1}× L2), R {}, {:.2} µs, {:.3}× autotune-max; l2_warm {:.2} µs, {:.3}×",
+        sets,
+        cold["l2_multiple"].as_f64().unwrap_or(f64::NAN),
+        cold["launches_per_sample"],
+        us(cold),
+        speed(cold),
+        us(warm),
+        speed(warm)
+    );
+}
+
+/// A small problem's L2-cold rotation needs thousands of buffer sets (64×256×128: 120 KiB
+/// a set, about 900 on an H100), every one walked by each sample: it must still fit the
+/// run's time and give both regimes.
+#[test]
+fn a_small_problem_is_timed_cold_over_a_rotation_of_thousands_of_sets() {
+    if !gpu_and_nvrtc_here() {
+        return;
+    }
+    let p = problem(Acc::F32, Layout::Tn, (64, 256, 128));
+    let mut job = simple_job_for(p, SimpleConfig::SMALL).expect("compile simple");
+    job.bench = Some(serde_json::json!({"modes": ["graph", "offline"], "budget_ms": 900}));
+    let started = Instant::now();
+    let o = sandbox::run_with(&sandbox_command(), &job, sandbox::default_wall_limit(&job));
+    let wall = started.elapsed();
+    println!("{}", kaas::harness::run_cmd::table(&job, &o, wall));
+    assert_eq!(o.verdict, Verdict::Pass, "{}: {}", o.stage, o.message);
+    let bench = o.bench.as_ref().expect("bench present after a pass");
+    both_regimes_were_timed(bench, 2 * (64 * 128 + 128 * 256 + 64 * 256));
+    println!("RUNBENCH small: whole run {:.2} s wall, setup {} ms, autotune {} ms, sequence checks {} ms", wall.as_secs_f64(), bench["setup_ms"], bench["autotune_ms"], bench["sequence_ms"]);
+    assert!(wall < Duration::from_secs(30), "{wall:?}");
 }

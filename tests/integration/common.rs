@@ -249,6 +249,8 @@ pub fn measured(median_us: f64, speedup: f64) -> RunRecord {
         measured_at: when(20),
         timings: Some(serde_json::json!({"graph": {"median_us": median_us, "tflops": 123.5}})),
         speedups: Some(serde_json::json!({"graph": {"cublas_max": speedup, "cublaslt_heuristic_max": speedup, "cublaslt_autotune_max": speedup}})),
+        regime: None,
+        regimes: None,
         device: Some(serde_json::json!({"model": "NVIDIA H100 80GB HBM3"})),
     }
 }
