@@ -38,6 +38,25 @@ pub enum Command {
         #[command(flatten)]
         db: DbArgs,
     },
+    /// Queue the catalog's own kernels again (every N-th entry of a device class), to be
+    /// verified and benchmarked by today's workers in both timing regimes; a run that
+    /// passes replaces the entry's figures, one that fails withdraws it.
+    Remeasure {
+        /// The device class whose entries to queue (the jobs run on it).
+        #[arg(long, default_value = "H100-SXM")]
+        device_class: String,
+        /// Every N-th entry in (layout, acc, M·N·K) order.
+        #[arg(long, default_value_t = 1)]
+        every: usize,
+        /// Start at this entry (0-based), to spread a pass over several runs.
+        #[arg(long, default_value_t = 0)]
+        offset: usize,
+        /// At most this many jobs.
+        #[arg(long)]
+        limit: Option<usize>,
+        #[command(flatten)]
+        db: DbArgs,
+    },
     /// Manage API tokens.
     Token {
         #[command(subcommand)]
@@ -220,6 +239,13 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             let conn = db.connect_existing().await?;
             let index = bundle::export(&conn, &dir).await.with_context(|| format!("exporting to {}", dir.display()))?;
             println!("exported {} catalog entries, {} artifacts, {} baselines to {}", index.entries.len(), index.artifacts.len(), index.baselines.len(), dir.display());
+            Ok(())
+        }
+        Command::Remeasure { device_class, every, offset, limit, db } => {
+            let conn = db.connect_existing().await?;
+            let sel = crate::work::remeasure::Selection { device_class, every, offset, limit };
+            let q = crate::work::remeasure::queue_entries(&conn, &sel).await?;
+            println!("{} catalog entries of {}: {} queued, {} already had an open job", q.entries, sel.device_class, q.queued, q.already_open);
             Ok(())
         }
         Command::Token { command, db } => {

@@ -18,6 +18,7 @@
 //! jobs: `queued`, `running`, `done`, `cancelled`, or `deleted`.
 
 pub mod queue;
+pub mod remeasure;
 pub mod submit;
 pub mod tune;
 pub mod views;

@@ -11,6 +11,7 @@ mod signing;
 mod downloads;
 mod fleet;
 mod holes;
+mod regimes;
 mod storage;
 mod source;
 mod submissions;
