@@ -696,7 +696,9 @@ request_run() {
     local workloads="$1" tokens="$2" budget="${3:-20000}" seconds="${4:-480}" bench="${5:-800}" w ids=()
     local top="$OUT/request"; mkdir -p "$top"; OUT="$top"
     rm -f /tmp/kaas-request.db*
-    start_server /tmp/kaas-request.db "$bench" --tune-budget-ms "$budget"
+    # KAAS_REQUEST_CATALOG: another catalog tree (e.g. one without the shipped workload
+    # bundle, to tune its problems again).
+    start_server /tmp/kaas-request.db "$bench" --tune-budget-ms "$budget" ${KAAS_REQUEST_CATALOG:+--catalog "$KAAS_REQUEST_CATALOG"}
     export KAAS_TOKEN="$("$K" token create --name ml-engineer --role admin 2>/dev/null)"
     for w in ${workloads//,/ }; do
         ids+=("$w:$("$K" request --workload "$w" ${tokens:+--tokens "$tokens"} --no-wait 2>>"$top/request.log" | tail -n 1)")

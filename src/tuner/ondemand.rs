@@ -11,9 +11,13 @@
 //! The search is the tuner's bandit ([`super::search::Ucb`]) over the candidates of the
 //! families that build code for the problem ([`candidates_for`]), seeded with the winners
 //! of the nearest catalog problems ([`Seed`], chosen by the worker from the database),
-//! timed against cuBLASLt's heuristic choice as `kaas tune` times (rotating buffer sets,
-//! CUDA graphs). Modules are compiled and loaded when first pulled, so the budget covers
-//! compiling too and the search tries as much as fits.
+//! timed as the benchmark ranks: CUDA graphs over an L2-cold rotation of buffer sets,
+//! against cuBLASLt-autotune-max (the faster of the autotuned NN and TN calls), the bar
+//! the kernel must clear to be served — so a reward is a speedup on the same scale as the
+//! seeds' and the catalog's. Modules are compiled and loaded when first pulled, so the
+//! budget covers compiling too and the search tries as much as fits. Then the best few
+//! ([`FINALISTS`]) are re-timed side by side with the reference, and verified in the
+//! order of that re-timing.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -31,6 +35,12 @@ use crate::verify::Verdict;
 
 /// Candidates verified, best first, before the job gives up on the search's ranking.
 pub const VERIFY_AT_MOST: usize = 3;
+/// Candidates re-timed side by side after the search, and how close to the best search
+/// reward they must be.
+pub const FINALISTS: usize = 5;
+const FINALIST_WITHIN: f64 = 0.10;
+/// Time for that re-timing.
+const RETIME_BUDGET: Duration = Duration::from_millis(1500);
 /// The prefix of a progress line on the child's stderr.
 pub const PROGRESS: &str = "kaas-progress ";
 
@@ -89,6 +99,15 @@ pub struct Tried {
     pub error: Option<String>,
 }
 
+/// A finalist's side-by-side time.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct Retimed {
+    pub code: String,
+    pub median_us: f64,
+    /// The reference's median over its own in the same run (> 1: faster).
+    pub speedup: f64,
+}
+
 /// A candidate that went through verification, and how that ended.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct Verified {
@@ -108,6 +127,10 @@ pub struct Trace {
     pub seeds: Vec<Seed>,
     /// Every pull, in order.
     pub tried: Vec<Tried>,
+    /// The finalists re-timed side by side after the search, with the reference: code and
+    /// graph median (µs), fastest first; verification follows this order.
+    #[serde(default)]
+    pub retimed: Vec<Retimed>,
     /// The candidates verified, in order, until one passed.
     pub verified: Vec<Verified>,
     pub budget_ms: u64,
@@ -206,7 +229,7 @@ pub fn run(gpu: &Gpu, job: &TuneJob, progress: &mut dyn FnMut(&str, &str)) -> Tu
         Err(e) => return TuneOutcome::without_winner(RunOutcome::early(Verdict::InternalError, "tune", format!("the job's bench settings are invalid: {e}")), Trace::default()),
     };
     progress("tuning", &format!("searching {p} for {} ms", job.budget_ms));
-    let mut trace = Trace { reference: "cuBLASLt heuristic top-1".into(), budget_ms: job.budget_ms, seeds: job.seeds.clone(), ..Trace::default() };
+    let mut trace = Trace { budget_ms: job.budget_ms, seeds: job.seeds.clone(), ..Trace::default() };
     let ranked = match search(gpu, job, &mut trace) {
         Ok(r) => r,
         Err(why) => {
@@ -263,9 +286,10 @@ fn search(gpu: &Gpu, job: &TuneJob, trace: &mut Trace) -> Result<Ranked, String>
     let priors = priors(&space, &p, &job.seeds);
     let seeded: std::collections::BTreeSet<usize> = priors.iter().map(|(i, _, _)| *i).collect();
     let workspace = space.iter().map(|c| c.workspace_bytes(&p)).max().unwrap_or(0);
-    let sets = (0..super::TUNE_SETS).map(|_| super::random_operands(gpu, &p, workspace)).collect::<anyhow::Result<Vec<_>>>().map_err(|e| format!("operands: {e:#}"))?;
-    let references = sets.iter().map(|ops| LtGemm::top1(gpu, ops)).collect::<Result<Vec<_>, _>>().map_err(|e| format!("cuBLASLt reference: {e}"))?;
-    let reference_us = super::time_us(gpu, &references, 0.0).map_err(|e| format!("timing the reference: {e}"))?;
+    let mut rotation = Rotation::new(gpu, &p, workspace).map_err(|e| format!("operands: {e}"))?;
+    let (reference_us, label) = rotation.reference(gpu).map_err(|e| format!("the cuBLASLt-autotune reference: {e}"))?;
+    let sets = &rotation.sets;
+    trace.reference = label;
     trace.reference_us = Some(reference_us);
     let mut modules: HashMap<usize, Result<(LoadedPtx, String), String>> = HashMap::new();
     let settings = UcbSettings { max_pulls: job.max_pulls.unwrap_or(UcbSettings::default().max_pulls), order_seed: Some(super::order_seed(&p)), ..UcbSettings::default() };
@@ -319,6 +343,20 @@ fn search(gpu: &Gpu, job: &TuneJob, trace: &mut Trace) -> Result<Ranked, String>
     trace.search_ms = started.elapsed().as_secs_f64() * 1e3;
     let mut means: Vec<(usize, f64)> = ucb.means().into_iter().map(|(i, m, _)| (i, m)).filter(|(_, m)| m.is_finite() && *m > 0.0).collect();
     means.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+    // The finalists, re-timed side by side with the reference: their order decides.
+    let finalists: Vec<usize> = super::finalists(&means, FINALISTS, FINALIST_WITHIN).into_iter().filter(|i| matches!(modules.get(i), Some(Ok(_)))).collect();
+    if finalists.len() > 1 {
+        let loaded: Vec<(Candidate, &LoadedPtx)> = finalists.iter().filter_map(|&i| modules.get(&i).and_then(|m| m.as_ref().ok()).map(|(l, _)| (space[i], l))).collect();
+        match rotation.retime(gpu, &p, &loaded, sm) {
+            Ok(times) => {
+                let order: Vec<usize> = times.iter().map(|(k, _, _)| finalists[*k]).collect();
+                trace.retimed = times.iter().map(|&(k, us, speedup)| Retimed { code: space[finalists[k]].label(), median_us: us, speedup }).collect();
+                let rest: Vec<(usize, f64)> = means.iter().copied().filter(|(i, _)| !order.contains(i)).collect();
+                means = order.iter().map(|&i| (i, means.iter().find(|(j, _)| *j == i).map_or(f64::NAN, |(_, m)| *m))).chain(rest).collect();
+            }
+            Err(e) => tracing::warn!(problem = %p, "re-timing the finalists failed, keeping the search's order: {e}"),
+        }
+    }
     Ok(means
         .into_iter()
         .filter_map(|(i, m)| match modules.remove(&i) {
@@ -326,6 +364,76 @@ fn search(gpu: &Gpu, job: &TuneJob, trace: &mut Trace) -> Result<Ranked, String>
             _ => None,
         })
         .collect())
+}
+
+/// The search's buffer sets: an L2-cold rotation of the problem (as the benchmark ranks),
+/// and the same for the other layout, whose autotuned call the reference may be.
+struct Rotation {
+    sets: Vec<crate::gpu::Operands>,
+    other: Vec<crate::gpu::Operands>,
+    /// The reference's call, once [`Rotation::reference`] chose it: whether it is the
+    /// other layout's, and its algorithm.
+    chosen: Option<(bool, crate::gpu::LtAlgoConfig)>,
+}
+
+impl Rotation {
+    fn new(gpu: &Gpu, p: &Problem, workspace: u64) -> Result<Rotation, crate::gpu::GpuError> {
+        use crate::bench::baselines::{Pool, operand_sets, operand_sets_with};
+        let l2 = gpu.facts().l2_cache_bytes;
+        let n = crate::harness::bench::cold_sets(p, workspace, l2, super::TUNE_SETS);
+        let (a, b) = (p.m as usize * p.k as usize, p.k as usize * p.n as usize);
+        let pool = Pool::new(gpu, a.max(b) + 4_000_037, super::order_seed(p))?;
+        let other = Problem { layout: if p.layout == crate::problem::Layout::Tn { crate::problem::Layout::Nn } else { crate::problem::Layout::Tn }, ..*p };
+        Ok(Rotation { sets: operand_sets_with(gpu, &pool, p, workspace, n, 0)?, other: operand_sets(gpu, &pool, &other, n, 1)?, chosen: None })
+    }
+
+    /// cuBLASLt-autotune-max over the rotation: the autotuned call (every heuristic
+    /// algorithm screened) in each layout, timed as the candidates are; the faster one's
+    /// time, and what it is.
+    fn reference(&mut self, gpu: &Gpu) -> Result<(f64, String), crate::gpu::GpuError> {
+        let mut best = (f64::INFINITY, String::new());
+        for (other, sets) in [(false, &self.sets), (true, &self.other)] {
+            let (tuned, choice) = crate::bench::autotune::autotune(gpu, &sets[0], &crate::bench::autotune::AutotuneOptions::default())?;
+            let bound = sets.iter().map(|ops| tuned.with_operands(ops)).collect::<Result<Vec<_>, _>>()?;
+            let us = super::time_us(gpu, &bound, 0.0)?;
+            if us < best.0 {
+                best = (us, format!("cuBLASLt autotune (max of NN and TN: {}), L2-cold rotation over {} buffer sets", sets[0].problem().layout, sets.len()));
+                self.chosen = Some((other, choice.config));
+            }
+        }
+        Ok(best)
+    }
+
+    /// The finalists and the reference side by side in graph mode over the rotation:
+    /// (index into `finalists`, median µs, reference median / its median), fastest first.
+    fn retime(&self, gpu: &Gpu, p: &Problem, finalists: &[(Candidate, &LoadedPtx)], sm: u32) -> Result<Vec<(usize, f64, f64)>, crate::gpu::GpuError> {
+        let prepared: Vec<Vec<PreparedManifest>> = finalists
+            .iter()
+            .map(|(c, loaded)| {
+                let m = c.manifest(p, sm);
+                self.sets.iter().map(|ops| PreparedManifest::new(gpu, loaded, &m, ops)).collect::<Result<Vec<_>, _>>()
+            })
+            .collect::<Result<_, _>>()?;
+        let (other, config) = self.chosen.as_ref().ok_or_else(|| crate::gpu::GpuError::refused("re-timing", "no reference chosen"))?;
+        let ref_sets = if *other { &self.other } else { &self.sets };
+        let tuned = LtGemm::from_config(gpu, &ref_sets[0], config)?;
+        let refs = ref_sets.iter().map(|ops| tuned.with_operands(ops)).collect::<Result<Vec<_>, _>>()?;
+        let mut contenders: Vec<Vec<&dyn crate::gpu::Contender>> = vec![refs.iter().map(|c| c as &dyn crate::gpu::Contender).collect()];
+        contenders.extend(prepared.iter().map(|v| v.iter().map(|c| c as &dyn crate::gpu::Contender).collect()));
+        let cfg = crate::bench::runner::BenchConfig {
+            modes: vec![crate::bench::stats::Mode::Graph],
+            budget: RETIME_BUDGET,
+            min_launches: u32::try_from(self.sets.len()).unwrap_or(u32::MAX),
+            seed: super::order_seed(p),
+            ..crate::bench::runner::BenchConfig::default()
+        };
+        let report = crate::bench::runner::benchmark(gpu, &contenders, p.shape().flops(), &cfg)?;
+        let median = |c: usize| report.contenders.get(c).and_then(|t| t.timings.get(&crate::bench::stats::Mode::Graph)).map_or(f64::NAN, |t| t.median_us);
+        let ref_us = median(0);
+        let mut out: Vec<(usize, f64, f64)> = (0..finalists.len()).map(|k| (k, median(k + 1), ref_us / median(k + 1))).filter(|(_, us, _)| us.is_finite()).collect();
+        out.sort_by(|a, b| a.1.total_cmp(&b.1));
+        Ok(out)
+    }
 }
 
 /// The wall-clock limit of a tune job's sandbox: start-up, the search's budget with room
