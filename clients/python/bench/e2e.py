@@ -31,6 +31,7 @@ import warnings
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
@@ -40,6 +41,7 @@ import kaas_client.torch as kt  # noqa: E402
 from kaas_client.errors import KaasError  # noqa: E402
 from kaas_client.kernel import import_driver  # noqa: E402
 from kaas_client.models import MODELS, ModelConfig, model as model_config  # noqa: E402
+from overhead import eager_costs, print_costs  # noqa: E402  # bench/, beside this script
 
 DEFAULT_MODELS = "llama-3.1-8b,qwen2.5-7b,mistral-7b,llama-3.2-1b"
 
@@ -148,43 +150,13 @@ def bench_layer(cfg: ModelConfig, layer: DecoderLayer, tokens: int, reps: int) -
 
 
 def launch_overhead(n_calls: int) -> dict:
-    """Eager per-call cost (µs) on the smallest served problem: the GPU work is a few µs,
-    so the loop measures what the CPU spends issuing each call."""
-    keys = [k for k in kt.problems() if k[0] == "tn"]
-    if not keys:
+    """Eager per-call cost (µs) on the smallest served tn problem, row by row: F.linear,
+    kt.linear, torch.matmul, kt.matmul (each also with a bias where it applies),
+    Prepared.run alone, the output allocation alone, and a problem without a kernel --
+    bench/overhead.py's rows, which that script measures on its own in seconds."""
+    if not any(k[0] == "tn" for k in kt.problems()):
         return {}
-    _, m, n, k = min(keys, key=lambda p: p[1] * p[2] * p[3])
-    x = (torch.rand(m, k, device="cuda") * 2 - 1).half()
-    w = (torch.rand(n, k, device="cuda") * 2 - 1).half()
-    wt = w.t()
-    slot = kt._slot(torch.cuda.current_device(), ("tn", m, n, k))
-    c = torch.empty(m, n, dtype=torch.float16, device="cuda")
-    stream = torch.cuda.current_stream().cuda_stream
-
-    def raw():
-        slot.prepared.run(x.data_ptr(), w.data_ptr(), c.data_ptr(), stream)
-
-    w_none = (torch.rand(1000, k, device="cuda") * 2 - 1).half()  # (1000, K): a shape no kernel has
-
-    calls = {"torch.matmul": lambda: torch.matmul(x, wt), "F.linear": lambda: F.linear(x, w),
-             "kt.matmul": lambda: kt.matmul(x, wt), "kt.linear": lambda: kt.linear(x, w),
-             "Prepared.run (no checks, no alloc)": raw,
-             f"F.linear tn {m}x1000x{k}": lambda: F.linear(x, w_none),
-             f"kt.linear tn {m}x1000x{k} (no kernel: torch)": lambda: kt.linear(x, w_none)}
-    out = {"problem": f"tn {m}x{n}x{k}", "us_per_call": {}}
-    for name, fn in calls.items():
-        for _ in range(200):
-            fn()
-        torch.cuda.synchronize()
-        best = float("inf")
-        for _ in range(5):
-            t0 = time.perf_counter()
-            for _ in range(n_calls):
-                fn()
-            torch.cuda.synchronize()
-            best = min(best, (time.perf_counter() - t0) / n_calls * 1e6)
-        out["us_per_call"][name] = best
-    return out
+    return eager_costs(None, n_calls)
 
 
 def main() -> int:
@@ -258,9 +230,7 @@ def main() -> int:
             print(f"({len(others)} GEMMs without a kernel ran torch through the patched path: "
                   f"speedup min {min(others):.3f}, median {statistics.median(others):.3f})")
     if overhead:
-        print(f"\nEager per-call cost on {overhead['problem']} (us, CPU-bound loop of 2000 calls):")
-        for k_, v in overhead["us_per_call"].items():
-            print(f"  {k_:36} {v:7.2f}")
+        print_costs(overhead)
     result = {"device": name, "device_class": kt.status()["device_class"], "source": args.lock or args.bundle,
               "kernels": n, "torch": torch.__version__, "layers": layers, "gemms": gemms, "launch_overhead": overhead}
     (out / "e2e.json").write_text(json.dumps(result, indent=1))

@@ -14,8 +14,12 @@ never wrong and never meaningfully slower. Each kind of fallback warns once
 (`KaasFallbackWarning`); `strict=True` turns every fallback into a `FallbackError`.
 
 Launch cost: a kernel is prepared once per device (PTX JIT, function, parameter buffer,
-workspace) on first use, or up front by `prepare()` / `patch()`; a call then costs the
-checks, an output allocation, and the libcuda launch on torch's current stream. First use
+workspace) on first use, or up front by `prepare()` / `patch()`. The first call of each
+kind (shapes, strides, dtypes, devices of the operands) goes through every check and
+records its outcome; a later call of that kind is one dict lookup on those, the two
+checks that depend on the call itself (16-byte alignment of the data, autograd), the
+output allocation and the libcuda launch on torch's current stream -- or, where the
+recorded outcome is torch, the torch call at once (still raising in strict mode). First use
 inside a CUDA-graph capture cannot JIT, so it falls back (warned; strict: error): warm up
 before capturing, as torch itself asks. Under `torch.compile` the kernel is the custom op
 `kaas::mm` (with a fake implementation, so `fullgraph=True` traces without breaks, and an
@@ -82,6 +86,22 @@ class _State:
         self.classes: dict = {}  # device index -> device class
         self.strict = os.environ.get("KAAS_STRICT", "") not in ("", "0")
         self.warned: set = set()
+        # What a call of each kind comes to, for `linear` and `matmul` apart (the same
+        # operands are another problem for each), for fp16 operands (others fall back at
+        # the plan's first check). Key: (a.shape, a.stride(), b.shape, b.stride(),
+        # a.device, b.device) -- with the dtypes, everything the plan and the kernel
+        # table decide by, the data pointers aside. Value: (Prepared.run, output shape,
+        # device, device index), or _TORCH where torch runs every such call. Only
+        # outcomes that the key alone decides are kept (see `_KEYED` and `_run`); cleared
+        # with the kernel table and the prepared kernels (`use`, `reset`).
+        self.fast_linear: dict = {}
+        self.fast_mm: dict = {}
+
+    def forget(self) -> None:
+        """Drops the prepared kernels and every recorded outcome."""
+        self.slots.clear()
+        self.fast_linear.clear()
+        self.fast_mm.clear()
 
 
 _S = _State()
@@ -142,7 +162,7 @@ def use(*, lock: Optional[PathLike] = None, bundle: Optional[PathLike] = None, c
         if p.acc == "f32" and p.runs_on(cc):  # torch's fp16 matmul accumulates in fp32
             kernels.setdefault((p.layout, p.m, p.n, p.k), k)
     _S.kernels, _S.device_class, _S.source = kernels, here, source
-    _S.slots.clear()
+    _S.forget()
     return len(kernels)
 
 
@@ -150,7 +170,7 @@ def reset() -> None:
     """Forgets every kernel (all calls run torch), device-class overrides and the
     warnings already given."""
     _S.kernels, _S.device_class, _S.source = {}, None, ""
-    _S.slots.clear()
+    _S.forget()
     _S.classes.clear()
     _S.warned.clear()
 
@@ -261,14 +281,52 @@ def _problem_text(key: tuple) -> str:
 # Running
 
 
-def _stream(index: int) -> int:
-    return torch._C._cuda_getCurrentRawStream(index)
+# Module-level names for what the hot path calls, so that each call is one global lookup.
+_empty = torch.empty
+_grad_enabled = torch.is_grad_enabled
+_is_compiling = torch.compiler.is_compiling  # dynamo folds it by identity, alias or not
+# torch's current stream on a device as a raw CUstream handle.
+_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None) or (lambda index: torch.cuda.current_stream(index).cuda_stream)
+
+_TORCH = "torch"  # a recorded outcome: torch runs every call of this kind
+_FAST_MAX = 4096  # recorded outcomes per table; a full table starts over
+# Fallbacks that the key alone decides, for fp16 operands (not alignment: the pointers
+# are not in the key; not a shape error: torch raises it; not a first use inside a
+# capture: it passes).
+_KEYED = frozenset((dp.DEVICE, dp.LAYOUT, dp.NO_KERNEL))
 
 
-def _launch(plan: dp.Plan, slot: _Slot, device: torch.device) -> torch.Tensor:
-    _, m, n, _ = plan.key
-    c = torch.empty((m, n), dtype=F16, device=device)
-    slot.prepared.run(plan.a.data_ptr(), plan.b.data_ptr(), c.data_ptr(), _stream(device.index))  # type: ignore[union-attr]
+def _remember(table: dict, key: tuple, outcome: Any) -> None:
+    if len(table) >= _FAST_MAX:
+        table.clear()
+    table[key] = outcome
+
+
+def _fast(hit: tuple, a: torch.Tensor, b: torch.Tensor, bias: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
+    """A recorded kernel call: the launch, or None where this call's own data rule it
+    out (data not 16-byte aligned, autograd, a bias of another dtype or device); the
+    full path then decides and, where it falls back, says why."""
+    run, shape, device, index = hit
+    ap, bp = a.data_ptr(), b.data_ptr()
+    if (ap | bp) & 15:
+        return None
+    if bias is None:
+        if _grad_enabled() and (a.requires_grad or b.requires_grad):
+            return None
+        out = _empty(*shape, dtype=F16, device=device)  # sizes as ints: torch parses them faster than a tuple
+        run(ap, bp, out.data_ptr(), _stream(index))
+        return out
+    if bias.dtype is not F16 or bias.device != device or (_grad_enabled() and (a.requires_grad or b.requires_grad or bias.requires_grad)):
+        return None
+    out = _empty(*shape, dtype=F16, device=device)
+    run(ap, bp, out.data_ptr(), _stream(index))
+    return out.add_(bias)
+
+
+def _launch(run: Any, a: torch.Tensor, b: torch.Tensor, shape: tuple, device: torch.device) -> torch.Tensor:
+    """C (allocated in `shape`, which is M×N row-major whatever its rank) = A·B by the kernel."""
+    c = _empty(*shape, dtype=F16, device=device)
+    run(a.data_ptr(), b.data_ptr(), c.data_ptr(), _stream(device.index))
     return c
 
 
@@ -280,36 +338,68 @@ def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """`torch.matmul(a, b)`: a kaas kernel for fp16 CUDA a (…, K) row-major and b (K, N)
     row-major (`nn`) or the transpose view of a row-major (N, K) weight (`tn`), when one
     beats the baselines for that exact problem; torch otherwise."""
-    if torch.compiler.is_compiling():
+    if _is_compiling():
         return _traced(dp.plan_mm(a, b, F16, check_pointers=False), a, b, None, lambda: torch.matmul(a, b))
+    key = None
+    if a.dtype is F16 and b.dtype is F16:  # else the plan says DTYPE at its first check
+        key = (a.shape, a.stride(), b.shape, b.stride(), a.device, b.device)
+        hit = _S.fast_mm.get(key)
+        if hit is not None:
+            if hit is _TORCH:
+                if not _S.strict:
+                    return torch.matmul(a, b)
+            else:
+                out = _fast(hit, a, b, None)
+                if out is not None:
+                    return out
     plan = dp.plan_mm(a, b, F16)
     if plan.__class__ is str:
         if plan != dp.SHAPE:  # shape errors are torch's to report
             _fallback(plan)  # type: ignore[arg-type]
+        if key is not None and plan in _KEYED:
+            _remember(_S.fast_mm, key, _TORCH)
         return torch.matmul(a, b)
-    return _run(plan, a, b, None, lambda: torch.matmul(a, b))  # type: ignore[arg-type]
+    return _run(plan, a, b, None, lambda: torch.matmul(a, b), _S.fast_mm, key)  # type: ignore[arg-type]
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] = None) -> torch.Tensor:
     """`F.linear(x, weight, bias)`: the `tn` kaas kernel for M = x.numel() / K,
     N = out_features, K = in_features when one beats the baselines; the bias is added
     after. torch otherwise."""
-    if torch.compiler.is_compiling():
+    if _is_compiling():
         plan_t = dp.plan_linear(x, weight, F16, check_pointers=False)
         if bias is not None and plan_t.__class__ is not str and (bias.dtype is not F16 or bias.device != x.device):
             plan_t = dp.DTYPE
         return _traced(plan_t, x, weight, bias, lambda: F.linear(x, weight, bias))
+    key = None
+    if x.dtype is F16 and weight.dtype is F16:  # else the plan says DTYPE at its first check
+        key = (x.shape, x.stride(), weight.shape, weight.stride(), x.device, weight.device)
+        hit = _S.fast_linear.get(key)
+        if hit is not None:
+            if hit is _TORCH:
+                if not _S.strict:
+                    return F.linear(x, weight, bias)
+            else:
+                out = _fast(hit, x, weight, bias)
+                if out is not None:
+                    return out
     plan = dp.plan_linear(x, weight, F16)
-    if plan.__class__ is not str and bias is not None and (bias.dtype is not F16 or bias.device != x.device):
-        plan = dp.DTYPE if bias.dtype is not F16 else dp.DEVICE
     if plan.__class__ is str:
         if plan != dp.SHAPE:
             _fallback(plan)  # type: ignore[arg-type]
+        if key is not None and plan in _KEYED:
+            _remember(_S.fast_linear, key, _TORCH)
         return F.linear(x, weight, bias)
-    return _run(plan, x, weight, bias, lambda: F.linear(x, weight, bias))  # type: ignore[arg-type]
+    if bias is not None and (bias.dtype is not F16 or bias.device != x.device):  # this call's bias alone: not recorded
+        _fallback(dp.DTYPE if bias.dtype is not F16 else dp.DEVICE)
+        return F.linear(x, weight, bias)
+    return _run(plan, x, weight, bias, lambda: F.linear(x, weight, bias), _S.fast_linear, key)  # type: ignore[arg-type]
 
 
-def _run(plan: dp.Plan, a: torch.Tensor, b: torch.Tensor, bias: Optional[torch.Tensor], plain: Any) -> torch.Tensor:
+def _run(plan: dp.Plan, a: torch.Tensor, b: torch.Tensor, bias: Optional[torch.Tensor], plain: Any,
+         table: dict, key: Any) -> torch.Tensor:
+    """A planned call: the kernel (prepared on first use) or, without one, torch; the
+    outcome is recorded under `key` in `table` where the key alone decides it."""
     device = a.device
     slot = _S.slots.get((device.index, plan.key))
     if slot is None or slot.prepared is None:
@@ -318,14 +408,16 @@ def _run(plan: dp.Plan, a: torch.Tensor, b: torch.Tensor, bias: Optional[torch.T
             if plan.key in _S.kernels:  # device class mismatch or capture: _slot warned
                 return plain()
             _fallback(dp.NO_KERNEL, _problem_text(plan.key))
+            _remember(table, key, _TORCH)
             return plain()
+    _remember(table, key, (slot.prepared.run, plan.out_shape, device, device.index))  # type: ignore[union-attr]
     if _needs_grad(a, b, bias):  # autograd through the op's formula
-        out = torch.ops.kaas.mm(plan.a, plan.b, plan.key[0] == "tn")
+        out = torch.ops.kaas.mm(plan.a, plan.b, plan.key[0] == "tn").view(plan.out_shape)
     else:
-        out = _launch(plan, slot, device)
+        out = _launch(slot.prepared.run, plan.a, plan.b, plan.out_shape, device)  # type: ignore[union-attr]
     if bias is not None:
         out = out + bias if _needs_grad(bias, out) else out.add_(bias)
-    return out.view(plan.out_shape)
+    return out
 
 
 def _has_kernel_impl(index: int, key: tuple) -> bool:
@@ -370,7 +462,7 @@ def _kaas_mm(a: torch.Tensor, b: torch.Tensor, b_transposed: bool) -> torch.Tens
     slot = _slot(a.device.index, key)
     if slot is None:
         return plain()
-    return _launch(dp.Plan(key, a, b, (m, n)), slot, a.device)
+    return _launch(slot.prepared.run, a, b, (m, n), a.device)  # type: ignore[union-attr]
 
 
 @_kaas_mm.register_fake

@@ -1,6 +1,8 @@
-"""The prepared hot path (launcher.Prepared) against a fake libcuda: parameters packed once,
-pointers rewritten and tensor maps re-encoded only when they change, clustered launches
-through cuLaunchKernelEx, failures named. No GPU needed."""
+"""The prepared hot path (launcher.Prepared) against a fake libcuda reached through C
+function pointers: parameters packed once (the same bytes as the manifest's own packing),
+pointers rewritten and tensor maps re-encoded only when they change, 64-bit handles intact
+across the C ABI, clustered launches through cuLaunchKernelEx, failures named. No GPU
+needed."""
 
 import ctypes
 import struct
@@ -8,7 +10,7 @@ import unittest
 
 from kaas_client import launcher
 from kaas_client.errors import CudaError, LaunchError
-from kaas_client.manifest import Manifest
+from kaas_client.manifest import Manifest, pack_params
 
 TMA = {
     "abi": "kaas.hgemm.v1",
@@ -29,28 +31,52 @@ PLAIN = {
 }
 
 
+ERROR_NAME = b"CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES"  # lives as long as the module: the fake hands out its address
+
+vp, u32, i32 = ctypes.c_void_p, ctypes.c_uint32, ctypes.c_int
+PROTOTYPES = {  # cuda.h's signatures, for the callbacks that stand in for the driver
+    "cuLaunchKernel": ctypes.CFUNCTYPE(i32, vp, u32, u32, u32, u32, u32, u32, u32, vp, vp, vp),
+    "cuLaunchKernelEx": ctypes.CFUNCTYPE(i32, vp, vp, vp, vp),
+    "cuTensorMapEncodeTiled": ctypes.CFUNCTYPE(i32, vp, i32, u32, vp, vp, vp, vp, vp, i32, i32, i32, i32),
+    "cuCtxSetCurrent": ctypes.CFUNCTYPE(i32, vp),
+    "cuCtxGetCurrent": ctypes.CFUNCTYPE(i32, vp),
+    "cuGetErrorName": ctypes.CFUNCTYPE(i32, i32, vp),
+}
+
+
 class FakeLib:
-    """The libcuda entry points Prepared calls; records launches with their parameter bytes."""
+    """The libcuda entry points Prepared calls; records launches with their parameter bytes.
+
+    Handed out as a CDLL hands them out (`lib[name]`: an untyped ctypes function pointer),
+    each pointing at a C callback with the driver's own signature, so every argument
+    crosses the C ABI as it does with libcuda: the methods below see what C sees."""
 
     def __init__(self, sizes, fail=0, current=0xC7):
         self.sizes, self.fail, self.current = sizes, fail, current
         self.launches, self.encodes, self.contexts = [], [], []
+        self._callbacks = {name: proto(getattr(self, name)) for name, proto in PROTOTYPES.items()}
+
+    def __getitem__(self, name):
+        return ctypes.CFUNCTYPE(ctypes.c_int)(ctypes.cast(self._callbacks[name], vp).value)
 
     def _params(self, params):
-        return [ctypes.string_at(params[i], s) for i, s in enumerate(self.sizes)]
+        array = (vp * len(self.sizes)).from_address(params)
+        return [ctypes.string_at(array[i], s) for i, s in enumerate(self.sizes)]
 
     def cuLaunchKernel(self, fn, gx, gy, gz, bx, by, bz, smem, stream, params, extra):
-        self.launches.append(("plain", fn, (gx, gy, gz), (bx, by, bz), smem, stream, self._params(params)))
+        self.launches.append(("plain", fn, (gx, gy, gz), (bx, by, bz), smem, stream or 0, self._params(params)))
         return self.fail
 
-    def cuLaunchKernelEx(self, cfg_ref, fn, params, extra):
-        cfg = cfg_ref._obj
+    def cuLaunchKernelEx(self, cfg_address, fn, params, extra):
+        cfg = launcher.LaunchConfig.from_address(cfg_address)
         attr = cfg.attrs[0]
         self.launches.append(("ex", fn, (cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ), (cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ),
-                              cfg.sharedMemBytes, cfg.hStream, self._params(params), attr.id, tuple(attr.value.clusterDim), cfg.numAttrs))
+                              cfg.sharedMemBytes, cfg.hStream or 0, self._params(params), attr.id, tuple(attr.value.clusterDim), cfg.numAttrs))
         return self.fail
 
     def cuTensorMapEncodeTiled(self, out, dtype, rank, pointer, dims, stride, box, elem, interleave, swizzle, l2, oob):
+        u64s, u32s = ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(ctypes.c_uint32)
+        dims, stride, box = ctypes.cast(dims, u64s), ctypes.cast(stride, u64s), ctypes.cast(box, u32s)
         self.encodes.append((pointer, tuple(dims[:2]), stride[0], tuple(box[:2]), swizzle, l2, dtype))
         ctypes.memmove(out, struct.pack("<QQ", 0x7E7E, pointer) + bytes(112), 128)
         return 0
@@ -60,12 +86,12 @@ class FakeLib:
         self.current = ctx
         return 0
 
-    def cuCtxGetCurrent(self, ref):
-        ref._obj.value = self.current
+    def cuCtxGetCurrent(self, out):
+        vp.from_address(out).value = self.current
         return 0
 
-    def cuGetErrorName(self, rc, ref):
-        ref._obj.value = b"CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES"
+    def cuGetErrorName(self, rc, out):
+        vp.from_address(out).value = ctypes.cast(ctypes.c_char_p(ERROR_NAME), vp).value
         return 0
 
 
@@ -148,6 +174,61 @@ class Hot(unittest.TestCase):
             p.run(0x1000, 0x2000, 0x3000, 0)
         self.assertIn("cuLaunchKernel `k_simple`", str(cm.exception))
         self.assertIn("CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES", str(cm.exception))
+
+    def test_the_params_buffer_holds_the_manifests_packed_params(self):
+        fake_map = lambda req: struct.pack("<QQ", 0x7E7E, req.address) + bytes(112)  # noqa: E731  # as FakeLib encodes
+        for manifest, sizes, workspace in ((TMA, [128, 128, 8, 4, 4, 4, 4], 0), (PLAIN, [8, 8, 8, 8, 4], 0x9000)):
+            p, lib = prepared(manifest, sizes, workspace=workspace)
+            pointers = {"A": 0x7F00_0000_1000, "B": 0x7F00_0000_2000, "C": 0x7F00_0000_3000, "workspace": 0x9000}
+            p.run(pointers["A"], pointers["B"], pointers["C"], 0)
+            m = Manifest.from_dict(manifest)
+            want = [a.data for a in pack_params(m.launches[0].params, m.problem, pointers, fake_map)]
+            self.assertEqual(lib.launches[0][6], want)
+            launch = p.launches[0]
+            self.assertEqual([ctypes.string_at(launch.params[i], len(w)) for i, w in enumerate(want)], want)
+            self.assertTrue(all(launch.params[i] % (128 if len(w) == 128 else len(w)) == 0 for i, w in enumerate(want)))
+
+    def test_a_changed_pointer_rewrites_its_own_slot_and_nothing_else(self):
+        p, lib = prepared(TMA, [128, 128, 8, 4, 4, 4, 4])
+        launch = p.launches[0]
+        args, array = launch.args, ctypes.addressof(launch.params)
+        size = len(launch._storage) - (launch.base - ctypes.addressof(launch._storage))
+        p.run(0x7F00_0000_1000, 0x7F00_0000_2000, 0x7F00_0000_3000, 1)
+        before = ctypes.string_at(launch.base, size)
+        p.run(0x7F00_0000_1000, 0x7F00_0000_2000, 0x7F00_0000_4000, 1)  # C alone
+        after = ctypes.string_at(launch.base, size)
+        changed = [i for i in range(size) if before[i] != after[i]]
+        c_at = launch.params[2] - launch.base
+        self.assertTrue(changed and all(c_at <= i < c_at + 8 for i in changed))
+        self.assertEqual(after[c_at:c_at + 8], struct.pack("<Q", 0x7F00_0000_4000))
+        p.run(0x7F00_0000_5000, 0x7F00_0000_2000, 0x7F00_0000_4000, 1)  # A alone: its tensor map
+        again = ctypes.string_at(launch.base, size)
+        a_at = launch.params[0] - launch.base
+        self.assertTrue(all(a_at <= i < a_at + 128 for i in range(size) if after[i] != again[i]))
+        self.assertEqual(struct.unpack("<QQ", again[a_at:a_at + 16]), (0x7E7E, 0x7F00_0000_5000))
+        self.assertEqual(p.encodes, 3)  # A and B once, then A
+        self.assertIs(launch.args, args)  # the call's arguments and the void** array are built once
+        self.assertEqual(ctypes.addressof(launch.params), array)
+
+    def test_64_bit_handles_pointers_and_streams_cross_the_c_abi_intact(self):
+        lib = FakeLib([8, 8, 8, 8, 4], current=0x7F11_2233_4450)
+        p = launcher.Prepared(Manifest.from_dict(PLAIN), [0x7F55_6677_8800], 0x7F11_2233_4450, 0x7F99_0000_0000, lib)
+        p.run(0x7F00_0000_1000, 0x7F00_0000_2000, 0x7F00_0000_3000, 0x7F00_DEAD_BE00)
+        kind, fn, grid, block, smem, stream, params = lib.launches[0]
+        self.assertEqual((fn, stream), (0x7F55_6677_8800, 0x7F00_DEAD_BE00))
+        self.assertEqual([struct.unpack("<Q", x)[0] for x in params[:4]],
+                         [0x7F00_0000_1000, 0x7F00_0000_2000, 0x7F00_0000_3000, 0x7F99_0000_0000])
+        self.assertEqual(lib.contexts, [])  # 0x7F11_2233_4450 is current: compared in full
+        lib.current = 0x7F11_2233_4460
+        p.run(0x7F00_0000_1000, 0x7F00_0000_2000, 0x7F00_0000_3000, 0x7F00_DEAD_BE00)
+        self.assertEqual(lib.contexts, [0x7F11_2233_4450, 0x7F11_2233_4460])
+
+    def test_the_stream_follows_every_call(self):
+        for manifest, sizes in ((PLAIN, [8, 8, 8, 8, 4]), (TMA, [128, 128, 8, 4, 4, 4, 4])):
+            p, lib = prepared(manifest, sizes, workspace=0x9000)
+            for stream in (0x7F00_0000_0A00, 0x7F00_0000_0A00, 0, 0x7F00_0000_0B00, 0x7F00_0000_0A00):
+                p.run(0x1000, 0x2000, 0x3000, stream)
+            self.assertEqual([l[5] for l in lib.launches], [0x7F00_0000_0A00, 0x7F00_0000_0A00, 0, 0x7F00_0000_0B00, 0x7F00_0000_0A00])
 
     def test_handles_come_from_ints_and_cuda_python_objects(self):
         class H:

@@ -1,7 +1,10 @@
 """kaas_client.torch without a GPU: the fallbacks (warned once, or raised in strict mode),
-patching and unpatching, the `kaas::mm` custom op (schema, fake tensor, autograd) and
-torch.compile(fullgraph=True) tracing through matmul/linear. Skipped without torch."""
+patching and unpatching, the `kaas::mm` custom op (schema, fake tensor, autograd),
+torch.compile(fullgraph=True) tracing through matmul/linear, and the per-kind records
+that let a repeated call skip the checks (what misses them, what still re-checks).
+Skipped without torch."""
 
+import contextlib
 import ctypes
 import sys
 import tempfile
@@ -221,6 +224,101 @@ class KernelPathOnCPU(unittest.TestCase):
         self.assertEqual(len(seen), 1)
         self.assertEqual(len(self.fake.calls), 1)
         self.assertLess(float((y.float() - self.want(self.bias)).abs().max()), 2e-2)
+
+    @contextlib.contextmanager
+    def no_planning(self):
+        """The full path raises inside: a call that still works went by its recorded outcome."""
+        dp, saved = self.dp, (self.dp.plan_linear, self.dp.plan_mm)
+
+        def planned(*a, **k):
+            raise AssertionError("planned again")
+
+        dp.plan_linear = dp.plan_mm = planned
+        try:
+            yield
+        finally:
+            dp.plan_linear, dp.plan_mm = saved
+
+    def test_a_second_call_of_a_kind_is_one_lookup_and_launches_the_same(self):
+        kt = self.kt
+        kt.set_strict(True)
+        first = kt.linear(self.x, self.w, self.bias)
+        first_mm = kt.matmul(self.x, self.w.t())
+        self.assertEqual((len(kt._S.fast_linear), len(kt._S.fast_mm)), (1, 1))
+        with self.no_planning():
+            again = kt.linear(self.x, self.w, self.bias)
+            again_mm = kt.matmul(self.x, self.w.t())
+        self.assertTrue(torch.equal(first, again) and torch.equal(first_mm, again_mm))
+        self.assertEqual((again.shape, again_mm.shape), ((2, 4, 4), (2, 4, 4)))
+        self.assertTrue(again.is_contiguous() and again._base is None)  # allocated in its shape, no view
+        self.assertEqual([c[:2] for c in self.fake.calls], [(self.x.data_ptr(), self.w.data_ptr())] * 4)
+        self.assertEqual({c[3] for c in self.fake.calls}, {0})  # the stream kt._stream gave
+
+    def test_another_stride_dtype_or_alignment_misses_the_record(self):
+        from kaas_client.errors import FallbackError
+        kt = self.kt
+        kt.set_strict(True)
+        kt.linear(self.x, self.w)
+        kt.matmul(self.x, self.w.t())
+        odd = self.x.transpose(0, 1).contiguous().transpose(0, 1)  # same shape, other strides
+        buf = torch.empty(self.x.numel() + 8, dtype=torch.float16)
+        shifted = buf[1:1 + self.x.numel()].view(self.x.shape)  # same shape, strides, dtype: data 2 bytes off
+        shifted.copy_(self.x)
+        cases = [(odd, "layout"), (self.x.float(), "dtype"), (shifted, "alignment")]
+        for x, reason in cases:
+            with self.subTest(reason), self.no_planning():
+                self.assertRaisesRegex(AssertionError, "planned again", kt.linear, x, self.w)
+                self.assertRaisesRegex(AssertionError, "planned again", kt.matmul, x, self.w.t())
+            with self.assertRaises(FallbackError) as cm:
+                kt.linear(x, self.w)
+            self.assertEqual(cm.exception.reason, reason)
+        with self.no_planning():  # the weight's strides are in the key too
+            self.assertRaisesRegex(AssertionError, "planned again", kt.matmul, self.x, self.w.t().contiguous())
+        self.assertEqual(len(self.fake.calls), 2)
+        with self.assertRaises(FallbackError) as cm:  # a bias of another dtype: the call's own, on a recorded kind
+            kt.linear(self.x, self.w, self.bias.float())
+        self.assertEqual(cm.exception.reason, "dtype")
+
+    def test_a_recorded_torch_outcome_runs_torch_at_once_and_still_raises_in_strict_mode(self):
+        from kaas_client.errors import FallbackError
+        kt, x = self.kt, torch.rand(3, 16).half()
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            kt.linear(x, self.w)
+            self.assertEqual(list(kt._S.fast_linear.values()), [kt._TORCH])
+            with self.no_planning():
+                got = kt.linear(x, self.w, self.bias)
+        self.assertEqual(len(w), 1)
+        self.assertTrue(torch.equal(got, torch.nn.functional.linear(x, self.w, self.bias)))
+        kt.set_strict(True)
+        with self.assertRaises(FallbackError) as cm:
+            kt.linear(x, self.w)
+        self.assertEqual(cm.exception.reason, "no_kernel")
+        self.assertEqual(self.fake.calls, [])
+
+    def test_autograd_on_a_recorded_kind_goes_through_the_op(self):
+        kt = self.kt
+        kt.linear(self.x, self.w)
+        w = self.w.clone().requires_grad_()  # same kind: hits the record, but needs the op's gradient
+        self.fake.tensors[w.data_ptr()] = w.detach()
+        y = kt.linear(self.x, w)
+        self.assertTrue(y.requires_grad)
+        y.float().sum().backward()
+        g = w.grad.clone()
+        w.grad = None
+        torch.nn.functional.linear(self.x, w).float().sum().backward()
+        self.assertTrue(torch.allclose(g, w.grad))
+        with torch.no_grad():
+            self.assertFalse(kt.linear(self.x, w).requires_grad)
+        self.assertEqual(len(self.fake.calls), 3)
+
+    def test_reset_forgets_the_records(self):
+        kt = self.kt
+        kt.linear(self.x, self.w)
+        kt.matmul(self.x, self.w.t())
+        self.assertTrue(kt._S.fast_linear and kt._S.fast_mm)
+        kt.reset()
+        self.assertEqual((kt._S.fast_linear, kt._S.fast_mm, kt._S.slots), ({}, {}, {}))
 
     def test_use_a_lock_matches_the_device_class(self):
         from kaas_client import lock as make_lock
