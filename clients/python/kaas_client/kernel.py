@@ -176,7 +176,9 @@ class Loaded:
         static_smem = fattr("SHARED_SIZE_BYTES")
         if static_smem + launch.shared_mem_bytes > smem_optin:
             raise LaunchError(f"{stage}: {launch.shared_mem_bytes} bytes dynamic + {static_smem} static shared memory exceed the device's {smem_optin} per block")
-        if launch.shared_mem_bytes > DEFAULT_MAX_DYNAMIC_SHARED:
+        # Static and dynamic shared memory together above 48 KiB need the opt-in (a kernel
+        # with exactly 48 KiB dynamic and any static fails to launch without it).
+        if static_smem + launch.shared_mem_bytes > DEFAULT_MAX_DYNAMIC_SHARED:
             d("cuFuncSetAttribute", function, d.enum("CUfunction_attribute", "CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES"), launch.shared_mem_bytes)
         if launch.cluster_blocks > 1:
             if self.cc < (9, 0):

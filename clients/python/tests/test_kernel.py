@@ -259,6 +259,22 @@ class Launching(unittest.TestCase):
         (req,) = encoded
         self.assertEqual((req.address, req.dims, req.row_stride_bytes, req.box, req.swizzle), (0x2000, (512, 128), 1024, (64, 128), "128B"))
 
+    def test_static_and_dynamic_shared_memory_together_above_48_kib_opt_in(self):
+        # The split-K mma kernels: exactly 48 KiB dynamic plus a little static (their
+        # arrival counters) -- cuLaunchKernel refuses them without the opt-in.
+        manifest = json.loads(json.dumps(MANIFEST))
+        manifest["launches"][0]["shared_mem_bytes"] = 48 * 1024
+        cu = FakeCu()
+        cu.static_smem = 16
+        self.load(cu, manifest)
+        sets = [c[1:] for c in cu.calls if c[0] == "cuFuncSetAttribute" and c[2] == "CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES"]
+        self.assertEqual(sets, [("hgemm_main", "CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES", 48 * 1024)])
+        # Without static shared memory, 48 KiB fits the default and nothing is set.
+        cu = FakeCu()
+        cu.static_smem = 0
+        self.load(cu, manifest)
+        self.assertFalse([c for c in cu.calls if c[0] == "cuFuncSetAttribute" and c[2] == "CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES"])
+
     def test_large_clusters_are_allowed_non_portable(self):
         m = copy.deepcopy(MANIFEST)
         m["launches"][0].update(cluster=[16, 1, 1], grid=[16, 1, 1])
