@@ -80,6 +80,9 @@ pub struct ServeArgs {
     /// Jobs one submitter may have queued or running at once; admins are exempt [default: 256].
     #[arg(long, env = "KAAS_MAX_QUEUED_JOBS")]
     pub max_queued_jobs: Option<u64>,
+    /// Bytes of PTX one submitter's uploads and submissions may store in all; admins are exempt [default: 268435456].
+    #[arg(long, env = "KAAS_MAX_STORED_BYTES_PER_SUBMITTER")]
+    pub max_stored_bytes_per_submitter: Option<u64>,
     /// Submission event streams (`/v1/submissions/{id}/events`) one client address may hold open at once [default: 8].
     #[arg(long, env = "KAAS_MAX_EVENT_STREAMS_PER_CLIENT")]
     pub max_event_streams_per_client: Option<usize>,
@@ -192,6 +195,7 @@ pub struct FileSettings {
     pub db_max_connections: Option<u32>,
     pub max_artifact_bytes: Option<usize>,
     pub max_queued_jobs: Option<u64>,
+    pub max_stored_bytes_per_submitter: Option<u64>,
     pub max_event_streams_per_client: Option<usize>,
     pub tune_device_class: Option<String>,
     pub tune_budget_ms: Option<u64>,
@@ -273,6 +277,7 @@ impl ServeArgs {
                 quotas: crate::work::submit::Quotas {
                     max_artifact_bytes: self.max_artifact_bytes.or(file.max_artifact_bytes).unwrap_or(d.quotas.max_artifact_bytes),
                     max_queued_jobs: self.max_queued_jobs.or(file.max_queued_jobs).unwrap_or(d.quotas.max_queued_jobs),
+                    max_stored_bytes: self.max_stored_bytes_per_submitter.or(file.max_stored_bytes_per_submitter).unwrap_or(d.quotas.max_stored_bytes),
                     ..d.quotas.clone()
                 },
                 max_event_streams_per_client: self

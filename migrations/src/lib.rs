@@ -11,6 +11,7 @@ mod m20261127_000005_signing_keys;
 mod m20261127_000006_source_builds;
 mod m20261201_000007_tuning;
 mod m20261202_000008_regimes;
+mod m20261202_000009_artifact_uploader;
 
 pub struct Migrator;
 
@@ -24,6 +25,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261127_000006_source_builds::Migration),
             Box::new(m20261201_000007_tuning::Migration),
             Box::new(m20261202_000008_regimes::Migration),
+            Box::new(m20261202_000009_artifact_uploader::Migration),
         ]
     }
 }

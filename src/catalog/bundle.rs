@@ -144,6 +144,11 @@ pub fn describe_ptx(bytes: &[u8]) -> Result<ArtifactRecord, String> {
 
 /// Stores PTX once by sha256 (inside the caller's transaction); returns its record.
 pub async fn store_artifact<C: ConnectionTrait>(db: &C, ptx: &str, now: DateTime<Utc>) -> Result<ArtifactRecord, BundleError> {
+    store_artifact_for(db, ptx, None, now).await
+}
+
+/// [`store_artifact`], charging a new artifact to `uploader` (a submitter id).
+pub async fn store_artifact_for<C: ConnectionTrait>(db: &C, ptx: &str, uploader: Option<i32>, now: DateTime<Utc>) -> Result<ArtifactRecord, BundleError> {
     let rec = describe_ptx(ptx.as_bytes()).map_err(|m| invalid("ptx", m))?;
     if artifact::Entity::find_by_id(rec.sha256.clone()).one(db).await?.is_none() {
         // Content-addressed: a concurrent upload of the same PTX stores the same row.
@@ -154,6 +159,7 @@ pub async fn store_artifact<C: ConnectionTrait>(db: &C, ptx: &str, now: DateTime
             ptx_version: Set(rec.ptx_version.clone()),
             target: Set(rec.target.clone()),
             created_at: Set(now),
+            uploader_id: Set(uploader),
         })
         .on_conflict(OnConflict::column(artifact::Column::Sha256).do_nothing().to_owned())
         .exec_without_returning(db)

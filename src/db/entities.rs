@@ -16,6 +16,9 @@ pub mod artifact {
         pub ptx_version: String,
         pub target: String,
         pub created_at: DateTimeUtc,
+        /// The submitter whose upload or submission first stored it (the storage quota);
+        /// null for bundles, the tuner and older rows.
+        pub uploader_id: Option<i32>,
     }
 
     impl ActiveModelBehavior for ActiveModel {}

@@ -7,7 +7,7 @@ use std::collections::{BTreeSet, HashMap};
 
 use chrono::Utc;
 use sea_orm::sea_query::Expr;
-use sea_orm::{ActiveModelTrait, ColumnTrait, ConnectionTrait, DatabaseConnection, EntityTrait, PaginatorTrait, QueryFilter, QueryOrder, Set};
+use sea_orm::{ActiveModelTrait, ColumnTrait, ConnectionTrait, DatabaseConnection, EntityTrait, PaginatorTrait, QueryFilter, QueryOrder, QuerySelect, Set};
 
 use super::views::*;
 use super::{state, submission_status};
@@ -29,13 +29,16 @@ pub struct Quotas {
     pub max_queued_jobs: u64,
     /// Problems one submission may target.
     pub max_problems: usize,
+    /// Bytes of PTX a submitter's uploads and submissions may store in all (admins are
+    /// exempt; an artifact already stored costs nothing).
+    pub max_stored_bytes: u64,
     /// Limits on compiling submitted CUDA source.
     pub compile: crate::compile::CompileLimits,
 }
 
 impl Default for Quotas {
     fn default() -> Self {
-        Quotas { max_artifact_bytes: 4 << 20, max_queued_jobs: 256, max_problems: 2000, compile: Default::default() }
+        Quotas { max_artifact_bytes: 4 << 20, max_queued_jobs: 256, max_problems: 2000, max_stored_bytes: 256 << 20, compile: Default::default() }
     }
 }
 
@@ -275,8 +278,9 @@ pub async fn create(db: &DatabaseConnection, caller: &Caller, req: NewSubmission
             )));
         }
     }
+    check_storage(&txn, caller, &record.sha256, ptx.len() as u64, quotas).await?;
     let now = Utc::now();
-    bundle::store_artifact(&txn, &ptx, now).await?;
+    bundle::store_artifact_for(&txn, &ptx, Some(caller.submitter_id), now).await?;
     let sub = submission::ActiveModel {
         submitter_id: Set(caller.submitter_id),
         artifact_sha256: Set(record.sha256.clone()),
@@ -320,6 +324,35 @@ pub async fn create(db: &DatabaseConnection, caller: &Caller, req: NewSubmission
     }
     txn.commit().await?;
     Ok(Created::New(view(db, sub.id).await?.ok_or_else(|| ApiError::Internal("submission vanished".into()))?))
+}
+
+/// The per-submitter storage quota, checked inside `txn`, which holds the submitter's
+/// lock (`kaas.submit {id}`) so that concurrent uploads are counted one after the other:
+/// storing the new artifact `sha` of `bytes` must keep what the caller's uploads and
+/// submissions stored within [`Quotas::max_stored_bytes`]. An artifact already stored
+/// (by anyone) costs nothing; admins are exempt.
+pub(crate) async fn check_storage<C: ConnectionTrait>(txn: &C, caller: &Caller, sha: &str, bytes: u64, quotas: &Quotas) -> Result<(), ApiError> {
+    if caller.role == Role::Admin || artifact::Entity::find_by_id(sha.to_string()).one(txn).await?.is_some() {
+        return Ok(());
+    }
+    // The sizes, summed here: SUM's type differs between SQLite and Postgres, and one
+    // submitter's artifacts are few (the quota bounds them).
+    let sizes: Vec<i64> = artifact::Entity::find()
+        .select_only()
+        .column(artifact::Column::SizeBytes)
+        .filter(artifact::Column::UploaderId.eq(caller.submitter_id))
+        .into_tuple()
+        .all(txn)
+        .await?;
+    let stored: u64 = sizes.iter().map(|&s| s.max(0) as u64).sum();
+    if stored + bytes > quotas.max_stored_bytes {
+        return Err(ApiError::QuotaExceeded(format!(
+            "storing this PTX ({bytes} bytes) would bring what your uploads and submissions stored to {} bytes; the limit per submitter is {} (--max-stored-bytes-per-submitter); an admin can raise it",
+            stored + bytes,
+            quotas.max_stored_bytes
+        )));
+    }
+    Ok(())
 }
 
 /// The device classes to queue jobs for: those asked for (each must be known), or every

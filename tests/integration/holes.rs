@@ -31,7 +31,41 @@ async fn the_artifact_upload_keeps_the_per_artifact_quota(backend: Backend) {
     db.cleanup().await;
 }
 
-both_backends!(the_artifact_upload_keeps_the_per_artifact_quota);
+/// Uploads and submissions of one submitter, together, within the storage quota: an
+/// artifact already stored is free, another submitter and admins are not charged.
+async fn what_a_submitter_stores_is_limited_in_all(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let one = ptx("quota-1").len() as u64;
+    let mut settings = ApiSettings::default();
+    settings.quotas.max_stored_bytes = 2 * one + one / 2;
+    let app = test::init_service(create_app(state(&db, settings))).await;
+    let alice = auth::create_token(&db.db, "alice", Role::Submitter).await.unwrap().secret;
+    let bob = auth::create_token(&db.db, "bob", Role::Submitter).await.unwrap().secret;
+    let admin = auth::create_token(&db.db, "ops", Role::Admin).await.unwrap().secret;
+    let upload = |token: &str, text: String| authed(TestRequest::post().uri("/v1/artifacts"), token).set_payload(text);
+    assert_eq!(call(&app, upload(&alice, ptx("quota-1"))).await.status, 201);
+    // A submission's PTX counts against the same quota.
+    let body = serde_json::json!({"ptx": ptx("quota-2"), "manifests": [manifest(problem(256, 256, 256, Layout::Tn))], "name": "second"});
+    assert_eq!(call(&app, authed(TestRequest::post().uri("/v1/submissions"), &alice).set_json(body)).await.status, 202);
+    // The third is over: refused, naming the limit, storing nothing.
+    let before = db.count("artifacts").await;
+    let j = call(&app, upload(&alice, ptx("quota-3"))).await.assert_problem(429, "quota_exceeded");
+    assert!(j["detail"].as_str().unwrap().contains(&(2 * one + one / 2).to_string()), "{j}");
+    let body = serde_json::json!({"ptx": ptx("quota-3"), "manifests": [manifest(problem(256, 256, 256, Layout::Tn))], "name": "third"});
+    call(&app, authed(TestRequest::post().uri("/v1/submissions"), &alice).set_json(body)).await.assert_problem(429, "quota_exceeded");
+    assert_eq!(db.count("artifacts").await, before);
+    // What is stored already costs nothing, whoever stored it.
+    assert_eq!(call(&app, upload(&alice, ptx("quota-1"))).await.status, 200);
+    // Bob and the admin have their own account.
+    assert_eq!(call(&app, upload(&bob, ptx("quota-3"))).await.status, 201);
+    assert_eq!(call(&app, upload(&alice, ptx("quota-3"))).await.status, 200, "stored by bob: free for alice");
+    for i in 0..4 {
+        assert_eq!(call(&app, upload(&admin, ptx(&format!("admin-{i}")))).await.status, 201);
+    }
+    db.cleanup().await;
+}
+
+both_backends!(the_artifact_upload_keeps_the_per_artifact_quota, what_a_submitter_stores_is_limited_in_all);
 
 #[actix_web::test]
 async fn requests_are_checked_as_the_issue_asks() {

@@ -96,13 +96,13 @@ pub async fn get_artifact(req: HttpRequest, state: State, sha: web::Path<String>
         (status = 401, description = "Missing, unknown or revoked token", body = crate::api::error::ProblemDetails, content_type = "application/problem+json"),
         (status = 413, description = "Over the per-artifact quota (`artifact_too_large`) or the body size limit", body = crate::api::error::ProblemDetails, content_type = "application/problem+json"),
         (status = 422, description = "Not PTX text", body = crate::api::error::ProblemDetails, content_type = "application/problem+json"),
-        (status = 429, description = "Rate limited; see Retry-After", body = crate::api::error::ProblemDetails, content_type = "application/problem+json"),
+        (status = 429, description = "Rate limited (see Retry-After), or over the per-submitter storage quota (`quota_exceeded`)", body = crate::api::error::ProblemDetails, content_type = "application/problem+json"),
     )
 )]
 #[post("/v1/artifacts")]
 // Taking a `Caller` is what requires a valid, unrevoked, rate-limited token; any role
 // may upload.
-pub async fn upload_artifact(state: State, _caller: Caller, body: web::Bytes) -> Result<HttpResponse, ApiError> {
+pub async fn upload_artifact(state: State, caller: Caller, body: web::Bytes) -> Result<HttpResponse, ApiError> {
     // The same per-artifact quota as a submission's PTX (the body limit is larger: it
     // bounds whole requests, not what may be stored).
     let max = state.settings.quotas.max_artifact_bytes;
@@ -113,8 +113,12 @@ pub async fn upload_artifact(state: State, _caller: Caller, body: web::Bytes) ->
     let text = std::str::from_utf8(&body).map_err(|e| ApiError::InvalidArtifact(e.to_string()))?;
     let existed = catalog::artifact(&state.db, &rec.sha256).await?.is_some();
     if !existed {
+        // The submitter's lock, as a submission takes it: the storage quota is counted
+        // one upload at a time.
         let txn = crate::db::begin_write(&state.db).await?;
-        bundle::store_artifact(&txn, text, Utc::now()).await?;
+        crate::db::lock_in_transaction(&txn, &format!("kaas.submit {}", caller.submitter_id)).await?;
+        crate::work::submit::check_storage(&txn, &caller, &rec.sha256, body.len() as u64, &state.settings.quotas).await?;
+        bundle::store_artifact_for(&txn, text, Some(caller.submitter_id), Utc::now()).await?;
         txn.commit().await?;
     }
     let view = ArtifactView {
