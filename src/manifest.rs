@@ -39,10 +39,15 @@ pub struct Manifest {
 pub struct Launch {
     /// Name of a `.entry` in the PTX.
     pub entry: String,
+    /// Blocks in x, y, z.
+    #[schema(min_items = 3, max_items = 3)]
     pub grid: [u32; 3],
+    /// Threads per block in x, y, z.
+    #[schema(min_items = 3, max_items = 3)]
     pub block: [u32; 3],
     /// Thread-block cluster shape; `[1,1,1]` means no cluster.
     #[serde(default = "no_cluster")]
+    #[schema(min_items = 3, max_items = 3)]
     pub cluster: [u32; 3],
     /// Dynamic shared memory per block.
     #[serde(default)]

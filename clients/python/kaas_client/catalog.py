@@ -10,7 +10,7 @@ in the same order so that an offline answer is the answer the service would give
 The rule (src/catalog/mod.rs `best_kernel`): among the entries for the problem (of one
 device class, or of any, fastest graph-mode median first, unbenchmarked last), the first
 one is served unless its graph-mode speedup table exists, is not empty, and has some
-baseline it does not beat (a value not > 1.0) *and* a graph-mode baseline was measured for
+baseline it does not beat (a value below SERVE_MARGIN) *and* a graph-mode baseline was measured for
 the problem on that device class: then the answer is `baseline_faster`, naming the fastest
 graph-mode baseline to use instead. No entry at all is `kernel_not_found`.
 """
@@ -33,6 +33,9 @@ FORMAT = "kaas.catalog.v1"
 MAX_INDEX_BYTES = 256 << 20
 # The speedup key kaas ranks against (AUTOTUNE_MAX in src/catalog/mod.rs).
 AUTOTUNE_MAX = "cublaslt_autotune_max"
+# How much faster than a baseline a kernel must measure to beat it (SERVE_MARGIN in
+# src/catalog/mod.rs): the benchmark's resolution.
+SERVE_MARGIN = 1.01
 
 PathLike = Union[str, Path]
 
@@ -85,10 +88,11 @@ def bundle_dirs(path: PathLike) -> list[Path]:
 
 def beats_all(speedups: Any) -> Optional[bool]:
     """The service's `beats_all`: True when every value of a graph-mode speedup table is a
-    number > 1.0, False when one is not, None when there is no (or an empty) table."""
+    number of at least SERVE_MARGIN, False when one is not, None when there is no (or an
+    empty) table."""
     if not isinstance(speedups, dict) or not speedups:
         return None
-    return all(_number(v) is not None and _number(v) > 1.0 for v in speedups.values())  # type: ignore[operator]
+    return all(_number(v) is not None and _number(v) >= SERVE_MARGIN for v in speedups.values())  # type: ignore[operator]
 
 
 def _number(v: Any) -> Optional[float]:
@@ -141,7 +145,7 @@ class CatalogEntry:
 
     @property
     def worst_speedup(self) -> Optional[float]:
-        """The smallest graph-mode speedup over any baseline (> 1.0 for a served entry
+        """The smallest graph-mode speedup over any baseline (at least SERVE_MARGIN for a served entry
         that was benchmarked)."""
         s = self.speedups
         vals = [v for v in (_number(x) for x in s.values()) if v is not None] if s else []
