@@ -36,6 +36,9 @@ AUTOTUNE_MAX = "cublaslt_autotune_max"
 # How much faster than a baseline a kernel must measure to beat it (SERVE_MARGIN in
 # src/catalog/mod.rs): the benchmark's resolution.
 SERVE_MARGIN = 1.01
+# The regime named for figures timed before regimes were (LEGACY_REGIME in
+# src/catalog/mod.rs): a rotation over three buffer sets.
+LEGACY_REGIME = "rotation_3_sets"
 
 PathLike = Union[str, Path]
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Optional, Union
 
-from .catalog import AUTOTUNE_MAX, Catalog, bundle_dirs, graph_speedups
+from .catalog import AUTOTUNE_MAX, LEGACY_REGIME, Catalog, bundle_dirs, graph_speedups
 from .errors import IntegrityError, LockError, ManifestError, NoKernelError, run_cli
 from .kernel import Kernel, sha256_hex
 from .manifest import Manifest, Problem, parse_shape
@@ -63,6 +63,9 @@ class LockedKernel:
     manifest: Manifest
     name: str = ""
     speedups: Optional[dict] = None  # graph mode, by baseline, as measured
+    # The cache regime the speedups were measured in (`l2_cold`, what kaas ranks by;
+    # `rotation_3_sets` for figures from before regimes were named).
+    regime: Optional[str] = None
 
     @property
     def speedup(self) -> Optional[float]:
@@ -72,7 +75,7 @@ class LockedKernel:
 
     def to_dict(self) -> dict:
         return {"problem": self.problem.path, "sha256": self.sha256, "name": self.name, "speedup": self.speedup,
-                "speedups": self.speedups, "manifest": self.manifest.to_dict()}
+                "speedups": self.speedups, "regime": self.regime, "manifest": self.manifest.to_dict()}
 
 
 @dataclass
@@ -126,8 +129,9 @@ class Lock:
             if problem in seen:
                 raise LockError(f"{at}: {problem} is locked twice")
             seen.add(problem)
-            speedups = e.get("speedups")
-            kernels.append(LockedKernel(problem, sha, manifest, str(e.get("name", "")), speedups if isinstance(speedups, dict) else None))
+            speedups, regime = e.get("speedups"), e.get("regime")
+            kernels.append(LockedKernel(problem, sha, manifest, str(e.get("name", "")), speedups if isinstance(speedups, dict) else None,
+                                        regime if isinstance(regime, str) else None))
         dc = d.get("device_class")
         return cls(dc if isinstance(dc, str) else None, str(d.get("source", "")), kernels, list(d.get("fallback") or []))
 
@@ -192,11 +196,13 @@ def resolve(problems: Iterable[Problem], source: str, device_class: Optional[str
                 entry = catalog.lookup(p, device_class)
                 kernel = entry.kernel()
                 dc, speedups, name = entry.device_class, entry.speedups, entry.record.get("name", "")
+                run = entry.record.get("run") or {}
             else:
                 from .remote import pull
                 kernel = pull(str(source), device=device_class, m=p.m, n=p.n, k=p.k, acc=p.acc, layout=p.layout, arch=p.arch, timeout=timeout)
                 view = kernel.view or {}
                 dc, speedups, name = str(view.get("device_class") or ""), graph_speedups(view), view.get("name", "")
+                run = view.get("run") or {}
         except NoKernelError as e:
             lock.fallback.append({"problem": p.path, "code": e.code, "use_instead": e.use_instead})
             continue
@@ -205,7 +211,8 @@ def resolve(problems: Iterable[Problem], source: str, device_class: Optional[str
         elif dc != lock.device_class:
             raise LockError(f"{p}: resolved on {dc}, the lock is for {lock.device_class}; name one --device-class")
         _store_ptx(c, kernel.sha256, kernel.ptx, kernel.source)
-        lock.kernels.append(LockedKernel(p, kernel.sha256, kernel.manifest, str(name), speedups))
+        regime = run.get("regime") if isinstance(run.get("regime"), str) else (LEGACY_REGIME if speedups else None)
+        lock.kernels.append(LockedKernel(p, kernel.sha256, kernel.manifest, str(name), speedups, regime))
     return lock
 
 

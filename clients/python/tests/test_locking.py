@@ -3,6 +3,7 @@ lock, filling the cache, and loading offline with every sha256 checked; the mode
 configs' problems; the kaas-lock command line."""
 
 import contextlib
+import gzip
 import io
 import json
 import sys
@@ -51,6 +52,18 @@ class Locks(unittest.TestCase):
                          [(self.problems[1].path, "baseline_faster"), (self.problems[2].path, "kernel_not_found")])
         self.assertEqual(lk.fallback[1]["use_instead"]["library"], "cublas")
         self.assertTrue((self.cache / f"{lk.kernels[0].sha256}.ptx").is_file())
+
+    def test_the_lock_names_the_regime_of_each_speedup(self):
+        # Figures from before regimes were named say so; a named regime is kept as it is.
+        self.assertEqual(self.locked().kernels[0].regime, "rotation_3_sets")
+        idx_path = self.bundle / "index.json.gz"
+        idx = json.load(gzip.open(idx_path))
+        for e in idx["entries"]:
+            e["run"]["regime"] = "l2_cold"
+        with gzip.open(idx_path, "wt") as f:
+            json.dump(idx, f)
+        self.assertEqual(self.locked().kernels[0].regime, "l2_cold")
+        self.assertEqual(Lock.read(self.tmp / "kaas.lock").kernels[0].regime, "l2_cold")
 
     def test_the_lock_round_trips_and_loads_from_the_cache_alone(self):
         self.locked()
