@@ -29,7 +29,7 @@ export async function home() {
       figure(String(devices), ` device class${devices === 1 ? '' : 'es'}${devices ? `: ${f.device_classes.join(', ')}` : ''}`, 'fig-devices'),
       figure(g == null ? '—' : times(g),
         g == null ? ' speedup: no entry benchmarked yet'
-          : ` geometric-mean speedup over cuBLASLt autotune (max), graph mode, across ${f.benchmarked_entries} benchmarked entr${f.benchmarked_entries === 1 ? 'y' : 'ies'}`,
+          : ` geometric-mean speedup over cuBLASLt autotune (max), graph mode, each in its run’s timing regime (L2-cold where measured since regimes were named), across ${f.benchmarked_entries} benchmarked entr${f.benchmarked_entries === 1 ? 'y' : 'ies'}`,
         'fig-geomean')),
     h('p', {}, h('a', { class: 'button', href: '#/heatmap' }, 'Browse the catalog'), ' ', h('a', { href: '#/leaderboard' }, 'See the leaderboard')),
     h('h2', {}, 'Pull a kernel'),

@@ -17,7 +17,7 @@ export async function leaderboard(_rest, params) {
   const rows = board.submitters.slice().sort((a, b) => ORDERS[by][1](a, b) || a.submitter.localeCompare(b.submitter));
   const node = h('div', {},
     h('h1', {}, 'Leaderboard'),
-    h('p', { class: 'muted' }, `Submitters by catalog entries held (a device class and problem where theirs is the kernel served) or by the geometric mean of their best speedup over ${baselineName(DEFAULT_BASELINE)} (graph mode) on the problems they entered.`),
+    h('p', { class: 'muted' }, `Submitters by catalog entries held (a device class and problem where theirs is the kernel served) or by the geometric mean of their best speedup over ${baselineName(DEFAULT_BASELINE)} (graph mode, each run in its own timing regime; the problem pages name it) on the problems they entered.`),
     h('div', { class: 'actions', role: 'group', 'aria-label': 'Rank by' },
       Object.entries(ORDERS).map(([key, [label]]) => h('button', {
         type: 'button', id: `by-${key}`, 'aria-pressed': String(key === by),

@@ -194,7 +194,7 @@ export async function problem(rest, params) {
       h('p', {}, fallback ? `${fallback.measured_on}’s catalog kernel ` : 'Catalog kernel ', h('strong', { id: 'kernel-name' }, kernel.name || '(unnamed)'), ' by ',
         h('a', { href: submitterHref(kernel.submitter), class: 'submitter' }, kernel.submitter),
         fallback ? `: no speedup on ${fallback.requested_device} is claimed.`
-          : kernel.benchmarked ? `, faster than ${kernel.beats.length ? kernel.beats.map(baselineName).join(', ') : 'no baseline'} in graph mode.` : ', verified but not benchmarked.'),
+          : kernel.benchmarked ? `, faster than ${kernel.beats.length ? kernel.beats.map(baselineName).join(', ') : 'no baseline'} in graph mode (${regimeName(kernel.run.regime)}), by at least 1%.` : ', verified but not benchmarked.'),
       downloads(p, kernel),
       h('h3', {}, 'Pull it'),
       commandBox(pullCommand(p, kernel.device_class), 'kaas pull command'),

@@ -56,7 +56,7 @@ async function workload(name, params) {
     h('h1', { id: 'workload-title' }, w.title),
     h('p', { id: 'workload-summary' },
       `${s.problems} GEMMs (${w.acc}, ${w.arch}${w.device ? `, ${w.device}` : ''}): ${s.served} served by a kernel, ${s.baseline_faster} where a baseline is faster, ${s.not_in_catalog} not in the catalog yet. `,
-      `Geometric-mean speedup over ${baselineName(DEFAULT_BASELINE)} (graph mode): ${times(s.served_geomean)} on the served GEMMs, ${times(s.measured_geomean)} over every measured one (a baseline counts 1.0).`),
+      `Geometric-mean speedup over ${baselineName(DEFAULT_BASELINE)} (graph mode, each in its run’s timing regime): ${times(s.served_geomean)} on the served GEMMs, ${times(s.measured_geomean)} over every measured one (a baseline counts 1.0).`),
     h('div', { id: 'workload' }, table('Speedup of the served kernel per Linear and token count (M)', [
       { label: 'Linear (N × K)', header: true, cell: (l) => `${l.names} (${l.n} × ${l.k})` },
       ...tokens.map((t) => ({ label: String(t), num: true, cell: (l) => cell(at.get(`${l.names}|${t}`)) })),
