@@ -212,6 +212,30 @@ impl From<crate::compile::CompileError> for ApiError {
     }
 }
 
+impl From<crate::work::error::WorkError> for ApiError {
+    fn from(e: crate::work::error::WorkError) -> Self {
+        use crate::work::error::WorkError as W;
+        match e {
+            W::InvalidRequest(m) => ApiError::InvalidBody(m),
+            W::InvalidArtifact(m) => ApiError::InvalidArtifact(m),
+            W::InvalidManifest(m) => ApiError::InvalidManifest(m),
+            W::StaticInvalid(m) => ApiError::StaticInvalid(m),
+            W::ArtifactTooLarge(m) => ApiError::ArtifactTooLarge(m),
+            W::QuotaExceeded(m) => ApiError::QuotaExceeded(m),
+            W::InvalidProblem(m) => ApiError::InvalidProblem(m),
+            W::UnknownWorkload(m) => ApiError::UnknownWorkload(m),
+            W::Conflict(m) => ApiError::Conflict(m),
+            W::NotFound(m) => ApiError::NotFound(m),
+            W::Forbidden(m) => ApiError::Forbidden(m),
+            W::Internal(m) => ApiError::Internal(m),
+            W::Db(e) => e.into(),
+            W::Compile(e) => e.into(),
+            W::Catalog(e) => e.into(),
+            W::Bundle(e) => e.into(),
+        }
+    }
+}
+
 impl From<CatalogError> for ApiError {
     fn from(e: CatalogError) -> Self {
         match e {

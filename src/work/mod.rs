@@ -17,6 +17,7 @@
 //! exhausted) | `cancelled` (by its owner or an admin). A submission's status follows its
 //! jobs: `queued`, `running`, `done`, `cancelled`, or `deleted`.
 
+pub mod error;
 pub mod queue;
 pub mod remeasure;
 pub mod submit;

@@ -11,7 +11,7 @@ use sea_orm::{ActiveModelTrait, ColumnTrait, ConnectionTrait, DatabaseConnection
 
 use super::views::*;
 use super::{state, submission_status};
-use crate::api::ApiError;
+use super::error::WorkError;
 use crate::auth::{Caller, Role};
 use crate::catalog::bundle::{self, sha256_hex};
 use crate::catalog::{self, artifact_view, problem_of, run_view};
@@ -54,12 +54,12 @@ pub enum Created {
     Existing(SubmissionView),
 }
 
-fn invalid_manifest(what: impl std::fmt::Display) -> ApiError {
-    ApiError::InvalidManifest(what.to_string())
+fn invalid_manifest(what: impl std::fmt::Display) -> WorkError {
+    WorkError::InvalidManifest(what.to_string())
 }
 
 /// The concrete manifests a request names, checked on their own (no PTX yet).
-pub fn manifests_of(req: &NewSubmission, quotas: &Quotas) -> Result<Vec<Manifest>, ApiError> {
+pub fn manifests_of(req: &NewSubmission, quotas: &Quotas) -> Result<Vec<Manifest>, WorkError> {
     let manifests: Vec<Manifest> = match (&req.template, req.manifests.is_empty()) {
         (Some(_), false) => return Err(invalid_manifest("give either `manifests` or a `template` with `problems`, not both")),
         (None, true) => return Err(invalid_manifest("no manifest: give `manifests` (one per problem) or a `template` with `problems`")),
@@ -85,7 +85,7 @@ pub fn manifests_of(req: &NewSubmission, quotas: &Quotas) -> Result<Vec<Manifest
         }
     };
     if manifests.len() > quotas.max_problems {
-        return Err(ApiError::QuotaExceeded(format!("{} problems in one submission; the limit is {}", manifests.len(), quotas.max_problems)));
+        return Err(WorkError::QuotaExceeded(format!("{} problems in one submission; the limit is {}", manifests.len(), quotas.max_problems)));
     }
     let mut seen = BTreeSet::new();
     for m in &manifests {
@@ -96,18 +96,18 @@ pub fn manifests_of(req: &NewSubmission, quotas: &Quotas) -> Result<Vec<Manifest
     Ok(manifests)
 }
 
-fn check_text(what: &str, value: &Option<String>, max: usize) -> Result<(), ApiError> {
+fn check_text(what: &str, value: &Option<String>, max: usize) -> Result<(), WorkError> {
     match value {
-        Some(v) if v.len() > max => Err(ApiError::InvalidBody(format!("`{what}` is {} bytes; at most {max}", v.len()))),
+        Some(v) if v.len() > max => Err(WorkError::InvalidRequest(format!("`{what}` is {} bytes; at most {max}", v.len()))),
         Some(v) if what != "source" && v.chars().any(|c| c.is_control() && c != '\n' && c != '\t') => {
-            Err(ApiError::InvalidBody(format!("`{what}` holds control characters")))
+            Err(WorkError::InvalidRequest(format!("`{what}` holds control characters")))
         }
         _ => Ok(()),
     }
 }
 
 /// ptxas, when this host has it: assemble once per arch to catch what the parser cannot.
-fn ptxas_check(ptx: &str, manifests: &[Manifest]) -> Result<(), ApiError> {
+fn ptxas_check(ptx: &str, manifests: &[Manifest]) -> Result<(), WorkError> {
     use crate::ptx::ptxas;
     let arches: BTreeSet<_> = manifests.iter().map(|m| m.problem.arch).collect();
     for arch in arches {
@@ -119,7 +119,7 @@ fn ptxas_check(ptx: &str, manifests: &[Manifest]) -> Result<(), ApiError> {
             }
             Err(e) => {
                 if let Some(err) = e.clone().into_static_error() {
-                    return Err(ApiError::StaticInvalid(format!("ptxas ({target}): {err}")));
+                    return Err(WorkError::StaticInvalid(format!("ptxas ({target}): {err}")));
                 }
                 // Not installed, or older than the PTX: the worker's own check decides.
                 tracing::debug!(error = %e, "ptxas skipped at submission");
@@ -137,13 +137,13 @@ static COMPILES: std::sync::LazyLock<tokio::sync::Semaphore> = std::sync::LazyLo
 /// sandbox) for the manifests' one arch, and rewrites each launch's entry (a name
 /// expression) to the kernel it became. Returns the request with `ptx` and `source`
 /// set, and how it was built.
-async fn compile_request(mut req: NewSubmission, quotas: &Quotas) -> Result<(NewSubmission, crate::compile::BuildInfo), ApiError> {
-    let Some(source) = req.cuda_source.take() else { return Err(ApiError::Internal("no source to compile".into())) };
+async fn compile_request(mut req: NewSubmission, quotas: &Quotas) -> Result<(NewSubmission, crate::compile::BuildInfo), WorkError> {
+    let Some(source) = req.cuda_source.take() else { return Err(WorkError::Internal("no source to compile".into())) };
     if req.ptx.is_some() || req.artifact_sha256.is_some() {
-        return Err(ApiError::InvalidBody("give `cuda_source` or `ptx`/`artifact_sha256`, not both".into()));
+        return Err(WorkError::InvalidRequest("give `cuda_source` or `ptx`/`artifact_sha256`, not both".into()));
     }
     if req.source.is_some() {
-        return Err(ApiError::InvalidBody("with `cuda_source`, leave `source` out: the compiled source is the one shown".into()));
+        return Err(WorkError::InvalidRequest("with `cuda_source`, leave `source` out: the compiled source is the one shown".into()));
     }
     // Faults that need no compile are answered before one.
     if req.template.is_some() && !req.manifests.is_empty() {
@@ -168,11 +168,11 @@ async fn compile_request(mut req: NewSubmission, quotas: &Quotas) -> Result<(New
     };
     let options = req.compile_options.clone().unwrap_or_default();
     let limits = quotas.compile.clone();
-    let _turn = COMPILES.acquire().await.map_err(|e| ApiError::Internal(format!("compile queue: {e}")))?;
+    let _turn = COMPILES.acquire().await.map_err(|e| WorkError::Internal(format!("compile queue: {e}")))?;
     let src = source.clone();
     let compiled = tokio::task::spawn_blocking(move || crate::compile::compile_in_sandbox(&src, arch, &options, &exprs, &limits))
         .await
-        .map_err(|e| ApiError::Internal(format!("compile: {e}")))??;
+        .map_err(|e| WorkError::Internal(format!("compile: {e}")))??;
     let rename = |entry: &mut String| {
         if let Some(low) = compiled.build.kernels.get(entry.as_str()) {
             *entry = low.clone();
@@ -190,14 +190,14 @@ async fn compile_request(mut req: NewSubmission, quotas: &Quotas) -> Result<(New
 }
 
 /// Checks a request and, when it passes, stores it and queues its jobs.
-pub async fn create(db: &DatabaseConnection, caller: &Caller, req: NewSubmission, quotas: &Quotas) -> Result<Created, ApiError> {
+pub async fn create(db: &DatabaseConnection, caller: &Caller, req: NewSubmission, quotas: &Quotas) -> Result<Created, WorkError> {
     let (req, build) = match req.cuda_source {
         Some(_) => {
             // Size, includes and options are checked before the compiler starts.
             let (r, b) = compile_request(req, quotas).await?;
             (r, Some(b))
         }
-        None if req.compile_options.is_some() => return Err(ApiError::InvalidBody("`compile_options` goes with `cuda_source`".into())),
+        None if req.compile_options.is_some() => return Err(WorkError::InvalidRequest("`compile_options` goes with `cuda_source`".into())),
         None => (req, None),
     };
     check_text("name", &req.name, MAX_NAME)?;
@@ -205,30 +205,30 @@ pub async fn create(db: &DatabaseConnection, caller: &Caller, req: NewSubmission
     check_text("source", &req.source, MAX_SOURCE)?;
     // The artifact.
     let ptx = match (&req.ptx, &req.artifact_sha256) {
-        (Some(_), Some(_)) => return Err(ApiError::InvalidBody("give `ptx` or `artifact_sha256`, not both".into())),
-        (None, None) => return Err(ApiError::InvalidBody("no kernel: give `ptx` (the PTX text) or `artifact_sha256`".into())),
+        (Some(_), Some(_)) => return Err(WorkError::InvalidRequest("give `ptx` or `artifact_sha256`, not both".into())),
+        (None, None) => return Err(WorkError::InvalidRequest("no kernel: give `ptx` (the PTX text) or `artifact_sha256`".into())),
         (Some(p), None) => p.clone(),
         (None, Some(sha)) => match catalog::artifact(db, sha).await? {
             Some(a) => a.ptx,
-            None => return Err(ApiError::NotFound(format!("no artifact with sha256 {sha}; upload it with POST /v1/artifacts"))),
+            None => return Err(WorkError::NotFound(format!("no artifact with sha256 {sha}; upload it with POST /v1/artifacts"))),
         },
     };
     if ptx.len() > quotas.max_artifact_bytes {
-        return Err(ApiError::ArtifactTooLarge(format!("the PTX is {} bytes; the limit per artifact is {}", ptx.len(), quotas.max_artifact_bytes)));
+        return Err(WorkError::ArtifactTooLarge(format!("the PTX is {} bytes; the limit per artifact is {}", ptx.len(), quotas.max_artifact_bytes)));
     }
-    let record = bundle::describe_ptx(ptx.as_bytes()).map_err(ApiError::InvalidArtifact)?;
+    let record = bundle::describe_ptx(ptx.as_bytes()).map_err(WorkError::InvalidArtifact)?;
     // The manifests, alone and against the PTX.
     let manifests = manifests_of(&req, quotas)?;
     // Parsed once, checked against every manifest (a tuner submission has hundreds).
     let limits = StaticLimits::default();
-    let info = crate::ptx::parse(ptx.as_bytes(), &limits).map_err(|e| ApiError::InvalidArtifact(e.to_string()))?;
+    let info = crate::ptx::parse(ptx.as_bytes(), &limits).map_err(|e| WorkError::InvalidArtifact(e.to_string()))?;
     for m in &manifests {
-        crate::ptx::check_against_manifest_with(&info, m, &limits).map_err(|e| ApiError::StaticInvalid(format!("{}: {e}", m.problem)))?;
+        crate::ptx::check_against_manifest_with(&info, m, &limits).map_err(|e| WorkError::StaticInvalid(format!("{}: {e}", m.problem)))?;
     }
     let (ptx_owned, checked) = (ptx.clone(), manifests.clone());
     tokio::task::spawn_blocking(move || ptxas_check(&ptx_owned, &checked))
         .await
-        .map_err(|e| ApiError::Internal(format!("ptxas check: {e}")))??;
+        .map_err(|e| WorkError::Internal(format!("ptxas check: {e}")))??;
     // Where to run.
     let classes = device_classes_for(db, req.device_classes.as_deref(), &manifests).await?;
     let new_jobs = (manifests.len() * classes.len()) as u64;
@@ -257,7 +257,7 @@ pub async fn create(db: &DatabaseConnection, caller: &Caller, req: NewSubmission
         .await?
     {
         txn.rollback().await?;
-        return Ok(Created::Existing(view(db, s.id).await?.ok_or_else(|| ApiError::Internal("submission vanished".into()))?));
+        return Ok(Created::Existing(view(db, s.id).await?.ok_or_else(|| WorkError::Internal("submission vanished".into()))?));
     }
     if caller.role != Role::Admin {
         let open = job::Entity::find()
@@ -272,7 +272,7 @@ pub async fn create(db: &DatabaseConnection, caller: &Caller, req: NewSubmission
             .count(&txn)
             .await?;
         if open + new_jobs > quotas.max_queued_jobs {
-            return Err(ApiError::QuotaExceeded(format!(
+            return Err(WorkError::QuotaExceeded(format!(
                 "this submission adds {new_jobs} job(s) to the {open} you have queued or running; the limit is {}; wait for some to finish or cancel them",
                 quotas.max_queued_jobs
             )));
@@ -323,7 +323,7 @@ pub async fn create(db: &DatabaseConnection, caller: &Caller, req: NewSubmission
         }
     }
     txn.commit().await?;
-    Ok(Created::New(view(db, sub.id).await?.ok_or_else(|| ApiError::Internal("submission vanished".into()))?))
+    Ok(Created::New(view(db, sub.id).await?.ok_or_else(|| WorkError::Internal("submission vanished".into()))?))
 }
 
 /// The per-submitter storage quota, checked inside `txn`, which holds the submitter's
@@ -331,7 +331,7 @@ pub async fn create(db: &DatabaseConnection, caller: &Caller, req: NewSubmission
 /// storing the new artifact `sha` of `bytes` must keep what the caller's uploads and
 /// submissions stored within [`Quotas::max_stored_bytes`]. An artifact already stored
 /// (by anyone) costs nothing; admins are exempt.
-pub(crate) async fn check_storage<C: ConnectionTrait>(txn: &C, caller: &Caller, sha: &str, bytes: u64, quotas: &Quotas) -> Result<(), ApiError> {
+pub(crate) async fn check_storage<C: ConnectionTrait>(txn: &C, caller: &Caller, sha: &str, bytes: u64, quotas: &Quotas) -> Result<(), WorkError> {
     if caller.role == Role::Admin || artifact::Entity::find_by_id(sha.to_string()).one(txn).await?.is_some() {
         return Ok(());
     }
@@ -346,7 +346,7 @@ pub(crate) async fn check_storage<C: ConnectionTrait>(txn: &C, caller: &Caller, 
         .await?;
     let stored: u64 = sizes.iter().map(|&s| s.max(0) as u64).sum();
     if stored + bytes > quotas.max_stored_bytes {
-        return Err(ApiError::QuotaExceeded(format!(
+        return Err(WorkError::QuotaExceeded(format!(
             "storing this PTX ({bytes} bytes) would bring what your uploads and submissions stored to {} bytes; the limit per submitter is {} (--max-stored-bytes-per-submitter); an admin can raise it",
             stored + bytes,
             quotas.max_stored_bytes
@@ -358,12 +358,12 @@ pub(crate) async fn check_storage<C: ConnectionTrait>(txn: &C, caller: &Caller, 
 /// The device classes to queue jobs for: those asked for (each must be known), or every
 /// class with a worker seen lately that can run the arches; `[None]` (any worker) when
 /// no worker was seen.
-async fn device_classes_for(db: &DatabaseConnection, asked: Option<&[String]>, manifests: &[Manifest]) -> Result<Vec<Option<String>>, ApiError> {
+async fn device_classes_for(db: &DatabaseConnection, asked: Option<&[String]>, manifests: &[Manifest]) -> Result<Vec<Option<String>>, WorkError> {
     let cutoff = Utc::now() - chrono::Duration::seconds(WORKER_FRESH_SECS);
     let workers = worker::Entity::find().filter(worker::Column::LastSeenAt.gt(cutoff)).all(db).await?;
     if let Some(asked) = asked {
         if asked.is_empty() {
-            return Err(ApiError::InvalidBody("`device_classes` is empty; leave it out to run on every class with a worker".into()));
+            return Err(WorkError::InvalidRequest("`device_classes` is empty; leave it out to run on every class with a worker".into()));
         }
         let known: BTreeSet<String> = device_class::Entity::find()
             .all(db)
@@ -375,7 +375,7 @@ async fn device_classes_for(db: &DatabaseConnection, asked: Option<&[String]>, m
         let mut out = BTreeSet::new();
         for c in asked {
             if !known.contains(c) {
-                return Err(ApiError::InvalidBody(format!("device class `{c}` is not known here; known: {}", known.iter().cloned().collect::<Vec<_>>().join(", "))));
+                return Err(WorkError::InvalidRequest(format!("device class `{c}` is not known here; known: {}", known.iter().cloned().collect::<Vec<_>>().join(", "))));
             }
             out.insert(c.clone());
         }
@@ -403,13 +403,13 @@ pub fn parse_cc(s: &str) -> Option<(u32, u32)> {
 }
 
 /// A submission with its jobs and runs; `None` when there is none with this id.
-pub async fn view<C: ConnectionTrait>(db: &C, id: i32) -> Result<Option<SubmissionView>, ApiError> {
+pub async fn view<C: ConnectionTrait>(db: &C, id: i32) -> Result<Option<SubmissionView>, WorkError> {
     let Some(s) = submission::Entity::find_by_id(id).one(db).await? else { return Ok(None) };
     let who = submitter::Entity::find_by_id(s.submitter_id).one(db).await?.map(|x| x.name).unwrap_or_default();
     let a = artifact::Entity::find_by_id(s.artifact_sha256.clone())
         .one(db)
         .await?
-        .ok_or_else(|| ApiError::Internal(format!("artifact of submission {id} missing")))?;
+        .ok_or_else(|| WorkError::Internal(format!("artifact of submission {id} missing")))?;
     let jobs = job::Entity::find().filter(job::Column::SubmissionId.eq(id)).order_by_asc(job::Column::Id).all(db).await?;
     let problems: HashMap<i32, problem::Model> = problem::Entity::find()
         .filter(problem::Column::Id.is_in(jobs.iter().map(|j| j.problem_id).collect::<Vec<_>>()))
@@ -436,13 +436,13 @@ pub async fn view<C: ConnectionTrait>(db: &C, id: i32) -> Result<Option<Submissi
         .collect();
     let mut views = Vec::with_capacity(jobs.len());
     for j in &jobs {
-        let p = problems.get(&j.problem_id).ok_or_else(|| ApiError::Internal(format!("problem {} missing", j.problem_id)))?;
+        let p = problems.get(&j.problem_id).ok_or_else(|| WorkError::Internal(format!("problem {} missing", j.problem_id)))?;
         let problem: Problem = problem_of(p)?;
         let run = match j.run_id.and_then(|r| runs.get(&r)) {
             None => None,
             Some(r) => {
-                let m = manifests.get(&r.manifest_id).ok_or_else(|| ApiError::Internal(format!("manifest {} of run {} missing", r.manifest_id, r.id)))?;
-                let body: Manifest = serde_json::from_str(&m.body).map_err(|e| ApiError::Internal(format!("manifest {} does not parse: {e}", m.id)))?;
+                let m = manifests.get(&r.manifest_id).ok_or_else(|| WorkError::Internal(format!("manifest {} of run {} missing", r.manifest_id, r.id)))?;
+                let body: Manifest = serde_json::from_str(&m.body).map_err(|e| WorkError::Internal(format!("manifest {} does not parse: {e}", m.id)))?;
                 Some(JobRunView {
                     run: run_view(r),
                     details: r.details.as_deref().and_then(|d| serde_json::from_str(d).ok()),
@@ -488,7 +488,7 @@ pub async fn view<C: ConnectionTrait>(db: &C, id: i32) -> Result<Option<Submissi
 
 /// Submissions, newest first; one submitter's when `submitter` is given. Deleted ones
 /// are left out.
-pub async fn list(db: &DatabaseConnection, submitter_name: Option<&str>, limit: u64) -> Result<Vec<SubmissionSummary>, ApiError> {
+pub async fn list(db: &DatabaseConnection, submitter_name: Option<&str>, limit: u64) -> Result<Vec<SubmissionSummary>, WorkError> {
     let mut q = submission::Entity::find().filter(submission::Column::DeletedAt.is_null());
     let people: HashMap<i32, String> = submitter::Entity::find().all(db).await?.into_iter().map(|s| (s.id, s.name)).collect();
     if let Some(name) = submitter_name {
@@ -526,30 +526,30 @@ pub async fn list(db: &DatabaseConnection, submitter_name: Option<&str>, limit: 
 }
 
 /// Owners and admins only.
-async fn owned(db: &DatabaseConnection, caller: &Caller, id: i32) -> Result<submission::Model, ApiError> {
+async fn owned(db: &DatabaseConnection, caller: &Caller, id: i32) -> Result<submission::Model, WorkError> {
     let Some(s) = submission::Entity::find_by_id(id).one(db).await? else {
-        return Err(ApiError::NotFound(format!("no submission {id}")));
+        return Err(WorkError::NotFound(format!("no submission {id}")));
     };
     if s.submitter_id != caller.submitter_id && caller.role != Role::Admin {
-        return Err(ApiError::Forbidden(format!("submission {id} belongs to someone else; only its owner or an admin may change it")));
+        return Err(WorkError::Forbidden(format!("submission {id} belongs to someone else; only its owner or an admin may change it")));
     }
     Ok(s)
 }
 
 /// Cancels every job not yet finished; a worker running one sees it at its next
 /// heartbeat and kills the sandbox. Returns the view after the change.
-pub async fn cancel(db: &DatabaseConnection, caller: &Caller, id: i32) -> Result<SubmissionView, ApiError> {
+pub async fn cancel(db: &DatabaseConnection, caller: &Caller, id: i32) -> Result<SubmissionView, WorkError> {
     owned(db, caller, id).await?;
     let txn = crate::db::begin_write(db).await?;
     super::queue::cancel_jobs(&txn, id, &format!("cancelled by {}", caller.submitter)).await?;
     txn.commit().await?;
-    view(db, id).await?.ok_or_else(|| ApiError::NotFound(format!("no submission {id}")))
+    view(db, id).await?.ok_or_else(|| WorkError::NotFound(format!("no submission {id}")))
 }
 
 /// Deletes a submission: its jobs are cancelled and it leaves every list and
 /// leaderboard; the rows stay as history. Refused while one of its runs holds a catalog
 /// entry (the catalog would otherwise serve a deleted kernel).
-pub async fn delete(db: &DatabaseConnection, caller: &Caller, id: i32) -> Result<(), ApiError> {
+pub async fn delete(db: &DatabaseConnection, caller: &Caller, id: i32) -> Result<(), WorkError> {
     let s = owned(db, caller, id).await?;
     if s.deleted_at.is_some() {
         return Ok(());
@@ -566,7 +566,7 @@ pub async fn delete(db: &DatabaseConnection, caller: &Caller, id: i32) -> Result
             .one(&txn)
             .await?;
         if newest.is_some_and(|n| n.id == e.id) {
-            return Err(ApiError::Conflict(format!(
+            return Err(WorkError::Conflict(format!(
                 "submission {id} holds the catalog entry for problem {} on {}; it cannot be deleted while it is served",
                 e.problem_id, e.device_class
             )));
@@ -584,7 +584,7 @@ pub async fn delete(db: &DatabaseConnection, caller: &Caller, id: i32) -> Result
 }
 
 /// Workers seen lately, newest first.
-pub async fn workers(db: &DatabaseConnection) -> Result<Vec<WorkerView>, ApiError> {
+pub async fn workers(db: &DatabaseConnection) -> Result<Vec<WorkerView>, WorkError> {
     let cutoff = Utc::now() - chrono::Duration::seconds(WORKER_FRESH_SECS);
     let rows = worker::Entity::find().filter(worker::Column::LastSeenAt.gt(cutoff)).order_by_desc(worker::Column::LastSeenAt).all(db).await?;
     Ok(rows
@@ -602,7 +602,7 @@ pub async fn workers(db: &DatabaseConnection) -> Result<Vec<WorkerView>, ApiErro
 }
 
 /// Jobs per state, for health and metrics.
-pub async fn queue_depth(db: &DatabaseConnection) -> Result<(u64, u64), ApiError> {
+pub async fn queue_depth(db: &DatabaseConnection) -> Result<(u64, u64), WorkError> {
     let queued = job::Entity::find().filter(job::Column::State.eq(state::QUEUED)).count(db).await?;
     let running = job::Entity::find().filter(job::Column::State.eq(state::RUNNING)).count(db).await?;
     Ok((queued, running))
@@ -630,7 +630,7 @@ mod tests {
         let ok = NewSubmission { manifests: vec![manifest(256), manifest(512)], ..Default::default() };
         assert_eq!(manifests_of(&ok, &q).expect("two").len(), 2);
         let few = Quotas { max_problems: 1, ..Quotas::default() };
-        assert_eq!(manifests_of(&ok, &few).unwrap_err().code(), "quota_exceeded");
+        assert!(matches!(manifests_of(&ok, &few), Err(WorkError::QuotaExceeded(_))));
     }
 
     #[test]

@@ -27,7 +27,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use super::queue::{self, KIND_TUNE, Stored};
-use crate::api::ApiError;
+use super::error::WorkError;
 use crate::auth::{Caller, Role};
 use crate::catalog::{self, BaselineView, Fallback, KernelLookup, bundle, problem_of};
 use crate::db::entities::{device_class, job, problem, run, submitter, tune, tuning_request, tuning_request_item};
@@ -243,8 +243,8 @@ pub struct TuneView {
     pub kernel: Option<String>,
 }
 
-fn invalid(what: impl std::fmt::Display) -> ApiError {
-    ApiError::InvalidProblem(what.to_string())
+fn invalid(what: impl std::fmt::Display) -> WorkError {
+    WorkError::InvalidProblem(what.to_string())
 }
 
 /// One problem the request resolves to.
@@ -254,7 +254,7 @@ struct Asked {
     label: Option<String>,
 }
 
-fn parse_spec(i: usize, spec: &ProblemSpec, arch: Arch, acc: Acc) -> Result<Problem, ApiError> {
+fn parse_spec(i: usize, spec: &ProblemSpec, arch: Arch, acc: Acc) -> Result<Problem, WorkError> {
     let at = |e: &dyn std::fmt::Display| invalid(format!("problems[{i}]: {e}"));
     match spec {
         ProblemSpec::Text(t) => {
@@ -283,24 +283,24 @@ fn parse_spec(i: usize, spec: &ProblemSpec, arch: Arch, acc: Acc) -> Result<Prob
 }
 
 /// The problems a request names, checked whole: nothing is stored when one is wrong.
-fn problems_of(req: &NewTuningRequest, limits: &TuneLimits) -> Result<Vec<Asked>, ApiError> {
-    let bad = |e: crate::problem::ProblemError| ApiError::InvalidBody(e.to_string());
+fn problems_of(req: &NewTuningRequest, limits: &TuneLimits) -> Result<Vec<Asked>, WorkError> {
+    let bad = |e: crate::problem::ProblemError| WorkError::InvalidRequest(e.to_string());
     let arch: Arch = req.arch.as_deref().map(str::parse).transpose().map_err(bad)?.unwrap_or(Arch::Sm90);
     let acc: Acc = req.acc.as_deref().map(str::parse).transpose().map_err(bad)?.unwrap_or(Acc::F32);
     let asked: Vec<Asked> = match (&req.workload, req.problems.is_empty()) {
-        (Some(_), false) => return Err(ApiError::InvalidBody("give `problems` or a `workload`, not both".into())),
-        (None, true) => return Err(ApiError::InvalidBody("nothing to tune: give `problems` (e.g. [\"tn:4096x14336x4096\"]) or a `workload` (GET /v1/workloads lists them)".into())),
+        (Some(_), false) => return Err(WorkError::InvalidRequest("give `problems` or a `workload`, not both".into())),
+        (None, true) => return Err(WorkError::InvalidRequest("nothing to tune: give `problems` (e.g. [\"tn:4096x14336x4096\"]) or a `workload` (GET /v1/workloads lists them)".into())),
         (None, false) => {
             if req.tokens.is_some() {
-                return Err(ApiError::InvalidBody("`tokens` goes with a `workload`".into()));
+                return Err(WorkError::InvalidRequest("`tokens` goes with a `workload`".into()));
             }
             req.problems.iter().enumerate().map(|(i, s)| parse_spec(i, s, arch, acc).map(|problem| Asked { problem, label: None })).collect::<Result<_, _>>()?
         }
         (Some(name), true) => {
-            let preset = crate::workloads::preset(name).ok_or_else(|| ApiError::UnknownWorkload(format!("no workload `{name}`; the presets are {}", crate::workloads::names())))?;
+            let preset = crate::workloads::preset(name).ok_or_else(|| WorkError::UnknownWorkload(format!("no workload `{name}`; the presets are {}", crate::workloads::names())))?;
             let tokens: Vec<u32> = match &req.tokens {
                 None => crate::workloads::TOKENS.to_vec(),
-                Some(t) if t.is_empty() => return Err(ApiError::InvalidBody("`tokens` is empty; leave it out for every token count".into())),
+                Some(t) if t.is_empty() => return Err(WorkError::InvalidRequest("`tokens` is empty; leave it out for every token count".into())),
                 Some(t) => {
                     if let Some(bad) = t.iter().find(|&&x| x == 0 || x > crate::problem::MAX_DIM) {
                         return Err(invalid(format!("tokens: {bad} is outside 1..={}", crate::problem::MAX_DIM)));
@@ -344,7 +344,7 @@ async fn sm_count<C: ConnectionTrait>(db: &C, class: &str) -> Result<u32, DbErr>
 
 /// What the catalog already answers for a problem on a class, when that answer is measured
 /// (a kernel that beats the baselines, or a faster baseline): no tune is needed then.
-async fn measured_answer(db: &DatabaseConnection, p: &Problem, class: &str) -> Result<Option<(&'static str, Option<f64>, Option<BaselineView>)>, ApiError> {
+async fn measured_answer(db: &DatabaseConnection, p: &Problem, class: &str) -> Result<Option<(&'static str, Option<f64>, Option<BaselineView>)>, WorkError> {
     Ok(match catalog::best_kernel(db, p, Some(class), Fallback::None).await? {
         KernelLookup::Kernel(k) if k.benchmarked && catalog::beats_all(&k.run.speedups.as_ref().and_then(|s| s.get("graph")).cloned()) == Some(true) => {
             Some((state::SERVED, k.run.speedups.as_ref().and_then(|s| s.pointer("/graph/cublaslt_autotune_max")).and_then(|v| v.as_f64()), None))
@@ -369,22 +369,22 @@ pub enum Asker<'a> {
 
 /// Checks a request and stores it: tunes inserted or shared, jobs queued, items recorded,
 /// all in one transaction. `device` is the class, already resolved by the caller.
-pub async fn create(db: &DatabaseConnection, who: Asker<'_>, req: &NewTuningRequest, device: &str, limits: &TuneLimits) -> Result<CreatedRequest, ApiError> {
+pub async fn create(db: &DatabaseConnection, who: Asker<'_>, req: &NewTuningRequest, device: &str, limits: &TuneLimits) -> Result<CreatedRequest, WorkError> {
     let admin = matches!(who, Asker::Caller(c) if c.role == Role::Admin);
     if let Some(p) = req.priority {
         if !admin {
-            return Err(ApiError::Forbidden("only admins may set `priority`".into()));
+            return Err(WorkError::Forbidden("only admins may set `priority`".into()));
         }
         if !(0..=MAX_PRIORITY).contains(&p) {
-            return Err(ApiError::InvalidBody(format!("priority {p} is outside 0..={MAX_PRIORITY}")));
+            return Err(WorkError::InvalidRequest(format!("priority {p} is outside 0..={MAX_PRIORITY}")));
         }
     }
     if let Some(b) = req.budget_ms {
         if !admin {
-            return Err(ApiError::Forbidden("only admins may set `budget_ms`".into()));
+            return Err(WorkError::Forbidden("only admins may set `budget_ms`".into()));
         }
         if !(1000..=limits.max_budget_ms).contains(&b) {
-            return Err(ApiError::InvalidBody(format!("budget_ms {b} is outside 1000..={}", limits.max_budget_ms)));
+            return Err(WorkError::InvalidRequest(format!("budget_ms {b} is outside 1000..={}", limits.max_budget_ms)));
         }
     }
     let asked = problems_of(req, limits)?;
@@ -426,7 +426,7 @@ pub async fn create(db: &DatabaseConnection, who: Asker<'_>, req: &NewTuningRequ
         let recent = tuning_request::Entity::find().filter(tuning_request::Column::SubmitterId.is_null()).filter(tuning_request::Column::CreatedAt.gt(minute_ago)).count(&txn).await?;
         if recent >= limits.on_miss_per_minute {
             txn.rollback().await?;
-            return Err(ApiError::QuotaExceeded(format!("kernel lookups queued {recent} tunes in the last minute; the limit is {}", limits.on_miss_per_minute)));
+            return Err(WorkError::QuotaExceeded(format!("kernel lookups queued {recent} tunes in the last minute; the limit is {}", limits.on_miss_per_minute)));
         }
     }
     let request = tuning_request::ActiveModel {
@@ -483,7 +483,7 @@ pub async fn create(db: &DatabaseConnection, who: Asker<'_>, req: &NewTuningRequ
             let n = open(Some(c.submitter_id)).count(&txn).await?;
             if n > limits.max_open_per_submitter {
                 txn.rollback().await?;
-                return Err(ApiError::QuotaExceeded(format!(
+                return Err(WorkError::QuotaExceeded(format!(
                     "this request would leave {n} of your tunes queued or running; the limit is {}; wait for some to finish",
                     limits.max_open_per_submitter
                 )));
@@ -493,13 +493,13 @@ pub async fn create(db: &DatabaseConnection, who: Asker<'_>, req: &NewTuningRequ
             let n = open(None).count(&txn).await?;
             if n > limits.on_miss_max_open {
                 txn.rollback().await?;
-                return Err(ApiError::QuotaExceeded(format!("{n} tunes queued by kernel lookups would be open; the limit is {}", limits.on_miss_max_open)));
+                return Err(WorkError::QuotaExceeded(format!("{n} tunes queued by kernel lookups would be open; the limit is {}", limits.on_miss_max_open)));
             }
         }
         Asker::Caller(_) => {}
     }
     txn.commit().await?;
-    let view = view(db, request.id).await?.ok_or_else(|| ApiError::Internal("tuning request vanished".into()))?;
+    let view = view(db, request.id).await?.ok_or_else(|| WorkError::Internal("tuning request vanished".into()))?;
     Ok(CreatedRequest { queued, view })
 }
 
@@ -642,7 +642,7 @@ async fn item_of_tune<C: ConnectionTrait>(db: &C, item: &mut TuningItemView, t: 
 }
 
 /// A request with each item's state now; `None` when there is no such request.
-pub async fn view(db: &DatabaseConnection, id: i32) -> Result<Option<TuningRequestView>, ApiError> {
+pub async fn view(db: &DatabaseConnection, id: i32) -> Result<Option<TuningRequestView>, WorkError> {
     let Some(r) = tuning_request::Entity::find_by_id(id).one(db).await? else { return Ok(None) };
     let who = match r.submitter_id {
         Some(s) => submitter::Entity::find_by_id(s).one(db).await?.map(|x| x.name),
@@ -677,7 +677,7 @@ pub async fn view(db: &DatabaseConnection, id: i32) -> Result<Option<TuningReque
             (None, Some(_)) => {}
             (None, None) => {
                 // Answered by the catalog when asked: as the catalog answers now.
-                let p = Problem::from_path(&it.problem).map_err(|e| ApiError::Internal(format!("a stored request item's problem: {e}")))?;
+                let p = Problem::from_path(&it.problem).map_err(|e| WorkError::Internal(format!("a stored request item's problem: {e}")))?;
                 match measured_answer(db, &p, &r.device_class).await? {
                     Some((s, speedup, use_instead)) => {
                         v.state = s.into();
@@ -722,7 +722,7 @@ pub async fn marks(db: &DatabaseConnection, id: i32) -> Result<Vec<(i32, String,
 }
 
 /// The tune of a problem on a class, with its trace; `None` when never asked for.
-pub async fn tune_view<C: ConnectionTrait>(db: &C, p: &Problem, class: &str) -> Result<Option<TuneView>, ApiError> {
+pub async fn tune_view<C: ConnectionTrait>(db: &C, p: &Problem, class: &str) -> Result<Option<TuneView>, WorkError> {
     let Some(prow) = catalog::find_problem(db, p).await? else { return Ok(None) };
     let Some(t) = tune::Entity::find().filter(tune::Column::ProblemId.eq(prow.id)).filter(tune::Column::DeviceClass.eq(class)).one(db).await? else { return Ok(None) };
     let queue_position = match (t.job_id, state::OPEN.contains(&t.state.as_str())) {
@@ -1008,12 +1008,12 @@ mod tests {
         assert!(e.to_string().contains("listed twice"), "{e}");
         let e = problems_of(&req(serde_json::json!({"problems": ["tn:65536x65536x65536"]})), &l).unwrap_err();
         assert!(e.to_string().contains("outside this service's tuning limit"), "{e}");
-        assert_eq!(problems_of(&req(serde_json::json!({})), &l).unwrap_err().code(), "invalid_body");
-        assert_eq!(problems_of(&req(serde_json::json!({"workload": "gpt-5"})), &l).unwrap_err().code(), "unknown_workload");
+        assert!(matches!(problems_of(&req(serde_json::json!({})), &l), Err(WorkError::InvalidRequest(_))));
+        assert!(matches!(problems_of(&req(serde_json::json!({"workload": "gpt-5"})), &l), Err(WorkError::UnknownWorkload(_))));
         let w = problems_of(&req(serde_json::json!({"workload": "llama-3.1-8b", "tokens": [1, 16]})), &l).expect("workload");
         assert_eq!(w.len(), 8);
         assert_eq!(w[0].label.as_deref(), Some("q_proj, o_proj @ 1 tokens"));
         let few = TuneLimits { max_problems: 3, ..TuneLimits::default() };
-        assert_eq!(problems_of(&req(serde_json::json!({"workload": "llama-3.1-8b"})), &few).unwrap_err().code(), "invalid_problem");
+        assert!(matches!(problems_of(&req(serde_json::json!({"workload": "llama-3.1-8b"})), &few), Err(WorkError::InvalidProblem(_))));
     }
 }

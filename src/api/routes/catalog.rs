@@ -13,6 +13,7 @@ use crate::api::cache::Rendered;
 use crate::api::{ApiError, State, accepts_gzip};
 use crate::catalog::{self, KernelLookup, ProblemFilter};
 use crate::problem::Problem;
+use crate::work::error::WorkError;
 
 /// Reads `{arch}/{acc}/{layout}/{m}x{n}x{k}` path parameters; a fault is a bad path (400).
 pub fn parse_problem(arch: &str, acc: &str, layout: &str, shape: &str) -> Result<Problem, ApiError> {
@@ -286,8 +287,8 @@ async fn with_tuning(state: &State, p: Problem, device: Option<String>, r: Arc<R
         let req = NewTuningRequest { problems: vec![ProblemSpec::Text(p.path())], ..Default::default() };
         match tune::create(&state.db, Asker::Miss, &req, &class, &state.settings.tune).await {
             Ok(_) => found = tune::state_of(&state.db, &p, &class).await?,
-            Err(e @ (ApiError::QuotaExceeded(_) | ApiError::InvalidProblem(_))) => note = Some(format!("not queued by this lookup: {e}")),
-            Err(e) => return Err(e),
+            Err(e @ (WorkError::QuotaExceeded(_) | WorkError::InvalidProblem(_))) => note = Some(format!("not queued by this lookup: {e}")),
+            Err(e) => return Err(e.into()),
         }
     }
     let ask = serde_json::json!({"method": "POST", "url": "/v1/tuning-requests", "body": {"problems": [p.path()], "device": class}});
