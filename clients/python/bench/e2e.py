@@ -28,6 +28,7 @@ import statistics
 import sys
 import time
 import warnings
+from typing import Optional
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -213,12 +214,15 @@ def main() -> int:
         del layer
         torch.cuda.empty_cache()
     overhead = launch_overhead(2000)
-
-    print("\nPer layer (CUDA graphs, median us per forward):")
-    print(f"{'model':15} {'phase':7} {'tokens':>6} {'torch_us':>10} {'patched_us':>10} {'speedup':>8} {'kaas':>5} {'max|diff|':>9}")
     for r in layers:
+        r["predicted"] = predicted_speedup(model_config(r["model"]), r, gemms)
+
+    print("\nPer layer (CUDA graphs, median us per forward; predicted: from its GEMMs' times in this run):")
+    print(f"{'model':15} {'phase':7} {'tokens':>6} {'torch_us':>10} {'patched_us':>10} {'speedup':>8} {'predicted':>9} {'kaas':>5} {'max|diff|':>9}")
+    for r in layers:
+        pred = f"{r['predicted']:>9.3f}" if r["predicted"] is not None else f"{'-':>9}"
         print(f"{r['model']:15} {r['phase']:7} {r['tokens']:>6} {r['torch_us']:>10.1f} {r['patched_us']:>10.1f} "
-              f"{r['speedup']:>8.3f} {r['kaas_linears']:>2}/{r['linears']:<2} {r['max_abs_diff_vs_torch']:>9.4f}")
+              f"{r['speedup']:>8.3f} {pred} {r['kaas_linears']:>2}/{r['linears']:<2} {r['max_abs_diff_vs_torch']:>9.4f}")
     if gemms:
         print("\nPer GEMM (tn MxNxK = F.linear(x[M,K], W[N,K]); CUDA graphs, median us per call), kaas rows only:")
         print(f"{'model':15} {'M':>5} {'N':>6} {'K':>6} {'torch_us':>9} {'kaas_us':>9} {'speedup':>8}")
@@ -236,6 +240,21 @@ def main() -> int:
     (out / "e2e.json").write_text(json.dumps(result, indent=1))
     print(f"\nwrote {out / 'e2e.json'}")
     return 0
+
+
+def predicted_speedup(cfg, layer: dict, gemms: list) -> Optional[float]:
+    """What a layer's speedup should be if only its GEMMs changed: the layer's torch time
+    less, for every linear on kaas, the time its GEMM saved (torch - kaas, measured alone
+    in the same run), counted once per linear of that shape. None without GEMM timings."""
+    timed = {(g["m"], g["n"], g["k"]): g for g in gemms if g["model"] == layer["model"] and g["tokens"] == layer["tokens"]}
+    if not timed:
+        return None
+    saved = 0.0
+    for _, k, n, _ in cfg.linears():
+        g = timed.get((layer["tokens"], n, k))
+        if g is not None and g["kaas"]:
+            saved += g["torch_us"] - g["patched_us"]
+    return layer["torch_us"] / (layer["torch_us"] - saved)
 
 
 if __name__ == "__main__":
