@@ -708,11 +708,11 @@ fn ptx_for(args: &TuneArgs, cfg: &Candidate, arch: Arch, acc: Acc, layout: Layou
     Ok(cfg.compile(arch, acc, layout)?)
 }
 
-/// Buffer sets each contender's inputs rotate over while the tuner times it: as many as
-/// the worker's side-by-side benchmark uses (`harness::bench`), so that operands are no
-/// warmer in L2 here than there. Timed on one warm set, 36 ping-pong winners then ran
-/// 1.15× (up to 1.78×) as long in verification, so the tuner submitted winners that lost;
-/// timed over rotating sets, 1.03× (0.94–1.10×). BENCHMARKS.md, session 6.
+/// Buffer sets each contender's inputs rotate over while `kaas tune` times it, and the
+/// floor of the tune job's L2-cold rotation ([`ondemand`] takes as many more as span
+/// twice the L2, as the benchmark's ranked regime does). `kaas tune` itself still times
+/// over these three: warm in the L2 for small shapes, where the benchmark now ranks cold,
+/// so its winners are re-measured by the worker before they count (docs/tuner.md).
 pub const TUNE_SETS: usize = crate::harness::bench::DEFAULT_SETS;
 
 /// Times one contender whose launches rotate over [`TUNE_SETS`] buffer sets: about
