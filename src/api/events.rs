@@ -321,3 +321,13 @@ pub async fn open(req: &actix_web::HttpRequest, state: &Arc<AppState>, what: Wat
     Ok(response(rx, slot))
 }
 
+/// One event of an event stream, as a client's SSE parser sees it (the OpenAPI
+/// document's schema for `text/event-stream` answers): `event` names it (`snapshot`,
+/// then `done`), `data` is the view as JSON text, `id` numbers the events of a stream.
+#[derive(Debug, Clone, serde::Serialize, utoipa::ToSchema)]
+pub struct SseEvent {
+    pub event: String,
+    pub data: String,
+    pub id: Option<String>,
+}
+

@@ -83,7 +83,7 @@ pub async fn list(state: State, q: web::Query<ListQuery>) -> Result<HttpResponse
 
 #[utoipa::path(
     get, path = "/v1/submissions/{id}", tag = "submissions",
-    params(("id" = i32, Path, minimum = 1, description = "Submission id")),
+    params(("id" = i32, Path, minimum = 1, maximum = 2147483647, description = "Submission id")),
     responses(
         (status = 200, description = "The submission with every job and run; each run carries its record signed by the service", body = SubmissionView),
         (status = 400, description = "The id is not a submission id (`invalid_path`)", body = crate::api::error::ProblemDetails, content_type = "application/problem+json"),
@@ -100,9 +100,9 @@ pub async fn get(state: State, id: web::Path<String>) -> Result<HttpResponse, Ap
 
 #[utoipa::path(
     get, path = "/v1/submissions/{id}/events", tag = "submissions",
-    params(("id" = i32, Path, minimum = 1, description = "Submission id")),
+    params(("id" = i32, Path, minimum = 1, maximum = 2147483647, description = "Submission id")),
     responses(
-        (status = 200, description = "`text/event-stream`: an event `snapshot` (the SubmissionView as JSON) at once and on every change; `done` with the final view when no job will change any more, then the stream ends", content_type = "text/event-stream", body = String),
+        (status = 200, description = "`text/event-stream`: an event `snapshot` (the SubmissionView as JSON) at once and on every change; `done` with the final view when no job will change any more, then the stream ends", content_type = "text/event-stream", body = crate::api::events::SseEvent),
         (status = 400, description = "The id is not a submission id (`invalid_path`)", body = crate::api::error::ProblemDetails, content_type = "application/problem+json"),
         (status = 404, description = "No such submission", body = crate::api::error::ProblemDetails, content_type = "application/problem+json"),
         (status = 429, description = "Too many event streams open from this client (`quota_exceeded`)", body = crate::api::error::ProblemDetails, content_type = "application/problem+json"),
@@ -116,10 +116,11 @@ pub async fn events(req: HttpRequest, state: State, id: web::Path<String>) -> Re
 
 #[utoipa::path(
     post, path = "/v1/submissions/{id}/cancel", tag = "submissions",
-    params(("id" = i32, Path, minimum = 1, description = "Submission id")),
+    params(("id" = i32, Path, minimum = 1, maximum = 2147483647, description = "Submission id")),
     security(("bearer" = [])),
     responses(
         (status = 200, description = "Unfinished jobs cancelled; running sandboxes are killed at the next heartbeat", body = SubmissionView),
+        (status = 400, description = "The id is not a submission id (`invalid_path`)", body = crate::api::error::ProblemDetails, content_type = "application/problem+json"),
         (status = 401, description = "No token, or an invalid or revoked one", body = crate::api::error::ProblemDetails, content_type = "application/problem+json"),
         (status = 403, description = "Not the owner or an admin", body = crate::api::error::ProblemDetails, content_type = "application/problem+json"),
         (status = 429, description = "Over the token's rate limit; `Retry-After` says when to retry", body = crate::api::error::ProblemDetails, content_type = "application/problem+json"),
@@ -136,7 +137,7 @@ pub async fn cancel(state: State, caller: Caller, id: web::Path<String>) -> Resu
 
 #[utoipa::path(
     delete, path = "/v1/submissions/{id}", tag = "submissions",
-    params(("id" = i32, Path, minimum = 1, description = "Submission id")),
+    params(("id" = i32, Path, minimum = 1, maximum = 2147483647, description = "Submission id")),
     security(("bearer" = [])),
     responses(
         (status = 204, description = "Deleted: jobs cancelled, hidden from lists and leaderboards (kept as history)"),

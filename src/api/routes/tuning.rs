@@ -50,7 +50,7 @@ pub async fn create(state: State, caller: Caller, body: web::Bytes) -> Result<Ht
 
 #[utoipa::path(
     get, path = "/v1/tuning-requests/{id}", tag = "tuning",
-    params(("id" = i32, Path, minimum = 1, description = "Tuning request id")),
+    params(("id" = i32, Path, minimum = 1, maximum = 2147483647, description = "Tuning request id")),
     responses(
         (status = 200, description = "The request with every problem's state now", body = TuningRequestView),
         (status = 400, description = "The id is not a request id (`invalid_path`)", body = crate::api::error::ProblemDetails, content_type = "application/problem+json"),
@@ -66,9 +66,9 @@ pub async fn get(state: State, id: web::Path<String>) -> Result<HttpResponse, Ap
 
 #[utoipa::path(
     get, path = "/v1/tuning-requests/{id}/events", tag = "tuning",
-    params(("id" = i32, Path, minimum = 1, description = "Tuning request id")),
+    params(("id" = i32, Path, minimum = 1, maximum = 2147483647, description = "Tuning request id")),
     responses(
-        (status = 200, description = "`text/event-stream`: an event `snapshot` (the TuningRequestView as JSON) at once and on every change of a problem's state or stage; `done` with the final view when every problem is settled", content_type = "text/event-stream", body = String),
+        (status = 200, description = "`text/event-stream`: an event `snapshot` (the TuningRequestView as JSON) at once and on every change of a problem's state or stage; `done` with the final view when every problem is settled", content_type = "text/event-stream", body = crate::api::events::SseEvent),
         (status = 400, description = "The id is not a request id (`invalid_path`)", body = crate::api::error::ProblemDetails, content_type = "application/problem+json"),
         (status = 404, description = "No such request", body = crate::api::error::ProblemDetails, content_type = "application/problem+json"),
         (status = 429, description = "Too many event streams open from this client (`quota_exceeded`)", body = crate::api::error::ProblemDetails, content_type = "application/problem+json"),
