@@ -12,7 +12,6 @@ pub mod bench;
 pub mod guarded;
 mod pipeline;
 pub mod sequence;
-pub mod run_cmd;
 mod stages;
 
 use std::time::Duration;

@@ -294,7 +294,7 @@ fn a_whole_run_verifies_then_benchmarks_against_the_baselines() {
     // `run_in_sandbox` with the staged `kaas` as the sandbox executable.
     let o = sandbox::run_with(&sandbox_command(), &job, sandbox::default_wall_limit(&job));
     let wall = started.elapsed();
-    println!("{}", kaas::harness::run_cmd::table(&job, &o, wall));
+    println!("{}", kaas::cli::run::table(&job, &o, wall));
     println!("RUNBENCH whole run (verification + benchmark) {:.2} s wall", wall.as_secs_f64());
     assert_eq!(o.verdict, Verdict::Pass, "{}: {}", o.stage, o.message);
     let bench = o.bench.as_ref().expect("bench present after a pass");
@@ -368,7 +368,7 @@ fn a_small_problem_is_timed_cold_over_a_rotation_of_thousands_of_sets() {
     let started = Instant::now();
     let o = sandbox::run_with(&sandbox_command(), &job, sandbox::default_wall_limit(&job));
     let wall = started.elapsed();
-    println!("{}", kaas::harness::run_cmd::table(&job, &o, wall));
+    println!("{}", kaas::cli::run::table(&job, &o, wall));
     assert_eq!(o.verdict, Verdict::Pass, "{}: {}", o.stage, o.message);
     let bench = o.bench.as_ref().expect("bench present after a pass");
     both_regimes_were_timed(bench, 2 * (64 * 128 + 128 * 256 + 64 * 256));

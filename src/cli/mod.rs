@@ -1,5 +1,9 @@
 //! The `kaas` command line: one binary for operators (serve, import, export, token,
-//! openapi), and later for workers, submitters and users.
+//! remeasure, openapi), workers, kernel authors (`run`) and users. The commands live
+//! here; what they call lives in the layers below.
+
+pub mod baselines;
+pub mod run;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -66,7 +70,7 @@ pub enum Command {
     },
     /// Time the baselines (cuBLAS, cuBLASLt heuristic and autotuned; NN and TN) on this
     /// machine's GPU and write them as a catalog bundle; or run the null test (--calibrate).
-    Baselines(crate::bench::baselines::BaselinesArgs),
+    Baselines(baselines::BaselinesArgs),
     /// Verify one job in this process: reads a job as JSON on stdin, writes its outcome as JSON on stdout. Workers spawn it; untrusted PTX runs only here.
     Sandbox {
         /// Print the GPUs this process sees (as JSON) and exit.
@@ -87,7 +91,7 @@ pub enum Command {
     Compile(crate::compile::CompileArgs),
     /// Verify one kernel (PTX + manifest) on this machine's GPU in a sandbox process; with
     /// --bench also time it side by side with cuBLAS and cuBLASLt.
-    Run(crate::harness::run_cmd::RunArgs),
+    Run(run::RunArgs),
     /// Run a GPU worker: claim jobs from the database, run each in `kaas sandbox`, store the runs.
     Worker(WorkerArgs),
     /// Submit a kernel (PTX + manifests) and follow it until every run has its verdict.
@@ -273,12 +277,12 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Baselines(args) => {
             // GPU work stays off the async executor.
             let rt = tokio::runtime::Handle::current();
-            tokio::task::spawn_blocking(move || crate::bench::baselines::run_cli(args, rt)).await?
+            tokio::task::spawn_blocking(move || baselines::run_cli(args, rt)).await?
         }
         Command::Sandbox { probe, tune } => crate::sandbox::sandbox_main(probe, tune),
         Command::CompileSandbox => tokio::task::spawn_blocking(crate::compile::sandbox_main).await?,
         Command::Compile(args) => tokio::task::spawn_blocking(move || crate::compile::compile_cli(&args)).await?,
-        Command::Run(args) => tokio::task::spawn_blocking(move || crate::harness::run_cmd::run_cli(args)).await?,
+        Command::Run(args) => tokio::task::spawn_blocking(move || run::run_cli(args)).await?,
         Command::Worker(args) => {
             let conn = args.db.connect_existing().await?;
             let settings = args.flags.resolve(&Default::default());

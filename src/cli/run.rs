@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 
-use super::{BenchSettings, Job, RunOutcome};
+use crate::harness::{BenchSettings, Job, RunOutcome};
 use crate::bench::stats::Mode;
 use crate::manifest::Manifest;
 use crate::verify::Verdict;
@@ -31,7 +31,8 @@ pub struct RunArgs {
     /// Modes to time, comma-separated: graph, offline, server.
     #[arg(long, value_delimiter = ',', default_value = "graph,offline")]
     pub modes: Vec<String>,
-    /// Buffer sets the inputs rotate over (at least 2).
+    /// The fewest buffer sets of the L2-cold rotation (it takes more where it must, to
+    /// span twice the L2 cache; at least 2).
     #[arg(long, default_value_t = 3)]
     pub sets: usize,
     /// Print the outcome as JSON instead of a table.
@@ -45,7 +46,7 @@ impl RunArgs {
         let text = std::fs::read_to_string(&self.manifest).with_context(|| format!("reading {}", self.manifest.display()))?;
         let manifest: Manifest = serde_json::from_str(&text).with_context(|| format!("parsing {}", self.manifest.display()))?;
         let bench = if self.bench {
-            let modes = crate::bench::baselines::parse_modes(&self.modes)?;
+            let modes = crate::cli::baselines::parse_modes(&self.modes)?;
             let s = BenchSettings { modes, budget_ms: self.budget_ms, sets: self.sets.max(2), ..BenchSettings::default() };
             Some(serde_json::to_value(s)?)
         } else {
