@@ -61,7 +61,7 @@ def main():
     used = {e["artifact"] for e in entries}
     shipped["entries"] = entries
     shipped["baselines"] = baselines
-    shipped["artifacts"] = [a for a in shipped["artifacts"] if (a["sha256"] if isinstance(a, dict) else a) in used] if shipped.get("artifacts") else shipped.get("artifacts")
+    shipped["artifacts"] = [a for a in shipped["artifacts"] if a["sha256"] in used]
     os.makedirs(out, exist_ok=True)
     with open(os.path.join(out, "index.json"), "w") as f:
         json.dump(shipped, f, indent=2)

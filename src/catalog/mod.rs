@@ -165,7 +165,7 @@ pub(crate) async fn current_entries<C: ConnectionTrait>(db: &C) -> Result<Vec<ca
 }
 
 /// The current catalog entries of one problem (the kernel look-up's path: no full scan).
-async fn current_entries_of<C: ConnectionTrait>(db: &C, problem_id: i32) -> Result<Vec<catalog_entry::Model>, DbErr> {
+pub(crate) async fn current_entries_of<C: ConnectionTrait>(db: &C, problem_id: i32) -> Result<Vec<catalog_entry::Model>, DbErr> {
     Ok(newest_entries(
         catalog_entry::Entity::find()
             .filter(catalog_entry::Column::ProblemId.eq(problem_id))

@@ -155,7 +155,7 @@ pub struct AutotuneSummary {
 }
 
 /// Context shared by every shape of a run.
-struct Session<'g> {
+struct Setup<'g> {
     gpu: &'g Gpu,
     facts: DeviceFacts,
     arch: Arch,
@@ -167,7 +167,7 @@ struct Session<'g> {
     cache: Option<(tokio::runtime::Handle, sea_orm::DatabaseConnection)>,
 }
 
-impl Session<'_> {
+impl Setup<'_> {
     fn problem(&self, layout: Layout, shape: Shape) -> Problem {
         Problem::new(self.arch, self.acc, layout, shape)
     }
@@ -386,7 +386,7 @@ pub fn run_cli(args: BaselinesArgs, rt: tokio::runtime::Handle) -> anyhow::Resul
         }
         None => None,
     };
-    let session = Session {
+    let setup = Setup {
         gpu: &gpu,
         arch: arch_of(facts.compute_capability)?,
         facts: facts.clone(),
@@ -406,16 +406,16 @@ pub fn run_cli(args: BaselinesArgs, rt: tokio::runtime::Handle) -> anyhow::Resul
         facts.cublas_version,
         shapes.len(),
         args.acc,
-        session.modes
+        setup.modes
     );
     std::fs::create_dir_all(&args.out).with_context(|| format!("creating {}", args.out.display()))?;
     let pool_elems = shapes.iter().map(|s| (s.m as usize * s.k as usize).max(s.k as usize * s.n as usize)).max().unwrap_or(1);
     let pool = Pool::new(&gpu, pool_elems + 4_000_037, args.seed)?;
     if args.calibrate {
-        return calibrate(&session, &pool, &shapes, &args);
+        return calibrate(&setup, &pool, &shapes, &args);
     }
     if args.agreement {
-        return agreement(&session, &pool, &shapes, &args);
+        return agreement(&setup, &pool, &shapes, &args);
     }
 
     let started = Instant::now();
@@ -430,7 +430,7 @@ pub fn run_cli(args: BaselinesArgs, rt: tokio::runtime::Handle) -> anyhow::Resul
             Some(t) => share(t.saturating_sub(started.elapsed()), costs[i], costs[i..].iter().sum()).min(per_shape_max),
             None => per_shape_max,
         };
-        let run = session.run_shape(&pool, *shape, i, budget, &mut records);
+        let run = setup.run_shape(&pool, *shape, i, budget, &mut records);
         eprintln!("[{}/{}] {}", i + 1, shapes.len(), progress_line(&run, started.elapsed()));
         runs.push(run);
     }
@@ -525,16 +525,16 @@ struct AgreementRow {
 /// See [`BaselinesArgs::agreement`]. The choice is made as the benchmark makes it (on one
 /// buffer set, [`autotune::autotune`]); the exhaustive run times every offered algorithm
 /// over an L2-cold rotation, each sample walking all of it, and ranks them by median.
-fn agreement(session: &Session, pool: &Pool, shapes: &[Shape], args: &BaselinesArgs) -> anyhow::Result<()> {
-    let gpu = session.gpu;
+fn agreement(setup: &Setup, pool: &Pool, shapes: &[Shape], args: &BaselinesArgs) -> anyhow::Result<()> {
+    let gpu = setup.gpu;
     let mut rows = Vec::new();
     for (i, shape) in shapes.iter().enumerate() {
-        let p = session.problem(Layout::Tn, *shape);
-        let sets = crate::harness::bench::cold_sets(&p, 0, session.facts.l2_cache_bytes, 3);
+        let p = setup.problem(Layout::Tn, *shape);
+        let sets = crate::harness::bench::cold_sets(&p, 0, setup.facts.l2_cache_bytes, setup.facts.total_memory_bytes, 3);
         let ops = operand_sets(gpu, pool, &p, sets, 11 * i)?;
-        let (chosen, _) = autotune::autotune(gpu, &ops[0], &AutotuneOptions { max_candidates: session.autotune_max, ..AutotuneOptions::default() })?;
+        let (chosen, _) = autotune::autotune(gpu, &ops[0], &AutotuneOptions { max_candidates: setup.autotune_max, ..AutotuneOptions::default() })?;
         let chosen_words = chosen.algo_words();
-        let algos = LtGemm::heuristics(gpu, &ops[0], session.autotune_max)?;
+        let algos = LtGemm::heuristics(gpu, &ops[0], setup.autotune_max)?;
         let bound: Vec<Vec<LtGemm>> = algos.iter().map(|a| ops.iter().map(|o| a.with_operands(o)).collect::<Result<Vec<_>, _>>()).collect::<Result<_, _>>()?;
         let contenders: Vec<Vec<&dyn Contender>> = bound.iter().map(|b| as_dyn(b)).collect();
         let cfg = BenchConfig {
@@ -570,17 +570,17 @@ fn agreement(session: &Session, pool: &Pool, shapes: &[Shape], args: &BaselinesA
     ratios.sort_by(f64::total_cmp);
     let at = |q: f64| ratios.get(((ratios.len() as f64 - 1.0) * q).round() as usize).copied().unwrap_or(f64::NAN);
     println!("AGREEMENT {} shapes: choice/best median {:.4}, p90 {:.4}, worst {:.4}", rows.len(), at(0.5), at(0.9), at(1.0));
-    write_json(&args.out.join("agreement.json"), &serde_json::json!({ "device": session.facts, "rows": rows }))?;
+    write_json(&args.out.join("agreement.json"), &serde_json::json!({ "device": setup.facts, "rows": rows }))?;
     Ok(())
 }
 
-fn calibrate(session: &Session, pool: &Pool, shapes: &[Shape], args: &BaselinesArgs) -> anyhow::Result<()> {
-    let gpu = session.gpu;
+fn calibrate(setup: &Setup, pool: &Pool, shapes: &[Shape], args: &BaselinesArgs) -> anyhow::Result<()> {
+    let gpu = setup.gpu;
     let mut rows = Vec::new();
     let mut speed = Vec::new();
     for (i, shape) in shapes.iter().enumerate() {
-        let p = session.problem(Layout::Tn, *shape);
-        let ops = operand_sets(gpu, pool, &p, session.sets, 7 * i)?;
+        let p = setup.problem(Layout::Tn, *shape);
+        let ops = operand_sets(gpu, pool, &p, setup.sets, 7 * i)?;
         let blas_a: Vec<CublasGemm> = ops.iter().map(|o| CublasGemm::new(gpu, o)).collect::<Result<_, _>>()?;
         let blas_b: Vec<CublasGemm> = ops.iter().map(|o| CublasGemm::new(gpu, o)).collect::<Result<_, _>>()?;
         let top1 = LtGemm::top1(gpu, &ops[0])?;
@@ -588,7 +588,7 @@ fn calibrate(session: &Session, pool: &Pool, shapes: &[Shape], args: &BaselinesA
         let lt_b: Vec<LtGemm> = ops.iter().map(|o| top1.with_operands(o)).collect::<Result<_, _>>()?;
         let sets = vec![as_dyn(&blas_a), as_dyn(&blas_b), as_dyn(&lt_a), as_dyn(&lt_b)];
         let cfg = BenchConfig {
-            modes: session.modes.clone(),
+            modes: setup.modes.clone(),
             budget: Duration::from_millis(args.budget_ms),
             seed: args.seed ^ i as u64,
             ..BenchConfig::default()
@@ -597,7 +597,7 @@ fn calibrate(session: &Session, pool: &Pool, shapes: &[Shape], args: &BaselinesA
         let report = runner::benchmark(gpu, &sets, shape.flops(), &cfg)?;
         let bench_ms = t.elapsed().as_millis() as u64;
         for (pair, a, b) in [("cublas_tn twice", 0, 1), ("cublaslt_heuristic_tn twice", 2, 3)] {
-            for mode in &session.modes {
+            for mode in &setup.modes {
                 if let (Some(x), Some(y)) = (median_of(&report, a, *mode), median_of(&report, b, *mode)) {
                     let row = CalibrationRow {
                         shape: shape.to_string(),
@@ -625,7 +625,7 @@ fn calibrate(session: &Session, pool: &Pool, shapes: &[Shape], args: &BaselinesA
         }
         // Harness speed: the full run of six contenders, autotune included.
         let mut records = Vec::new();
-        let run = session.run_shape(pool, *shape, 1000 + i, Duration::from_millis(args.budget_ms), &mut records);
+        let run = setup.run_shape(pool, *shape, 1000 + i, Duration::from_millis(args.budget_ms), &mut records);
         println!(
             "HARNESS {:<18} flops 2^{:.1} total {} ms (setup {}, autotune {}, bench {}) {}",
             shape.to_string(),
@@ -638,7 +638,7 @@ fn calibrate(session: &Session, pool: &Pool, shapes: &[Shape], args: &BaselinesA
         );
         speed.push(run);
     }
-    write_json(&args.out.join("calibration.json"), &serde_json::json!({ "device": session.facts, "null_test": rows, "harness": speed }))?;
+    write_json(&args.out.join("calibration.json"), &serde_json::json!({ "device": setup.facts, "null_test": rows, "harness": speed }))?;
     let worst = rows.iter().map(|r| (r.ratio - 1.0).abs()).fold(0.0, f64::max);
     println!("CALIBRATION worst |ratio − 1| = {:.3}% over {} pairs", worst * 100.0, rows.len());
     Ok(())

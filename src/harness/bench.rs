@@ -186,16 +186,18 @@ pub const RANKED: Regime = Regime::L2Cold;
 pub const SHOWN_BESIDE: Regime = Regime::L2Warm;
 
 /// Buffer sets an L2-cold rotation needs: enough to span twice `l2_bytes`, and at least
-/// `min_sets` (2 or more, so that consecutive launches never share a set).
-pub fn cold_sets(p: &Problem, workspace_bytes: u64, l2_bytes: u64, min_sets: usize) -> usize {
+/// `min_sets` (2 or more, so that consecutive launches never share a set); but never
+/// more than three such rotations (candidate, NN and TN baselines) fit in
+/// [`ROTATION_MEMORY_SHARE`] of `memory_bytes` (at least 2 sets). A rotation cut short
+/// is named by its real footprint ([`regime_of`]'s `cache`).
+pub fn cold_sets(p: &Problem, workspace_bytes: u64, l2_bytes: u64, memory_bytes: u64, min_sets: usize) -> usize {
     let set = crate::bench::baselines::set_bytes(p, workspace_bytes).max(1);
-    let needed = (2 * l2_bytes).div_ceil(set);
-    usize::try_from(needed).unwrap_or(usize::MAX).max(min_sets.max(2))
+    let needed = usize::try_from((2 * l2_bytes).div_ceil(set)).unwrap_or(usize::MAX).max(min_sets.max(2));
+    let fits = (memory_bytes as f64 * ROTATION_MEMORY_SHARE / (3 * set) as f64) as usize;
+    needed.min(fits.max(2))
 }
 
-/// At most this share of the device's memory goes to the three rotations (candidate,
-/// NN and TN baselines); a cold rotation that would need more is cut, and its `cache`
-/// then reads `l2_mixed` or `l2_warm` by its real footprint.
+/// The share of the device's memory three rotations may take.
 const ROTATION_MEMORY_SHARE: f64 = 0.3;
 
 fn run_bench(gpu: &Gpu, job: &Job, settings: &BenchSettings) -> Result<(serde_json::Value, Option<StageFailure>), StageFailure> {
@@ -204,9 +206,7 @@ fn run_bench(gpu: &Gpu, job: &Job, settings: &BenchSettings) -> Result<(serde_js
     let harness = |e: GpuError| StageFailure::new(Verdict::InternalError, BENCH, format!("the harness failed: {e}"));
     let ws = job.manifest.workspace_bytes;
     let l2 = gpu.facts().l2_cache_bytes;
-    let one_set = crate::bench::baselines::set_bytes(&p, ws).max(1);
-    let fits = (gpu.facts().total_memory_bytes as f64 * ROTATION_MEMORY_SHARE / (3 * one_set) as f64) as usize;
-    let sets = cold_sets(&p, ws, l2, settings.sets).min(fits.max(2));
+    let sets = cold_sets(&p, ws, l2, gpu.facts().total_memory_bytes, settings.sets);
     let loaded = gpu.load_ptx(&job.ptx).map_err(harness)?;
     let (a_len, b_len) = (p.m as usize * p.k as usize, p.k as usize * p.n as usize);
     let pool = Pool::new(gpu, a_len.max(b_len) + 4_000_037, settings.seed).map_err(harness)?;
@@ -233,6 +233,9 @@ fn run_bench(gpu: &Gpu, job: &Job, settings: &BenchSettings) -> Result<(serde_js
         Regime::L2Cold => sets,
     };
     let mut regimes = serde_json::Map::new();
+    // Per regime timed: its sets and the candidate's launches per sample, which its
+    // timed-sequence check re-creates.
+    let mut timed: Vec<(Regime, usize, u32)> = Vec::new();
     let mut ranked = None;
     for regime in [RANKED, SHOWN_BESIDE] {
         let n = sets_of(regime);
@@ -266,6 +269,7 @@ fn run_bench(gpu: &Gpu, job: &Job, settings: &BenchSettings) -> Result<(serde_js
             map.insert("elapsed_ms".into(), (report.elapsed.as_secs_f64() * 1e3).into());
         }
         regimes.insert(regime.as_str().into(), summary);
+        timed.push((regime, n, candidate.launches_per_sample));
         if regime == RANKED {
             ranked = Some(report);
         }
@@ -286,9 +290,7 @@ fn run_bench(gpu: &Gpu, job: &Job, settings: &BenchSettings) -> Result<(serde_js
     let at = Instant::now();
     let mut sequence_checks = serde_json::Map::new();
     let mut sequence_failure = None;
-    for regime in [RANKED, SHOWN_BESIDE] {
-        let n = sets_of(regime);
-        let launches = regimes[regime.as_str()]["launches_per_sample"].as_u64().unwrap_or(1) as u32;
+    for &(regime, n, launches) in &timed {
         let (checks, failure) = sequence::check_timed_sequences(gpu, job, &cand_ops[..n], &prepared[..n], launches)?;
         sequence_checks.insert(regime.as_str().into(), serde_json::to_value(checks).unwrap_or_default());
         if failure.is_some() {
@@ -430,10 +432,11 @@ mod tests {
 
     #[test]
     fn a_cold_rotation_spans_twice_the_l2_whatever_the_problem() {
+        const MEMORY: u64 = 80 << 30;
         let l2: u64 = 50 << 20;
         let p = |m, n, k| Problem::new(Arch::Sm90, Acc::F32, Layout::Tn, Shape::new(m, n, k).expect("shape"));
         for (m, n, k) in [(64, 64, 64), (1, 4096, 4096), (128, 512, 3584), (2048, 2048, 2048), (8192, 8192, 8192)] {
-            let sets = cold_sets(&p(m, n, k), 0, l2, 3);
+            let sets = cold_sets(&p(m, n, k), 0, l2, MEMORY, 3);
             assert!(sets >= 3, "{m}x{n}x{k}: {sets}");
             assert_eq!(regime_of(&p(m, n, k), 0, sets, l2)["cache"], "l2_cold", "{m}x{n}x{k} over {sets} sets");
             // And not wastefully more than needed (beyond the floor of 3).
@@ -442,7 +445,10 @@ mod tests {
             }
         }
         // 64³ needs thousands of 24 KiB sets, every one walked by each sample.
-        assert_eq!(cold_sets(&p(64, 64, 64), 0, l2, 3), 4267);
+        assert_eq!(cold_sets(&p(64, 64, 64), 0, l2, MEMORY, 3), 4267);
+        // A rotation three of which would not fit in 30% of the memory is cut, to 2 at least.
+        assert_eq!(cold_sets(&p(64, 64, 64), 0, l2, 245_760_000, 3), 1000);
+        assert_eq!(cold_sets(&p(8192, 8192, 8192), 0, l2, 1 << 30, 3), 2);
     }
 
     #[test]

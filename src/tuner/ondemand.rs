@@ -379,8 +379,7 @@ struct Rotation {
 impl Rotation {
     fn new(gpu: &Gpu, p: &Problem, workspace: u64) -> Result<Rotation, crate::gpu::GpuError> {
         use crate::bench::baselines::{Pool, operand_sets, operand_sets_with};
-        let l2 = gpu.facts().l2_cache_bytes;
-        let n = crate::harness::bench::cold_sets(p, workspace, l2, super::TUNE_SETS);
+        let n = crate::harness::bench::cold_sets(p, workspace, gpu.facts().l2_cache_bytes, gpu.facts().total_memory_bytes, super::TUNE_SETS);
         let (a, b) = (p.m as usize * p.k as usize, p.k as usize * p.n as usize);
         let pool = Pool::new(gpu, a.max(b) + 4_000_037, super::order_seed(p))?;
         let other = Problem { layout: if p.layout == crate::problem::Layout::Tn { crate::problem::Layout::Nn } else { crate::problem::Layout::Tn }, ..*p };

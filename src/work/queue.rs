@@ -441,12 +441,7 @@ pub(crate) async fn promote_if_faster<C: ConnectionTrait>(db: &C, class: &str, p
 }
 
 async fn current_entry<C: ConnectionTrait>(db: &C, class: &str, problem_id: i32) -> Result<Option<catalog_entry::Model>, DbErr> {
-    catalog_entry::Entity::find()
-        .filter(catalog_entry::Column::DeviceClass.eq(class))
-        .filter(catalog_entry::Column::ProblemId.eq(problem_id))
-        .order_by_desc(catalog_entry::Column::Id)
-        .one(db)
-        .await
+    Ok(crate::catalog::current_entries_of(db, problem_id).await?.into_iter().find(|e| e.device_class == class))
 }
 
 /// A kernel the catalog serves that fails verification when run again (a stage added

@@ -6,11 +6,13 @@
 //! the entry when a stage added since it was admitted fails it
 //! ([`super::queue::withdraw_if_current`]), and keeps its submitter.
 
+use std::collections::{HashMap, HashSet};
+
 use chrono::Utc;
-use sea_orm::{ActiveModelTrait, ActiveValue::Set, ColumnTrait, DatabaseConnection, DbErr, EntityTrait, QueryFilter, QueryOrder};
+use sea_orm::{ActiveModelTrait, ActiveValue::Set, ColumnTrait, DatabaseConnection, DbErr, EntityTrait, QueryFilter};
 
 use super::{queue, state};
-use crate::db::entities::{catalog_entry, job, problem, run};
+use crate::db::entities::{job, problem, run};
 
 /// Below every submitter's jobs (admins 0, others 10): re-measuring fills idle GPUs.
 pub const PRIORITY: i32 = 20;
@@ -40,34 +42,37 @@ pub struct Queued {
 pub async fn queue_entries(db: &DatabaseConnection, sel: &Selection) -> Result<Queued, DbErr> {
     let now = Utc::now();
     let txn = crate::db::begin_write(db).await?;
-    let entries = catalog_entry::Entity::find()
-        .filter(catalog_entry::Column::DeviceClass.eq(&sel.device_class))
-        .order_by_asc(catalog_entry::Column::Id)
+    let entries: Vec<_> = crate::catalog::current_entries(&txn).await?.into_iter().filter(|e| e.device_class == sel.device_class).collect();
+    let runs: HashMap<i32, run::Model> = run::Entity::find()
+        .filter(run::Column::Id.is_in(entries.iter().map(|e| e.run_id)))
         .all(&txn)
-        .await?;
-    // The current entry per problem is its newest row.
-    let mut current = std::collections::BTreeMap::new();
-    for e in entries {
-        current.insert(e.problem_id, e.run_id);
-    }
-    let mut rows = Vec::new();
-    for (problem_id, run_id) in current {
-        let (Some(r), Some(p)) = (run::Entity::find_by_id(run_id).one(&txn).await?, problem::Entity::find_by_id(problem_id).one(&txn).await?) else { continue };
-        rows.push((p, r));
-    }
+        .await?
+        .into_iter()
+        .map(|r| (r.id, r))
+        .collect();
+    let problems: HashMap<i32, problem::Model> = problem::Entity::find()
+        .filter(problem::Column::Id.is_in(entries.iter().map(|e| e.problem_id)))
+        .all(&txn)
+        .await?
+        .into_iter()
+        .map(|p| (p.id, p))
+        .collect();
+    let open: HashSet<i32> = job::Entity::find()
+        .filter(job::Column::DeviceClass.eq(&sel.device_class))
+        .filter(job::Column::State.is_in([state::QUEUED, state::RUNNING]))
+        .all(&txn)
+        .await?
+        .into_iter()
+        .filter_map(|j| j.manifest_id)
+        .collect();
+    let mut rows: Vec<(&problem::Model, &run::Model)> = entries.iter().filter_map(|e| Some((problems.get(&e.problem_id)?, runs.get(&e.run_id)?))).collect();
     rows.sort_by_key(|(p, _)| (p.layout.clone(), p.acc.clone(), p.m as i64 * p.n as i64 * p.k as i64, p.m));
     let mut out = Queued { entries: rows.len(), ..Queued::default() };
     for (p, r) in rows.into_iter().skip(sel.offset).step_by(sel.every.max(1)) {
         if sel.limit.is_some_and(|l| out.queued >= l) {
             break;
         }
-        let open = job::Entity::find()
-            .filter(job::Column::ManifestId.eq(r.manifest_id))
-            .filter(job::Column::DeviceClass.eq(&sel.device_class))
-            .filter(job::Column::State.is_in([state::QUEUED, state::RUNNING]))
-            .one(&txn)
-            .await?;
-        if open.is_some() {
+        if open.contains(&r.manifest_id) {
             out.already_open += 1;
             continue;
         }

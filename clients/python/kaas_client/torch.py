@@ -341,6 +341,8 @@ def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     if _is_compiling():
         return _traced(dp.plan_mm(a, b, F16, check_pointers=False), a, b, None, lambda: torch.matmul(a, b))
     key = None
+    # The recorded-outcome lookup, written out here and in `linear` rather than shared:
+    # it is the whole hot path, and a helper call would add a Python frame to every call.
     if a.dtype is F16 and b.dtype is F16:  # else the plan says DTYPE at its first check
         key = (a.shape, a.stride(), b.shape, b.stride(), a.device, b.device)
         hit = _S.fast_mm.get(key)
