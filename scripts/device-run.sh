@@ -749,7 +749,9 @@ remeasure() {
     start_server "$db" "$bench"
     class="$(curl -fs "$KAAS_URL/v1/health" | python3 -c 'import json,sys; print(sorted({w["device_class"] for w in json.load(sys.stdin)["workers"] if w["device_class"]})[0])')"
     echo "workers' device class: $class"
-    if [[ "$("$K" remeasure --device-class "$class" --every "$every" --offset "$offset" | tee "$OUT/remeasure-queue.txt")" == 0\ * ]]; then
+    # KAAS_REMEASURE_UNMEASURED=1: only entries not yet timed in a named regime.
+    local only=(); [[ "${KAAS_REMEASURE_UNMEASURED:-0}" == 1 ]] && only=(--unmeasured)
+    if [[ "$("$K" remeasure --device-class "$class" --every "$every" --offset "$offset" "${only[@]}" | tee "$OUT/remeasure-queue.txt")" == 0\ * && ${#only[@]} == 0 ]]; then
         local dir=/tmp/kaas-recheck; rm -rf "$dir"; mkdir -p "$dir"
         python3 "$here/recheck.py" pick "$(repo_root)/kernels/h100" "$dir" "$every"
         export KAAS_TOKEN="$("$K" token create --name remeasure --role admin 2>/dev/null)"

@@ -58,6 +58,9 @@ pub enum Command {
         /// At most this many jobs.
         #[arg(long)]
         limit: Option<usize>,
+        /// Only entries whose figures name no timing regime (not yet re-measured).
+        #[arg(long)]
+        unmeasured: bool,
         #[command(flatten)]
         db: DbArgs,
     },
@@ -245,9 +248,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             println!("exported {} catalog entries, {} artifacts, {} baselines to {}", index.entries.len(), index.artifacts.len(), index.baselines.len(), dir.display());
             Ok(())
         }
-        Command::Remeasure { device_class, every, offset, limit, db } => {
+        Command::Remeasure { device_class, every, offset, limit, unmeasured, db } => {
             let conn = db.connect_existing().await?;
-            let sel = crate::work::remeasure::Selection { device_class, every, offset, limit };
+            let sel = crate::work::remeasure::Selection { device_class, every, offset, limit, unmeasured_only: unmeasured };
             let q = crate::work::remeasure::queue_entries(&conn, &sel).await?;
             println!("{} catalog entries of {}: {} queued, {} already had an open job", q.entries, sel.device_class, q.queued, q.already_open);
             Ok(())
@@ -491,14 +494,10 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     if let Some((bind, dir)) = &s.downloads {
         start_downloads(&state, bind, dir, s.http_threads, s.downloads_limits.clone())?;
     }
-    // TCP_NODELAY, as nginx sets on keep-alive connections: a response's last partial
-    // segment goes out at once instead of waiting for the client's ACK of the previous.
-    actix_web::HttpServer::new(move || create_app(state.clone()))
-        .workers(s.http_threads)
-        .tcp_nodelay(true)
-        .bind(&s.bind)
+    // actix-web's server with a front that answers a refused first request head with
+    // problem+json (crate::api::front); TCP_NODELAY on every connection, as nginx sets.
+    crate::api::front::server(&s.bind, s.http_threads, move || create_app(state.clone()))
         .with_context(|| format!("binding {}", s.bind))?
-        .run()
         .await?;
     Ok(())
 }

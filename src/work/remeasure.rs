@@ -27,6 +27,9 @@ pub struct Selection {
     pub offset: usize,
     /// At most this many jobs.
     pub limit: Option<usize>,
+    /// Only entries whose figures name no timing regime (timed before regimes were
+    /// named), so a pass spread over several runs finishes what the earlier ones left.
+    pub unmeasured_only: bool,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -65,7 +68,11 @@ pub async fn queue_entries(db: &DatabaseConnection, sel: &Selection) -> Result<Q
         .into_iter()
         .filter_map(|j| j.manifest_id)
         .collect();
-    let mut rows: Vec<(&problem::Model, &run::Model)> = entries.iter().filter_map(|e| Some((problems.get(&e.problem_id)?, runs.get(&e.run_id)?))).collect();
+    let mut rows: Vec<(&problem::Model, &run::Model)> = entries
+        .iter()
+        .filter_map(|e| Some((problems.get(&e.problem_id)?, runs.get(&e.run_id)?)))
+        .filter(|(_, r)| !sel.unmeasured_only || r.regime.is_none())
+        .collect();
     rows.sort_by_key(|(p, _)| (p.layout.clone(), p.acc.clone(), p.m as i64 * p.n as i64 * p.k as i64, p.m));
     let mut out = Queued { entries: rows.len(), ..Queued::default() };
     for (p, r) in rows.into_iter().skip(sel.offset).step_by(sel.every.max(1)) {
