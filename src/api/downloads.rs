@@ -473,7 +473,7 @@ async fn problem_with(stream: &mut TcpStream, d: &Downloads, status: u16, code: 
 }
 
 /// A whole problem+json response.
-fn problem_text(status: u16, code: &str, detail: &str, close: bool, headers: &str) -> String {
+pub(super) fn problem_text(status: u16, code: &str, detail: &str, close: bool, headers: &str) -> String {
     let reason = actix_web::http::StatusCode::from_u16(status).ok().and_then(|s| s.canonical_reason()).unwrap_or("Error");
     let details = ProblemDetails {
         type_: format!("urn:kaas:error:{code}"),

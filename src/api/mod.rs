@@ -5,6 +5,7 @@ pub mod cache;
 pub mod downloads;
 pub mod error;
 pub mod events;
+pub mod front;
 pub mod metrics;
 pub mod openapi;
 pub mod routes;

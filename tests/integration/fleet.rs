@@ -564,3 +564,62 @@ async fn kaas_submit_says_when_no_worker_can_run_the_jobs() {
     assert!(out.status.success(), "{err}");
     assert!(err.contains("no GPU worker for") && err.contains("waits in the queue"), "{err}");
 }
+
+/// Sends `head` (and whatever follows it) on a new connection to the API port and reads
+/// the whole answer: (status, content type, body).
+fn raw(port: u16, bytes: &[u8]) -> (u16, String, String) {
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
+    // A head the front refuses may be answered before all of it is sent.
+    let _ = s.write_all(bytes);
+    let mut text = Vec::new();
+    let _ = s.read_to_end(&mut text);
+    let text = String::from_utf8_lossy(&text).to_string();
+    let status = text.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or_else(|| panic!("no status line in {text:?}"));
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let content_type = head.lines().find_map(|l| l.to_ascii_lowercase().strip_prefix("content-type: ").map(str::to_string)).unwrap_or_default();
+    (status, content_type, body.to_string())
+}
+
+/// A request head that actix-http's codec refuses is answered on the API port with
+/// problem+json naming the fault, not the codec's bare status line (issue 38); good
+/// requests, with their bodies in the same packet as the head, still work.
+#[actix_web::test]
+async fn a_refused_request_head_gets_problem_json_on_the_api_port() {
+    let (db, url) = TestDb::with_url(Backend::Sqlite).await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut serve = Serve::start(&url, dir.path(), dir.path().join("serve.log"));
+    serve.wait_ready(Duration::from_secs(60)).await;
+    let port = serve.port;
+    let answers = tokio::task::spawn_blocking(move || {
+        let long_path = format!("GET /v1/{} HTTP/1.1\r\nHost: x\r\n\r\n", "a".repeat(140 * 1024));
+        let many: String = (0..100).map(|i| format!("X-{i}: y\r\n")).collect();
+        vec![
+            ("two content lengths", raw(port, b"POST /v1/submissions HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\n{}"), 400, "Content-Length"),
+            ("no host", raw(port, b"GET /v1/health HTTP/1.1\r\n\r\n"), 400, "Host header"),
+            ("bad version", raw(port, b"GET /v1/health HTTP/7.0\r\nHost: x\r\n\r\n"), 400, "version"),
+            ("a path over the limit", raw(port, long_path.as_bytes()), 431, "128 KiB"),
+            ("too many headers", raw(port, format!("GET /v1/health HTTP/1.1\r\nHost: x\r\n{many}\r\n").as_bytes()), 431, "96 header fields"),
+            ("half a head", raw(port, b"GET /v1/health HTTP/1.1\r\nHost"), 408, "did not arrive whole"),
+        ]
+    })
+    .await
+    .unwrap();
+    for (what, (status, content_type, body), want, says) in answers {
+        assert_eq!(status, want, "{what}: {body}");
+        assert_eq!(content_type, "application/problem+json", "{what}: {body}");
+        let j: serde_json::Value = serde_json::from_str(&body).unwrap_or_else(|e| panic!("{what}: {e}: {body:?}"));
+        assert_eq!(j["status"], want, "{what}: {j}");
+        assert!(j["detail"].as_str().unwrap().contains(says), "{what}: {j}");
+    }
+    // A request whose body arrives with its head, and a kept-alive second request.
+    let (status, _, body) = tokio::task::spawn_blocking(move || {
+        raw(port, b"POST /v1/tuning-requests HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}GET /v1/health/live HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    })
+    .await
+    .unwrap();
+    assert_eq!(status, 401, "the body was read as this request's: {body}");
+    assert!(body.contains("\"alive\""), "the second request on the connection was not answered: {body}");
+    serve.kill();
+    db.cleanup().await;
+}
