@@ -7,6 +7,7 @@
 //! signatures); kernel bodies are skipped by brace depth, so instructions never need
 //! to be understood here — `ptxas` judges those.
 
+pub mod delay;
 pub mod ptxas;
 
 use std::fmt;
@@ -326,7 +327,7 @@ fn check_module_state(text: &str) -> Result<(), StaticError> {
     let mut opcode: Option<&str> = None;
     let mut named: Option<(&str, u32)> = None;
     let mut guard = false;
-    while let Some(Token { tok, line }) = lexer.next_token()? {
+    while let Some(Token { tok, line, .. }) = lexer.next_token()? {
         match tok {
             // Braces open and close scopes only between statements; inside one they
             // group a vector operand (`st.global.v2.u32 [x], {%r1, %r2};`).
@@ -336,7 +337,7 @@ fn check_module_state(text: &str) -> Result<(), StaticError> {
                 // `.global [.align N] .type name[dims] [= initializer];`
                 let mut name: Option<&str> = None;
                 let mut in_initializer = false;
-                while let Some(Token { tok, line }) = lexer.next_token()? {
+                while let Some(Token { tok, line, .. }) = lexer.next_token()? {
                     match tok {
                         Tok::Punct(';') => break,
                         Tok::Punct('=') => in_initializer = true,
@@ -544,6 +545,8 @@ enum Tok<'a> {
 struct Token<'a> {
     tok: Tok<'a>,
     line: u32,
+    /// Byte offset of the token's first character.
+    at: usize,
 }
 
 fn is_word_start(c: char) -> bool {
@@ -580,7 +583,7 @@ impl<'a> Lexer<'a> {
                 '/' if matches!(self.chars.peek(), Some((_, '*'))) => self.block_comment()?,
                 '"' => {
                     self.string()?;
-                    return Ok(Some(Token { tok: Tok::Str, line: self.line }));
+                    return Ok(Some(Token { tok: Tok::Str, line: self.line, at: start }));
                 }
                 c if is_word_start(c) || c.is_ascii_digit() => {
                     let mut end = start + c.len_utf8();
@@ -589,9 +592,9 @@ impl<'a> Lexer<'a> {
                     }
                     let s = &self.text[start..end];
                     let tok = if c.is_ascii_digit() { Tok::Number(s) } else { Tok::Word(s) };
-                    return Ok(Some(Token { tok, line: self.line }));
+                    return Ok(Some(Token { tok, line: self.line, at: start }));
                 }
-                c => return Ok(Some(Token { tok: Tok::Punct(c), line: self.line })),
+                c => return Ok(Some(Token { tok: Tok::Punct(c), line: self.line, at: start })),
             }
         }
         Ok(None)

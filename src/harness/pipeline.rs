@@ -34,6 +34,9 @@ const BINARY: &str = "binary exact test";
 const DEVIATION: &str = "deviation test";
 const RACE: &str = "race stage";
 
+/// Runs of the race stage's copy with held-back blocks, each holding back another half.
+const HELD_BACK_ROUNDS: u32 = 2;
+
 /// Judges `job` on `gpu`. Never panics on input; every failure is a verdict. When the
 /// outcome says `device_lost`, the device is unusable (a launch hung or faulted) and GPU
 /// resources of this run were leaked on purpose: the caller should exit the process
@@ -146,7 +149,9 @@ impl Run<'_> {
     /// counts, so every run agrees with the others too. A kernel whose blocks race (a
     /// split-K half that reads C before the other half wrote it, a reduction that assumes
     /// block order) can pass on an idle GPU, where low block indices run first, and fail
-    /// here. Atomic split-K is fine: its sums of whole numbers are exact in any order.
+    /// here; and when the co-running kernels happen to leave the order alone, the runs
+    /// with held-back blocks change it for certain. Atomic split-K is fine: its sums of
+    /// whole numbers are exact in any order.
     fn race_stage(&mut self, guarded: &GuardedOperands, prepared: &PreparedManifest, (a, b): (&DeviceBuffer, &DeviceBuffer)) -> Result<String, StageFailure> {
         let p = *self.problem();
         let gpu = self.gpu;
@@ -159,7 +164,7 @@ impl Run<'_> {
         spot_check(gpu, &p, (a, b), &counts, ReferenceKind::Counts, derive_seed(seed, 0x7A), RACE)?;
         let inputs = |what: String| Inputs { a, b, what };
         let started = Instant::now();
-        self.race_run(guarded, prepared, inputs(format!("fresh seed {seed:#018x}, idle GPU")), &counts, None)?;
+        self.race_run(guarded, prepared, inputs(format!("fresh seed {seed:#018x}, idle GPU")), &counts, None, false)?;
         // The pressure outlasts the candidate's own time several times over, and is
         // bounded so that a kernel waiting for the SMs it holds is only delayed.
         let duration = (started.elapsed() * 4 + Duration::from_millis(5)).clamp(Duration::from_millis(10), Duration::from_secs(1));
@@ -167,19 +172,59 @@ impl Run<'_> {
         let pressures = Pressure::stage(derive_seed(seed, 0x4_06));
         for kind in pressures {
             let what = format!("fresh seed {seed:#018x}, under {} for {} ms", kind.describe(sms), duration.as_millis());
-            self.race_run(guarded, prepared, inputs(what), &counts, Some((kind, duration)))?;
+            self.race_run(guarded, prepared, inputs(what), &counts, Some((kind, duration)), true)?;
         }
-        Ok(format!("race stage (idle and under {} co-running kernels, exact every time)", pressures.len()))
+        // Then a copy of the module whose blocks, about half of them at random, start late
+        // (crate::ptx::delay): the order the co-running kernels change only by chance,
+        // changed for certain. The wait outlasts the kernel's own idle time.
+        let delay = (started.elapsed() * 2).clamp(Duration::from_micros(20), Duration::from_millis(1));
+        let held = crate::ptx::delay::hold_back_blocks(&self.job.ptx, delay)
+            .map_err(|e| StageFailure::new(Verdict::InternalError, RACE, format!("the harness could not add the start delays: {e}")))?;
+        let loaded = gpu
+            .load_ptx(&held)
+            .map_err(|e| StageFailure::new(Verdict::InternalError, RACE, format!("the copy with start delays did not load, although the PTX did: {e}")))?;
+        let late = PreparedManifest::new(gpu, &loaded, &self.job.manifest, guarded.operands())
+            .map_err(|e| StageFailure::new(Verdict::InternalError, RACE, format!("the copy with start delays cannot be prepared: {e}")))?;
+        let mut result = Ok(());
+        for round in 1..=HELD_BACK_ROUNDS {
+            let what = format!("fresh seed {seed:#018x}, about half of the blocks held back {} µs at their start (round {round} of {HELD_BACK_ROUNDS})", delay.as_micros());
+            result = self.race_run(guarded, &late, inputs(what), &counts, None, true);
+            if result.is_err() {
+                break;
+            }
+            // Launches a timer bucket apart hold back different blocks.
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        if result.as_ref().is_err_and(StageFailure::device_lost) {
+            std::mem::forget(late);
+            std::mem::forget(loaded);
+        }
+        result?;
+        Ok(format!(
+            "race stage (idle, under {} co-running kernels and with blocks held back {HELD_BACK_ROUNDS} times, exact every time)",
+            pressures.len()
+        ))
     }
 
-    fn race_run(&mut self, guarded: &GuardedOperands, prepared: &PreparedManifest, inputs: Inputs, counts: &DeviceBuffer, pressure: Option<(Pressure, Duration)>) -> Result<(), StageFailure> {
+    /// `perturbed`: the run's schedule was disturbed on purpose (co-running kernels, held
+    /// back blocks), so a wrong output after an exact idle run is a race.
+    fn race_run(
+        &mut self,
+        guarded: &GuardedOperands,
+        prepared: &PreparedManifest,
+        inputs: Inputs,
+        counts: &DeviceBuffer,
+        pressure: Option<(Pressure, Duration)>,
+        perturbed: bool,
+    ) -> Result<(), StageFailure> {
         let p = *self.problem();
         let (gpu, job) = (self.gpu, self.job);
         let name = format!("race {}", inputs.what);
-        // A wrong output under pressure, after the same kernel was exact on an idle GPU,
-        // is the race's signature; canary and input violations keep their own verdicts.
+        // A wrong output under a disturbed schedule, after the same kernel was exact on an
+        // idle GPU, is the race's signature; canary and input violations keep their own
+        // verdicts.
         let raced = |f: StageFailure| match f.verdict {
-            Verdict::UnwrittenOutput | Verdict::NonFinite | Verdict::ExactMismatch if pressure.is_some() => StageFailure::new(
+            Verdict::UnwrittenOutput | Verdict::NonFinite | Verdict::ExactMismatch if perturbed => StageFailure::new(
                 Verdict::ScheduleDependent,
                 RACE,
                 format!("{}. The same kernel was exact on an idle GPU: its result depends on how its blocks are scheduled (a race between blocks)", f.message),
