@@ -12,8 +12,10 @@ SDPA attention (grouped-query), RMSNorm, and a SwiGLU MLP (gate/up/down); `token
 number of rows M every linear layer sees (decode: a batch of that many one-token
 sequences has the same GEMMs; attention here is over the tokens themselves).
 
-Each timing captures `inner` calls in one CUDA graph and reports the median over
-replays (CUDA events), per call. "patched" is the same layer after
+Each timing captures `inner` calls in one CUDA graph, for plain torch and for kaas alike,
+and replays the two graphs in alternation (CUDA events), per call: medians of each, and
+the speedup as the median of the pairs' ratios, so that clock or temperature drift over a
+long run does not fall on whichever side runs second. "patched" is the same layer after
 `kaas_client.torch.patch`: linears whose exact problem has a kernel that beats the
 baselines run it, the rest run torch. Output: a table on stdout and $OUT/e2e.json
 (OUT defaults to ./out).
@@ -84,8 +86,8 @@ class DecoderLayer(nn.Module):
         return x + self.down_proj(F.silu(self.gate_proj(h)) * self.up_proj(h))
 
 
-def graph_us(fn, inner: int, reps: int) -> float:
-    """Median µs per call of `fn`, `inner` calls captured in one CUDA graph."""
+def capture(fn, inner: int) -> "torch.cuda.CUDAGraph":
+    """`inner` calls of `fn` captured in one CUDA graph (after three warm-up calls)."""
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):
@@ -98,16 +100,31 @@ def graph_us(fn, inner: int, reps: int) -> float:
             fn()
     g.replay()
     torch.cuda.synchronize()
+    return g
+
+
+def paired_us(plain: "torch.cuda.CUDAGraph", patched: "torch.cuda.CUDAGraph", inner: int, reps: int) -> tuple:
+    """(plain µs, patched µs, speedup) per call: the two graphs replayed in alternation,
+    the order flipped every pair, so that a drift of the clock or the temperature over the
+    run falls on both alike. The speedup is the median of the pairs' ratios."""
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    times = []
-    for _ in range(reps):
+
+    def once(g) -> float:
         start.record()
         g.replay()
         end.record()
         end.synchronize()
-        times.append(start.elapsed_time(end) * 1000 / inner)
-    del g
-    return statistics.median(times)
+        return start.elapsed_time(end) * 1000 / inner
+
+    a, b = [], []
+    for i in range(reps):
+        if i % 2 == 0:
+            a.append(once(plain))
+            b.append(once(patched))
+        else:
+            b.append(once(patched))
+            a.append(once(plain))
+    return statistics.median(a), statistics.median(b), statistics.median(x / y for x, y in zip(a, b))
 
 
 def inner_for(tokens: int, gemm: bool) -> int:
@@ -121,12 +138,11 @@ def bench_gemms(cfg: ModelConfig, tokens: int, reps: int) -> list:
         x = (torch.rand(tokens, k, device="cuda") * 2 - 1).half()
         w = ((torch.rand(n, k, device="cuda") * 2 - 1) / k ** 0.5).half()
         inner = inner_for(tokens, True)
-        plain = graph_us(lambda: F.linear(x, w), inner, reps)
-        patched = graph_us(lambda: kt.linear(x, w), inner, reps)
+        plain, patched, speedup = paired_us(capture(lambda: F.linear(x, w), inner), capture(lambda: kt.linear(x, w), inner), inner, reps)
         key = ("tn", tokens, n, k)
         err = float((kt.linear(x, w).float() - F.linear(x, w).float()).abs().max())
         rows.append({"model": cfg.name, "tokens": tokens, "m": tokens, "n": n, "k": k, "kaas": key in have,
-                     "torch_us": plain, "patched_us": patched, "speedup": plain / patched,
+                     "torch_us": plain, "patched_us": patched, "speedup": speedup,
                      "max_abs_diff_vs_torch": err})
     return rows
 
@@ -136,16 +152,19 @@ def bench_layer(cfg: ModelConfig, layer: DecoderLayer, tokens: int, reps: int) -
     inner = inner_for(tokens, False)
     with torch.no_grad():
         want = layer(x)
-        plain = graph_us(lambda: layer(x), inner, reps)
+        plain_graph = capture(lambda: layer(x), inner)
         kt.patch(layer)
         try:
             got = layer(x)
-            patched = graph_us(lambda: layer(x), inner, reps)
+            patched_graph = capture(lambda: layer(x), inner)
         finally:
             kt.unpatch(layer)
+        # The graphs keep the kernels they captured: replayed in turn, patched and not.
+        plain, patched, speedup = paired_us(plain_graph, patched_graph, inner, reps)
+        del plain_graph, patched_graph
     have = set(kt.problems())
     kaas_linears = sum(1 for _, k, n, _ in cfg.linears() if ("tn", tokens, n, k) in have)
-    return {"model": cfg.name, "tokens": tokens, "torch_us": plain, "patched_us": patched, "speedup": plain / patched,
+    return {"model": cfg.name, "tokens": tokens, "torch_us": plain, "patched_us": patched, "speedup": speedup,
             "kaas_linears": kaas_linears, "linears": len(cfg.linears()),
             "max_abs_diff_vs_torch": float((got.float() - want.float()).abs().max())}
 
@@ -160,6 +179,38 @@ def launch_overhead(n_calls: int) -> dict:
     return eager_costs(None, n_calls)
 
 
+def annotate(layers: list, gemms: list, bundle: str, device_class: str) -> None:
+    """Adds each layer's two predictions: from its GEMMs' times in this run, and from
+    the catalog's speedups."""
+    from kaas_client.catalog import Catalog
+    catalog = Catalog.from_tree(bundle)
+    for r in layers:
+        cfg = model_config(r["model"])
+        r["predicted"] = predicted_speedup(cfg, r, gemms)
+        r["predicted_catalog"] = catalog_predicted(cfg, r, gemms, catalog, device_class)
+
+
+def print_tables(layers: list, gemms: list) -> None:
+    print("\nPer layer (CUDA graphs, median us per forward; predicted: from its GEMMs' times alone in this run, "
+          "L2-warm; catalog: from the catalog's speedups over cuBLAS):")
+    print(f"{'model':15} {'phase':7} {'tokens':>6} {'torch_us':>10} {'patched_us':>10} {'speedup':>8} {'predicted':>9} {'catalog':>8} {'kaas':>5} {'max|diff|':>9}")
+    for r in layers:
+        pred = f"{r['predicted']:>9.3f}" if r.get("predicted") is not None else f"{'-':>9}"
+        cat = f"{r['predicted_catalog']:>8.3f}" if r.get("predicted_catalog") is not None else f"{'-':>8}"
+        print(f"{r['model']:15} {r['phase']:7} {r['tokens']:>6} {r['torch_us']:>10.1f} {r['patched_us']:>10.1f} "
+              f"{r['speedup']:>8.3f} {pred} {cat} {r['kaas_linears']:>2}/{r['linears']:<2} {r['max_abs_diff_vs_torch']:>9.4f}")
+    if gemms:
+        print("\nPer GEMM (tn MxNxK = F.linear(x[M,K], W[N,K]); CUDA graphs, median us per call), kaas rows only:")
+        print(f"{'model':15} {'M':>5} {'N':>6} {'K':>6} {'torch_us':>9} {'kaas_us':>9} {'speedup':>8}")
+        for g in gemms:
+            if g["kaas"]:
+                print(f"{g['model']:15} {g['m']:>5} {g['n']:>6} {g['k']:>6} {g['torch_us']:>9.2f} {g['patched_us']:>9.2f} {g['speedup']:>8.3f}")
+        others = [g["speedup"] for g in gemms if not g["kaas"]]
+        if others:
+            print(f"({len(others)} GEMMs without a kernel ran torch through the patched path: "
+                  f"speedup min {min(others):.3f}, median {statistics.median(others):.3f})")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--bundle", default="kernels")
@@ -170,7 +221,13 @@ def main() -> int:
     ap.add_argument("--prefill", default="512,1024,2048,4096,8192")
     ap.add_argument("--quick", action="store_true", help="fewer replays")
     ap.add_argument("--no-gemms", action="store_true", help="skip the per-GEMM table")
+    ap.add_argument("--from-json", help="print the tables of a saved e2e.json again (no GPU), predictions recomputed from --bundle")
     args = ap.parse_args()
+    if args.from_json:
+        saved = json.loads(Path(args.from_json).read_text())
+        annotate(saved["layers"], saved["gemms"], args.bundle, saved["device_class"])
+        print_tables(saved["layers"], saved["gemms"])
+        return 0
     out = Path(os.environ.get("OUT", "out"))
     out.mkdir(parents=True, exist_ok=True)
     try:
@@ -214,25 +271,8 @@ def main() -> int:
         del layer
         torch.cuda.empty_cache()
     overhead = launch_overhead(2000)
-    for r in layers:
-        r["predicted"] = predicted_speedup(model_config(r["model"]), r, gemms)
-
-    print("\nPer layer (CUDA graphs, median us per forward; predicted: from its GEMMs' times in this run):")
-    print(f"{'model':15} {'phase':7} {'tokens':>6} {'torch_us':>10} {'patched_us':>10} {'speedup':>8} {'predicted':>9} {'kaas':>5} {'max|diff|':>9}")
-    for r in layers:
-        pred = f"{r['predicted']:>9.3f}" if r["predicted"] is not None else f"{'-':>9}"
-        print(f"{r['model']:15} {r['phase']:7} {r['tokens']:>6} {r['torch_us']:>10.1f} {r['patched_us']:>10.1f} "
-              f"{r['speedup']:>8.3f} {pred} {r['kaas_linears']:>2}/{r['linears']:<2} {r['max_abs_diff_vs_torch']:>9.4f}")
-    if gemms:
-        print("\nPer GEMM (tn MxNxK = F.linear(x[M,K], W[N,K]); CUDA graphs, median us per call), kaas rows only:")
-        print(f"{'model':15} {'M':>5} {'N':>6} {'K':>6} {'torch_us':>9} {'kaas_us':>9} {'speedup':>8}")
-        for g in gemms:
-            if g["kaas"]:
-                print(f"{g['model']:15} {g['m']:>5} {g['n']:>6} {g['k']:>6} {g['torch_us']:>9.2f} {g['patched_us']:>9.2f} {g['speedup']:>8.3f}")
-        others = [g["speedup"] for g in gemms if not g["kaas"]]
-        if others:
-            print(f"({len(others)} GEMMs without a kernel ran torch through the patched path: "
-                  f"speedup min {min(others):.3f}, median {statistics.median(others):.3f})")
+    annotate(layers, gemms, args.bundle, kt.status()["device_class"])
+    print_tables(layers, gemms)
     if overhead:
         print_costs(overhead)
     result = {"device": name, "device_class": kt.status()["device_class"], "source": args.lock or args.bundle,
@@ -240,6 +280,37 @@ def main() -> int:
     (out / "e2e.json").write_text(json.dumps(result, indent=1))
     print(f"\nwrote {out / 'e2e.json'}")
     return 0
+
+
+def catalog_speedup(catalog, device_class: str, m: int, n: int, k: int) -> Optional[float]:
+    """The catalog's graph-mode speedup for tn MxNxK over cuBLAS on the same layout (what
+    `F.linear` runs), in the regime the entry was ranked in (L2-cold for every entry
+    measured since session 30); None when nothing is served."""
+    from kaas_client.manifest import Problem
+    try:
+        entry = catalog.lookup(Problem("sm_90", "f32", "tn", m, n, k), device_class)
+    except Exception:  # noqa: BLE001 -- not served: no prediction from the catalog
+        return None
+    s = entry.speedups or {}
+    v = s.get("cublas_tn", s.get("cublas_max"))
+    return float(v) if isinstance(v, (int, float)) else None
+
+
+def catalog_predicted(cfg, layer: dict, gemms: list, catalog, device_class: str) -> Optional[float]:
+    """The layer's speedup if each linear on kaas saved what the catalog says it saves
+    (its torch time in this run times 1 - 1/catalog speedup); None without GEMM timings."""
+    timed = {(g["m"], g["n"], g["k"]): g for g in gemms if g["model"] == layer["model"] and g["tokens"] == layer["tokens"]}
+    if not timed:
+        return None
+    saved = 0.0
+    for _, k, n, _ in cfg.linears():
+        g = timed.get((layer["tokens"], n, k))
+        if g is None or not g["kaas"]:
+            continue
+        sp = catalog_speedup(catalog, device_class, layer["tokens"], n, k)
+        if sp:
+            saved += g["torch_us"] * (1 - 1 / sp)
+    return layer["torch_us"] / (layer["torch_us"] - saved)
 
 
 def predicted_speedup(cfg, layer: dict, gemms: list) -> Optional[float]:
