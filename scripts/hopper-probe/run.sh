@@ -3,22 +3,22 @@
 # the plan's cases, then prints a short table. Needs nvcc (CUDA 12.3+), cuBLAS and an sm_90 GPU.
 #
 # usage: scripts/hopper-probe/run.sh [PLAN_FILE]      (default: plans/default.txt)
-# env: OUT (log dir), BUILD (binary dir), TIMEOUT (seconds per plan line, default 60), NVCC
+# env: OUT (log dir), BUILD (binary dir), TIMEOUT (seconds per plan line, default 60), NVCC,
+#      KAAS (the kaas binary; default target/release/kaas, then .dev/gpu/kaas, then PATH),
+#      DRY_RUN=1 (print each build's defines and stop: no GPU or nvcc needed)
 # Plan lines:  CONFIG LAYOUT ACC MODE GRID SHAPE...
-#   CONFIG  <BM>x<BN>_s<STAGES>_c<CONSUMERS>_m<CLUSTER_M>_g<GROUP_M>[_e0][_pp][_rc][_x<CHAINS>][_du][_p<PROBE>][_k128][_ec],
-#           e.g. 128x256_s4_c2_m1_g16
-#           (_e0: KAAS_EPILOGUE=0, direct 4-byte stores; _pp: KAAS_PINGPONG=1; _rc: the cluster
-#           release arrives with .release.cluster, KAAS_MC_ARRIVE_CTA=0; _x2, _x4: KAAS_CHAINS;
-#           _du: KAAS_DESC_UNIFORM=1, the wgmma descriptors as one add to a uniform base; _dr:
-#           KAAS_DESC_UNIFORM=2, one add to the descriptors' low words;
-#           _p1.._p9: KAAS_PROBE, a diagnostic variant whose results are wrong by design, so
-#           bench mode only: 1 loads only, 2 math only, 3 neither, 4 no C stores, 5 neither
-#           and no wgmma fence/commit/wait, 6 return at once, 7 return after the barrier
-#           set-up, 8 C staged but not stored, 9 no epilogue but one accumulator read; _k128:
-#           KAAS_BK=128, two swizzle atoms per ring slot; _k256: four; _ec: KAAS_EARLY_COORDS=1,
-#           the consumers' tile origin computed before the K loop; _2d: KAAS_GRID2D=1, one tile
-#           per CTA on a [tile columns, tile rows] grid, no tile-order divisions); the entry is named
-#           kaas_wgmma_<acc>_<layout>_<CONFIG>
+#   CONFIG  a Hopper code as the tuner names it, less `kaas_wgmma_<acc>_<layout>_`:
+#           <BM>x<BN>x<BK>_s<STAGES>_c<CONSUMERS>_m<CLUSTER_M>_g16 and the suffixes of
+#           src/tuner/hopper.rs's AXES table in its order (e.g. 128x256x64_s4_c2_m1_g16_pp_du_ec);
+#           `kaas tune --defines` turns it into the template's defines, so the probe builds
+#           exactly what the tuner builds. Then the probe's own options, each after a `+`:
+#           +e0: KAAS_EPILOGUE=0, direct 4-byte stores from the accumulators; +rc: the cluster
+#           release arrives with .release.cluster (KAAS_MC_ARRIVE_CTA=0); +p1 … +p9: KAAS_PROBE,
+#           a diagnostic variant whose results are wrong by design, so bench mode only:
+#           1 loads only, 2 math only, 3 neither, 4 no C stores, 5 neither and no wgmma
+#           fence/commit/wait, 6 return at once, 7 return after the barrier set-up, 8 C staged
+#           but not stored, 9 no epilogue but one accumulator read. The entry is the tuner's
+#           name with `_probe_<option>` for each option.
 #   LAYOUT  tn | nn      ACC  f32 | f16      MODE  check | bench | both
 #   GRID    tiles | persistent | a CTA count      SHAPE  MxNxK
 # Logs go to $OUT (default .dev/hopper/out): build.log, run.log, summary.txt.
@@ -29,39 +29,40 @@ out=${OUT:-$root/.dev/hopper/out}
 build=${BUILD:-$root/.dev/hopper/build}
 mkdir -p "$out" "$build"
 NVCC=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
+KAAS=${KAAS:-$(for k in "$root/target/release/kaas" "$root/.dev/gpu/kaas" "$(command -v kaas)"; do [[ -x $k ]] && { echo "$k"; break; }; done)}
+[[ -x "$KAAS" ]] || { echo "no kaas binary: cargo build --release, or set KAAS" >&2; exit 1; }
 plan_file=${1:-$here/plans/default.txt}
 
 # 1. build every distinct (config, layout, acc), in parallel
 grep -v '^\s*#' "$plan_file" | awk 'NF>=5 {print $1, $2, $3}' | sort -u > "$out/builds.txt"
 build_one() {
-  local cfg=$1 layout=$2 acc=$3
-  if [[ ! $cfg =~ ^([0-9]+)x([0-9]+)_s([0-9]+)_c([0-9]+)_m([0-9]+)_g([0-9]+)(_e0)?(_pp)?(_rc)?(_x[24])?(_du|_dr)?(_p[0-9])?(_k128|_k256)?(_ec)?(_2d)?$ ]]; then
-    echo "bad config $cfg" > "$build/build-$cfg-$layout-$acc.log"; return 1
-  fi
-  local tn=$([ "$layout" = tn ] && echo 1 || echo 0) f32=$([ "$acc" = f32 ] && echo 1 || echo 0)
-  local flags="-DKAAS_EPILOGUE=1"
-  [ -n "${BASH_REMATCH[7]}" ] && flags="-DKAAS_EPILOGUE=0"
-  [ -n "${BASH_REMATCH[8]}" ] && flags="$flags -DKAAS_PINGPONG=1"
-  [ -n "${BASH_REMATCH[9]}" ] && flags="$flags -DKAAS_MC_ARRIVE_CTA=0"
-  [ -n "${BASH_REMATCH[10]}" ] && flags="$flags -DKAAS_CHAINS=${BASH_REMATCH[10]#_x}"
-  [ "${BASH_REMATCH[11]}" = _du ] && flags="$flags -DKAAS_DESC_UNIFORM=1"
-  [ "${BASH_REMATCH[11]}" = _dr ] && flags="$flags -DKAAS_DESC_UNIFORM=2"
-  [ -n "${BASH_REMATCH[12]}" ] && flags="$flags -DKAAS_PROBE=${BASH_REMATCH[12]#_p}"
-  local bk=64
-  [ -n "${BASH_REMATCH[13]}" ] && bk=${BASH_REMATCH[13]#_k}
-  [ -n "${BASH_REMATCH[14]}" ] && flags="$flags -DKAAS_EARLY_COORDS=1"
-  [ -n "${BASH_REMATCH[15]}" ] && flags="$flags -DKAAS_GRID2D=1"
+  local cfg=$1 layout=$2 acc=$3 code extras="" flags name x
+  local log="$build/build-$cfg-$layout-$acc.log"
+  code=${cfg%%+*}
+  [[ $cfg == *+* ]] && extras=${cfg#*+}
+  name=kaas_wgmma_${acc}_${layout}_${code}
+  flags=$("$KAAS" tune --defines "$name" 2>"$log") || { echo "BAD CONFIG $cfg: $(cat "$log")"; return 1; }
+  for x in ${extras//+/ }; do
+    case $x in
+      e0) if [[ $flags == *-DKAAS_EPILOGUE=* ]]; then flags=$(sed 's/-DKAAS_EPILOGUE=[0-9]*/-DKAAS_EPILOGUE=0/' <<<"$flags"); else flags="$flags -DKAAS_EPILOGUE=0"; fi ;;
+      rc) flags="$flags -DKAAS_MC_ARRIVE_CTA=0" ;;
+      p[1-9]) flags="$flags -DKAAS_PROBE=${x#p}" ;;
+      *) echo "BAD CONFIG $cfg: unknown probe option +$x"; return 1 ;;
+    esac
+    name=${name}_probe_$x
+  done
   # One entry name per plan config, so every row of the table names what ran.
-  "$NVCC" -std=c++17 -O3 -gencode arch=compute_90a,code=sm_90a -Xptxas -v \
-    -DKAAS_BM=${BASH_REMATCH[1]} -DKAAS_BN=${BASH_REMATCH[2]} -DKAAS_BK=$bk -DKAAS_STAGES=${BASH_REMATCH[3]} \
-    -DKAAS_CONSUMERS=${BASH_REMATCH[4]} -DKAAS_CLUSTER_M=${BASH_REMATCH[5]} -DKAAS_GROUP_M=${BASH_REMATCH[6]} \
-    -DKAAS_LAYOUT_TN=$tn -DKAAS_ACC_F32=$f32 $flags -DKAAS_ENTRY=kaas_wgmma_${acc}_${layout}_$cfg \
+  flags=$(sed "s/-DKAAS_ENTRY=[^ ]*/-DKAAS_ENTRY=$name/" <<<"$flags")
+  if [[ -n "${DRY_RUN:-}" ]]; then echo "$cfg $layout $acc: $flags"; return 0; fi
+  # shellcheck disable=SC2086  # the flags are words
+  "$NVCC" -std=c++17 -O3 -gencode arch=compute_90a,code=sm_90a -Xptxas -v $flags \
     -o "$build/probe-$cfg-$layout-$acc" "$here/probe.cu" -lcublas -lcuda \
-    > "$build/build-$cfg-$layout-$acc.log" 2>&1 || { echo "BUILD FAILED $cfg $layout $acc"; return 1; }
+    > "$log" 2>&1 || { echo "BUILD FAILED $cfg $layout $acc"; return 1; }
 }
-export -f build_one; export out build here NVCC
+export -f build_one; export out build here NVCC KAAS DRY_RUN
 t0=$(date +%s)
 xargs -P "$(nproc)" -L 1 bash -c 'build_one "$@"' _ < "$out/builds.txt"
+[[ -n "${DRY_RUN:-}" ]] && exit 0
 echo "built $(wc -l < "$out/builds.txt") binaries in $(( $(date +%s) - t0 ))s"
 for f in "$build"/build-*.log; do echo "== $(basename "$f")"; grep -v "^ptxas info    : \(Compiling\|Function properties\|Compile time\)" "$f" | grep -v "bytes stack frame, 0 bytes spill" | grep -i "kaas_wgmma\|registers\|spill\|C75\|error\|warning" | grep -v "ref_gemm\|fill_random\|compare\|count_" | head -8; done > "$out/build.log"
 grep -B1 -i "error" "$out/build.log" | head -20

@@ -455,6 +455,11 @@ pub struct TuneArgs {
     /// out. With `--emit-ptx`, compiles the entries and their twins.
     #[arg(long, value_name = "BUNDLE_DIR")]
     pub twins_of: Option<PathBuf>,
+    /// Print the template's defines for these Hopper entry names (comma-separated), one
+    /// line of `-DNAME=VALUE` flags each, and exit: the hopper-probe harness builds its
+    /// kernels from them, so the name grammar lives in one table ([`hopper::AXES`]).
+    #[arg(long, value_name = "ENTRIES")]
+    pub defines: Option<String>,
 }
 
 impl TuneArgs {
@@ -564,6 +569,20 @@ fn parse_problem_item(item: &str) -> anyhow::Result<(Option<Layout>, Shape)> {
         None => (None, item),
     };
     Ok((layout, shape.parse::<Shape>().map_err(|e| anyhow::anyhow!("--problems item {item}: {e}"))?))
+}
+
+/// `-DNAME=VALUE` flags of each Hopper entry name in `entries` (comma-separated): the
+/// defines the tuner compiles that entry with.
+fn define_flags(entries: &str) -> anyhow::Result<Vec<String>> {
+    entries
+        .split(',')
+        .map(|e| {
+            let e = e.trim();
+            let (cfg, acc, layout) = hopper::HopperConfig::from_entry(e)
+                .with_context(|| format!("`{e}` is not a Hopper entry name the tuner writes (kaas_wgmma_<acc>_<layout>_<BM>x<BN>x<BK>_s<S>_c<C>_m<M>_g16 and the suffixes of tuner::hopper::AXES, in that order)"))?;
+            Ok(cfg.defines(acc, layout).into_iter().map(|(k, v)| format!("-D{k}={v}")).collect::<Vec<_>>().join(" "))
+        })
+        .collect()
 }
 
 /// Shape distance in octaves, summed over M, N, K.
@@ -952,6 +971,12 @@ fn retime_note(r: &ProblemResult) -> String {
 }
 
 pub fn run_cli(args: TuneArgs) -> anyhow::Result<()> {
+    if let Some(entries) = &args.defines {
+        for line in define_flags(entries)? {
+            println!("{line}");
+        }
+        return Ok(());
+    }
     if let Some(dir) = &args.emit_ptx {
         return emit_ptx(&args, dir);
     }
@@ -1313,6 +1338,22 @@ mod tests {
 
     fn p(m: u32, n: u32, k: u32) -> Problem {
         Problem::new(Arch::Sm90, Acc::F32, Layout::Tn, Shape::new(m, n, k).unwrap())
+    }
+
+    #[test]
+    fn define_flags_are_the_tuners_own_and_refuse_other_names() {
+        let flags = super::define_flags("kaas_wgmma_f32_tn_64x256x64_s4_c2_m1_g16_pp_du").unwrap();
+        assert_eq!(flags.len(), 1);
+        for want in ["-DKAAS_BM=64", "-DKAAS_BN=256", "-DKAAS_BK=64", "-DKAAS_PINGPONG=1", "-DKAAS_DESC_UNIFORM=1", "-DKAAS_LAYOUT_TN=1", "-DKAAS_ENTRY=kaas_wgmma_f32_tn_64x256x64_s4_c2_m1_g16_pp_du"] {
+            assert!(flags[0].split(' ').any(|f| f == want), "{want} missing from {}", flags[0]);
+        }
+        // The same code as the tuner compiles it.
+        let (cfg, acc, layout) = hopper::HopperConfig::from_entry("kaas_wgmma_f32_tn_64x256x64_s4_c2_m1_g16_pp_du").unwrap();
+        assert_eq!(flags[0], cfg.defines(acc, layout).into_iter().map(|(k, v)| format!("-D{k}={v}")).collect::<Vec<_>>().join(" "));
+        assert_eq!(super::define_flags("kaas_wgmma_f32_tn_64x64x64_s4_c1_m1_g16,kaas_wgmma_f16_nn_64x64x64_s4_c1_m1_g16").unwrap().len(), 2);
+        // Suffixes out of the table's order, or unknown ones, are not names the tuner writes.
+        assert!(super::define_flags("kaas_wgmma_f32_tn_64x256x64_s4_c2_m1_g16_du_pp").is_err());
+        assert!(super::define_flags("kaas_wgmma_f32_tn_64x256x64_s4_c2_m1_g16_zz").is_err());
     }
 
     #[test]
@@ -1964,6 +2005,7 @@ mod tests {
             report: false,
             reference_bundle: None,
             twins_of: None,
+            defines: None,
         };
         let ps = parse_problems(&args).unwrap();
         assert_eq!(ps.len(), 4);
