@@ -26,7 +26,7 @@ use crate::problem::Problem;
 /// How the search spends its time.
 #[derive(Debug, Clone)]
 pub struct AutotuneOptions {
-    /// Heuristic algorithms asked for (DESIGN.md: up to 100).
+    /// Heuristic algorithms asked for (up to 100); every one offered is timed.
     pub max_candidates: usize,
     /// Safety limit of the screen, well above what any problem needs (the heuristic
     /// offers at most a few dozen algorithms; a 16384³ product takes about 14 ms a

@@ -1,4 +1,4 @@
-//! The side-by-side benchmark (DESIGN.md, Benchmark): every contender is timed in the
+//! The side-by-side benchmark (docs/verification.md): every contender is timed in the
 //! same process, round after round, in a fresh random order each round, with its inputs
 //! rotating over several buffer sets, until every median's 95% interval is within
 //! ±`target_rel` or the time budget is spent.
@@ -380,7 +380,7 @@ pub fn benchmark(gpu: &Gpu, sets: &[Vec<&dyn Contender>], flops: f64, cfg: &Benc
     })
 }
 
-/// The baseline libraries (DESIGN.md, Benchmark), as the catalog names them.
+/// The baseline libraries (docs/verification.md, the benchmark), as the catalog names them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Library {

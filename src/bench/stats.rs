@@ -22,7 +22,7 @@ pub const DEFAULT_TARGET_REL: f64 = 0.01;
 /// sample's extremes cover the median with probability 1 − 2/2⁶ ≈ 0.97; with 5 only 0.94.
 pub const MIN_SAMPLES_FOR_CI: usize = 6;
 
-/// How a time was taken (DESIGN.md, Benchmark).
+/// How a time was taken (docs/verification.md, the benchmark).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Mode {

@@ -1,6 +1,7 @@
 //! The verification pipeline: one candidate (PTX + `kaas.hgemm.v1` manifest) judged on
-//! this process's GPU, in DESIGN.md's order — static checks, JIT load, the binary exact
-//! test (fresh seeds, the secret seed, a repeat), the baseline-bounded deviation test —
+//! this process's GPU, in docs/verification.md's order — static checks, JIT load, the binary
+//! exact test (fresh seeds, the secret seed, a repeat), the baseline-bounded deviation test,
+//! the race stage —
 //! with the containment checks after every launch sequence. The first failure ends the
 //! run with its [`Verdict`] and a message that names the stage, the element and what was
 //! expected. Untrusted PTX runs only in `kaas sandbox` (see [`crate::sandbox`]); this

@@ -617,7 +617,7 @@ const FP16_CHAIN: &str = "fp16 FMA chain over K";
 /// added and rounded to fp16 in K order — at every output when M·N·K is at most
 /// [`DEVIATION_FULL_MACS`], else at a seeded sample of that many multiply-adds.
 ///
-/// Why it joins the bound (a deviation from DESIGN.md, see docs/verification.md): fp16
+/// Why it joins the bound (docs/verification.md, the deviation test): fp16
 /// accumulation error depends on the summation structure, and NVIDIA's fp16 kernels
 /// keep it low with structures a correct kernel need not share. On H100 at 256×256×2048
 /// a plain `mma.sync` fp16-accumulating kernel deviated by 0.245 where the worst

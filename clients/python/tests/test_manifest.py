@@ -20,7 +20,7 @@ from kaas_client.manifest import (
     tensor_map_request,
 )
 
-# The design's example (DESIGN.md and src/manifest.rs), plus a constant.
+# The manifest example of docs/manifest.md and src/manifest.rs, plus a constant.
 EXAMPLE = json.loads("""{ "abi": "kaas.hgemm.v1",
   "problem": {"arch": "sm_90a", "acc": "f32", "layout": "tn", "m": 4096, "n": 4096, "k": 4096},
   "workspace_bytes": 0,
