@@ -4,6 +4,7 @@
 
 pub mod baselines;
 pub mod run;
+pub mod tune;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -151,7 +152,7 @@ pub enum Command {
         server: crate::client::Server,
     },
     /// Generate and search Hopper kernel variants per problem on this machine's GPU; submit the winners.
-    Tune(crate::tuner::TuneArgs),
+    Tune(tune::TuneArgs),
     /// Print the OpenAPI document, or write it to a file.
     Openapi {
         /// Write to this file instead of standard output (e.g. openapi/openapi.json).
@@ -312,7 +313,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Verify(args) => tokio::task::spawn_blocking(move || crate::client::verify(&args)).await?,
         Command::Keygen { out } => keygen(&out),
         Command::Leaderboard { args, server } => tokio::task::spawn_blocking(move || crate::client::leaderboard(&server, &args)).await?,
-        Command::Tune(args) => tokio::task::spawn_blocking(move || crate::tuner::run_cli(args)).await?,
+        Command::Tune(args) => tokio::task::spawn_blocking(move || tune::run_cli(args)).await?,
         Command::Openapi { write } => {
             let text = crate::api::openapi::document_text();
             match write {
