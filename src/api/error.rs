@@ -275,13 +275,42 @@ pub fn from_actix(err: &actix_web::Error, what: &str) -> ApiError {
 
 /// Parses a JSON request body into `T`; a fault names the field it is in (`manifests[2].
 /// launches[0].grid[1]`), since a position alone ("column 105838") tells a client little.
+///
+/// A number with no fractional part written as a float (`256.0`, as some JSON encoders
+/// write every number) is an integer to JSON Schema, so to the OpenAPI document; serde's
+/// integer types refuse it. When that is the only fault, the body is read again with such
+/// numbers as integers: the document and the server agree (schemathesis's "schema-valid
+/// request rejected"). `256.5` is still refused, naming its field.
 pub fn from_json_body<T: serde::de::DeserializeOwned>(body: &[u8], what: &str) -> Result<T, ApiError> {
-    let mut de = serde_json::Deserializer::from_slice(body);
-    let value: T = serde_path_to_error::deserialize(&mut de).map_err(|e| {
-        let path = e.path().to_string();
-        let inner = e.into_inner();
+    let named = |path: String, inner: &dyn std::fmt::Display| {
         if path == "." { ApiError::InvalidBody(format!("not {what}: {inner}")) } else { ApiError::InvalidBody(format!("not {what}: field `{path}`: {inner}")) }
-    })?;
+    };
+    let mut de = serde_json::Deserializer::from_slice(body);
+    let value: T = match serde_path_to_error::deserialize(&mut de) {
+        Ok(v) => v,
+        Err(e) if e.inner().to_string().starts_with("invalid type: floating point") => {
+            let mut tree: serde_json::Value = serde_json::from_slice(body).map_err(|e| ApiError::InvalidBody(format!("not {what}: {e}")))?;
+            integral_floats_as_integers(&mut tree);
+            return serde_path_to_error::deserialize(tree).map_err(|e| named(e.path().to_string(), e.inner()));
+        }
+        Err(e) => return Err(named(e.path().to_string(), e.inner())),
+    };
     de.end().map_err(|e| ApiError::InvalidBody(format!("not {what}: {e}")))?;
     Ok(value)
+}
+
+/// Rewrites every float with no fractional part that an `i64` or `u64` holds exactly
+/// (|x| ≤ 2^53) as that integer.
+fn integral_floats_as_integers(v: &mut serde_json::Value) {
+    use serde_json::Value;
+    match v {
+        Value::Number(n) => {
+            if let Some(f) = n.as_f64().filter(|f| n.is_f64() && f.fract() == 0.0 && f.abs() <= 9_007_199_254_740_992.0) {
+                *v = if f < 0.0 { Value::from(f as i64) } else { Value::from(f as u64) };
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(integral_floats_as_integers),
+        Value::Object(fields) => fields.values_mut().for_each(integral_floats_as_integers),
+        _ => {}
+    }
 }

@@ -93,6 +93,19 @@ async fn requests_are_checked_as_the_issue_asks() {
     let r = call(&app, authed(TestRequest::post().uri("/v1/submissions"), &t).set_json(body)).await;
     let j = r.assert_problem(400, "invalid_body");
     assert!(j["detail"].as_str().unwrap().contains("manifests[1].launches[0].grid[1]"), "{j}");
+    // An integer written as a float (`128.0`) is an integer to JSON Schema and to us; a
+    // fraction is not, and is named.
+    let mut m = serde_json::to_value(manifest(problem(128, 128, 128, Layout::Tn))).unwrap();
+    m["problem"]["k"] = serde_json::json!(128.0);
+    m["launches"][0]["grid"][0] = serde_json::json!(2.0);
+    let body = serde_json::json!({"ptx": ptx("floats"), "manifests": [m.clone()], "name": "floats"});
+    let r = call(&app, authed(TestRequest::post().uri("/v1/submissions"), &t).set_json(body)).await;
+    assert_eq!(r.status, 202, "{}", String::from_utf8_lossy(&r.body));
+    m["problem"]["k"] = serde_json::json!(128.5);
+    let body = serde_json::json!({"ptx": ptx("fraction"), "manifests": [m], "name": "fraction"});
+    let r = call(&app, authed(TestRequest::post().uri("/v1/submissions"), &t).set_json(body)).await;
+    let j = r.assert_problem(400, "invalid_body");
+    assert!(j["detail"].as_str().unwrap().contains("manifests[0].problem.k"), "{j}");
 
     // The scheme of `Authorization` is case-insensitive.
     for scheme in ["bearer", "BEARER", "Bearer"] {
