@@ -210,37 +210,7 @@ pub struct SubmitArgs {
     #[arg(long)]
     pub json: bool,
     #[command(flatten)]
-    pub compile: CompileFlags,
-}
-
-/// Options for compiling CUDA C++ source (`kaas compile`, `kaas submit kernel.cu`): the
-/// ones the service accepts; `-arch` follows the manifests.
-#[derive(Debug, Clone, Default, Args)]
-pub struct CompileFlags {
-    /// A preprocessor define, NAME=VALUE (repeat).
-    #[arg(short = 'D', long = "define", value_name = "NAME=VALUE")]
-    pub defines: Vec<String>,
-    /// Compile with `--use_fast_math`.
-    #[arg(long)]
-    pub fast_math: bool,
-    /// The C++ dialect: c++17 (default) or c++20.
-    #[arg(long = "std", value_name = "STD")]
-    pub std: Option<String>,
-}
-
-impl CompileFlags {
-    pub fn options(&self) -> anyhow::Result<crate::compile::CompileOptions> {
-        let mut defines = std::collections::BTreeMap::new();
-        for d in &self.defines {
-            let (k, v) = d.split_once('=').unwrap_or((d.as_str(), ""));
-            defines.insert(k.to_string(), v.to_string());
-        }
-        Ok(crate::compile::CompileOptions { defines, std: self.std.clone(), fast_math: self.fast_math })
-    }
-
-    fn is_default(&self) -> bool {
-        self.defines.is_empty() && !self.fast_math && self.std.is_none()
-    }
+    pub compile: crate::compile::CompileFlags,
 }
 
 /// Whether a kernel file is CUDA C++ source (by its extension) rather than PTX.

@@ -78,14 +78,6 @@ impl SandboxCommand {
     }
 }
 
-/// A wall-clock limit that covers a whole verification: start-up, the CPU references,
-/// and eight launch sequences each at its watchdog; plus the benchmark's time when the
-/// job asks for one (see [`BenchSettings::wall_time`]).
-pub fn default_wall_limit(job: &Job) -> Duration {
-    let bench = BenchSettings::of(job).ok().flatten().map_or(Duration::ZERO, |s| s.wall_time() + job.watchdog());
-    Duration::from_secs(30) + job.watchdog() * 8 + bench
-}
-
 /// Runs `job` in a fresh `kaas sandbox` process (see [`SandboxCommand::from_env`]).
 pub fn run_in_sandbox(job: &Job, wall_limit: Duration) -> RunOutcome {
     match SandboxCommand::from_env() {
@@ -651,12 +643,12 @@ mod tests {
     #[test]
     fn the_wall_limit_covers_every_launch_sequence() {
         let j = Job { watchdog_ms: Some(1000), ..job() };
-        assert_eq!(default_wall_limit(&j), Duration::from_secs(38));
+        assert_eq!(j.wall_limit(), Duration::from_secs(30 + 12));
         // A benchmark adds its budget, both autotune screens' safety limits (20 s each
         // unless the settings say), 30 s of set-up and one watchdog.
         let b = Job { bench: Some(serde_json::json!({"budget_ms": 5000})), ..j.clone() };
-        assert_eq!(default_wall_limit(&b), Duration::from_secs(38 + 5 + 40 + 30 + 1));
+        assert_eq!(b.wall_limit(), Duration::from_secs(42 + 5 + 40 + 30 + 1));
         let b = Job { bench: Some(serde_json::json!({"budget_ms": 5000, "autotune_budget_ms": 1000})), ..j };
-        assert_eq!(default_wall_limit(&b), Duration::from_secs(38 + 5 + 2 + 30 + 1));
+        assert_eq!(b.wall_limit(), Duration::from_secs(42 + 5 + 2 + 30 + 1));
     }
 }

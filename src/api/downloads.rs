@@ -393,7 +393,7 @@ async fn respond(stream: &mut TcpStream, d: &Downloads, req: Request) -> std::io
         Err(why) => {
             tracing::error!(%sha, error = %why, "downloads: cannot serve an artifact");
             if let Some(detail) = why.strip_prefix(UNAVAILABLE) {
-                let retry = format!("retry-after: {}\r\n", crate::api::routes::system::RETRY_AFTER_SECS);
+                let retry = format!("retry-after: {}\r\n", crate::api::error::RETRY_AFTER_SECS);
                 return problem_with(stream, d, 503, "unavailable", detail, req.close, &retry).await;
             }
             return problem(stream, d, 500, "internal", "the artifact could not be read", req.close).await;

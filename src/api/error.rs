@@ -169,7 +169,7 @@ impl ResponseError for ApiError {
                 res.insert_header((header::RETRY_AFTER, retry_after_secs.to_string()));
             }
             ApiError::Unavailable(_) => {
-                res.insert_header((header::RETRY_AFTER, crate::api::routes::system::RETRY_AFTER_SECS.to_string()));
+                res.insert_header((header::RETRY_AFTER, RETRY_AFTER_SECS.to_string()));
             }
             _ => {}
         }
@@ -257,6 +257,9 @@ impl From<BundleError> for ApiError {
         }
     }
 }
+
+/// Seconds a client or orchestrator is told to wait before asking again after a 503.
+pub const RETRY_AFTER_SECS: u64 = 5;
 
 /// Maps actix's own extractor errors (JSON, path, query, payload) into problem+json.
 pub fn from_actix(err: &actix_web::Error, what: &str) -> ApiError {

@@ -60,7 +60,7 @@ impl RunArgs {
 pub fn run_cli(args: RunArgs) -> anyhow::Result<()> {
     let job = args.job()?;
     let started = Instant::now();
-    let outcome = crate::sandbox::run_in_sandbox(&job, crate::sandbox::default_wall_limit(&job));
+    let outcome = crate::sandbox::run_in_sandbox(&job, job.wall_limit());
     let wall = started.elapsed();
     if args.json {
         println!("{}", serde_json::to_string_pretty(&outcome)?);

@@ -56,7 +56,20 @@ impl Job {
     pub fn watchdog(&self) -> Duration {
         self.watchdog_ms.map_or_else(|| watchdog_limit(self.problem()), Duration::from_millis)
     }
+
+    /// A wall-clock limit that covers a whole verification: start-up, the CPU references,
+    /// and every launch sequence ([`VERIFY_LAUNCH_SEQUENCES`]) at its watchdog; plus the
+    /// benchmark's time when the job asks for one (see [`BenchSettings::wall_time`]).
+    pub fn wall_limit(&self) -> Duration {
+        let bench = BenchSettings::of(self).ok().flatten().map_or(Duration::ZERO, |s| s.wall_time() + self.watchdog());
+        Duration::from_secs(30) + self.watchdog() * VERIFY_LAUNCH_SEQUENCES + bench
+    }
 }
+
+/// Launch sequences a verification runs: four of the binary exact test, one deviation
+/// run, and seven of the race stage (idle, under four co-running kernels, twice with
+/// held-back blocks).
+pub const VERIFY_LAUNCH_SEQUENCES: u32 = 12;
 
 /// One check that ran, for the run record.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -445,7 +445,7 @@ pub fn wall_limit(job: &TuneJob) -> Duration {
         watchdog_ms: job.watchdog_ms,
         bench: job.bench.clone(),
     };
-    Duration::from_secs(30) + Duration::from_millis(job.budget_ms) + crate::sandbox::default_wall_limit(&verify) * VERIFY_AT_MOST as u32
+    Duration::from_secs(30) + Duration::from_millis(job.budget_ms) + verify.wall_limit() * VERIFY_AT_MOST as u32
 }
 
 #[cfg(test)]

@@ -86,7 +86,7 @@ async fn work_on(db: &DatabaseConnection, cfg: &WorkerConfig, claimed: queue::Cl
         None => None,
     };
     let job = Job { ptx, manifest, secret_seed: rand::random(), watchdog_ms: None, bench };
-    let wall = sandbox::default_wall_limit(&job);
+    let wall = job.wall_limit();
     let cancel = Arc::new(AtomicBool::new(false));
     let stage = format!("running on {} ({}): verification{}", cfg.id, cfg.facts.device_class, if cfg.bench.is_some() { ", then benchmark" } else { "" });
     queue::heartbeat(db, job_id, &cfg.id, cfg.lease, Some(&stage)).await?;

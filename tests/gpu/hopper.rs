@@ -22,7 +22,7 @@ impl VerifierRuns {
 
     fn run(&mut self, what: &str, ptx: String, manifest: Manifest) {
         let job = Job { ptx, manifest, secret_seed: rand::random(), watchdog_ms: None, bench: None };
-        let o = sandbox::run_with(&sandbox_command(), &job, sandbox::default_wall_limit(&job));
+        let o = sandbox::run_with(&sandbox_command(), &job, job.wall_limit());
         self.runs += 1;
         println!("{} {what}: {:?} {}", self.tag, o.verdict, first_line(&o.message, 160));
         if o.verdict != Verdict::Pass {

@@ -292,7 +292,7 @@ fn a_whole_run_verifies_then_benchmarks_against_the_baselines() {
     job.bench = Some(serde_json::json!({"modes": ["graph", "offline"], "budget_ms": 3000, "sets": 3}));
     let started = Instant::now();
     // `run_in_sandbox` with the staged `kaas` as the sandbox executable.
-    let o = sandbox::run_with(&sandbox_command(), &job, sandbox::default_wall_limit(&job));
+    let o = sandbox::run_with(&sandbox_command(), &job, job.wall_limit());
     let wall = started.elapsed();
     println!("{}", kaas::cli::run::table(&job, &o, wall));
     println!("RUNBENCH whole run (verification + benchmark) {:.2} s wall", wall.as_secs_f64());
@@ -366,7 +366,7 @@ fn a_small_problem_is_timed_cold_over_a_rotation_of_thousands_of_sets() {
     let mut job = simple_job_for(p, SimpleConfig::SMALL).expect("compile simple");
     job.bench = Some(serde_json::json!({"modes": ["graph", "offline"], "budget_ms": 900}));
     let started = Instant::now();
-    let o = sandbox::run_with(&sandbox_command(), &job, sandbox::default_wall_limit(&job));
+    let o = sandbox::run_with(&sandbox_command(), &job, job.wall_limit());
     let wall = started.elapsed();
     println!("{}", kaas::cli::run::table(&job, &o, wall));
     assert_eq!(o.verdict, Verdict::Pass, "{}: {}", o.stage, o.message);

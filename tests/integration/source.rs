@@ -331,7 +331,7 @@ fn kaas_submit_sends_a_cu_file_as_source() {
         devices: vec![],
         no_wait: true,
         json: false,
-        compile: kaas::client::CompileFlags { defines: vec!["TILE=128".into()], fast_math: true, std: None },
+        compile: kaas::compile::CompileFlags { defines: vec!["TILE=128".into()], fast_math: true, std: None },
     };
     let req = kaas::client::submission_request(&args).unwrap();
     assert!(req.ptx.is_none());

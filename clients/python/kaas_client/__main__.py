@@ -11,7 +11,7 @@ from typing import Optional
 from . import Kernel, KaasError, NoKernelError, pull
 from .errors import run_cli
 from .kernel import CheckResult
-from .catalog import has_index
+from .bundle import has_index
 from .manifest import Problem, parse_shape
 
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+from .bundle import read_index
 from .errors import CudaError, IntegrityError, KaasError, LaunchError, ManifestError
 from .manifest import (
     Launch,
@@ -345,8 +346,6 @@ class Kernel:
         `ptx/<sha256>.ptx`, as in the repo's kernels/ and kernels/h100/), optionally only
         those of one device class. Raw entries: whether the service would serve each one
         is `kaas_client.catalog.Catalog.lookup`'s question."""
-        from .catalog import read_index
-
         p = Path(path)
         index = read_index(p)
         out = []

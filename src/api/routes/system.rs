@@ -9,8 +9,7 @@ use crate::auth::Caller;
 use crate::work::WorkerView;
 use crate::work::submit;
 
-/// Seconds a client or orchestrator is told to wait before asking again after a 503.
-pub const RETRY_AFTER_SECS: u64 = 5;
+use crate::api::error::RETRY_AFTER_SECS;
 
 #[derive(Debug, Serialize, ToSchema)]
 pub struct HealthView {
