@@ -110,20 +110,19 @@
 //                   memory (BM*BN*4 more bytes), which adds it and writes C. Named barriers
 //                   4 (partial stored) and 5 (partial taken, before the CTA's next tile).
 //                   cuBLASLt's skinny kernels run 384 threads on tiles of 64×8, which two
-//                   consumers could only share this way (ncu, session 10). Correct, and
-//                   seldom faster (best on 20 of 211 skinny tn shapes, by 2.2% at most,
-//                   session 12): not searched.
+//                   consumers could only share this way (ncu). Correct, and seldom faster
+//                   (best on 20 of 211 skinny tn shapes, by 2.2% at most): not searched.
 //   KAAS_COLSPLIT   0 (default) or 1: the two consumer warpgroups split the tile's columns
 //                   instead of its rows (needs KAAS_CONSUMERS=2, BN 128 or 256, no ping-pong,
 //                   no K split across consumers, not the cluster reduction): each multiplies
 //                   all BM rows of A by its own BN/2 columns of B, so a 64-row tile has two
 //                   consumers. cuBLASLt's pick on tn 1024×1024×8192 is such a kernel, 64×128
-//                   in our terms with 384 threads (ncu, session 21).
+//                   in our terms with 384 threads (ncu).
 //   KAAS_CHAINS     1 (default), 2 or 4 (acc=f32): independent accumulator chains per
 //                   consumer. The k16 steps of a K-tile go round-robin to CHAINS sets of
 //                   accumulators, summed once after the main loop, so consecutive wgmmas do
 //                   not wait on each other's results. Two chains were the best code on 81
-//                   of 211 skinny tn shapes (by up to 5.2%, session 12) and are searched
+//                   of 211 skinny tn shapes (by up to 5.2%) and are searched
 //                   there; but a narrow tile's K-tile still costs about 145 ns (64x512x1024:
 //                   4.10 µs with two chains, 4.12 without), so that cost is not the
 //                   wgmmas' chain.
@@ -134,27 +133,26 @@
 //   KAAS_WAIT0      0 (default) or 1 (not with KAAS_KSPLIT): each consumer waits for a
 //                   K-tile's wgmmas right after issuing them and frees its slot at once,
 //                   instead of keeping one K-tile in flight and freeing the slot one K-tile
-//                   later; as cuBLASLt's 384-thread 64×128 kernel does (ncu, session 22:
+//                   later; as cuBLASLt's 384-thread 64×128 kernel does (ncu:
 //                   `WARPGROUP.DEPBAR.LE gsb0, 0x0` after each K-tile's four HGMMAs). The
 //                   producer gets the slot one K-tile sooner; the two consumers' wgmmas
 //                   fill each other's gaps. Entries add _w0 (before _du).
 //   KAAS_DESC_UNIFORM 0 (default) or 1: the consumers' wgmma descriptors as one add of the
 //                   byte offset / 16 to the slot's base descriptor, and the warpgroup index
-//                   broadcast from lane 0 so that ptxas keeps them in uniform registers (ncu,
-//                   session 18: the per-thread masks, shifts, ors and register-to-uniform
+//                   broadcast from lane 0 so that ptxas keeps them in uniform registers (ncu:
+//                   the per-thread masks, shifts, ors and register-to-uniform
 //                   moves were over half of a 64×256 ping-pong code's instructions); 1–6%
 //                   faster on the ping-pong codes and 1.9–2.8% (geomean) on the atomic
 //                   split-K ones, the same or slower on the cooperative ones.
 //                   2 (entries _dr in place of _du): stepped descriptors, only the low word
 //                   moves, one 32-bit add per operand per wgmma, the high word a value
 //                   ptxas keeps in the pair (cuBLASLt's loop: two UIADD3 per HGMMA); the
-//                   tuner builds every code so (2.2% over plain on the cooperative codes,
-//                   session 23)
+//                   tuner builds every code so (2.2% over plain on the cooperative codes)
 //   KAAS_EARLY_COORDS 0 (default) or 1 (entries end _ec): the consumers compute their tile's
 //                   origin before its K loop, and an empty asm keeps the compiler from
 //                   sinking the tile order's divisions to their one use in the epilogue,
 //                   after the last wgmma wait, where they lengthened the critical path by
-//                   ~0.1–0.15 µs a tile (session 25: 64x64 s4 on 64³ 2.02 → 1.88 µs).
+//                   ~0.1–0.15 µs a tile (64x64 s4 on 64³: 2.02 → 1.88 µs).
 //
 // ─── Launch (kaas.hgemm.v1) ─────────────────────────────────────────────────────────────
 // params: (tensor_map A, tensor_map B, ptr C, i32 M, i32 N, i32 K), in this order;
@@ -604,11 +602,11 @@ __device__ __forceinline__ u64 desc_add(u64 base, u32 byte_offset) { return base
 // byte offset / 16 at bit 16); the high word (stride 1024 B, 128-byte swizzle) is the same
 // for every operand. A consumer keeps the low word of its slot-0 descriptors and adds the
 // slot's and the k16 step's offset / 16: one 32-bit add per wgmma operand, as cuBLASLt's
-// kernels step theirs (one UIADD3 per descriptor per HGMMA, ncu, session 22).
+// kernels step theirs (one UIADD3 per descriptor per HGMMA, ncu).
 __device__ __forceinline__ u32 desc_lo(u32 addr, u32 lbo) { return ((addr & 0x3FFFF) >> 4) | ((lbo >> 4) << 16); }
 // The high word comes in as a value ptxas cannot fold (desc_hi), one for A and one for B:
 // given the constant, it rematerialized it with a UMOV into each pair before every HGMMA,
-// and given one value for both, it copied it into the second pair (SASS, session 23).
+// and given one value for both, it copied it into the second pair (SASS).
 __device__ __forceinline__ u64 desc_from_lo(u32 lo, u32 hi) { return ((u64)hi << 32) | lo; }
 // (1024 >> 4) | 1 << 30, plus the sign bit of a dimension, 0 in every launch that issues a
 // wgmma (M, N, K >= 1).

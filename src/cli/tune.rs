@@ -340,8 +340,7 @@ pub fn run_cli(args: TuneArgs) -> anyhow::Result<()> {
             }
         }
         eprintln!("{} modules loaded in {:.1} s", modules.len(), t.elapsed().as_secs_f64());
-        // A candidate without a module would time as 0 on every problem: refuse to start
-        // (sessions 9 and 11 each spent a device call on such a run).
+        // A candidate without a module would time as 0 on every problem: refuse to start.
         let missing = if twins.is_some() { Default::default() } else { missing_codes(&todo, &args.scope(), gpu.facts().sm_count, |e| modules.contains_key(e)) };
         if !missing.is_empty() {
             anyhow::bail!("{} candidate code(s) of the search have no module to load (not in tuner::codes): {}", missing.len(), missing.iter().take(5).cloned().collect::<Vec<_>>().join(", "));

@@ -288,8 +288,8 @@ pub fn space() -> Vec<MmaConfig> {
 }
 
 /// Deeper rings for the skinny, long-K shapes of up to one or two waves, where the Hopper
-/// codes trail cuBLASLt most (BENCHMARKS: 0.91× its heuristic on min(M, N) ≤ 512, K ≥ 1024,
-/// session 8). CUDA-L2's published H100 kernels for such shapes (4096×128×1024,
+/// codes trail cuBLASLt most (BENCHMARKS.md: 0.91× its heuristic on min(M, N) ≤ 512,
+/// K ≥ 1024). CUDA-L2's published H100 kernels for such shapes (4096×128×1024,
 /// 2048×256×1024, 4096×64×2048, 128×4096×1024, …) are this family's shape: mma.sync fed by
 /// 5- to 7-stage cp.async rings, tiles from 32×64 to 128×32 making about one wave, no
 /// split-K. `kaas tune --trial mma-deep` times them beside the search; they are not in it.

@@ -146,7 +146,7 @@ pub enum Trial {
     Bk128,
     /// The K-256 twin (four swizzle atoms per slot, a quarter of the slots, at least 3) of
     /// every Hopper candidate whose BN is at most 64 and whose three slots fit (BM 64);
-    /// fp32 only. hopper-probe timed it 15% below K 128 per 64 of K on 64×16 (session 14).
+    /// fp32 only. hopper-probe timed it 15% below K 128 per 64 of K on 64×16.
     /// The search takes them on tn with K ≥ 1024; the trial adds them on nn and shorter K.
     Bk256,
     /// The 64×8 tiles (one consumer, tn only; two chains and atomic split-K with fp32) on
@@ -216,7 +216,7 @@ impl Trial {
             Trial::Ksplit => hopper::ksplit_codes().into_iter().chain(hopper::ksplit_pair_codes().into_iter().filter(|c| c.cluster_fits(p))).collect(),
             // And the skinny shapes' clusters (loaded with the search's codes anyway) on
             // every shape: cuBLASLt's autotuned pick runs in clusters of two on the skinny
-            // long-K mid shapes, where the search offers none (BENCHMARKS, session 13).
+            // long-K mid shapes, where the search offers none.
             Trial::Multicast => hopper::multicast_codes().into_iter().chain(hopper::skinny_cluster_codes()).collect(),
             Trial::Wide160 => hopper::wide_160_codes(),
             Trial::Narrow8 => hopper::narrow8_space(p, sm_count),
@@ -936,12 +936,11 @@ fn capped_run(state: &TuneState, live: &UcbSettings) -> Vec<(f64, f64)> {
 /// The winners at or above `threshold` (the best `limit` of them), grouped by code and
 /// configuration: one submission each. Winners of one code that launch it differently
 /// (split count, persistent grid, L2 promotion) go apart, so that each submission's
-/// description, which names the configuration, is true of every entry it makes. Grouped
-/// by code alone, 76 of session 17's entries shipped another entry's label. Keyed by the
-/// entry (code, accumulator and layout) and the exact configuration; each group's
+/// description, which names the configuration, is true of every entry it makes. Keyed
+/// by the entry (code, accumulator and layout) and the exact configuration; each group's
 /// problems best first, and the groups in the order of their best winner: the service
-/// verifies in submission order, so a verification cut short by time (session 20's
-/// calls were) has measured the fastest winners, not the alphabetically first codes.
+/// verifies in submission order, so a verification cut short by time has measured the
+/// fastest winners, not the alphabetically first codes.
 pub(crate) fn submission_groups(state: &TuneState, threshold: f64, limit: Option<usize>) -> Vec<((String, Candidate), Vec<Problem>)> {
     let mut groups: Vec<((String, Candidate), Vec<Problem>)> = Vec::new();
     let mut at: HashMap<(String, Candidate), usize> = HashMap::new();
@@ -1176,8 +1175,8 @@ mod tests {
                 }
             }
         }
-        // A run without trials loads only the 64×8 tiles the search times (session 15
-        // loaded a dozen more on tn), in either layout, and none with fp16 accumulators.
+        // A run without trials loads only the 64×8 tiles the search times, in either
+        // layout, and none with fp16 accumulators.
         let eight = |acc, layout| codes(&hopper, Arch::Sm90, acc, layout).into_iter().filter_map(|c| c.hopper().filter(|h| h.bn == 8)).collect::<Vec<_>>();
         let searched_eight: Vec<HopperConfig> = hopper::narrow8_search_codes().into_iter().map(hopper::searched_modes).collect();
         assert!(eight(Acc::F32, Layout::Tn) == searched_eight && eight(Acc::F32, Layout::Nn) == searched_eight);
@@ -1503,9 +1502,7 @@ mod tests {
     }
 
     /// The tuner's description of a shipped entry names the configuration its manifest
-    /// launches. Imports before session 15 gave the entries of one code one description:
-    /// 204 H100 entries (189 Hopper, 15 mma) named another entry's split count, L2
-    /// promotion or persistent grid.
+    /// launches, not another entry's split count, L2 promotion or persistent grid.
     #[test]
     fn the_shipped_tuner_descriptions_name_their_configuration() {
         let (mut checked, mut wrong) = (0, Vec::new());

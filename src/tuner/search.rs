@@ -60,11 +60,10 @@ impl Default for UcbSettings {
     fn default() -> Self {
         // c: the tuner's timings vary by about 1%, so a bonus of 0.02 (3% after one pull at
         // ten pulls) re-measures only arms within a few percent of the best.
-        // patience 16 (was 8) with `kaas tune`'s 96 pulls (was 48): replayed as live runs
-        // over session 20's 766 problems with exhaustive samples (2^30-2^36 FLOP and the
-        // small shapes within 5% of cuBLASLt), picks within 98% of the exhaustive best
-        // went from 591 to 631 (tn 269 -> 295 of 357, nn 322 -> 336 of 409) for about 40%
-        // more pulls: pulls cost a few ms each, the service's verification seconds.
+        // patience 16 with `kaas tune`'s 96 pulls: replayed as live runs over 766 problems
+        // with exhaustive samples, picks within 98% of the exhaustive best rise from 591
+        // (patience 8, 48 pulls) to 631 for about 40% more pulls; a pull costs a few ms,
+        // the service's verification seconds (BENCHMARKS.md, the search's efficiency).
         UcbSettings { c: 0.02, patience: 16, min_gain: 0.005, min_pulls: 6, max_pulls: 96, order_seed: None }
     }
 }
@@ -84,11 +83,9 @@ pub struct Ucb {
 impl Ucb {
     /// `priors`: (arm, reward on a neighbouring shape, weight). Arms without a prior start
     /// optimistic, at the best prior mean (or 1.0), with no weight: no neighbour measured
-    /// them, so nothing says they are worse. (They used to start at the priors' mean,
-    /// which the neighbours' poor arms pull down: once the first shapes of a run had
-    /// measured a few small tiles, no later shape ever tried an arm outside them. On the
-    /// 48 largest shapes every pick was 64×256 c1, up to 21% behind cuBLASLt, while
-    /// 128×256 c2 stayed untried. BENCHMARKS.md, session 7.)
+    /// them, so nothing says they are worse. Started at the priors' mean instead, which
+    /// the neighbours' poor arms pull down, a run stops exploring: once its first shapes
+    /// have measured a few small tiles, no later shape tries an arm outside them.
     pub fn new(arms: usize, priors: &[(usize, f64, f64)], settings: UcbSettings) -> Ucb {
         let mut a = vec![Arm::default(); arms];
         let mut acc: HashMap<usize, (f64, f64)> = HashMap::new();
