@@ -20,16 +20,24 @@ use crate::gpu::{GpuError, nvrtc};
 use crate::manifest::{ABI, Buffer, Dim, I32Value, L2Promotion, Launch, Manifest, Operand, Param, Swizzle, TensorMapSpec};
 use crate::problem::{Acc, Layout, Problem};
 
-/// The template as NVRTC compiles it: `hopper_hgemm.cu` with its device header
-/// (`hopper_wgmma.cuh`, the wgmma wrappers no knob changes) spliced in where it includes it,
-/// so that the binary carries one self-contained source and a worker needs no files.
+/// The template as NVRTC compiles it: `hopper_hgemm.cu` (the configuration, the tile
+/// schedule and the kernel) with its device headers spliced in where it includes them, so
+/// that the binary carries one self-contained source and a worker needs no files.
 pub static TEMPLATE: LazyLock<String> = LazyLock::new(|| {
-    let include = "#include \"hopper_wgmma.cuh\"\n";
-    assert!(KERNELS.matches(include).count() == 1, "hopper_hgemm.cu includes hopper_wgmma.cuh once");
-    KERNELS.replacen(include, WGMMA_HEADER, 1)
+    HEADERS.iter().fold(KERNELS.to_string(), |text, (name, header)| {
+        let include = format!("#include \"{name}\"\n");
+        assert!(text.matches(&include).count() == 1, "hopper_hgemm.cu includes {name} once");
+        text.replacen(&include, header, 1)
+    })
 });
 const KERNELS: &str = include_str!("../../kernels/templates/hopper_hgemm.cu");
-const WGMMA_HEADER: &str = include_str!("../../kernels/templates/hopper_wgmma.cuh");
+/// The headers `hopper_hgemm.cu` includes, in its order: the PTX primitives (mbarriers,
+/// TMA, clusters, descriptors; the configuration's macros pick their variants) and the
+/// wgmma wrappers (which no knob changes).
+const HEADERS: [(&str, &str); 2] = [
+    ("hopper_ptx.cuh", include_str!("../../kernels/templates/hopper_ptx.cuh")),
+    ("hopper_wgmma.cuh", include_str!("../../kernels/templates/hopper_wgmma.cuh")),
+];
 pub const TEMPLATE_NAME: &str = "hopper_hgemm.cu";
 /// NVRTC's virtual architecture: wgmma and setmaxnreg need the arch-specific target.
 pub const TARGET: &str = "compute_90a";
