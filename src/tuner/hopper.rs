@@ -32,11 +32,13 @@ pub static TEMPLATE: LazyLock<String> = LazyLock::new(|| {
 });
 const KERNELS: &str = include_str!("../../kernels/templates/hopper_hgemm.cu");
 /// The headers `hopper_hgemm.cu` includes, in its order: the PTX primitives (mbarriers,
-/// TMA, clusters, descriptors; the configuration's macros pick their variants) and the
-/// wgmma wrappers (which no knob changes).
-const HEADERS: [(&str, &str); 2] = [
+/// TMA, clusters, descriptors), the wgmma wrappers (which no knob changes) and the tile
+/// schedule (raster, stores, barriers, split-K and stream-K units). The configuration's
+/// macros, defined before them, pick their variants.
+const HEADERS: [(&str, &str); 3] = [
     ("hopper_ptx.cuh", include_str!("../../kernels/templates/hopper_ptx.cuh")),
     ("hopper_wgmma.cuh", include_str!("../../kernels/templates/hopper_wgmma.cuh")),
+    ("hopper_schedule.cuh", include_str!("../../kernels/templates/hopper_schedule.cuh")),
 ];
 pub const TEMPLATE_NAME: &str = "hopper_hgemm.cu";
 /// NVRTC's virtual architecture: wgmma and setmaxnreg need the arch-specific target.
