@@ -296,27 +296,10 @@ def catalog_speedup(catalog, device_class: str, m: int, n: int, k: int) -> Optio
     return float(v) if isinstance(v, (int, float)) else None
 
 
-def catalog_predicted(cfg, layer: dict, gemms: list, catalog, device_class: str) -> Optional[float]:
-    """The layer's speedup if each linear on kaas saved what the catalog says it saves
-    (its torch time in this run times 1 - 1/catalog speedup); None without GEMM timings."""
-    timed = {(g["m"], g["n"], g["k"]): g for g in gemms if g["model"] == layer["model"] and g["tokens"] == layer["tokens"]}
-    if not timed:
-        return None
-    saved = 0.0
-    for _, k, n, _ in cfg.linears():
-        g = timed.get((layer["tokens"], n, k))
-        if g is None or not g["kaas"]:
-            continue
-        sp = catalog_speedup(catalog, device_class, layer["tokens"], n, k)
-        if sp:
-            saved += g["torch_us"] * (1 - 1 / sp)
-    return layer["torch_us"] / (layer["torch_us"] - saved)
-
-
-def predicted_speedup(cfg, layer: dict, gemms: list) -> Optional[float]:
-    """What a layer's speedup should be if only its GEMMs changed: the layer's torch time
-    less, for every linear on kaas, the time its GEMM saved (torch - kaas, measured alone
-    in the same run), counted once per linear of that shape. None without GEMM timings."""
+def layer_prediction(cfg, layer: dict, gemms: list, saved_by) -> Optional[float]:
+    """The layer's speedup if only its GEMMs changed: its torch time less, for every
+    linear on kaas, `saved_by(gemm row)` µs (counted once per linear of that shape);
+    None without GEMM timings."""
     timed = {(g["m"], g["n"], g["k"]): g for g in gemms if g["model"] == layer["model"] and g["tokens"] == layer["tokens"]}
     if not timed:
         return None
@@ -324,8 +307,23 @@ def predicted_speedup(cfg, layer: dict, gemms: list) -> Optional[float]:
     for _, k, n, _ in cfg.linears():
         g = timed.get((layer["tokens"], n, k))
         if g is not None and g["kaas"]:
-            saved += g["torch_us"] - g["patched_us"]
+            saved += saved_by(g)
     return layer["torch_us"] / (layer["torch_us"] - saved)
+
+
+def catalog_predicted(cfg, layer: dict, gemms: list, catalog, device_class: str) -> Optional[float]:
+    """Each linear on kaas saves what the catalog says: its torch time in this run times
+    1 - 1/(the catalog's speedup over cuBLAS)."""
+    def saved(g: dict) -> float:
+        sp = catalog_speedup(catalog, device_class, g["m"], g["n"], g["k"])
+        return g["torch_us"] * (1 - 1 / sp) if sp else 0.0
+    return layer_prediction(cfg, layer, gemms, saved)
+
+
+def predicted_speedup(cfg, layer: dict, gemms: list) -> Optional[float]:
+    """Each linear on kaas saves what its GEMM saved measured alone in the same run
+    (torch - kaas)."""
+    return layer_prediction(cfg, layer, gemms, lambda g: g["torch_us"] - g["patched_us"])
 
 
 if __name__ == "__main__":
