@@ -301,7 +301,7 @@ pub mod tune {
         /// JSON: the search's trace (`crate::work::tune::Trace`).
         #[sea_orm(column_type = "Text")]
         pub trace: Option<String>,
-        /// JSON: the winner and the baseline configuration measured (`crate::work::tune::TuneResult`).
+        /// JSON: the winner and the baseline configuration measured (`crate::work::TuneResult`).
         #[sea_orm(column_type = "Text")]
         pub result: Option<String>,
         pub created_at: DateTimeUtc,

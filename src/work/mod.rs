@@ -41,6 +41,25 @@ pub mod state {
     }
 }
 
+/// Tune states, as stored; items of a request may also be `refused`.
+pub mod tune_state {
+    pub const QUEUED: &str = "queued";
+    pub const TUNING: &str = "tuning";
+    pub const VERIFYING: &str = "verifying";
+    pub const SERVED: &str = "served";
+    pub const BASELINE_FASTER: &str = "baseline_faster";
+    pub const FAILED: &str = "failed";
+    /// An item the service will not tune (the reason says why); never a tune's state.
+    pub const REFUSED: &str = "refused";
+
+    /// States a worker may still change.
+    pub const OPEN: [&str; 3] = [QUEUED, TUNING, VERIFYING];
+
+    pub fn is_terminal(s: &str) -> bool {
+        !OPEN.contains(&s)
+    }
+}
+
 /// The status of a submission from its jobs' states.
 pub fn submission_status(job_states: &[&str], deleted: bool) -> &'static str {
     if deleted {

@@ -12,12 +12,12 @@ use sea_orm::{
     ActiveModelTrait, ColumnTrait, Condition, ConnectionTrait, DatabaseConnection, DbErr, EntityTrait, QueryFilter, QueryOrder, QuerySelect, Set,
 };
 
-use super::state;
+use super::{TuneResult, state, tune_state};
 use crate::db::entities::{artifact, baseline, catalog_entry, device_class, job, manifest, problem, run, submission, tune, worker};
 use crate::gpu::DeviceFacts;
 use crate::harness::RunOutcome;
 use crate::manifest::Manifest;
-use crate::problem::Arch;
+use crate::problem::{Arch, Problem};
 use crate::verify::Verdict;
 
 /// Who is claiming: the worker's id and what its GPU can run.
@@ -53,6 +53,41 @@ fn corrupt(what: String) -> DbErr {
     DbErr::Custom(what)
 }
 
+/// A claimed tune job's tune, now `tuning`, and its problem (inside the claim's
+/// transaction). The queue's side of a tune job; the rest is `super::tune`'s.
+async fn tune_claimed<C: ConnectionTrait>(db: &C, j: &job::Model, worker_id: &str, now: DateTime<Utc>) -> Result<(tune::Model, Problem), DbErr> {
+    let tid = j.tune_id.ok_or_else(|| DbErr::Custom(format!("tune job {} has no tune", j.id)))?;
+    tune::Entity::update_many()
+        .col_expr(tune::Column::State, Expr::value(tune_state::TUNING))
+        .col_expr(tune::Column::JobId, Expr::value(j.id))
+        .col_expr(tune::Column::Stage, Expr::value(format!("claimed by {worker_id}")))
+        .col_expr(tune::Column::UpdatedAt, Expr::value(now))
+        .filter(tune::Column::Id.eq(tid))
+        .exec(db)
+        .await?;
+    let t = tune::Entity::find_by_id(tid).one(db).await?.ok_or_else(|| DbErr::Custom(format!("tune {tid} missing")))?;
+    let prow = problem::Entity::find_by_id(j.problem_id).one(db).await?.ok_or_else(|| DbErr::Custom(format!("problem {} missing", j.problem_id)))?;
+    let p = crate::catalog::problem_of(&prow).map_err(|e| DbErr::Custom(e.to_string()))?;
+    Ok((t, p))
+}
+
+/// A tune whose job's attempts are used up: failed, with why.
+async fn tune_lost<C: ConnectionTrait>(db: &C, j: &job::Model, message: &str, now: DateTime<Utc>) -> Result<(), DbErr> {
+    let Some(tid) = j.tune_id else { return Ok(()) };
+    let result = TuneResult { verdict: Some(Verdict::WorkerLost), message: message.to_string(), ..Default::default() };
+    tune::Entity::update_many()
+        .col_expr(tune::Column::State, Expr::value(tune_state::FAILED))
+        .col_expr(tune::Column::Message, Expr::value(format!("worker_lost: {message}")))
+        .col_expr(tune::Column::Result, Expr::value(serde_json::to_string(&result).ok()))
+        .col_expr(tune::Column::Stage, Expr::value("failed".to_string()))
+        .col_expr(tune::Column::UpdatedAt, Expr::value(now))
+        .col_expr(tune::Column::FinishedAt, Expr::value(now))
+        .filter(tune::Column::Id.eq(tid))
+        .exec(db)
+        .await?;
+    Ok(())
+}
+
 /// Claims the most urgent job this worker can run: queued, or running with an expired
 /// lease (its worker died). A job whose attempts are used up is failed instead, with the
 /// verdict `worker_lost`, and the next one is tried.
@@ -83,7 +118,7 @@ pub async fn claim(db: &DatabaseConnection, who: &Claimant, lease: Duration, max
         };
         if j.attempts >= max_attempts && j.kind == KIND_TUNE {
             let message = lost_message(&j);
-            super::tune::end_lost(&txn, &j, &message, now).await?;
+            tune_lost(&txn, &j, &message, now).await?;
             finish_job(&txn, &j, state::FAILED, None, Some(message), now).await?;
             txn.commit().await?;
             continue;
@@ -115,7 +150,7 @@ pub async fn claim(db: &DatabaseConnection, who: &Claimant, lease: Duration, max
             continue;
         }
         let work = if j.kind == KIND_TUNE {
-            let (t, problem) = super::tune::claimed(&txn, &j, &who.worker_id, now).await?;
+            let (t, problem) = tune_claimed(&txn, &j, &who.worker_id, now).await?;
             Work::Tune { tune: Box::new(t), problem }
         } else {
             let mid = j.manifest_id.ok_or_else(|| corrupt(format!("verify job {} has no manifest", j.id)))?;

@@ -27,6 +27,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use super::queue::{self, KIND_TUNE, Stored};
+use super::TuneResult;
 use super::error::WorkError;
 use crate::auth::{Caller, Role};
 use crate::catalog::{self, BaselineView, Fallback, KernelLookup, bundle, problem_of};
@@ -36,24 +37,8 @@ use crate::problem::{Acc, Arch, Layout, Problem, Shape};
 use crate::tuner::ondemand::{Seed, Trace, TuneOutcome};
 use crate::verify::Verdict;
 
-/// Tune states, as stored; items of a request may also be `refused`.
-pub mod state {
-    pub const QUEUED: &str = "queued";
-    pub const TUNING: &str = "tuning";
-    pub const VERIFYING: &str = "verifying";
-    pub const SERVED: &str = "served";
-    pub const BASELINE_FASTER: &str = "baseline_faster";
-    pub const FAILED: &str = "failed";
-    /// An item the service will not tune (the reason says why); never a tune's state.
-    pub const REFUSED: &str = "refused";
-
-    /// States a worker may still change.
-    pub const OPEN: [&str; 3] = [QUEUED, TUNING, VERIFYING];
-
-    pub fn is_terminal(s: &str) -> bool {
-        !OPEN.contains(&s)
-    }
-}
+/// Tune states (`super::tune_state`), under the name callers know them by.
+pub use super::tune_state as state;
 
 /// Limits and defaults of tuning requests (`kaas serve --tune-*`).
 #[derive(Debug, Clone)]
@@ -202,21 +187,6 @@ impl TuningRequestView {
     }
 }
 
-/// What a tune stores as its result.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
-pub struct TuneResult {
-    /// The verdict of the last candidate verified (or why none was).
-    pub verdict: Option<Verdict>,
-    pub message: String,
-    /// The code that was verified last, e.g. `128x256x64 c2`.
-    pub code: Option<String>,
-    /// Whether its run became the catalog entry.
-    pub promoted: bool,
-    /// Its graph-mode speedup over cuBLASLt-autotune-max.
-    pub speedup: Option<f64>,
-    /// `baseline_faster`: the fastest measured baseline, with the configuration to use.
-    pub use_instead: Option<BaselineView>,
-}
 
 /// A tune: `GET /v1/tunes/{arch}/{acc}/{layout}/{shape}`.
 #[derive(Debug, Clone, Serialize, ToSchema)]
@@ -750,41 +720,6 @@ pub async fn tune_view<C: ConnectionTrait>(db: &C, p: &Problem, class: &str) -> 
         trace: t.trace.as_deref().and_then(|x| serde_json::from_str(x).ok()),
         kernel: (t.state == state::SERVED).then(|| kernel_url(&problem.path(), &t.device_class)),
     }))
-}
-
-/// A claimed tune job's tune, now `tuning`, and its problem (inside the claim's
-/// transaction).
-pub(crate) async fn claimed<C: ConnectionTrait>(db: &C, j: &job::Model, worker_id: &str, now: DateTime<Utc>) -> Result<(tune::Model, Problem), DbErr> {
-    let tid = j.tune_id.ok_or_else(|| DbErr::Custom(format!("tune job {} has no tune", j.id)))?;
-    tune::Entity::update_many()
-        .col_expr(tune::Column::State, Expr::value(state::TUNING))
-        .col_expr(tune::Column::JobId, Expr::value(j.id))
-        .col_expr(tune::Column::Stage, Expr::value(format!("claimed by {worker_id}")))
-        .col_expr(tune::Column::UpdatedAt, Expr::value(now))
-        .filter(tune::Column::Id.eq(tid))
-        .exec(db)
-        .await?;
-    let t = tune::Entity::find_by_id(tid).one(db).await?.ok_or_else(|| DbErr::Custom(format!("tune {tid} missing")))?;
-    let prow = problem::Entity::find_by_id(j.problem_id).one(db).await?.ok_or_else(|| DbErr::Custom(format!("problem {} missing", j.problem_id)))?;
-    let p = problem_of(&prow).map_err(|e| DbErr::Custom(e.to_string()))?;
-    Ok((t, p))
-}
-
-/// A tune whose job's attempts are used up: failed, with why.
-pub(crate) async fn end_lost<C: ConnectionTrait>(db: &C, j: &job::Model, message: &str, now: DateTime<Utc>) -> Result<(), DbErr> {
-    let Some(tid) = j.tune_id else { return Ok(()) };
-    let result = TuneResult { verdict: Some(Verdict::WorkerLost), message: message.to_string(), ..Default::default() };
-    tune::Entity::update_many()
-        .col_expr(tune::Column::State, Expr::value(state::FAILED))
-        .col_expr(tune::Column::Message, Expr::value(format!("worker_lost: {message}")))
-        .col_expr(tune::Column::Result, Expr::value(serde_json::to_string(&result).ok()))
-        .col_expr(tune::Column::Stage, Expr::value("failed".to_string()))
-        .col_expr(tune::Column::UpdatedAt, Expr::value(now))
-        .col_expr(tune::Column::FinishedAt, Expr::value(now))
-        .filter(tune::Column::Id.eq(tid))
-        .exec(db)
-        .await?;
-    Ok(())
 }
 
 /// The child's progress (`tuning`, `verifying`) onto the tune, while the job is this

@@ -4,11 +4,12 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use crate::catalog::{ArtifactView, RunView};
+use crate::catalog::{ArtifactView, BaselineView, RunView};
 use crate::manifest::Manifest;
 use crate::manifest::template::ManifestTemplate;
 use crate::problem::Problem;
 use crate::signing::{Record, RecordSignature};
+use crate::verify::Verdict;
 
 /// `POST /v1/submissions`: a PTX artifact and what to run it on.
 ///
@@ -155,4 +156,20 @@ pub struct WorkerView {
     pub job_id: Option<i32>,
     pub message: Option<String>,
     pub last_seen_at: DateTime<Utc>,
+}
+
+/// What a tune stores as its result.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct TuneResult {
+    /// The verdict of the last candidate verified (or why none was).
+    pub verdict: Option<Verdict>,
+    pub message: String,
+    /// The code that was verified last, e.g. `128x256x64 c2`.
+    pub code: Option<String>,
+    /// Whether its run became the catalog entry.
+    pub promoted: bool,
+    /// Its graph-mode speedup over cuBLASLt-autotune-max.
+    pub speedup: Option<f64>,
+    /// `baseline_faster`: the fastest measured baseline, with the configuration to use.
+    pub use_instead: Option<BaselineView>,
 }
