@@ -151,8 +151,12 @@ mod tests {
             return;
         };
         let out = hold_back_blocks(TWO, Duration::from_micros(50)).unwrap();
-        let report = crate::ptx::ptxas::run(&ptxas, &out, "sm_90a", crate::ptx::ptxas::DEFAULT_TIMEOUT).expect("the instrumented module assembles");
-        assert!(report.entry("first").is_some() && report.entry("second").is_some(), "{report:?}");
+        // The oldest target a submission may name, and Hopper's.
+        for arch in ["sm_80", "sm_90a"] {
+            let module = out.replace(".target sm_90", &format!(".target {arch}"));
+            let report = crate::ptx::ptxas::run(&ptxas, &module, arch, crate::ptx::ptxas::DEFAULT_TIMEOUT).expect("the instrumented module assembles");
+            assert!(report.entry("first").is_some() && report.entry("second").is_some(), "{arch}: {report:?}");
+        }
         // And shipped kernels of each family (wgmma with clusters and split-K, mma, simple).
         let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("kernels/h100/ptx");
         let mut names: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).collect();
