@@ -41,7 +41,7 @@ import torch.nn.functional as F  # noqa: E402
 from torch import nn  # noqa: E402
 
 import kaas_client.torch as kt  # noqa: E402
-from kaas_client.errors import KaasError  # noqa: E402
+from kaas_client.errors import KaasError, NoKernelError  # noqa: E402
 from kaas_client.kernel import import_driver  # noqa: E402
 from kaas_client.models import MODELS, ModelConfig, model as model_config  # noqa: E402
 from overhead import eager_costs, print_costs  # noqa: E402  # bench/, beside this script
@@ -284,12 +284,12 @@ def main() -> int:
 
 def catalog_speedup(catalog, device_class: str, m: int, n: int, k: int) -> Optional[float]:
     """The catalog's graph-mode speedup for tn MxNxK over cuBLAS on the same layout (what
-    `F.linear` runs), in the regime the entry was ranked in (L2-cold for every entry
-    measured since session 30); None when nothing is served."""
+    `F.linear` runs), in the regime its run names (L2-cold wherever the run names one);
+    None when nothing is served."""
     from kaas_client.manifest import Problem
     try:
         entry = catalog.lookup(Problem("sm_90", "f32", "tn", m, n, k), device_class)
-    except Exception:  # noqa: BLE001 -- not served: no prediction from the catalog
+    except NoKernelError:  # not served: no prediction from the catalog
         return None
     s = entry.speedups or {}
     v = s.get("cublas_tn", s.get("cublas_max"))
