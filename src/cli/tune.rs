@@ -125,7 +125,7 @@ impl TuneArgs {
 
     /// Whether `--only` lets this entry into the search.
     fn admits(&self, entry: &str) -> bool {
-        self.scope().admits(entry)
+        crate::tuner::only_admits(self.only.as_deref(), entry)
     }
 
     /// The bandit's settings of a live run (and of `--report`'s replay of one).

@@ -25,9 +25,12 @@ pub enum Pressure {
     AllBut { free: u32 },
 }
 
+/// The co-running kernels of one race stage ([`Pressure::stage`]).
+pub const STAGE_PRESSURES: usize = 4;
+
 impl Pressure {
     /// The pressures of the race stage, in order, for a run seeded by `seed`.
-    pub fn stage(seed: u64) -> [Pressure; 4] {
+    pub fn stage(seed: u64) -> [Pressure; STAGE_PRESSURES] {
         [Pressure::Slowed { seed }, Pressure::Slowed { seed: seed ^ 0x0000_005E_ED0F_5105 }, Pressure::AllBut { free: 8 }, Pressure::AllBut { free: 1 }]
     }
 

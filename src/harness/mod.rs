@@ -66,10 +66,9 @@ impl Job {
     }
 }
 
-/// Launch sequences a verification runs: four of the binary exact test, one deviation
-/// run, and seven of the race stage (idle, under four co-running kernels, twice with
-/// held-back blocks).
-pub const VERIFY_LAUNCH_SEQUENCES: u32 = 12;
+/// Launch sequences a verification runs (12 today: four of the binary exact test, one
+/// deviation run, seven of the race stage), derived from the pipeline's own counts.
+pub const VERIFY_LAUNCH_SEQUENCES: u32 = pipeline::LAUNCH_SEQUENCES;
 
 /// One check that ran, for the run record.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -37,6 +37,12 @@ const RACE: &str = "race stage";
 /// Runs of the race stage's copy with held-back blocks, each holding back another half.
 const HELD_BACK_ROUNDS: u32 = 2;
 
+/// Launch sequences one verification runs: the binary exact test's (fresh seeds, the
+/// secret seed, the repeat), the deviation run, and the race stage's (idle, one per
+/// co-running kernel, the held-back rounds).
+pub(super) const LAUNCH_SEQUENCES: u32 =
+    (FRESH_BINARY_SEEDS as u32 + 2) + 1 + (1 + pressure::STAGE_PRESSURES as u32 + HELD_BACK_ROUNDS);
+
 /// Judges `job` on `gpu`. Never panics on input; every failure is a verdict. When the
 /// outcome says `device_lost`, the device is unusable (a launch hung or faulted) and GPU
 /// resources of this run were leaked on purpose: the caller should exit the process

@@ -312,8 +312,13 @@ pub struct Scope {
 impl Scope {
     /// Whether the filter lets this entry into the search: it contains one of the texts.
     pub fn admits(&self, entry: &str) -> bool {
-        self.only.as_deref().is_none_or(|o| o.split(',').any(|part| entry.contains(part)))
+        only_admits(self.only.as_deref(), entry)
     }
+}
+
+/// Whether an `--only` filter (any of its comma-separated texts) admits this entry.
+pub fn only_admits(only: Option<&str>, entry: &str) -> bool {
+    only.is_none_or(|o| o.split(',').any(|part| entry.contains(part)))
 }
 
 pub(crate) fn missing_codes(problems: &[Problem], scope: &Scope, sm_count: u32, loaded: impl Fn(&str) -> bool) -> std::collections::BTreeSet<String> {
