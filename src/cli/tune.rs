@@ -215,7 +215,7 @@ fn emit_ptx(args: &TuneArgs, dir: &Path) -> anyhow::Result<()> {
             eprintln!("{entry}: {} bytes in {:.0} ms", ptx.len(), t.elapsed().as_secs_f64() * 1e3);
             let target = match c {
                 Candidate::Hopper(_) => Arch::Sm90a,
-                Candidate::Mma(_) => arch,
+                Candidate::Mma(_) | Candidate::Gemv(_) => arch,
             };
             emitted.push(Emitted { entry, target, ptx });
         }

@@ -1,5 +1,6 @@
 //! The template families behind one interface: the simple kernel ([`SimpleConfig`]), the
-//! Ampere-style mma family ([`MmaConfig`]) and the Hopper family ([`HopperConfig`]). A
+//! Ampere-style mma family ([`MmaConfig`]), the Hopper family ([`HopperConfig`]) and the
+//! decode family ([`GemvConfig`]). A
 //! configuration names one PTX entry and, for a problem, the manifest that launches it;
 //! the search and the catalog checks go through this trait, not through each family.
 
@@ -8,6 +9,7 @@ use crate::kernels::SimpleConfig;
 use crate::manifest::{Launch, Manifest};
 use crate::problem::{Acc, Arch, Layout, Problem};
 
+use super::gemv::{self, GemvConfig};
 use super::hopper::{self, HopperConfig};
 use super::mma::{self, MmaConfig};
 
@@ -145,5 +147,42 @@ impl TemplateFamily for SimpleConfig {
     }
     fn of_launch(launch: &Launch, _p: &Problem) -> Option<(Self, Acc, Layout)> {
         SimpleConfig::from_entry(&launch.entry)
+    }
+}
+
+impl TemplateFamily for GemvConfig {
+    fn family_name(&self) -> &'static str {
+        "decode (gemv) fp32-FMA template"
+    }
+    fn template(&self) -> &'static str {
+        gemv::TEMPLATE
+    }
+    fn entry(&self, acc: Acc, layout: Layout) -> String {
+        GemvConfig::entry(self, acc, layout)
+    }
+    fn supports(&self, layout: Layout) -> bool {
+        layout == Layout::Tn
+    }
+    fn compile(&self, arch: Arch, acc: Acc, layout: Layout) -> Result<String, GpuError> {
+        gemv::compile(self, arch, acc, layout)
+    }
+    fn manifest(&self, p: &Problem, _sm_count: u32) -> Manifest {
+        GemvConfig::manifest(self, p)
+    }
+    fn workspace_bytes(&self, _p: &Problem) -> u64 {
+        0
+    }
+    fn shared_mem_bytes(&self, _layout: Layout) -> u32 {
+        0
+    }
+    /// Unsplit; fp32 accumulators only all the same ([`gemv::eligible`], [`gemv::compile`]).
+    fn split(&self) -> u32 {
+        1
+    }
+    fn label(&self) -> String {
+        GemvConfig::label(self)
+    }
+    fn of_launch(launch: &Launch, _p: &Problem) -> Option<(Self, Acc, Layout)> {
+        GemvConfig::from_entry(&launch.entry)
     }
 }

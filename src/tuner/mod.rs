@@ -15,6 +15,7 @@
 
 pub mod axes;
 pub mod family;
+pub mod gemv;
 pub mod hopper;
 pub mod mma;
 pub mod ondemand;
@@ -45,6 +46,7 @@ use search::{Ucb, UcbSettings};
 pub enum Candidate {
     Hopper(HopperConfig),
     Mma(MmaConfig),
+    Gemv(gemv::GemvConfig),
 }
 
 impl Candidate {
@@ -53,6 +55,7 @@ impl Candidate {
         match self {
             Candidate::Hopper(c) => c,
             Candidate::Mma(c) => c,
+            Candidate::Gemv(c) => c,
         }
     }
 
@@ -76,7 +79,7 @@ impl Candidate {
     fn hopper(&self) -> Option<hopper::HopperConfig> {
         match self {
             Candidate::Hopper(c) => Some(*c),
-            Candidate::Mma(_) => None,
+            Candidate::Mma(_) | Candidate::Gemv(_) => None,
         }
     }
 
@@ -107,6 +110,8 @@ pub enum Family {
     Hopper,
     /// mma.sync + cp.async (sm_80+), problems up to 2^33 multiply-adds.
     Mma,
+    /// fp32 FMAs streaming a tn weight (sm_80+), decode problems (M ≤ 16, fp32 accumulators).
+    Gemv,
 }
 
 /// Codes the search leaves out that `kaas tune --trial` adds to it, to time them beside the
@@ -240,6 +245,7 @@ pub(crate) fn codes_with(families: &[Family], trials: &[Trial], arch: Arch, acc:
     let f32_only = |c: &Candidate| match c {
         Candidate::Hopper(h) => h.consumer_mode == ConsumerMode::KSplit || h.chains > 1 || h.split > 1,
         Candidate::Mma(m) => m.split > 1,
+        Candidate::Gemv(_) => true,
     };
     let suits = |c: &Candidate| c.supports(layout) && (acc == Acc::F32 || !f32_only(c));
     // In the search's descriptor mode, as `codes` has them.
@@ -360,6 +366,9 @@ pub(crate) fn codes(families: &[Family], arch: Arch, acc: Acc, layout: Layout) -
             out.extend(mma::cluster_split_codes().into_iter().map(Candidate::Mma));
         }
     }
+    if families.contains(&Family::Gemv) && acc == Acc::F32 && layout == Layout::Tn {
+        out.extend(gemv::codes().into_iter().map(Candidate::Gemv));
+    }
     out.retain(|c| (acc == Acc::F32 || !c.split()) && c.supports(layout));
     out.into_iter().map(searched_modes).collect()
 }
@@ -381,6 +390,9 @@ pub fn space_for(p: &Problem, families: &[Family], sm_count: u32) -> Vec<Candida
     }
     if families.contains(&Family::Mma) {
         out.extend(mma::space_for(p, sm_count).into_iter().map(Candidate::Mma));
+    }
+    if families.contains(&Family::Gemv) {
+        out.extend(gemv::space_for(p, sm_count).into_iter().map(Candidate::Gemv));
     }
     out
 }
@@ -805,6 +817,7 @@ pub(crate) const REPORT_SM_COUNT: u32 = 132;
 pub fn kind(c: &Candidate) -> String {
     let mut tags: Vec<&str> = Vec::new();
     match c {
+        Candidate::Gemv(_) => tags.push("gemv"),
         Candidate::Mma(m) => {
             tags.push(if m.stages >= 6 { "mma deep ring" } else { "mma" });
             if m.split > 1 {
@@ -857,7 +870,7 @@ pub fn kind(c: &Candidate) -> String {
 /// heuristic choice, graph mode, side by side).
 pub fn kinds_report(state: &TuneState, sm_count: u32) -> String {
     use std::fmt::Write as _;
-    let families = [Family::Hopper, Family::Mma];
+    let families = [Family::Hopper, Family::Mma, Family::Gemv];
     let mut by: BTreeMap<String, Vec<f64>> = BTreeMap::new();
     let (mut gains, mut outside) = (Vec::new(), 0usize);
     for r in state.results.values().filter(|r| !r.exhaustive.is_empty()) {

@@ -926,3 +926,26 @@ fn grouped_grid_hopper_kernels_pass_the_verifier() {
     println!("{} grouped-grid runs over {} codes", runs.runs, codes.len());
     runs.assert_all_passed();
 }
+
+/// The decode family (`kaas_gemv_*`) passes every stage of the verifier: every other code
+/// (each MT, rows, warps and depth meets another), once, on shapes in turn whose N no block size divides, K with a partial 256-element chunk, K
+/// that is not a multiple of 8 (the element-by-element path), M below and equal to the
+/// code's MT, and one M past it (two rows of blocks).
+#[test]
+fn gemv_family_kernels_pass_the_verifier() {
+    use kaas::tuner::gemv;
+    let Some(gpu) = gpu_and_nvrtc_or_skip() else { return };
+    let arch = if gpu.facts().compute_capability >= (9, 0) { Arch::Sm90 } else { Arch::Sm80 };
+    drop(gpu);
+    let shapes = [(1, 1000, 4104), (0, 4097, 520), (0, 300, 301), (0, 130, 8192), (0, 77, 64)];
+    let mut runs = VerifierRuns::new("GEMV");
+    for (i, cfg) in gemv::codes().into_iter().step_by(2).enumerate() {
+        let (m, n, k) = shapes[i % shapes.len()];
+        // M: the shape's own, else MT itself, MT − 1 or, every seventh code, MT + 1.
+        let m = if m > 0 { m } else if i % 7 == 0 { cfg.mt + 1 } else if i % 2 == 0 { cfg.mt } else { (cfg.mt - 1).max(1) };
+        let p = Problem::new(arch, Acc::F32, Layout::Tn, Shape::new(m, n, k).expect("shape"));
+        let ptx = gemv::compile(&cfg, arch, Acc::F32, Layout::Tn).expect("compile");
+        runs.run(&format!("{p} {}", cfg.label()), ptx, cfg.manifest(&p));
+    }
+    runs.assert_all_passed();
+}

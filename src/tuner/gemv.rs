@@ -1,0 +1,222 @@
+//! The decode family (`kernels/templates/gemv_hgemm.cu`): a block of `KWARPS` warps computes
+//! `MT` rows of A against `ROWS` rows of a tn weight with fp32 FMAs, every warp issuing
+//! `UNROLL` 16-byte loads per row before it multiplies. No tensor cores and no pipeline:
+//! at M ≤ 16 a linear layer streams its weight once and the time is the HBM ramp, which
+//! the tiled families spend on set-up. tn and fp32 accumulators only; sm_80 and later.
+
+use serde::{Deserialize, Serialize};
+
+use crate::gpu::{GpuError, nvrtc};
+use crate::manifest::{ABI, Launch, Manifest};
+use crate::problem::{Acc, Arch, Layout, Problem};
+
+pub const TEMPLATE: &str = include_str!("../../kernels/templates/gemv_hgemm.cu");
+pub const TEMPLATE_NAME: &str = "gemv_hgemm.cu";
+/// The entry names' prefix.
+pub const ENTRY_PREFIX: &str = "kaas_gemv_";
+/// Problems up to this many rows of A get the family's candidates: past 16 the weight's
+/// bytes are no longer what bounds the time, and the tensor-core families take over.
+pub const MAX_M: u32 = 16;
+
+/// One point of the family's space. Its serialized fields are its own (`mt`, …), so the
+/// untagged [`super::Candidate`] never mistakes it for another family's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct GemvConfig {
+    /// Rows of A (tokens) per block: 1, 2, 4, 8 or 16.
+    pub mt: u32,
+    /// Rows of B (outputs) per block: 1, 2, 4 or 8.
+    pub rows: u32,
+    /// Warps per block, splitting K.
+    pub kwarps: u32,
+    /// 16-byte loads per row and lane in flight before the first multiply.
+    pub unroll: u32,
+}
+
+/// Rows of B per block, warps per block and loads in flight that the search tries.
+const ROWS: [u32; 3] = [1, 2, 4];
+const KWARPS: [u32; 3] = [2, 4, 8];
+const UNROLLS: [u32; 3] = [2, 4, 8];
+
+impl GemvConfig {
+    /// The template's static assertions, in words, and the register budget the space keeps
+    /// (accumulators plus the loads in flight, 4 registers each, at most 80 per lane).
+    pub fn validate(&self) -> Result<(), String> {
+        let GemvConfig { mt, rows, kwarps, unroll } = *self;
+        if !matches!(mt, 1 | 2 | 4 | 8 | 16) {
+            return Err(format!("MT {mt} is not 1, 2, 4, 8 or 16"));
+        }
+        if !matches!(rows, 1 | 2 | 4 | 8) {
+            return Err(format!("ROWS {rows} is not 1, 2, 4 or 8"));
+        }
+        if !(1..=16).contains(&kwarps) {
+            return Err(format!("KWARPS {kwarps} is not 1..16"));
+        }
+        if !(1..=8).contains(&unroll) {
+            return Err(format!("UNROLL {unroll} is not 1..8"));
+        }
+        if mt * rows > 32 {
+            return Err(format!("MT·ROWS = {} accumulators per lane: at most 32", mt * rows));
+        }
+        if unroll * rows > 16 {
+            return Err(format!("UNROLL·ROWS = {} loads in flight per lane: at most 16", unroll * rows));
+        }
+        if mt * rows + 4 * unroll * rows > 80 {
+            return Err(format!("{} registers of accumulators and loads per lane: at most 80", mt * rows + 4 * unroll * rows));
+        }
+        Ok(())
+    }
+
+    pub fn entry(&self, acc: Acc, layout: Layout) -> String {
+        format!("{ENTRY_PREFIX}{}_{}_m{}_r{}_w{}_u{}", acc.as_str(), layout.as_str(), self.mt, self.rows, self.kwarps, self.unroll)
+    }
+
+    /// The configuration, accumulator and layout an entry name encodes.
+    pub fn from_entry(entry: &str) -> Option<(GemvConfig, Acc, Layout)> {
+        let [acc, layout, mt, rows, kwarps, unroll] = entry.strip_prefix(ENTRY_PREFIX)?.split('_').collect::<Vec<_>>()[..] else { return None };
+        let num = |s: &str, tag: char| s.strip_prefix(tag)?.parse::<u32>().ok();
+        let cfg = GemvConfig { mt: num(mt, 'm')?, rows: num(rows, 'r')?, kwarps: num(kwarps, 'w')?, unroll: num(unroll, 'u')? };
+        let (acc, layout): (Acc, Layout) = (acc.parse().ok()?, layout.parse().ok()?);
+        cfg.validate().ok()?;
+        (cfg.entry(acc, layout) == entry).then_some((cfg, acc, layout))
+    }
+
+    pub fn defines(&self, acc: Acc, layout: Layout) -> Vec<(String, String)> {
+        [("KAAS_MT", self.mt), ("KAAS_ROWS", self.rows), ("KAAS_KWARPS", self.kwarps), ("KAAS_UNROLL", self.unroll)]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .chain([("KAAS_ENTRY".to_string(), self.entry(acc, layout))])
+            .collect()
+    }
+
+    pub fn threads(&self) -> u32 {
+        32 * self.kwarps
+    }
+
+    pub fn manifest(&self, p: &Problem) -> Manifest {
+        Manifest {
+            abi: ABI.into(),
+            problem: *p,
+            workspace_bytes: 0,
+            launches: vec![Launch {
+                entry: self.entry(p.acc, p.layout),
+                grid: [p.n.div_ceil(self.rows), p.m.div_ceil(self.mt), 1],
+                block: [self.threads(), 1, 1],
+                cluster: [1, 1, 1],
+                shared_mem_bytes: 0,
+                params: crate::manifest::pointer_params(),
+            }],
+        }
+    }
+
+    /// Short label, e.g. `gemv m1 r2 w4 u4`.
+    pub fn label(&self) -> String {
+        format!("gemv m{} r{} w{} u{}", self.mt, self.rows, self.kwarps, self.unroll)
+    }
+}
+
+/// Whether the family builds code for a problem: tn, fp32 accumulators, M ≤ [`MAX_M`].
+pub fn eligible(p: &Problem) -> bool {
+    p.layout == Layout::Tn && p.acc == Acc::F32 && p.m <= MAX_M
+}
+
+/// Every code of the family (one PTX each).
+pub fn codes() -> Vec<GemvConfig> {
+    let mut out = Vec::new();
+    for mt in [1, 2, 4, 8, 16] {
+        for rows in ROWS {
+            for kwarps in KWARPS {
+                for unroll in UNROLLS {
+                    let c = GemvConfig { mt, rows, kwarps, unroll };
+                    if c.validate().is_ok() {
+                        out.push(c);
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The candidates for a problem: the codes whose MT is the smallest that holds every row
+/// of A (so the weight is read once), and whose grid fills the GPU (`rows` only as large
+/// as leaves a block per SM; one row per block always stays).
+pub fn space_for(p: &Problem, sm_count: u32) -> Vec<GemvConfig> {
+    if !eligible(p) {
+        return Vec::new();
+    }
+    let mt = p.m.next_power_of_two();
+    codes().into_iter().filter(|c| c.mt == mt && (c.rows == 1 || p.n.div_ceil(c.rows) >= sm_count)).collect()
+}
+
+/// NVRTC's virtual architecture: the template needs nothing past sm_80.
+pub fn target(arch: Arch) -> &'static str {
+    super::mma::target(arch)
+}
+
+/// Compiles one configuration with NVRTC; tn and fp32 accumulators only.
+pub fn compile(cfg: &GemvConfig, arch: Arch, acc: Acc, layout: Layout) -> Result<String, GpuError> {
+    cfg.validate().map_err(|m| GpuError::refused("gemv HGEMM", m))?;
+    if layout != Layout::Tn || acc != Acc::F32 {
+        return Err(GpuError::refused("gemv HGEMM", format!("the decode family builds tn with fp32 accumulators only, not {}/{}", acc.as_str(), layout.as_str())));
+    }
+    nvrtc::compile(TEMPLATE, TEMPLATE_NAME, target(arch), &cfg.defines(acc, layout))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::problem::Shape;
+
+    fn p(m: u32, n: u32, k: u32) -> Problem {
+        Problem::new(Arch::Sm90, Acc::F32, Layout::Tn, Shape::new(m, n, k).unwrap())
+    }
+
+    #[test]
+    fn every_code_is_valid_and_its_entry_round_trips() {
+        let codes = codes();
+        assert!(codes.len() > 40, "{}", codes.len());
+        for c in &codes {
+            c.validate().unwrap();
+            let entry = c.entry(Acc::F32, Layout::Tn);
+            assert!(crate::manifest::is_ptx_identifier(&entry), "{entry}");
+            assert_eq!(GemvConfig::from_entry(&entry), Some((*c, Acc::F32, Layout::Tn)));
+            let man = c.manifest(&p(3, 4096, 4100));
+            man.validate().unwrap_or_else(|e| panic!("{}: {e}", c.label()));
+        }
+        // Register budget: 16 rows of A with 4 rows of B and 4 loads each would spill.
+        assert!(GemvConfig { mt: 16, rows: 4, kwarps: 4, unroll: 4 }.validate().is_err());
+        assert!(GemvConfig::from_entry("kaas_gemv_f32_tn_m3_r2_w4_u4").is_none(), "MT 3 is no code");
+        assert!(GemvConfig::from_entry("kaas_gemv_f32_tn_m1_r2_w4_u4_x").is_none());
+    }
+
+    #[test]
+    fn the_space_reads_the_weight_once_and_fills_the_gpu() {
+        assert!(space_for(&p(17, 4096, 4096), 132).is_empty(), "past MAX_M");
+        assert!(space_for(&Problem { layout: Layout::Nn, ..p(1, 4096, 4096) }, 132).is_empty(), "tn only");
+        assert!(space_for(&Problem { acc: Acc::F16, ..p(1, 4096, 4096) }, 132).is_empty(), "fp32 accumulators only");
+        let s = space_for(&p(5, 4096, 4096), 132);
+        assert!(!s.is_empty() && s.iter().all(|c| c.mt == 8), "{s:?}");
+        // 512 outputs: 4 per block would leave 128 blocks for 132 SMs.
+        let narrow = space_for(&p(1, 512, 4096), 132);
+        assert!(narrow.iter().any(|c| c.rows == 2) && narrow.iter().all(|c| c.rows <= 2), "{narrow:?}");
+        // The grid covers every output, M rows in MT blocks.
+        let c = GemvConfig { mt: 4, rows: 2, kwarps: 4, unroll: 4 };
+        let l = &c.manifest(&p(9, 4097, 64)).launches[0];
+        assert_eq!((l.grid, l.block), ([2049, 3, 1], [128, 1, 1]));
+    }
+
+    #[test]
+    fn only_tn_with_fp32_accumulators_compiles() {
+        let c = codes()[0];
+        assert!(compile(&c, Arch::Sm90, Acc::F16, Layout::Tn).is_err());
+        assert!(compile(&c, Arch::Sm90, Acc::F32, Layout::Nn).is_err());
+        if nvrtc::available().is_err() {
+            eprintln!("SKIP: no NVRTC");
+            return;
+        }
+        for c in [codes()[0], *codes().last().unwrap()] {
+            let ptx = compile(&c, Arch::Sm80, Acc::F32, Layout::Tn).unwrap();
+            assert!(ptx.contains(&format!(".entry {}(", c.entry(Acc::F32, Layout::Tn))), "{}", c.label());
+        }
+    }
+}
