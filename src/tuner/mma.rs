@@ -408,6 +408,12 @@ pub fn space_for(p: &Problem, sm_count: u32) -> Vec<MmaConfig> {
     if !eligible(p) {
         return Vec::new();
     }
+    space_unbounded(p, sm_count)
+}
+
+/// [`space_for`] at any size: for problems no other family builds code for (rows the TMA
+/// family cannot load), where the family is the only answer however large the problem.
+pub fn space_unbounded(p: &Problem, sm_count: u32) -> Vec<MmaConfig> {
     let mut out = space();
     out.extend(split_space(p, sm_count));
     out.extend(cluster_split_space(p, sm_count));

@@ -174,10 +174,18 @@ impl TuneOutcome {
 
 /// The template families that build code for `p`: the Hopper family (wgmma + TMA,
 /// sm_90a) on sm_90 problems whose rows are 16-byte aligned (TMA needs N and K to be
-/// multiples of 8 halves), the mma.sync family on every arch.
+/// multiples of 8 halves), the mma.sync family on every arch, and the decode family on
+/// tn problems of at most 16 rows of A with fp32 accumulators, on every arch.
 pub fn families_for(p: &Problem) -> Vec<Family> {
-    let hopper = matches!(p.arch, Arch::Sm90 | Arch::Sm90a) && rows_aligned(p);
-    if hopper { vec![Family::Hopper, Family::Mma] } else { vec![Family::Mma] }
+    let mut out = Vec::new();
+    if matches!(p.arch, Arch::Sm90 | Arch::Sm90a) && rows_aligned(p) {
+        out.push(Family::Hopper);
+    }
+    out.push(Family::Mma);
+    if super::gemv::eligible(p) {
+        out.push(Family::Gemv);
+    }
+    out
 }
 
 /// Whether the rows TMA loads (K of A; N or K of B) are whole 16-byte units: N and K
@@ -188,7 +196,13 @@ fn rows_aligned(p: &Problem) -> bool {
 
 /// The candidates searched for `p` on a GPU of `sm_count` SMs.
 pub fn candidates_for(p: &Problem, sm_count: u32) -> Vec<Candidate> {
-    let mut out = super::space_for(p, &families_for(p), sm_count);
+    let families = families_for(p);
+    let mut out = super::space_for(p, &families, sm_count);
+    // Where the TMA family cannot load the rows, the mma family is what handles the shape,
+    // at any size: a measured answer (often `baseline_faster`) instead of a refusal.
+    if !families.contains(&Family::Hopper) && !super::mma::eligible(p) {
+        out.extend(super::mma::space_unbounded(p, sm_count).into_iter().map(Candidate::Mma));
+    }
     out.retain(|c| c.supports(p.layout) && (!c.split() || p.acc == crate::problem::Acc::F32));
     out
 }
@@ -459,11 +473,21 @@ mod tests {
 
     #[test]
     fn the_tma_family_needs_aligned_rows_and_hopper() {
-        assert_eq!(families_for(&p(Arch::Sm90, 16, 4096, 4096)), vec![Family::Hopper, Family::Mma]);
-        assert_eq!(families_for(&p(Arch::Sm90, 16, 4100, 4096)), vec![Family::Mma]);
-        assert_eq!(families_for(&p(Arch::Sm80, 16, 4096, 4096)), vec![Family::Mma]);
+        assert_eq!(families_for(&p(Arch::Sm90, 32, 4096, 4096)), vec![Family::Hopper, Family::Mma]);
+        assert_eq!(families_for(&p(Arch::Sm90, 32, 4100, 4096)), vec![Family::Mma]);
+        assert_eq!(families_for(&p(Arch::Sm80, 32, 4096, 4096)), vec![Family::Mma]);
+        // Decode shapes add the gemv family, aligned or not, tn with fp32 accumulators only.
+        assert_eq!(families_for(&p(Arch::Sm90, 16, 4096, 4096)), vec![Family::Hopper, Family::Mma, Family::Gemv]);
+        assert_eq!(families_for(&p(Arch::Sm80, 1, 4100, 4099)), vec![Family::Mma, Family::Gemv]);
+        assert_eq!(families_for(&Problem { acc: Acc::F16, ..p(Arch::Sm90, 1, 4096, 4096) }), vec![Family::Hopper, Family::Mma]);
+        assert_eq!(families_for(&Problem { layout: Layout::Nn, ..p(Arch::Sm90, 1, 4096, 4096) }), vec![Family::Hopper, Family::Mma]);
         // A decode shape of a preset has candidates.
         assert!(untunable(&p(Arch::Sm90, 1, 14336, 4096), 132).is_none());
+        // A prefill over a vocabulary of 32001 (rows TMA cannot load) past the mma family's
+        // size for aligned shapes: its unsplit codes all the same.
+        let vocab = candidates_for(&p(Arch::Sm90, 128, 32001, 4096), 132);
+        assert!(!vocab.is_empty() && vocab.iter().all(|c| matches!(c, Candidate::Mma(m) if m.split == 1)), "{vocab:?}");
+        assert!(candidates_for(&p(Arch::Sm90, 4096, 4096, 4096), 132).iter().all(|c| !matches!(c, Candidate::Mma(_))), "aligned and large: the TMA family only");
     }
 
     #[test]
