@@ -687,7 +687,8 @@ PY
 }
 
 # Tuning on demand, as a user asks for it: a worker per GPU (with NVRTC 12.9, since the
-# tune job compiles the tuner's templates), `kaas request --workload $1 --tokens $2` as
+# tune job compiles the tuner's templates), `kaas request --workload $1 --tokens $2` (and
+# KAAS_REQUEST_PROBLEMS, a problem list) as
 # an admin with a search budget of $3 ms per problem, at most $4 seconds; the table of
 # scripts/request-report.py last, and the request's part of the catalog as a bundle in
 # $OUT/request/bundle.
@@ -696,10 +697,32 @@ request_run() {
     local workloads="$1" tokens="$2" budget="${3:-20000}" seconds="${4:-480}" bench="${5:-800}" w ids=()
     local top="$OUT/request"; mkdir -p "$top"; OUT="$top"
     rm -f /tmp/kaas-request.db*
+    # KAAS_REQUEST_RETUNE_M=M: the shipped catalog with the workload bundle's problems of
+    # at most M rows of A left out, so that they are tuned again (a new family for them).
+    if [[ -n "${KAAS_REQUEST_RETUNE_M:-}" ]]; then
+        local cat=/tmp/kaas-request-catalog; rm -rf "$cat"; cp -r "$(repo_root)/kernels" "$cat"
+        python3 - "$cat/h100-workloads/index.json.gz" "$KAAS_REQUEST_RETUNE_M" <<'PY'
+import gzip, json, sys
+path, m = sys.argv[1], int(sys.argv[2])
+idx = json.load(gzip.open(path))
+keep = lambda p: p["m"] > m
+idx["problems"] = [p for p in idx["problems"] if keep(p)]
+idx["entries"] = [e for e in idx["entries"] if keep(e["problem"])]
+idx["baselines"] = [b for b in idx["baselines"] if keep(b["problem"])]
+used = {e["artifact"] for e in idx["entries"]}
+idx["artifacts"] = [a for a in idx["artifacts"] if a["sha256"] in used]
+json.dump(idx, gzip.open(path, "wt"))
+print(f"catalog: workload problems with M <= {m} left out; {len(idx['problems'])} kept")
+PY
+        export KAAS_REQUEST_CATALOG="$cat"
+    fi
     # KAAS_REQUEST_CATALOG: another catalog tree (e.g. one without the shipped workload
     # bundle, to tune its problems again).
     start_server /tmp/kaas-request.db "$bench" --tune-budget-ms "$budget" ${KAAS_REQUEST_CATALOG:+--catalog "$KAAS_REQUEST_CATALOG"}
     export KAAS_TOKEN="$("$K" token create --name ml-engineer --role admin 2>/dev/null)"
+    # KAAS_REQUEST_PROBLEMS: first, a request of, a list of problems (`sm_90/f16/tn/MxNxK,…`),
+    # queued before the workloads and reported as "problems".
+    [[ -n "${KAAS_REQUEST_PROBLEMS:-}" ]] && ids+=("problems:$("$K" request --problem "$KAAS_REQUEST_PROBLEMS" --no-wait 2>>"$top/request.log" | tail -n 1)")
     for w in ${workloads//,/ }; do
         ids+=("$w:$("$K" request --workload "$w" ${tokens:+--tokens "$tokens"} --no-wait 2>>"$top/request.log" | tail -n 1)")
     done
