@@ -478,6 +478,98 @@ typedef u32 acc_t;
 #define KAAS_WGMMA(n) KAAS_WGMMA_(n)
 
 #include "hopper_schedule.cuh"
+#if KAAS_KSPLIT
+// K split across the consumers, after both have drained their wgmmas on tile t: consumer 1
+// stores its fp32 partial in the region at sR and returns false (it writes nothing); consumer
+// 0 waits for it, adds it into its accumulators and returns true (it writes C). `first`: the
+// CTA's first tile (consumer 1 need not wait for the region to be taken); `more`: another
+// tile follows (consumer 0 hands the region back). Named barriers 4 and 5 (hopper_schedule.cuh).
+static __device__ __forceinline__ bool ksplit_reduce(float (&acc)[MI][ACC_REGS], u32 sR, int tid, int cw, bool first,
+                                                     bool more) {
+    // Consumer 1's partial, four registers per 16-byte word: word w of thread tid
+    // at byte 16 * (128 * w + tid) of the region, conflict-free both ways.
+    constexpr int WORDS = MI * ACC_REGS / 4;
+    const u32 red = sR + 16u * (u32)tid;
+    if (cw == 1) {
+        if (!first) red_taken_wait();  // consumer 0 has added the last partial
+#pragma unroll
+        for (int w = 0; w < WORDS; ++w) {
+            const float* a = &acc[(4 * w) / ACC_REGS][(4 * w) % ACC_REGS];
+            st_shared_v4(red + 2048u * (u32)w, a[0], a[1], a[2], a[3]);
+        }
+        red_stored_arrive();
+        return false;  // consumer 0 writes C
+    }
+    red_stored_wait();
+#pragma unroll
+    for (int w = 0; w < WORDS; ++w) {
+        float* a = &acc[(4 * w) / ACC_REGS][(4 * w) % ACC_REGS];
+        const float4 v = ld_shared_v4(red + 2048u * (u32)w);
+        a[0] += v.x;
+        a[1] += v.y;
+        a[2] += v.z;
+        a[3] += v.w;
+    }
+    if (more) red_taken_arrive();  // consumer 1 stores the next one
+    return true;
+}
+#endif
+
+#if KAAS_SPLITK == 3
+// Cluster split-K, after the consumer has drained its wgmmas: stores this CTA's fp32 partial
+// in its drained ring at sA (the unit is the CTA's only one, so no load will land there),
+// then, after a cluster barrier that releases it and acquires every peer's, sums the words
+// w % S == rank of all S partials in rank order and writes those elements of C. The caller's
+// last cluster barrier keeps the partial alive until every peer has read it.
+static __device__ __forceinline__ void cluster_reduce(u16* __restrict__ C, int M, int N, const float (&acc)[MI][ACC_REGS],
+                                                      u32 sA, int m0, int n0, int cw, int warp, int lane, int tid,
+                                                      int S, bool pairs) {
+    // Partials in the accumulators' own order, four registers per 16-byte word:
+    // word w of thread tid at float 4 * (128 * w + tid) of its consumer's part,
+    // so every access is conflict-free. They go in the drained ring: the unit is
+    // the CTA's only one, so the producer issues no more loads, and once both
+    // consumers have passed the barrier below no wgmma reads the ring.
+    constexpr int WORDS = MI * ACC_REGS / 4;
+    consumers_sync();
+    const u32 mine = sA + 4u * (u32)(cw * (WORDS * 512) + 4 * tid);
+#pragma unroll
+    for (int w = 0; w < WORDS; ++w) {
+        const float* a = &acc[(4 * w) / ACC_REGS][(4 * w) % ACC_REGS];
+        st_shared_v4(mine + 2048u * (u32)w, a[0], a[1], a[2], a[3]);
+    }
+    cluster_sync();  // release this CTA's partial; acquire every peer's
+    // CTA r owns the words w % S == r of every thread's accumulators: it sums
+    // them over the S partials in rank order and writes those elements of C
+    // (rows g and g + 8, columns 8j + 2q, 8j + 2q + 1, as the direct epilogue).
+    const int own = (int)cluster_rank();
+    const bool fast = pairs && (m0 + BM <= M) && (n0 + BN <= N);
+    const int row = m0 + cw * WG_M + warp * 16 + (lane >> 2);
+    const int col0 = n0 + 2 * (lane & 3);
+#pragma unroll
+    for (int w = 0; w < WORDS; ++w) {
+        if (w % S != own) continue;
+        float4 v[16];
+#pragma unroll
+        for (int q = 0; q < 16; ++q)
+            if (q < S) v[q] = ld_peer_v4(mine + 2048u * (u32)w, (u32)q);
+        float4 sum = v[0];
+#pragma unroll
+        for (int q = 1; q < 16; ++q) {
+            if (q < S) {
+                sum.x += v[q].x;
+                sum.y += v[q].y;
+                sum.z += v[q].z;
+                sum.w += v[q].w;
+            }
+        }
+        const int mi = (4 * w) / ACC_REGS;
+        const int j = ((4 * w) % ACC_REGS) / 4;
+        store_pair(C, M, N, row + mi * 64, col0 + 8 * j, pack_f16x2(sum.x, sum.y), fast, pairs);
+        store_pair(C, M, N, row + mi * 64 + 8, col0 + 8 * j, pack_f16x2(sum.z, sum.w), fast, pairs);
+    }
+}
+#endif
+
 extern "C" __global__ void __launch_bounds__(THREADS, 1)
 #if KAAS_SPLITK == 1 || KAAS_SPLITK == 2
 KAAS_ENTRY(const __grid_constant__ TensorMap128 tmA, const __grid_constant__ TensorMap128 tmB,
@@ -954,83 +1046,13 @@ KAAS_ENTRY(const __grid_constant__ TensorMap128 tmA, const __grid_constant__ Ten
 #endif
 #if KAAS_KSPLIT
             if (mine > 0 && lane == 0) mbar_release(empty0 + 8 * prev);
-            {
-                // Consumer 1's partial, four registers per 16-byte word: word w of thread tid
-                // at byte 16 * (128 * w + tid) of the region, conflict-free both ways.
-                constexpr int WORDS = MI * ACC_REGS / 4;
-                const u32 red = sE + EPI_BYTES + 16u * (u32)tid;
-                if (cw == 1) {
-                    if (t != cid) red_taken_wait();  // consumer 0 has added the last partial
-#pragma unroll
-                    for (int w = 0; w < WORDS; ++w) {
-                        const float* a = &acc[(4 * w) / ACC_REGS][(4 * w) % ACC_REGS];
-                        st_shared_v4(red + 2048u * (u32)w, a[0], a[1], a[2], a[3]);
-                    }
-                    red_stored_arrive();
-                    continue;  // consumer 0 writes C
-                }
-                red_stored_wait();
-#pragma unroll
-                for (int w = 0; w < WORDS; ++w) {
-                    float* a = &acc[(4 * w) / ACC_REGS][(4 * w) % ACC_REGS];
-                    const float4 v = ld_shared_v4(red + 2048u * (u32)w);
-                    a[0] += v.x;
-                    a[1] += v.y;
-                    a[2] += v.z;
-                    a[3] += v.w;
-                }
-                if (t + ncl < tiles) red_taken_arrive();  // consumer 1 stores the next one
-            }
+            if (!ksplit_reduce(acc, sE + EPI_BYTES, tid, cw, t == cid, t + ncl < tiles)) continue;
 #elif !KAAS_WAIT0
             if (KAAS_HAS_K && lane == 0) mbar_release(empty0 + 8 * prev);
 #endif
 #if KAAS_SPLITK == 3
-            {
-                // Partials in the accumulators' own order, four registers per 16-byte word:
-                // word w of thread tid at float 4 * (128 * w + tid) of its consumer's part,
-                // so every access is conflict-free. They go in the drained ring: the unit is
-                // the CTA's only one, so the producer issues no more loads, and once both
-                // consumers have passed the barrier below no wgmma reads the ring.
-                constexpr int WORDS = MI * ACC_REGS / 4;
-                consumers_sync();
-                const u32 mine = sA + 4u * (u32)(cw * (WORDS * 512) + 4 * tid);
-#pragma unroll
-                for (int w = 0; w < WORDS; ++w) {
-                    const float* a = &acc[(4 * w) / ACC_REGS][(4 * w) % ACC_REGS];
-                    st_shared_v4(mine + 2048u * (u32)w, a[0], a[1], a[2], a[3]);
-                }
-                cluster_sync();  // release this CTA's partial; acquire every peer's
-                // CTA r owns the words w % S == r of every thread's accumulators: it sums
-                // them over the S partials in rank order and writes those elements of C
-                // (rows g and g + 8, columns 8j + 2q, 8j + 2q + 1, as the direct epilogue).
-                const int own = (int)cluster_rank();
-                const bool fast = pairs && (m0 + BM <= M) && (n0 + BN <= N);
-                const int row = m0 + cw * WG_M + warp * 16 + (lane >> 2);
-                const int col0 = n0 + 2 * (lane & 3);
-#pragma unroll
-                for (int w = 0; w < WORDS; ++w) {
-                    if (w % S != own) continue;
-                    float4 v[16];
-#pragma unroll
-                    for (int q = 0; q < 16; ++q)
-                        if (q < S) v[q] = ld_peer_v4(mine + 2048u * (u32)w, (u32)q);
-                    float4 sum = v[0];
-#pragma unroll
-                    for (int q = 1; q < 16; ++q) {
-                        if (q < S) {
-                            sum.x += v[q].x;
-                            sum.y += v[q].y;
-                            sum.z += v[q].z;
-                            sum.w += v[q].w;
-                        }
-                    }
-                    const int mi = (4 * w) / ACC_REGS;
-                    const int j = ((4 * w) % ACC_REGS) / 4;
-                    store_pair(C, M, N, row + mi * 64, col0 + 8 * j, pack_f16x2(sum.x, sum.y), fast, pairs);
-                    store_pair(C, M, N, row + mi * 64 + 8, col0 + 8 * j, pack_f16x2(sum.z, sum.w), fast, pairs);
-                }
-                continue;  // C is written; the loop has no other unit
-            }
+            cluster_reduce(C, M, N, acc, sA, m0, n0, cw, warp, lane, tid, S, pairs);
+            continue;  // C is written; the loop has no other unit
 #elif KAAS_SPLITK
 #if KAAS_STREAMK
             // The tile's units: a whole tile is its unit's alone; a cut tile's first unit names
