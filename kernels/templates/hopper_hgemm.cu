@@ -478,6 +478,13 @@ typedef u32 acc_t;
 #define KAAS_WGMMA(n) KAAS_WGMMA_(n)
 
 #include "hopper_schedule.cuh"
+
+// The reductions that only unsearched codes compile (K split across the consumers, the
+// cluster split-K, the in-order split-K) are functions below; the kernel's other phases stay
+// inline. Moved into a function, however its state is passed, any of them renumbers
+// registers of some shipped PTX, whose sha256 names it: NVVM then orders the loop-carried
+// registers (the producer's ring slot and phase on the two-chain codes, for one) otherwise,
+// as it does when the kernel merely gains or loses a local.
 #if KAAS_KSPLIT
 // K split across the consumers, after both have drained their wgmmas on tile t: consumer 1
 // stores its fp32 partial in the region at sR and returns false (it writes nothing); consumer
@@ -566,6 +573,34 @@ static __device__ __forceinline__ void cluster_reduce(u16* __restrict__ C, int M
         const int j = ((4 * w) % ACC_REGS) / 4;
         store_pair(C, M, N, row + mi * 64, col0 + 8 * j, pack_f16x2(sum.x, sum.y), fast, pairs);
         store_pair(C, M, N, row + mi * 64 + 8, col0 + 8 * j, pack_f16x2(sum.z, sum.w), fast, pairs);
+    }
+}
+#endif
+
+#if KAAS_SPLITK == 1
+// In-order split-K, in the last unit of a tile to arrive (its acquire done): replaces the
+// accumulators by the sum of the tile's S stored partials at tile_part in split order 0..S-1,
+// its own included, so every run adds them in the same order (bit-identical results).
+static __device__ __forceinline__ void sum_partials(float (&acc)[MI][ACC_REGS], const float* tile_part, int cw, int tid,
+                                                    int S) {
+    constexpr int WORDS = MI * ACC_REGS / 4;
+    const float* const first = tile_part + cw * (WORDS * 512) + 4 * tid;
+#pragma unroll
+    for (int mi = 0; mi < MI; ++mi)
+#pragma unroll
+        for (int i = 0; i < ACC_REGS; ++i) acc[mi][i] = 0.f;
+    for (int q = 0; q < S; ++q) {
+        const float* const src = first + (u64)q * (u64)(BM * BN);
+#pragma unroll
+        for (int w = 0; w < WORDS; ++w) {
+            float* a = &acc[(4 * w) / ACC_REGS][(4 * w) % ACC_REGS];
+            float v0, v1, v2, v3;
+            ld_cg_v4(src + 512 * w, v0, v1, v2, v3);
+            a[0] += v0;
+            a[1] += v1;
+            a[2] += v2;
+            a[3] += v3;
+        }
     }
 }
 #endif
@@ -1105,24 +1140,7 @@ KAAS_ENTRY(const __grid_constant__ TensorMap128 tmA, const __grid_constant__ Ten
                 }
 #else
                 // The last to arrive sums the partials in split order, its own included.
-                const float* const first = tile_part + cw * (WORDS * 512) + 4 * tid;
-#pragma unroll
-                for (int mi = 0; mi < MI; ++mi)
-#pragma unroll
-                    for (int i = 0; i < ACC_REGS; ++i) acc[mi][i] = 0.f;
-                for (int q = 0; q < S; ++q) {
-                    const float* const src = first + (u64)q * (u64)(BM * BN);
-#pragma unroll
-                    for (int w = 0; w < WORDS; ++w) {
-                        float* a = &acc[(4 * w) / ACC_REGS][(4 * w) % ACC_REGS];
-                        float v0, v1, v2, v3;
-                        ld_cg_v4(src + 512 * w, v0, v1, v2, v3);
-                        a[0] += v0;
-                        a[1] += v1;
-                        a[2] += v2;
-                        a[3] += v3;
-                    }
-                }
+                sum_partials(acc, tile_part, cw, tid, S);
 #endif
             }
 #endif
