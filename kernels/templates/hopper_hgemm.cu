@@ -479,12 +479,27 @@ typedef u32 acc_t;
 
 #include "hopper_schedule.cuh"
 
-// The reductions that only unsearched codes compile (K split across the consumers, the
-// cluster split-K, the in-order split-K) are functions below; the kernel's other phases stay
-// inline. Moved into a function, however its state is passed, any of them renumbers
-// registers of some shipped PTX, whose sha256 names it: NVVM then orders the loop-carried
-// registers (the producer's ring slot and phase on the two-chain codes, for one) otherwise,
-// as it does when the kernel merely gains or loses a local.
+// The kernel's phases as functions: the ring's set-up, and the reductions that only
+// unsearched codes compile (K split across the consumers, the cluster split-K, the in-order
+// split-K). The other phases stay inline, because the shipped PTX's sha256 names it: the
+// order NVVM gives loop-carried registers (on the two-chain codes, the producer's ring slot
+// and phase) follows the number of the kernel's locals, and an inlined function's parameters
+// count among them. One local more or fewer renumbers some shipped codes; a function with
+// more parameters than the kernel has locals to spare would too.
+
+// Sets up the ring's barriers (one thread): a full barrier completes on the producer's
+// arrival with the slot's bytes, an empty one on one arrival per warp of the slot's
+// consumer(s) in every CTA of the cluster. The fence releases the inits to the cluster; the
+// caller's barrier orders them before any wait.
+static __device__ __forceinline__ void ring_init(u32 full0, u32 empty0) {
+#pragma unroll
+    for (int s = 0; s < STAGES; ++s) {
+        mbar_init(full0 + 8 * s, 1);
+        mbar_init(empty0 + 8 * s, (KAAS_WHOLE_TILE ? 1 : CONSUMERS) * 4 * CL);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
+
 #if KAAS_KSPLIT
 // K split across the consumers, after both have drained their wgmmas on tile t: consumer 1
 // stores its fp32 partial in the region at sR and returns false (it writes nothing); consumer
@@ -650,10 +665,10 @@ KAAS_ENTRY(const __grid_constant__ TensorMap128 tmA, const __grid_constant__ Ten
 #endif
     const int tid = threadIdx.x % 128;
     const u32 rank = CL > 1 ? cluster_rank() : 0u;
-    const int num_m = (M + BM - 1) / BM;
-    const int num_mc = (num_m + CLM - 1) / CLM;
-    const int num_n = (N + BN - 1) / BN;
-    const int num_nc = (num_n + CLN - 1) / CLN;
+    // Cluster tile rows and columns, without locals for the tile counts: ring_init's two
+    // parameters take their place among the kernel's locals (see above the functions).
+    const int num_mc = ((M + BM - 1) / BM + CLM - 1) / CLM;
+    const int num_nc = ((N + BN - 1) / BN + CLN - 1) / CLN;
 #if KAAS_GRID2D
     // One tile per CTA, the grid [tile columns, tile rows]: the CTA's tile is its block
     // index, with no division on the way to its first loads.
@@ -704,15 +719,7 @@ KAAS_ENTRY(const __grid_constant__ TensorMap128 tmA, const __grid_constant__ Ten
     float* const sk_part = reinterpret_cast<float*>(ws + ((4 * tiles * CL + 255) & ~255));
 #endif
 
-    if (threadIdx.x == 0) {
-#pragma unroll
-        for (int s = 0; s < STAGES; ++s) {
-            mbar_init(full0 + 8 * s, 1);
-            // one arrival per consumer warp (of the slot's consumer(s)) per CTA
-            mbar_init(empty0 + 8 * s, (KAAS_WHOLE_TILE ? 1 : CONSUMERS) * 4 * CL);
-        }
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    }
+    if (threadIdx.x == 0) ring_init(full0, empty0);
 #if KAAS_CLUSTER_M * KAAS_CLUSTER_N > 1
     // The barrier inits are released by the fence above: nothing else to order.
     cluster_sync_relaxed();
