@@ -478,6 +478,148 @@ typedef u32 acc_t;
 #define KAAS_WGMMA(n) KAAS_WGMMA_(n)
 
 #include "hopper_schedule.cuh"
+
+// The kernel's phases as functions: the ring's set-up, and the reductions that only
+// unsearched codes compile (K split across the consumers, the cluster split-K, the in-order
+// split-K). The other phases stay inline, because the shipped PTX's sha256 names it: the
+// order NVVM gives loop-carried registers (on the two-chain codes, the producer's ring slot
+// and phase) follows the number of the kernel's locals, and an inlined function's parameters
+// count among them. One local more or fewer renumbers some shipped codes; a function with
+// more parameters than the kernel has locals to spare would too.
+
+// Sets up the ring's barriers (one thread): a full barrier completes on the producer's
+// arrival with the slot's bytes, an empty one on one arrival per warp of the slot's
+// consumer(s) in every CTA of the cluster. The fence releases the inits to the cluster; the
+// caller's barrier orders them before any wait.
+static __device__ __forceinline__ void ring_init(u32 full0, u32 empty0) {
+#pragma unroll
+    for (int s = 0; s < STAGES; ++s) {
+        mbar_init(full0 + 8 * s, 1);
+        mbar_init(empty0 + 8 * s, (KAAS_WHOLE_TILE ? 1 : CONSUMERS) * 4 * CL);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
+
+#if KAAS_KSPLIT
+// K split across the consumers, after both have drained their wgmmas on tile t: consumer 1
+// stores its fp32 partial in the region at sR and returns false (it writes nothing); consumer
+// 0 waits for it, adds it into its accumulators and returns true (it writes C). `first`: the
+// CTA's first tile (consumer 1 need not wait for the region to be taken); `more`: another
+// tile follows (consumer 0 hands the region back). Named barriers 4 and 5 (hopper_schedule.cuh).
+static __device__ __forceinline__ bool ksplit_reduce(float (&acc)[MI][ACC_REGS], u32 sR, int tid, int cw, bool first,
+                                                     bool more) {
+    // Consumer 1's partial, four registers per 16-byte word: word w of thread tid
+    // at byte 16 * (128 * w + tid) of the region, conflict-free both ways.
+    constexpr int WORDS = MI * ACC_REGS / 4;
+    const u32 red = sR + 16u * (u32)tid;
+    if (cw == 1) {
+        if (!first) red_taken_wait();  // consumer 0 has added the last partial
+#pragma unroll
+        for (int w = 0; w < WORDS; ++w) {
+            const float* a = &acc[(4 * w) / ACC_REGS][(4 * w) % ACC_REGS];
+            st_shared_v4(red + 2048u * (u32)w, a[0], a[1], a[2], a[3]);
+        }
+        red_stored_arrive();
+        return false;  // consumer 0 writes C
+    }
+    red_stored_wait();
+#pragma unroll
+    for (int w = 0; w < WORDS; ++w) {
+        float* a = &acc[(4 * w) / ACC_REGS][(4 * w) % ACC_REGS];
+        const float4 v = ld_shared_v4(red + 2048u * (u32)w);
+        a[0] += v.x;
+        a[1] += v.y;
+        a[2] += v.z;
+        a[3] += v.w;
+    }
+    if (more) red_taken_arrive();  // consumer 1 stores the next one
+    return true;
+}
+#endif
+
+#if KAAS_SPLITK == 3
+// Cluster split-K, after the consumer has drained its wgmmas: stores this CTA's fp32 partial
+// in its drained ring at sA (the unit is the CTA's only one, so no load will land there),
+// then, after a cluster barrier that releases it and acquires every peer's, sums the words
+// w % S == rank of all S partials in rank order and writes those elements of C. The caller's
+// last cluster barrier keeps the partial alive until every peer has read it.
+static __device__ __forceinline__ void cluster_reduce(u16* __restrict__ C, int M, int N, const float (&acc)[MI][ACC_REGS],
+                                                      u32 sA, int m0, int n0, int cw, int warp, int lane, int tid,
+                                                      int S, bool pairs) {
+    // Partials in the accumulators' own order, four registers per 16-byte word:
+    // word w of thread tid at float 4 * (128 * w + tid) of its consumer's part,
+    // so every access is conflict-free. They go in the drained ring: the unit is
+    // the CTA's only one, so the producer issues no more loads, and once both
+    // consumers have passed the barrier below no wgmma reads the ring.
+    constexpr int WORDS = MI * ACC_REGS / 4;
+    consumers_sync();
+    const u32 mine = sA + 4u * (u32)(cw * (WORDS * 512) + 4 * tid);
+#pragma unroll
+    for (int w = 0; w < WORDS; ++w) {
+        const float* a = &acc[(4 * w) / ACC_REGS][(4 * w) % ACC_REGS];
+        st_shared_v4(mine + 2048u * (u32)w, a[0], a[1], a[2], a[3]);
+    }
+    cluster_sync();  // release this CTA's partial; acquire every peer's
+    // CTA r owns the words w % S == r of every thread's accumulators: it sums
+    // them over the S partials in rank order and writes those elements of C
+    // (rows g and g + 8, columns 8j + 2q, 8j + 2q + 1, as the direct epilogue).
+    const int own = (int)cluster_rank();
+    const bool fast = pairs && (m0 + BM <= M) && (n0 + BN <= N);
+    const int row = m0 + cw * WG_M + warp * 16 + (lane >> 2);
+    const int col0 = n0 + 2 * (lane & 3);
+#pragma unroll
+    for (int w = 0; w < WORDS; ++w) {
+        if (w % S != own) continue;
+        float4 v[16];
+#pragma unroll
+        for (int q = 0; q < 16; ++q)
+            if (q < S) v[q] = ld_peer_v4(mine + 2048u * (u32)w, (u32)q);
+        float4 sum = v[0];
+#pragma unroll
+        for (int q = 1; q < 16; ++q) {
+            if (q < S) {
+                sum.x += v[q].x;
+                sum.y += v[q].y;
+                sum.z += v[q].z;
+                sum.w += v[q].w;
+            }
+        }
+        const int mi = (4 * w) / ACC_REGS;
+        const int j = ((4 * w) % ACC_REGS) / 4;
+        store_pair(C, M, N, row + mi * 64, col0 + 8 * j, pack_f16x2(sum.x, sum.y), fast, pairs);
+        store_pair(C, M, N, row + mi * 64 + 8, col0 + 8 * j, pack_f16x2(sum.z, sum.w), fast, pairs);
+    }
+}
+#endif
+
+#if KAAS_SPLITK == 1
+// In-order split-K, in the last unit of a tile to arrive (its acquire done): replaces the
+// accumulators by the sum of the tile's S stored partials at tile_part in split order 0..S-1,
+// its own included, so every run adds them in the same order (bit-identical results).
+static __device__ __forceinline__ void sum_partials(float (&acc)[MI][ACC_REGS], const float* tile_part, int cw, int tid,
+                                                    int S) {
+    constexpr int WORDS = MI * ACC_REGS / 4;
+    const float* const first = tile_part + cw * (WORDS * 512) + 4 * tid;
+#pragma unroll
+    for (int mi = 0; mi < MI; ++mi)
+#pragma unroll
+        for (int i = 0; i < ACC_REGS; ++i) acc[mi][i] = 0.f;
+    for (int q = 0; q < S; ++q) {
+        const float* const src = first + (u64)q * (u64)(BM * BN);
+#pragma unroll
+        for (int w = 0; w < WORDS; ++w) {
+            float* a = &acc[(4 * w) / ACC_REGS][(4 * w) % ACC_REGS];
+            float v0, v1, v2, v3;
+            ld_cg_v4(src + 512 * w, v0, v1, v2, v3);
+            a[0] += v0;
+            a[1] += v1;
+            a[2] += v2;
+            a[3] += v3;
+        }
+    }
+}
+#endif
+
 extern "C" __global__ void __launch_bounds__(THREADS, 1)
 #if KAAS_SPLITK == 1 || KAAS_SPLITK == 2
 KAAS_ENTRY(const __grid_constant__ TensorMap128 tmA, const __grid_constant__ TensorMap128 tmB,
@@ -523,10 +665,10 @@ KAAS_ENTRY(const __grid_constant__ TensorMap128 tmA, const __grid_constant__ Ten
 #endif
     const int tid = threadIdx.x % 128;
     const u32 rank = CL > 1 ? cluster_rank() : 0u;
-    const int num_m = (M + BM - 1) / BM;
-    const int num_mc = (num_m + CLM - 1) / CLM;
-    const int num_n = (N + BN - 1) / BN;
-    const int num_nc = (num_n + CLN - 1) / CLN;
+    // Cluster tile rows and columns, without locals for the tile counts: ring_init's two
+    // parameters take their place among the kernel's locals (see above the functions).
+    const int num_mc = ((M + BM - 1) / BM + CLM - 1) / CLM;
+    const int num_nc = ((N + BN - 1) / BN + CLN - 1) / CLN;
 #if KAAS_GRID2D
     // One tile per CTA, the grid [tile columns, tile rows]: the CTA's tile is its block
     // index, with no division on the way to its first loads.
@@ -577,15 +719,7 @@ KAAS_ENTRY(const __grid_constant__ TensorMap128 tmA, const __grid_constant__ Ten
     float* const sk_part = reinterpret_cast<float*>(ws + ((4 * tiles * CL + 255) & ~255));
 #endif
 
-    if (threadIdx.x == 0) {
-#pragma unroll
-        for (int s = 0; s < STAGES; ++s) {
-            mbar_init(full0 + 8 * s, 1);
-            // one arrival per consumer warp (of the slot's consumer(s)) per CTA
-            mbar_init(empty0 + 8 * s, (KAAS_WHOLE_TILE ? 1 : CONSUMERS) * 4 * CL);
-        }
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    }
+    if (threadIdx.x == 0) ring_init(full0, empty0);
 #if KAAS_CLUSTER_M * KAAS_CLUSTER_N > 1
     // The barrier inits are released by the fence above: nothing else to order.
     cluster_sync_relaxed();
@@ -954,83 +1088,13 @@ KAAS_ENTRY(const __grid_constant__ TensorMap128 tmA, const __grid_constant__ Ten
 #endif
 #if KAAS_KSPLIT
             if (mine > 0 && lane == 0) mbar_release(empty0 + 8 * prev);
-            {
-                // Consumer 1's partial, four registers per 16-byte word: word w of thread tid
-                // at byte 16 * (128 * w + tid) of the region, conflict-free both ways.
-                constexpr int WORDS = MI * ACC_REGS / 4;
-                const u32 red = sE + EPI_BYTES + 16u * (u32)tid;
-                if (cw == 1) {
-                    if (t != cid) red_taken_wait();  // consumer 0 has added the last partial
-#pragma unroll
-                    for (int w = 0; w < WORDS; ++w) {
-                        const float* a = &acc[(4 * w) / ACC_REGS][(4 * w) % ACC_REGS];
-                        st_shared_v4(red + 2048u * (u32)w, a[0], a[1], a[2], a[3]);
-                    }
-                    red_stored_arrive();
-                    continue;  // consumer 0 writes C
-                }
-                red_stored_wait();
-#pragma unroll
-                for (int w = 0; w < WORDS; ++w) {
-                    float* a = &acc[(4 * w) / ACC_REGS][(4 * w) % ACC_REGS];
-                    const float4 v = ld_shared_v4(red + 2048u * (u32)w);
-                    a[0] += v.x;
-                    a[1] += v.y;
-                    a[2] += v.z;
-                    a[3] += v.w;
-                }
-                if (t + ncl < tiles) red_taken_arrive();  // consumer 1 stores the next one
-            }
+            if (!ksplit_reduce(acc, sE + EPI_BYTES, tid, cw, t == cid, t + ncl < tiles)) continue;
 #elif !KAAS_WAIT0
             if (KAAS_HAS_K && lane == 0) mbar_release(empty0 + 8 * prev);
 #endif
 #if KAAS_SPLITK == 3
-            {
-                // Partials in the accumulators' own order, four registers per 16-byte word:
-                // word w of thread tid at float 4 * (128 * w + tid) of its consumer's part,
-                // so every access is conflict-free. They go in the drained ring: the unit is
-                // the CTA's only one, so the producer issues no more loads, and once both
-                // consumers have passed the barrier below no wgmma reads the ring.
-                constexpr int WORDS = MI * ACC_REGS / 4;
-                consumers_sync();
-                const u32 mine = sA + 4u * (u32)(cw * (WORDS * 512) + 4 * tid);
-#pragma unroll
-                for (int w = 0; w < WORDS; ++w) {
-                    const float* a = &acc[(4 * w) / ACC_REGS][(4 * w) % ACC_REGS];
-                    st_shared_v4(mine + 2048u * (u32)w, a[0], a[1], a[2], a[3]);
-                }
-                cluster_sync();  // release this CTA's partial; acquire every peer's
-                // CTA r owns the words w % S == r of every thread's accumulators: it sums
-                // them over the S partials in rank order and writes those elements of C
-                // (rows g and g + 8, columns 8j + 2q, 8j + 2q + 1, as the direct epilogue).
-                const int own = (int)cluster_rank();
-                const bool fast = pairs && (m0 + BM <= M) && (n0 + BN <= N);
-                const int row = m0 + cw * WG_M + warp * 16 + (lane >> 2);
-                const int col0 = n0 + 2 * (lane & 3);
-#pragma unroll
-                for (int w = 0; w < WORDS; ++w) {
-                    if (w % S != own) continue;
-                    float4 v[16];
-#pragma unroll
-                    for (int q = 0; q < 16; ++q)
-                        if (q < S) v[q] = ld_peer_v4(mine + 2048u * (u32)w, (u32)q);
-                    float4 sum = v[0];
-#pragma unroll
-                    for (int q = 1; q < 16; ++q) {
-                        if (q < S) {
-                            sum.x += v[q].x;
-                            sum.y += v[q].y;
-                            sum.z += v[q].z;
-                            sum.w += v[q].w;
-                        }
-                    }
-                    const int mi = (4 * w) / ACC_REGS;
-                    const int j = ((4 * w) % ACC_REGS) / 4;
-                    store_pair(C, M, N, row + mi * 64, col0 + 8 * j, pack_f16x2(sum.x, sum.y), fast, pairs);
-                    store_pair(C, M, N, row + mi * 64 + 8, col0 + 8 * j, pack_f16x2(sum.z, sum.w), fast, pairs);
-                }
-                continue;  // C is written; the loop has no other unit
-            }
+            cluster_reduce(C, M, N, acc, sA, m0, n0, cw, warp, lane, tid, S, pairs);
+            continue;  // C is written; the loop has no other unit
 #elif KAAS_SPLITK
 #if KAAS_STREAMK
             // The tile's units: a whole tile is its unit's alone; a cut tile's first unit names
@@ -1083,24 +1147,7 @@ KAAS_ENTRY(const __grid_constant__ TensorMap128 tmA, const __grid_constant__ Ten
                 }
 #else
                 // The last to arrive sums the partials in split order, its own included.
-                const float* const first = tile_part + cw * (WORDS * 512) + 4 * tid;
-#pragma unroll
-                for (int mi = 0; mi < MI; ++mi)
-#pragma unroll
-                    for (int i = 0; i < ACC_REGS; ++i) acc[mi][i] = 0.f;
-                for (int q = 0; q < S; ++q) {
-                    const float* const src = first + (u64)q * (u64)(BM * BN);
-#pragma unroll
-                    for (int w = 0; w < WORDS; ++w) {
-                        float* a = &acc[(4 * w) / ACC_REGS][(4 * w) % ACC_REGS];
-                        float v0, v1, v2, v3;
-                        ld_cg_v4(src + 512 * w, v0, v1, v2, v3);
-                        a[0] += v0;
-                        a[1] += v1;
-                        a[2] += v2;
-                        a[3] += v3;
-                    }
-                }
+                sum_partials(acc, tile_part, cw, tid, S);
 #endif
             }
 #endif
