@@ -205,6 +205,26 @@ mod tests {
         assert_eq!((l.grid, l.block), ([2049, 3, 1], [128, 1, 1]));
     }
 
+    /// The shipped decode kernels are what the template builds today, with the manifest
+    /// their configuration gives (NVRTC from the pip wheel CI installs).
+    #[test]
+    fn the_shipped_gemv_kernels_rebuild_from_the_template() {
+        let mut checked = 0;
+        for (dir, index, _) in crate::catalog::bundle::shipped_bundles() {
+            for e in index.entries.iter().filter(|e| e.manifest.launches[0].entry.starts_with(ENTRY_PREFIX)) {
+                let (cfg, acc, layout) = GemvConfig::from_entry(&e.manifest.launches[0].entry)
+                    .unwrap_or_else(|| panic!("{}: {} names no gemv configuration", dir.display(), e.manifest.launches[0].entry));
+                assert_eq!(e.manifest, cfg.manifest(&e.problem), "{}: manifest differs", e.problem);
+                checked += 1;
+                if nvrtc::available().is_ok() {
+                    let built = compile(&cfg, e.problem.arch, acc, layout).unwrap();
+                    assert_eq!(crate::catalog::bundle::sha256_hex(built.as_bytes()), e.artifact, "{} for {} no longer builds to the shipped PTX", cfg.label(), e.problem);
+                }
+            }
+        }
+        assert!(checked > 0, "no gemv kernel in the shipped catalog");
+    }
+
     #[test]
     fn only_tn_with_fp32_accumulators_compiles() {
         let c = codes()[0];
