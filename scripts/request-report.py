@@ -97,9 +97,10 @@ def main(url, request_id, serve_log, export_dir, out):
     path = lambda p: f"{p['arch']}/{p['acc']}/{p['layout']}/{p['m']}x{p['n']}x{p['k']}"
     entries = [e for e in idx["entries"] if path(e["problem"]) in wanted]
     baselines = [b for b in idx["baselines"] if path(b["problem"]) in wanted]
+    tunes = [t for t in idx.get("tunes", []) if path(t["problem"]) in wanted]
     arts = {e["artifact"] for e in entries}
-    probs = {path(e["problem"]) for e in entries} | {path(b["problem"]) for b in baselines}
-    bundle = dict(idx, entries=entries, baselines=baselines,
+    probs = {path(e["problem"]) for e in entries} | {path(b["problem"]) for b in baselines} | {path(t["problem"]) for t in tunes}
+    bundle = dict(idx, entries=entries, baselines=baselines, tunes=tunes,
                   artifacts=[a for a in idx["artifacts"] if (a["sha256"] if isinstance(a, dict) else a) in arts],
                   problems=[p for p in idx["problems"] if path(p) in probs])
     dst = os.path.join(out, "bundle")
@@ -108,7 +109,7 @@ def main(url, request_id, serve_log, export_dir, out):
         json.dump(bundle, f)
     for a in arts:
         shutil.copy(os.path.join(export_dir, "ptx", a + ".ptx"), os.path.join(dst, "ptx", a + ".ptx"))
-    print(f"bundle: {len(entries)} entries, {len(baselines)} baselines, {len(arts)} artifacts in {dst}")
+    print(f"bundle: {len(entries)} entries, {len(baselines)} baselines, {len(tunes)} tunes, {len(arts)} artifacts in {dst}")
 
 
 if __name__ == "__main__":

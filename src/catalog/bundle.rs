@@ -1,5 +1,6 @@
 //! Catalog bundles: a directory with `index.json` (device classes, problems, artifacts,
-//! catalog entries with their manifests and runs, baselines) and `ptx/<sha256>.ptx`.
+//! catalog entries with their manifests and runs, baselines, finished tunes with their
+//! search traces) and `ptx/<sha256>.ptx`.
 //!
 //! `export` writes the current catalog canonically (sorted, pretty JSON), so exporting
 //! what was imported gives the same bytes. `import` checks the whole bundle before it
@@ -17,7 +18,7 @@ use sea_orm::{
 use serde::{Deserialize, Serialize};
 
 use super::{CatalogError, current_entries, problem_of};
-use crate::db::entities::{artifact, baseline, catalog_entry, device_class, manifest, problem, run, submission, submitter};
+use crate::db::entities::{artifact, baseline, catalog_entry, device_class, manifest, problem, run, submission, submitter, tune};
 use crate::manifest::Manifest;
 use crate::problem::Problem;
 
@@ -36,7 +37,30 @@ pub struct Index {
     pub artifacts: Vec<ArtifactRecord>,
     pub entries: Vec<EntryRecord>,
     pub baselines: Vec<BaselineRecord>,
+    /// Finished tunes (served, baseline_faster, failed): so a problem tuned elsewhere
+    /// shows its search on its page. Absent in bundles without any.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tunes: Vec<TuneRecord>,
 }
+
+/// A finished tune: its state, why, and the search's trace and result as the worker
+/// stored them (`work::tune::Trace`, `work::TuneResult`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TuneRecord {
+    pub device_class: String,
+    pub problem: Problem,
+    pub state: String,
+    pub budget_ms: i64,
+    pub stage: Option<String>,
+    pub message: Option<String>,
+    pub trace: Option<serde_json::Value>,
+    pub result: Option<serde_json::Value>,
+    pub finished_at: DateTime<Utc>,
+}
+
+/// The tune states a bundle carries: the finished ones.
+const FINISHED_TUNES: [&str; 3] = ["served", "baseline_faster", "failed"];
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -250,6 +274,7 @@ pub(crate) async fn write_tree<C: ConnectionTrait>(db: &C, bundles: &[ReadBundle
         total.problems += r.problems;
         total.entries += r.entries;
         total.baselines += r.baselines;
+        total.tunes += r.tunes;
     }
     Ok(total)
 }
@@ -348,6 +373,22 @@ pub fn read_bundle(dir: &Path) -> Result<(Index, BTreeMap<String, String>), Bund
             return Err(invalid(&at, "median_us must be a positive number"));
         }
     }
+    let mut tuned = BTreeSet::new();
+    for (i, t) in index.tunes.iter().enumerate() {
+        let at = format!("index.json: tunes[{i}]");
+        if !problems.contains(&t.problem) {
+            return Err(invalid(&at, format!("problem {} is not listed in `problems`", t.problem)));
+        }
+        if !devices.contains(t.device_class.as_str()) {
+            return Err(invalid(&at, format!("device class `{}` is not listed", t.device_class)));
+        }
+        if !FINISHED_TUNES.contains(&t.state.as_str()) {
+            return Err(invalid(&at, format!("state `{}`: a bundle carries finished tunes only ({})", t.state, FINISHED_TUNES.join(", "))));
+        }
+        if !tuned.insert((t.problem, t.device_class.as_str())) {
+            return Err(invalid(&at, format!("a second tune of {} on {}", t.problem, t.device_class)));
+        }
+    }
     Ok((index, ptx))
 }
 
@@ -358,6 +399,8 @@ pub struct ImportReport {
     pub problems: usize,
     pub entries: usize,
     pub baselines: usize,
+    #[serde(default)]
+    pub tunes: usize,
 }
 
 /// Imports a bundle: checked in full first, then written in one transaction.
@@ -585,6 +628,35 @@ async fn write_index<C: ConnectionTrait>(
     if !batch.is_empty() {
         baseline::Entity::insert_many(batch).exec_without_returning(db).await?;
     }
+    // A tune this database already has (open, or finished here) stays as it is.
+    for t in &index.tunes {
+        let problem_id = problem_ids[&t.problem];
+        let stored = tune::Entity::find().filter(tune::Column::ProblemId.eq(problem_id)).filter(tune::Column::DeviceClass.eq(&t.device_class)).one(db).await?;
+        if stored.is_some() {
+            continue;
+        }
+        tune::ActiveModel {
+            problem_id: Set(problem_id),
+            device_class: Set(t.device_class.clone()),
+            state: Set(t.state.clone()),
+            priority: Set(0),
+            budget_ms: Set(t.budget_ms),
+            job_id: Set(None),
+            run_id: Set(None),
+            requested_by: Set(None),
+            stage: Set(t.stage.clone()),
+            message: Set(t.message.clone()),
+            trace: Set(json_text(&t.trace)),
+            result: Set(json_text(&t.result)),
+            created_at: Set(t.finished_at),
+            updated_at: Set(t.finished_at),
+            finished_at: Set(Some(t.finished_at)),
+            ..Default::default()
+        }
+        .insert(db)
+        .await?;
+        report.tunes += 1;
+    }
     Ok(report)
 }
 
@@ -657,6 +729,24 @@ pub async fn snapshot(db: &DatabaseConnection) -> Result<(Index, BTreeMap<String
             measured_at: b.created_at,
         });
     }
+    let mut tunes = Vec::new();
+    for t in tune::Entity::find().filter(tune::Column::State.is_in(FINISHED_TUNES)).all(db).await? {
+        let p = *problems.get(&t.problem_id).ok_or_else(|| CatalogError::Corrupt(format!("tune {}: problem", t.id)))?;
+        used_problems.insert(p);
+        used_devices.insert(t.device_class.clone());
+        tunes.push(TuneRecord {
+            device_class: t.device_class,
+            problem: p,
+            state: t.state,
+            budget_ms: t.budget_ms,
+            stage: t.stage,
+            message: t.message,
+            trace: t.trace.as_deref().map(|x| parse_json(x, "tune trace")).transpose()?,
+            result: t.result.as_deref().map(|x| parse_json(x, "tune result")).transpose()?,
+            finished_at: t.finished_at.unwrap_or(t.updated_at),
+        });
+    }
+    tunes.sort_by(|a, b| (a.problem, &a.device_class).cmp(&(b.problem, &b.device_class)));
     records.sort_by(|a, b| (a.problem, &a.device_class).cmp(&(b.problem, &b.device_class)));
     let device_classes = device_class::Entity::find()
         .all(db)
@@ -678,6 +768,7 @@ pub async fn snapshot(db: &DatabaseConnection) -> Result<(Index, BTreeMap<String
         artifacts: artifacts.into_iter().collect(),
         entries: records,
         baselines,
+        tunes,
     };
     Ok((index, ptx))
 }

@@ -330,7 +330,7 @@ pub fn baseline_index(devices: Vec<DeviceClassRecord>, mut baselines: Vec<Baseli
     let mut device_classes = devices;
     device_classes.sort();
     device_classes.dedup();
-    Index { format: bundle::FORMAT.into(), device_classes, problems, artifacts: vec![], entries: vec![], baselines }
+    Index { format: bundle::FORMAT.into(), device_classes, problems, artifacts: vec![], entries: vec![], baselines, tunes: vec![] }
 }
 
 /// Merges the baselines of several bundles (a grid run in shards) into one index.

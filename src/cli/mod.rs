@@ -240,7 +240,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Import { dir, db } => {
             let conn = db.connect().await?;
             let report = bundle::import(&conn, &dir).await.with_context(|| format!("importing {}", dir.display()))?;
-            println!("imported {}: {} artifacts, {} problems, {} catalog entries, {} baselines added", dir.display(), report.artifacts, report.problems, report.entries, report.baselines);
+            println!("imported {}: {} artifacts, {} problems, {} catalog entries, {} baselines, {} tunes added", dir.display(), report.artifacts, report.problems, report.entries, report.baselines, report.tunes);
             Ok(())
         }
         Command::Export { dir, db } => {

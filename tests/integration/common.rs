@@ -341,6 +341,7 @@ pub fn fixture_index(f: &Fixture) -> (Index, BTreeMap<String, String>) {
         artifacts,
         entries,
         baselines,
+        tunes: vec![],
     };
     let ptx = BTreeMap::from([(a_fast.sha256, f.ptx_fast.clone()), (a_slow.sha256, f.ptx_slow.clone())]);
     (index, ptx)

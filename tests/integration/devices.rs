@@ -31,6 +31,7 @@ async fn with_h200_baselines(db: &TestDb, f: &Fixture, fast_us: f64) {
         artifacts: vec![],
         entries: vec![],
         baselines,
+        tunes: vec![],
     };
     let dir = tempfile::tempdir().unwrap();
     bundle::write_bundle(dir.path(), &index, &Default::default()).unwrap();
@@ -172,6 +173,7 @@ async fn a_bare_model_with_two_known_form_factors_is_ambiguous(backend: Backend)
         artifacts: vec![],
         entries: vec![],
         baselines: vec![],
+        tunes: vec![],
     };
     let dir = tempfile::tempdir().unwrap();
     bundle::write_bundle(dir.path(), &index, &Default::default()).unwrap();

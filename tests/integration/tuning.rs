@@ -199,6 +199,19 @@ async fn a_tune_moves_from_queued_to_served_or_baseline_faster(backend: Backend)
     let again = TestDb::new(Backend::Sqlite).await;
     let report = kaas::catalog::bundle::import(&again.db, out.path()).await.expect("the exported catalog imports");
     assert_eq!(report.entries, index.entries.len());
+    // The finished tune travels with it: the problem shows its search where it is imported,
+    // and a second import adds nothing.
+    assert_eq!((index.tunes.len(), report.tunes), (1, 1), "{:?}", index.tunes);
+    let app2 = test::init_service(create_app(state(&again, settings(TuneLimits::default())))).await;
+    let t2 = get(&app2, "/v1/tunes/sm_90/f32/tn/16x4096x4096").await.json();
+    assert_eq!((&t2["state"], &t2["trace"]["tried"][0]["code"], &t2["result"]["promoted"]), (&t["state"], &t["trace"]["tried"][0]["code"], &t["result"]["promoted"]), "{t2}");
+    assert!(t2["job_id"].is_null() && t2["queue_position"].is_null());
+    assert_eq!(kaas::catalog::bundle::import(&again.db, out.path()).await.unwrap().tunes, 0);
+    // A bundle may carry finished tunes only.
+    let text = std::fs::read_to_string(out.path().join("index.json")).unwrap().replacen("\"state\": \"served\"", "\"state\": \"queued\"", 1);
+    std::fs::write(out.path().join("index.json"), text).unwrap();
+    let err = kaas::catalog::bundle::import(&again.db, out.path()).await.expect_err("an open tune in a bundle").to_string();
+    assert!(err.contains("tunes[0]") && err.contains("finished tunes only"), "{err}");
     again.cleanup().await;
 
     // Passed but slower than a baseline: not in the catalog; baseline_faster, measured.

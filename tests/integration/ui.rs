@@ -791,6 +791,7 @@ fn big_catalog() -> (Index, BTreeMap<String, String>) {
         artifacts: artifacts.clone(),
         entries: vec![],
         baselines: vec![],
+        tunes: vec![],
     };
     let mut i = 0usize;
     for layout in [Layout::Nn, Layout::Tn] {
