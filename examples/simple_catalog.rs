@@ -86,6 +86,7 @@ fn main() -> anyhow::Result<()> {
         artifacts,
         entries,
         baselines: vec![],
+        tunes: vec![],
     };
     let out = PathBuf::from(out);
     bundle::write_bundle(&out, &index, &ptx)?;
