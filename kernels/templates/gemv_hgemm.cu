@@ -157,7 +157,7 @@ KAAS_ENTRY(const u16* __restrict__ A, const u16* __restrict__ B, u16* __restrict
             }
         }
         // The tail past the last whole chunk (K % 256 halves, a multiple of 8): one
-        // 16-byte group per lane of warp 0's… of the warp whose turn it is.
+        // 16-byte group per lane, in the warp whose turn the next chunk would be.
         const int tail = chunks * CHUNK;
         if (warp == chunks % KWARPS && tail + lane * 8 < K) {
             const int k = tail + lane * 8;
