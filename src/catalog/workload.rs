@@ -138,7 +138,8 @@ fn geomean(xs: &[f64]) -> Option<f64> {
     (!xs.is_empty()).then(|| (xs.iter().map(|x| x.ln()).sum::<f64>() / xs.len() as f64).exp())
 }
 
-fn summarise(rows: &[WorkloadRow]) -> WorkloadSummary {
+/// Counts and geometric means over `rows` (again after the API fills in tune states).
+pub fn summarise(rows: &[WorkloadRow]) -> WorkloadSummary {
     let count = |s: WorkloadState| rows.iter().filter(|r| r.state == s).count();
     let served: Vec<f64> = rows.iter().filter(|r| r.state == WorkloadState::Served).filter_map(|r| r.speedup).filter(|x| x.is_finite() && *x > 0.0).collect();
     let mut measured = served.clone();

@@ -226,6 +226,12 @@ async fn a_tune_moves_from_queued_to_served_or_baseline_faster(backend: Backend)
     assert_eq!(j["tuning"]["state"], "baseline_faster");
     assert_eq!(j["use_instead"]["config"]["algo"], 7);
     assert_eq!(db.count("catalog_entries").await, 1, "only the winner that beat the baselines entered the catalog");
+    // The workload page says the same of it: measured, the baseline is the answer.
+    let w = get(&app, "/v1/workloads/llama-3.1-8b").await.json();
+    let row = w["rows"].as_array().unwrap().iter().find(|r| r["path"] == "sm_90/f32/tn/32x4096x4096").unwrap();
+    assert_eq!((&row["state"], &row["use_instead"]), (&serde_json::json!("baseline_faster"), &serde_json::json!("cublaslt_autotune tn")), "{row}");
+    assert!(row.get("tune").is_none(), "{row}");
+    assert_eq!(w["summary"]["baseline_faster"], 1, "{}", w["summary"]);
 
     // A crashed child without a result: failed with its verdict; asked again, queued again.
     let (j3, _) = claim_tune(&db, "w1").await;

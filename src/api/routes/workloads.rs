@@ -72,11 +72,20 @@ pub async fn get(state: State, name: web::Path<String>, q: web::Query<WorkloadQu
     let tune_class = device.clone().unwrap_or_else(|| state.settings.tune.device_class.clone());
     let r = cached(&state, key, || async move {
         let mut view = crate::catalog::workload::workload(&db, preset, arch, acc, device.as_deref()).await?;
-        // Problems the catalog lacks but someone asked to tune: where their tune stands.
-        let pending = crate::work::tune::pending_states(&db, &tune_class).await?;
-        for row in view.rows.iter_mut().filter(|r| r.state == crate::catalog::workload::WorkloadState::NotInCatalog) {
-            row.tune = pending.get(&row.path).cloned();
+        // Problems the catalog holds no entry for but someone asked to tune: a tune that
+        // ended `baseline_faster` answers them (the baselines it measured are the row's),
+        // as the kernel endpoint answers; else where the tune stands.
+        use crate::catalog::workload::{WorkloadState, summarise};
+        use crate::work::tune::state;
+        let tunes = crate::work::tune::tune_states(&db, &tune_class).await?;
+        for row in view.rows.iter_mut().filter(|r| r.state == WorkloadState::NotInCatalog) {
+            match tunes.get(&row.path).map(String::as_str) {
+                Some(state::BASELINE_FASTER) if row.use_instead.is_some() => row.state = WorkloadState::BaselineFaster,
+                Some(s) if state::OPEN.contains(&s) || s == state::FAILED => row.tune = Some(s.to_string()),
+                _ => {}
+            }
         }
+        view.summary = summarise(&view.rows);
         json(&view)
     })
     .await?;
