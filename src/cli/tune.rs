@@ -110,9 +110,9 @@ pub struct TuneArgs {
     /// out. With `--emit-ptx`, compiles the entries and their twins.
     #[arg(long, value_name = "BUNDLE_DIR")]
     pub twins_of: Option<PathBuf>,
-    /// Print the template's defines for these Hopper entry names (comma-separated), one
-    /// line of `-DNAME=VALUE` flags each, and exit: the hopper-probe harness builds its
-    /// kernels from them, so the name grammar lives in one table ([`hopper::AXES`]).
+    /// Print the template's defines for these entry names (comma-separated; Hopper, mma or
+    /// gemv), one line of `-DNAME=VALUE` flags each, and exit: the hopper-probe harness
+    /// builds its kernels from them, so the name grammar lives in one table ([`hopper::AXES`]).
     #[arg(long, value_name = "ENTRIES")]
     pub defines: Option<String>,
 }
@@ -174,16 +174,23 @@ fn parse_problem_item(item: &str) -> anyhow::Result<(Option<Layout>, Shape)> {
     Ok((layout, shape.parse::<Shape>().map_err(|e| anyhow::anyhow!("--problems item {item}: {e}"))?))
 }
 
-/// `-DNAME=VALUE` flags of each Hopper entry name in `entries` (comma-separated): the
-/// defines the tuner compiles that entry with.
+/// `-DNAME=VALUE` flags of each entry name in `entries` (comma-separated): the defines
+/// the tuner compiles that entry with, whichever family's it is.
 fn define_flags(entries: &str) -> anyhow::Result<Vec<String>> {
     entries
         .split(',')
         .map(|e| {
             let e = e.trim();
-            let (cfg, acc, layout) = hopper::HopperConfig::from_entry(e)
-                .with_context(|| format!("`{e}` is not a Hopper entry name the tuner writes (kaas_wgmma_<acc>_<layout>_<BM>x<BN>x<BK>_s<S>_c<C>_m<M>_g16 and the suffixes of tuner::hopper::AXES, in that order)"))?;
-            Ok(cfg.defines(acc, layout).into_iter().map(|(k, v)| format!("-D{k}={v}")).collect::<Vec<_>>().join(" "))
+            let defines = if let Some((cfg, acc, layout)) = hopper::HopperConfig::from_entry(e) {
+                cfg.defines(acc, layout)
+            } else if let Some((cfg, acc, layout)) = crate::tuner::mma::MmaConfig::from_entry(e) {
+                cfg.defines(acc, layout)
+            } else if let Some((cfg, acc, layout)) = crate::tuner::gemv::GemvConfig::from_entry(e) {
+                cfg.defines(acc, layout)
+            } else {
+                bail!("`{e}` is not an entry name the tuner writes (kaas_wgmma_<acc>_<layout>_<BM>x<BN>x<BK>_s<S>_c<C>_m<M>_g16 and the suffixes of tuner::hopper::AXES in that order, kaas_mma_…, kaas_gemv_…)")
+            };
+            Ok(defines.into_iter().map(|(k, v)| format!("-D{k}={v}")).collect::<Vec<_>>().join(" "))
         })
         .collect()
 }
@@ -438,6 +445,12 @@ mod tests {
         // Suffixes out of the table's order, or unknown ones, are not names the tuner writes.
         assert!(define_flags("kaas_wgmma_f32_tn_64x256x64_s4_c2_m1_g16_du_pp").is_err());
         assert!(define_flags("kaas_wgmma_f32_tn_64x256x64_s4_c2_m1_g16_zz").is_err());
+        // The other families' names too.
+        let gemv = define_flags("kaas_gemv_f32_tn_m4_r2_w4_u8").unwrap();
+        assert_eq!(gemv, ["-DKAAS_MT=4 -DKAAS_ROWS=2 -DKAAS_KWARPS=4 -DKAAS_UNROLL=8 -DKAAS_ENTRY=kaas_gemv_f32_tn_m4_r2_w4_u8"]);
+        let mma = crate::tuner::mma::space()[0].entry(Acc::F16, Layout::Nn);
+        assert!(define_flags(&mma).unwrap()[0].contains(&format!("-DKAAS_ENTRY={mma}")));
+        assert!(define_flags("kaas_gemv_f32_tn_m3_r2_w4_u8").is_err(), "MT 3 is no code");
     }
 
     /// `--emit-ptx` assembles what it wrote: resources of each code in `resources.tsv`,
