@@ -481,8 +481,14 @@ nvrtc12() {
         mv "$dst/lib/libnvrtc.so.12.tmp" "$dst/lib/libnvrtc.so.12"
         gunzip -c "$repo/.dev/nvrtc/libnvrtc-builtins.so.12.gz" > "$dst/lib/libnvrtc-builtins.so.12.9"
         ln -sf libnvrtc.so.12 "$dst/lib/libnvrtc.so"
-        tar xzf "$repo/.dev/nvrtc/headers.tgz" -C "$dst"
-        cp "$repo/.dev/nvrtc/header_set" "$dst/header_set"
+        # The headers serve CUDA source submissions only; the tuner's templates include
+        # none. Carrying just the two libraries keeps the tree and NVRTC under one carry.
+        if [[ -f "$repo/.dev/nvrtc/headers.tgz" ]]; then
+            tar xzf "$repo/.dev/nvrtc/headers.tgz" -C "$dst"
+            cp "$repo/.dev/nvrtc/header_set" "$dst/header_set"
+        else
+            echo "none (templates only)" > "$dst/header_set"
+        fi
     fi
     export LD_LIBRARY_PATH="$dst/lib:${LD_LIBRARY_PATH:-}"
     export KAAS_CUDA_INCLUDE="$dst/nvidia/cuda_runtime/include:$dst/nvidia/cuda_nvcc/include:$dst/nvidia/cuda_nvcc/include/crt:$dst/cccl/nvidia/cuda_cccl/include"
@@ -686,7 +692,10 @@ for kind in ("alone", "busy"):
 PY
 }
 
-# Tuning on demand, as a user asks for it: a worker per GPU (with NVRTC 12.9, since the
+# Tuning on demand, as a user asks for it (NVRTC first, in a call of its own that carries
+# only .dev/nvrtc/libnvrtc.so.12.xz and .dev/nvrtc/libnvrtc-builtins.so.12.gz and runs
+# `bash scripts/device-run.sh nvrtc`; then, within the warm machine's 30 s, this mode
+# carrying .dev/gpu: the tree, NVRTC and `kaas` exceed one carry): a worker per GPU (with NVRTC 12.9, since the
 # tune job compiles the tuner's templates), `kaas request --workload $1 --tokens $2` (and
 # KAAS_REQUEST_PROBLEMS, a problem list) as
 # an admin with a search budget of $3 ms per problem, at most $4 seconds; the table of
