@@ -1469,6 +1469,17 @@ pub fn wide_l2_suits(p: &Problem) -> bool {
     p.layout == Layout::Tn && p.k >= 512 && p.shape().flops() < 2f64.powi(41)
 }
 
+/// Whether the rows TMA loads (K of A; N or K of B) are whole 16-byte units: N and K
+/// multiples of 8 halves.
+pub fn rows_aligned(p: &Problem) -> bool {
+    p.n.is_multiple_of(8) && p.k.is_multiple_of(8)
+}
+
+/// Whether the family builds code for a problem: sm_90 (wgmma, TMA) and rows TMA can load.
+pub fn builds(p: &Problem) -> bool {
+    matches!(p.arch, crate::problem::Arch::Sm90 | crate::problem::Arch::Sm90a) && rows_aligned(p)
+}
+
 /// Compiles one configuration for an accumulator and layout with NVRTC.
 pub fn compile(cfg: &HopperConfig, acc: Acc, layout: Layout) -> Result<String, GpuError> {
     cfg.validate().map_err(|m| GpuError::refused("Hopper HGEMM", m))?;

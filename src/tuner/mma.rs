@@ -371,9 +371,11 @@ pub fn cluster_split_space(p: &Problem, sm_count: u32) -> Vec<MmaConfig> {
     out
 }
 
-/// Whether a problem gets this family's candidates.
+/// Whether a problem gets this family's candidates: up to [`ELIGIBLE_MACS`], and at any
+/// size where the Hopper family builds no code (rows TMA cannot load, or no sm_90), since
+/// then this family is the answer however large the problem.
 pub fn eligible(p: &Problem) -> bool {
-    u64::from(p.m) * u64::from(p.n) * u64::from(p.k) <= ELIGIBLE_MACS
+    u64::from(p.m) * u64::from(p.n) * u64::from(p.k) <= ELIGIBLE_MACS || !super::hopper::builds(p)
 }
 
 /// The split-K candidates that suit a problem whose output needs fewer blocks than a wave
@@ -408,12 +410,6 @@ pub fn space_for(p: &Problem, sm_count: u32) -> Vec<MmaConfig> {
     if !eligible(p) {
         return Vec::new();
     }
-    space_unbounded(p, sm_count)
-}
-
-/// [`space_for`] at any size: for problems no other family builds code for (rows the TMA
-/// family cannot load), where the family is the only answer however large the problem.
-pub fn space_unbounded(p: &Problem, sm_count: u32) -> Vec<MmaConfig> {
     let mut out = space();
     out.extend(split_space(p, sm_count));
     out.extend(cluster_split_space(p, sm_count));

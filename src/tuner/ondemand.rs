@@ -30,7 +30,7 @@ use super::{Candidate, Family};
 use crate::gpu::{Gpu, LoadedPtx, LtGemm, PreparedManifest};
 use crate::harness::{BenchSettings, Job, RunOutcome, bench_candidate, verify_candidate};
 use crate::manifest::Manifest;
-use crate::problem::{Arch, Problem};
+use crate::problem::Problem;
 use crate::verify::Verdict;
 
 /// Candidates verified, best first, before the job gives up on the search's ranking.
@@ -178,7 +178,7 @@ impl TuneOutcome {
 /// tn problems of at most 16 rows of A with fp32 accumulators, on every arch.
 pub fn families_for(p: &Problem) -> Vec<Family> {
     let mut out = Vec::new();
-    if matches!(p.arch, Arch::Sm90 | Arch::Sm90a) && rows_aligned(p) {
+    if super::hopper::builds(p) {
         out.push(Family::Hopper);
     }
     out.push(Family::Mma);
@@ -188,21 +188,9 @@ pub fn families_for(p: &Problem) -> Vec<Family> {
     out
 }
 
-/// Whether the rows TMA loads (K of A; N or K of B) are whole 16-byte units: N and K
-/// multiples of 8 halves.
-fn rows_aligned(p: &Problem) -> bool {
-    p.n.is_multiple_of(8) && p.k.is_multiple_of(8)
-}
-
 /// The candidates searched for `p` on a GPU of `sm_count` SMs.
 pub fn candidates_for(p: &Problem, sm_count: u32) -> Vec<Candidate> {
-    let families = families_for(p);
-    let mut out = super::space_for(p, &families, sm_count);
-    // Where the TMA family cannot load the rows, the mma family is what handles the shape,
-    // at any size: a measured answer (often `baseline_faster`) instead of a refusal.
-    if !families.contains(&Family::Hopper) && !super::mma::eligible(p) {
-        out.extend(super::mma::space_unbounded(p, sm_count).into_iter().map(Candidate::Mma));
-    }
+    let mut out = super::space_for(p, &families_for(p), sm_count);
     out.retain(|c| c.supports(p.layout) && (!c.split() || p.acc == crate::problem::Acc::F32));
     out
 }
@@ -211,7 +199,7 @@ pub fn candidates_for(p: &Problem, sm_count: u32) -> Vec<Candidate> {
 pub fn untunable(p: &Problem, sm_count: u32) -> Option<String> {
     if candidates_for(p, sm_count).is_empty() {
         let fams: Vec<String> = families_for(p).iter().map(|f| format!("{f:?}").to_lowercase()).collect();
-        let aligned = if rows_aligned(p) { "" } else { " (N or K is not a multiple of 8, so the TMA family cannot load its rows)" };
+        let aligned = if super::hopper::rows_aligned(p) { "" } else { " (N or K is not a multiple of 8, so the TMA family cannot load its rows)" };
         return Some(format!("no template family of the tuner builds code for {p}{aligned}; searched: {}", fams.join(", ")));
     }
     None
@@ -477,7 +465,7 @@ pub fn wall_limit(job: &TuneJob) -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::problem::{Acc, Layout, Shape};
+    use crate::problem::{Acc, Arch, Layout, Shape};
 
     fn p(arch: Arch, m: u32, n: u32, k: u32) -> Problem {
         Problem::new(arch, Acc::F32, Layout::Tn, Shape::new(m, n, k).expect("shape"))
