@@ -320,6 +320,16 @@ pub fn read_bundle(dir: &Path) -> Result<(Index, BTreeMap<String, String>), Bund
             return Err(invalid(format!("index.json: device_classes[{i}]"), "name must be 1 to 64 characters"));
         }
     }
+    // What an entry, baseline or tune refers to must be listed in the index.
+    let listed = |at: &str, p: &Problem, device: &str| -> Result<(), BundleError> {
+        if !problems.contains(p) {
+            return Err(invalid(at, format!("problem {p} is not listed in `problems`")));
+        }
+        if !devices.contains(device) {
+            return Err(invalid(at, format!("device class `{device}` is not listed")));
+        }
+        Ok(())
+    };
     let mut ptx = BTreeMap::new();
     for (i, a) in index.artifacts.iter().enumerate() {
         let at = format!("ptx/{}.ptx", a.sha256);
@@ -342,14 +352,9 @@ pub fn read_bundle(dir: &Path) -> Result<(Index, BTreeMap<String, String>), Bund
         if e.manifest.problem != e.problem {
             return Err(invalid(&at, "manifest.problem differs from the entry's problem"));
         }
-        if !problems.contains(&e.problem) {
-            return Err(invalid(&at, format!("problem {} is not listed in `problems`", e.problem)));
-        }
+        listed(&at, &e.problem, &e.device_class)?;
         if !ptx.contains_key(&e.artifact) {
             return Err(invalid(&at, format!("artifact {} is not listed in `artifacts`", e.artifact)));
-        }
-        if !devices.contains(e.device_class.as_str()) {
-            return Err(invalid(&at, format!("device class `{}` is not listed", e.device_class)));
         }
         if e.run.verdict != "pass" {
             return Err(invalid(&at, format!("a catalog entry needs a passing run, this one is `{}`", e.run.verdict)));
@@ -360,12 +365,7 @@ pub fn read_bundle(dir: &Path) -> Result<(Index, BTreeMap<String, String>), Bund
     }
     for (i, b) in index.baselines.iter().enumerate() {
         let at = format!("index.json: baselines[{i}]");
-        if !problems.contains(&b.problem) {
-            return Err(invalid(&at, format!("problem {} is not listed in `problems`", b.problem)));
-        }
-        if !devices.contains(b.device_class.as_str()) {
-            return Err(invalid(&at, format!("device class `{}` is not listed", b.device_class)));
-        }
+        listed(&at, &b.problem, &b.device_class)?;
         if !LIBRARIES.contains(&b.library.as_str()) || !MODES.contains(&b.mode.as_str()) || !["nn", "tn"].contains(&b.layout.as_str()) {
             return Err(invalid(&at, format!("unknown library/layout/mode {}/{}/{}", b.library, b.layout, b.mode)));
         }
@@ -376,12 +376,7 @@ pub fn read_bundle(dir: &Path) -> Result<(Index, BTreeMap<String, String>), Bund
     let mut tuned = BTreeSet::new();
     for (i, t) in index.tunes.iter().enumerate() {
         let at = format!("index.json: tunes[{i}]");
-        if !problems.contains(&t.problem) {
-            return Err(invalid(&at, format!("problem {} is not listed in `problems`", t.problem)));
-        }
-        if !devices.contains(t.device_class.as_str()) {
-            return Err(invalid(&at, format!("device class `{}` is not listed", t.device_class)));
-        }
+        listed(&at, &t.problem, &t.device_class)?;
         if !FINISHED_TUNES.contains(&t.state.as_str()) {
             return Err(invalid(&at, format!("state `{}`: a bundle carries finished tunes only ({})", t.state, FINISHED_TUNES.join(", "))));
         }
@@ -628,11 +623,23 @@ async fn write_index<C: ConnectionTrait>(
     if !batch.is_empty() {
         baseline::Entity::insert_many(batch).exec_without_returning(db).await?;
     }
-    // A tune this database already has (open, or finished here) stays as it is.
+    // A tune this database already has (open, or finished here) stays as it is (one query
+    // for all of them, as for the baselines).
+    let mut tuned: BTreeSet<(i32, String)> = BTreeSet::new();
+    if !index.tunes.is_empty() {
+        let classes: BTreeSet<&str> = index.tunes.iter().map(|t| t.device_class.as_str()).collect();
+        let rows: Vec<(i32, String)> = tune::Entity::find()
+            .select_only()
+            .columns([tune::Column::ProblemId, tune::Column::DeviceClass])
+            .filter(tune::Column::DeviceClass.is_in(classes))
+            .into_tuple()
+            .all(db)
+            .await?;
+        tuned.extend(rows);
+    }
     for t in &index.tunes {
         let problem_id = problem_ids[&t.problem];
-        let stored = tune::Entity::find().filter(tune::Column::ProblemId.eq(problem_id)).filter(tune::Column::DeviceClass.eq(&t.device_class)).one(db).await?;
-        if stored.is_some() {
+        if !tuned.insert((problem_id, t.device_class.clone())) {
             continue;
         }
         tune::ActiveModel {
