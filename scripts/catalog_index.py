@@ -1,7 +1,7 @@
 """Shared by the catalog scripts: the 1,000-shape grid's sizes, its FLOP buckets, a geometric
-mean, and a bundle index's served entry per problem (the latest measured, as the service
-serves it)."""
-import gzip, json, math
+mean, reading a bundle's index, and a bundle index's served entry per problem (the latest
+measured, as the service serves it)."""
+import gzip, json, math, os, sys
 
 GRID = [64, 128, 256, 512, 1024, 2048, 4096, 8192, 12288, 16384]
 BUCKETS = ["< 2^30", "2^30–2^36", "2^36–2^40", "≥ 2^40"]
@@ -19,6 +19,15 @@ def geomean(v):
 
 def load(path):
     return json.load(gzip.open(path))
+
+
+def load_bundle(d):
+    """The index of the bundle directory `d` (index.json.gz or index.json)."""
+    for name in ("index.json.gz", "index.json"):
+        p = os.path.join(d, name)
+        if os.path.exists(p):
+            return json.load(gzip.open(p) if name.endswith(".gz") else open(p))
+    sys.exit(f"{d}: no index.json(.gz)")
 
 
 def served_entries(idx):

@@ -12,18 +12,12 @@ Writes OUT_DIR/index.json with OUT_DIR/ptx linked to the shipped PTX; canonicali
 with `kaas import` into a fresh database and `kaas export` (docs/bundles.md).
 """
 
-import gzip
 import json
 import os
 import sys
 
 
-def load(d):
-    for name in ("index.json.gz", "index.json"):
-        p = os.path.join(d, name)
-        if os.path.exists(p):
-            return json.load(gzip.open(p) if name.endswith(".gz") else open(p))
-    sys.exit(f"{d}: no index.json(.gz)")
+from catalog_index import load_bundle as load
 
 
 def key(device_class, p):

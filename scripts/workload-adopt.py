@@ -14,19 +14,13 @@ OUT_DIR/ptx; canonicalize it with `kaas import` into a fresh database and `kaas 
 (docs/bundles.md).
 """
 
-import gzip
 import json
 import os
 import shutil
 import sys
 
 
-def load(d):
-    for name in ("index.json.gz", "index.json"):
-        p = os.path.join(d, name)
-        if os.path.exists(p):
-            return json.load(gzip.open(p) if name.endswith(".gz") else open(p))
-    sys.exit(f"{d}: no index.json(.gz)")
+from catalog_index import load_bundle as load
 
 
 def key(p):
@@ -48,49 +42,42 @@ def tunes_of(d, idx):
 
 
 def main(out, grid_dir, workload_dir, request_dirs):
-    grid = load(grid_dir)
     # A grid problem with an entry is the grid's; one without (answered by the baseline
     # table until a tune measured it) takes the tune's baselines and trace here.
-    on_grid = {key(e["problem"]) for e in grid["entries"]}
-    # problem → (bundle dir, entries, baselines, tunes, index): the newest source of each.
-    chosen = {}
-    for d in [workload_dir, *request_dirs]:
-        idx = load(d)
+    on_grid = {key(e["problem"]) for e in load(grid_dir)["entries"]}
+    bundles = [(d, load(d)) for d in [workload_dir, *request_dirs]]
+    # Per problem, the latest source of its figures (dir, index, entries, baselines), and
+    # the latest source of its tune.
+    figures, tune = {}, {}
+    for d, idx in bundles:
         mine = {}
         for e in idx["entries"]:
-            mine.setdefault(key(e["problem"]), ([], [], []))[0].append(e)
+            mine.setdefault(key(e["problem"]), ([], []))[0].append(e)
         for b in idx["baselines"]:
-            mine.setdefault(key(b["problem"]), ([], [], []))[1].append(b)
+            mine.setdefault(key(b["problem"]), ([], []))[1].append(b)
+        figures.update({k: (d, idx, es, bs) for k, (es, bs) in mine.items() if k not in on_grid})
         for t in tunes_of(d, idx):
-            mine.setdefault(key(t["problem"]), ([], [], []))[2].append(t)
-        for k, (es, bs, ts) in mine.items():
-            if k in on_grid:
-                continue
-            if es or bs:
-                chosen[k] = (d, es, bs, chosen.get(k, (None, [], [], [], None))[3], idx)
-            if ts:
-                prev = chosen.get(k, (d, [], [], [], idx))
-                chosen[k] = (prev[0], prev[1], prev[2], ts, prev[4])
-    first = load(workload_dir)
+            if key(t["problem"]) not in on_grid:
+                tune[key(t["problem"])] = t
     entries, baselines, tunes, problems, artifacts = [], [], [], {}, {}
     os.makedirs(os.path.join(out, "ptx"), exist_ok=True)
-    for k in sorted(chosen):
-        d, es, bs, ts, idx = chosen[k]
-        arts = {a["sha256"]: a for a in idx["artifacts"]}
+    for k in sorted(set(figures) | set(tune)):
+        d, idx, es, bs = figures.get(k, (None, None, [], []))
+        # A tune's answer needs the figures it stands on: one that finished after its
+        # request's export (served or baseline_faster, with no baselines here) is left out.
+        ts = [t for t in [tune.get(k)] if t and (t["state"] == "failed" or bs)]
+        if not (es or bs or ts):
+            continue
+        arts = {a["sha256"]: a for a in idx["artifacts"]} if idx else {}
         for e in es:
             artifacts[e["artifact"]] = arts[e["artifact"]]
             shutil.copy(os.path.join(d, "ptx", e["artifact"] + ".ptx"), os.path.join(out, "ptx", e["artifact"] + ".ptx"))
-        # A tune's answer needs the figures it stands on: one that finished after its
-        # request's export (served or baseline_faster, with no baselines here) is left out.
-        ts = [t for t in ts if t["state"] == "failed" or bs]
-        if not (es or bs or ts):
-            continue
         entries += es
         baselines += bs
         tunes += ts
         problems[k] = (es or bs or ts)[0]["problem"]
-    classes = {c["name"]: c for d in [workload_dir, *request_dirs] for c in load(d)["device_classes"]}
-    index = dict(first, device_classes=sorted(classes.values(), key=lambda c: c["name"]), problems=[problems[k] for k in sorted(problems)],
+    classes = {c["name"]: c for _, idx in bundles for c in idx["device_classes"]}
+    index = dict(bundles[0][1], device_classes=sorted(classes.values(), key=lambda c: c["name"]), problems=[problems[k] for k in sorted(problems)],
                  artifacts=[artifacts[a] for a in sorted(artifacts)], entries=entries, baselines=baselines)
     if tunes:
         index["tunes"] = tunes
