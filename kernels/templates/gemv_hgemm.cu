@@ -4,9 +4,9 @@
 //
 // ─── Why a family of its own ────────────────────────────────────────────────────────────
 // At decode (M = 1…16 tokens) a linear layer is a matrix-vector product: every byte of the
-// weight B is used M times, so the kernel is bound by how fast B streams from HBM, and for
-// the 8–32 MiB weights of a 7B model's attention the time is mostly the ramp until enough
-// loads are in flight. The tiled families spend that ramp on pipeline set-up; this one
+// weight B is used M times, so the kernel is bound by how fast B streams from HBM; for
+// the 8–32 MiB weights of a 7B model's attention the libraries' time is well above what
+// the bytes need, which points at the ramp until enough loads are in flight. The tiled families spend that ramp on pipeline set-up; this one
 // issues every load of a warp's share of B before it uses any (`KAAS_UNROLL` 16-byte loads
 // per row and lane), with enough small blocks that all of them are resident at once.
 //
