@@ -513,6 +513,37 @@ fn time_us<C: Contender>(gpu: &Gpu, sets: &[C], guess_us: f64) -> Result<f64, cr
     Ok(crate::bench::stats::median(&samples).unwrap_or(f64::NAN))
 }
 
+/// Replay pairs [`time_paired`] takes: two of each order.
+const PAIRS: usize = 4;
+
+/// Times one contender (its launches rotating over its buffer sets, as [`time_us`]) paired
+/// with a reference graph captured once with as many launches: the replays alternate
+/// reference and contender, in ABBA order, so both run in the same clock and power state.
+/// Timed alone after an idle gap (a search compiles between pulls) a long kernel reads
+/// faster than it runs sustained, beside the reference it is judged against; the pair's
+/// ratio does not carry that bias (docs/tuner.md has the measured gap). Returns the
+/// contender's median µs per launch and the median of the pairs' ratios
+/// (reference / contender).
+pub fn time_paired<C: Contender>(gpu: &Gpu, sets: &[C], reference: &crate::gpu::GraphTimer) -> Result<(f64, f64), crate::gpu::GpuError> {
+    let members: Vec<&dyn Contender> = sets.iter().map(|c| c as &dyn Contender).collect();
+    let timer = crate::gpu::GraphTimer::capture(gpu, &crate::bench::runner::Rotation::new(&members), reference.launches_per_replay())?;
+    timer.replay(gpu)?;
+    let (mut ours, mut ratios) = (Vec::with_capacity(PAIRS), Vec::with_capacity(PAIRS));
+    for i in 0..PAIRS {
+        let (r, c) = if i % 4 == 0 || i % 4 == 3 {
+            let r = reference.replay(gpu)?;
+            (r, timer.replay(gpu)?)
+        } else {
+            let c = timer.replay(gpu)?;
+            (reference.replay(gpu)?, c)
+        };
+        ours.push(c);
+        ratios.push(reward_of(r, c));
+    }
+    let median = |v: &[f64]| crate::bench::stats::median(v).unwrap_or(f64::NAN);
+    Ok((median(&ours), median(&ratios)))
+}
+
 fn random_operands(gpu: &Gpu, p: &Problem, workspace_bytes: u64) -> anyhow::Result<Operands> {
     let ops = Operands::alloc(gpu, p, workspace_bytes)?;
     let mut rng = rand::rng();

@@ -302,6 +302,10 @@ fn search(gpu: &Gpu, job: &TuneJob, trace: &mut Trace) -> Result<Ranked, String>
     let sets = &rotation.sets;
     trace.reference = label;
     trace.reference_us = Some(reference_us);
+    // Every pull is timed paired with this graph of the reference (`time_paired`): its
+    // reward is the pairs' ratio, not a time set against the reference timed once here.
+    let launches = crate::bench::runner::launches_for(reference_us).max(u32::try_from(sets.len()).unwrap_or(u32::MAX));
+    let (reference, _calls) = rotation.reference_timer(gpu, launches).map_err(|e| format!("the cuBLASLt-autotune reference: {e}"))?;
     let mut modules: HashMap<usize, Result<(LoadedPtx, String), String>> = HashMap::new();
     let settings = UcbSettings { max_pulls: job.max_pulls.unwrap_or(UcbSettings::default().max_pulls), order_seed: Some(super::order_seed(&p)), ..UcbSettings::default() };
     let mut ucb = Ucb::new(space.len(), &priors, settings);
@@ -326,23 +330,22 @@ fn search(gpu: &Gpu, job: &TuneJob, trace: &mut Trace) -> Result<Ranked, String>
             let loaded = gpu.load_ptx(&ptx).map_err(|e| format!("load: {e}"))?;
             Ok((loaded, ptx))
         });
-        let timed: Result<f64, String> = match module {
+        let timed: Result<(f64, f64), String> = match module {
             Err(e) => Err(e.clone()),
             Ok((loaded, _)) => {
                 let manifest = cfg.manifest(&p, sm);
                 sets.iter()
                     .map(|ops| PreparedManifest::new(gpu, loaded, &manifest, ops))
                     .collect::<Result<Vec<_>, _>>()
-                    .and_then(|preps| super::time_us(gpu, &preps, reference_us))
+                    .and_then(|preps| super::time_paired(gpu, &preps, &reference))
                     .map_err(|e| format!("run: {e}"))
             }
         };
-        let (us, error) = match timed {
-            Ok(us) if us.is_finite() && us > 0.0 => (Some(us), None),
-            Ok(us) => (None, Some(format!("timed {us}"))),
-            Err(e) => (None, Some(e)),
+        let (us, reward, error) = match timed {
+            Ok((us, reward)) if us.is_finite() && us > 0.0 && reward.is_finite() => (Some(us), Some(reward), None),
+            Ok((us, _)) => (None, None, Some(format!("timed {us}"))),
+            Err(e) => (None, None, Some(e)),
         };
-        let reward = us.map(|us| super::reward_of(reference_us, us));
         ucb.record(i, reward.unwrap_or(f64::NAN));
         trace.tried.push(Tried {
             code: cfg.label(),
@@ -415,6 +418,20 @@ impl Rotation {
             }
         }
         Ok(best)
+    }
+
+    /// The chosen reference's graph over its rotation, `launches` per replay, for
+    /// [`super::time_paired`], with the calls it captured (kept alive as long as the graph,
+    /// as the benchmark keeps its contenders).
+    fn reference_timer(&self, gpu: &Gpu, launches: u32) -> Result<(crate::gpu::GraphTimer, Vec<LtGemm<'_>>), crate::gpu::GpuError> {
+        let (other, config) = self.chosen.as_ref().ok_or_else(|| crate::gpu::GpuError::refused("the reference's graph", "no reference chosen"))?;
+        let ref_sets = if *other { &self.other } else { &self.sets };
+        let tuned = LtGemm::from_config(gpu, &ref_sets[0], config)?;
+        let refs = ref_sets.iter().map(|ops| tuned.with_operands(ops)).collect::<Result<Vec<_>, _>>()?;
+        let members: Vec<&dyn crate::gpu::Contender> = refs.iter().map(|c| c as &dyn crate::gpu::Contender).collect();
+        let timer = crate::gpu::GraphTimer::capture(gpu, &crate::bench::runner::Rotation::new(&members), launches)?;
+        drop(members);
+        Ok((timer, refs))
     }
 
     /// The finalists and the reference side by side in graph mode over the rotation:

@@ -287,6 +287,31 @@ fn every_cublaslt_heuristic_algorithm_is_correct() {
     }
 }
 
+/// The tune job's paired timing (`tuner::time_paired`): cuBLASLt paired with itself reads
+/// even, and the simple kernel, several times slower, reads the ratio that timing each
+/// alone gives, so a pull's reward is the speedup over the reference and not a constant.
+#[test]
+fn paired_timing_reads_the_ratio_to_the_reference() {
+    let Some(gpu) = gpu_and_nvrtc_or_skip() else { return };
+    let p = problem(Acc::F32, Layout::Tn, (2048, 2048, 2048));
+    let sets: Vec<Operands> = (0..3).map(|_| Operands::alloc(&gpu, &p, 0).expect("alloc")).collect();
+    let top = LtGemm::top1(&gpu, &sets[0]).expect("cuBLASLt");
+    let refs: Vec<LtGemm> = sets.iter().map(|ops| top.with_operands(ops).expect("bind")).collect();
+    let reference = gpu::GraphTimer::capture(&gpu, &refs[0], 6).expect("the reference's graph");
+    let (ref_us, even) = kaas::tuner::time_paired(&gpu, &refs, &reference).expect("paired with itself");
+    println!("cuBLASLt paired with itself: {ref_us:.2} µs, ratio {even:.4}");
+    assert!((0.95..=1.05).contains(&even), "the reference paired with itself read {even}");
+
+    let config = SimpleConfig::LARGE;
+    let ptx = gpu.load_ptx(&kernels::compile_simple(&p, &config).expect("compile")).expect("load");
+    let simple: Vec<PreparedManifest> = sets.iter().map(|ops| PreparedManifest::new(&gpu, &ptx, &kernels::manifest_for(&p, &config), ops).expect("prepare")).collect();
+    let (simple_us, reward) = kaas::tuner::time_paired(&gpu, &simple, &reference).expect("the simple kernel paired");
+    let alone = median(&gpu::time_graph(&gpu, &refs[0], 6, 5).expect("reference alone")) / median(&gpu::time_graph(&gpu, &simple[0], 6, 5).expect("simple alone"));
+    println!("simple kernel paired: {simple_us:.2} µs, reward {reward:.4}; timed alone: {alone:.4}");
+    assert!(reward < 0.8, "the simple kernel read {reward} of cuBLASLt's speed");
+    assert!((reward / alone - 1.0).abs() < 0.15, "paired {reward} against {alone} timed alone");
+}
+
 /// Median of a non-empty sample.
 fn median(xs: &[f64]) -> f64 {
     let mut v = xs.to_vec();
