@@ -294,13 +294,15 @@ fn every_cublaslt_heuristic_algorithm_is_correct() {
 fn paired_timing_reads_the_ratio_to_the_reference() {
     let Some(gpu) = gpu_and_nvrtc_or_skip() else { return };
     let p = problem(Acc::F32, Layout::Tn, (2048, 2048, 2048));
-    let sets: Vec<Operands> = (0..3).map(|_| Operands::alloc(&gpu, &p, 0).expect("alloc")).collect();
+    // One buffer set: the reference's graph here runs on it alone, so the contenders must
+    // too (over a rotation that outgrows the L2 they would read cold against a warm one).
+    let sets = vec![Operands::alloc(&gpu, &p, 0).expect("alloc")];
     let top = LtGemm::top1(&gpu, &sets[0]).expect("cuBLASLt");
     let refs: Vec<LtGemm> = sets.iter().map(|ops| top.with_operands(ops).expect("bind")).collect();
     let reference = gpu::GraphTimer::capture(&gpu, &refs[0], 6).expect("the reference's graph");
     let (ref_us, even) = kaas::tuner::time_paired(&gpu, &refs, &reference).expect("paired with itself");
     println!("cuBLASLt paired with itself: {ref_us:.2} µs, ratio {even:.4}");
-    assert!((0.95..=1.05).contains(&even), "the reference paired with itself read {even}");
+    assert!((0.97..=1.03).contains(&even), "the reference paired with itself read {even}");
 
     let config = SimpleConfig::LARGE;
     let ptx = gpu.load_ptx(&kernels::compile_simple(&p, &config).expect("compile")).expect("load");
