@@ -706,25 +706,27 @@ request_run() {
     local workloads="$1" tokens="$2" budget="${3:-20000}" seconds="${4:-480}" bench="${5:-800}" w ids=()
     local top="$OUT/request"; mkdir -p "$top"; OUT="$top"
     rm -f /tmp/kaas-request.db*
-    # KAAS_REQUEST_RETUNE_M=M: the shipped catalog with the workload bundle's problems of
-    # at most M rows of A left out, so that they are tuned again (a new family for them).
+    # KAAS_REQUEST_RETUNE_M=M (or LO-HI): the shipped catalog with the workload bundle's
+    # problems of at most M (LO to HI) rows of A left out, so that they are tuned again (a
+    # new family for them).
     # KAAS_REQUEST_RETUNE_LOST_FROM=M: those of at least M rows whose tune ended
     # baseline_faster left out (a changed search for them).
     if [[ -n "${KAAS_REQUEST_RETUNE_M:-}${KAAS_REQUEST_RETUNE_LOST_FROM:-}" ]]; then
         local cat=/tmp/kaas-request-catalog; rm -rf "$cat"; cp -r "$(repo_root)/kernels" "$cat"
         python3 - "$cat/h100-workloads/index.json.gz" "${KAAS_REQUEST_RETUNE_M:-0}" "${KAAS_REQUEST_RETUNE_LOST_FROM:-0}" <<'PY'
 import gzip, json, sys
-path, m, lost_from = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+path, rows, lost_from = sys.argv[1], sys.argv[2], int(sys.argv[3])
+lo, hi = (int(x) for x in rows.split("-")) if "-" in rows else (1 if int(rows) else 0, int(rows))
 idx = json.load(gzip.open(path))
 key = lambda p: json.dumps(p, sort_keys=True)
 lost = {key(t["problem"]) for t in idx.get("tunes", []) if lost_from and t["state"] == "baseline_faster" and t["problem"]["m"] >= lost_from}
-keep = lambda p: p["m"] > m and key(p) not in lost
+keep = lambda p: not lo <= p["m"] <= hi and key(p) not in lost
 for part in ("problems", "entries", "baselines", "tunes"):
     idx[part] = [x for x in idx.get(part, []) if keep(x if part == "problems" else x["problem"])]
 used = {e["artifact"] for e in idx["entries"]}
 idx["artifacts"] = [a for a in idx["artifacts"] if a["sha256"] in used]
 json.dump(idx, gzip.open(path, "wt"))
-print(f"catalog: workload problems with M <= {m}, and {len(lost)} baseline_faster ones of M >= {lost_from}, left out; {len(idx['problems'])} kept")
+print(f"catalog: workload problems with {lo} <= M <= {hi}, and {len(lost)} baseline_faster ones of M >= {lost_from}, left out; {len(idx['problems'])} kept")
 PY
         export KAAS_REQUEST_CATALOG="$cat"
     fi

@@ -152,10 +152,10 @@ impl TemplateFamily for SimpleConfig {
 
 impl TemplateFamily for GemvConfig {
     fn family_name(&self) -> &'static str {
-        "decode (gemv) fp32-FMA template"
+        if self.tc { "decode (gemv) tensor-core template" } else { "decode (gemv) fp32-FMA template" }
     }
     fn template(&self) -> &'static str {
-        gemv::TEMPLATE
+        GemvConfig::template(self).0
     }
     fn entry(&self, acc: Acc, layout: Layout) -> String {
         GemvConfig::entry(self, acc, layout)

@@ -1,8 +1,11 @@
-//! The decode family (`kernels/templates/gemv_hgemm.cu`): a block of `KWARPS` warps computes
-//! `MT` rows of A against `ROWS` rows of a tn weight with fp32 FMAs, every warp issuing
-//! `UNROLL` 16-byte loads per row before it multiplies. No tensor cores and no pipeline:
-//! at M ≤ 16 a linear layer streams its weight once and the time is the HBM ramp, which
-//! the tiled families spend on set-up. tn and fp32 accumulators only; sm_80 and later.
+//! The decode family: a block of `KWARPS` warps computes `MT` rows of A against `ROWS` rows
+//! of a tn weight, every warp issuing `UNROLL` 16-byte loads per row before it multiplies.
+//! No pipeline: at M ≤ 16 a linear layer streams its weight once and the time is the HBM
+//! ramp, which the tiled families spend on set-up. Two kernels: plain fp32 FMAs
+//! (`kernels/templates/gemv_hgemm.cu`), and the `tc` codes on tensor cores
+//! (`gemv_mma_hgemm.cu`: mma.sync m16n8k16, the weight's rows as the mma's 16-row side), which
+//! read each token row once per 16 weight rows instead of once per row, so that at 8–16
+//! tokens L1 stops bounding the kernel. tn and fp32 accumulators only; sm_80 and later.
 
 use serde::{Deserialize, Serialize};
 
@@ -12,6 +15,8 @@ use crate::problem::{Acc, Arch, Layout, Problem};
 
 pub const TEMPLATE: &str = include_str!("../../kernels/templates/gemv_hgemm.cu");
 pub const TEMPLATE_NAME: &str = "gemv_hgemm.cu";
+pub const TC_TEMPLATE: &str = include_str!("../../kernels/templates/gemv_mma_hgemm.cu");
+pub const TC_TEMPLATE_NAME: &str = "gemv_mma_hgemm.cu";
 /// The entry names' prefix.
 pub const ENTRY_PREFIX: &str = "kaas_gemv_";
 /// Problems up to this many rows of A get the family's candidates: past 16 the weight's
@@ -28,20 +33,30 @@ pub struct GemvConfig {
     pub rows: u32,
     /// Warps per block, splitting K.
     pub kwarps: u32,
-    /// 16-byte loads per row and lane in flight before the first multiply.
+    /// 16-byte loads per row and lane in flight before the first multiply (`tc`: 32-element
+    /// spans of K per warp).
     pub unroll: u32,
+    /// On tensor cores (`gemv_mma_hgemm.cu`): MT 8 or 16, ROWS 16 or 32. Absent from the
+    /// serialized form when false, so the FMA codes read and write as before.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub tc: bool,
 }
 
 /// Rows of B per block, warps per block and loads in flight that the search tries.
 const ROWS: [u32; 3] = [1, 2, 4];
 const KWARPS: [u32; 3] = [2, 4, 8];
 const UNROLLS: [u32; 3] = [2, 4, 8];
+/// The `tc` codes' rows of B per block (one or two m16 tiles).
+const TC_ROWS: [u32; 2] = [16, 32];
 
 impl GemvConfig {
     /// The template's static assertions, in words, and the register budget the space keeps
     /// (accumulators plus the loads in flight, 4 registers each, at most 80 per lane).
     pub fn validate(&self) -> Result<(), String> {
-        let GemvConfig { mt, rows, kwarps, unroll } = *self;
+        let GemvConfig { mt, rows, kwarps, unroll, tc } = *self;
+        if tc {
+            return self.validate_tc();
+        }
         if !matches!(mt, 1 | 2 | 4 | 8 | 16) {
             return Err(format!("MT {mt} is not 1, 2, 4, 8 or 16"));
         }
@@ -66,15 +81,44 @@ impl GemvConfig {
         Ok(())
     }
 
+    /// `gemv_mma_hgemm.cu`'s static assertions: one or two tiles of each side, and at most
+    /// 24 loads (96 registers) in flight per lane.
+    fn validate_tc(&self) -> Result<(), String> {
+        let GemvConfig { mt, rows, kwarps, unroll, .. } = *self;
+        if !matches!(mt, 8 | 16) {
+            return Err(format!("tc: MT {mt} is not 8 or 16"));
+        }
+        if !matches!(rows, 16 | 32) {
+            return Err(format!("tc: ROWS {rows} is not 16 or 32"));
+        }
+        if !(1..=16).contains(&kwarps) {
+            return Err(format!("KWARPS {kwarps} is not 1..16"));
+        }
+        if !(1..=8).contains(&unroll) {
+            return Err(format!("UNROLL {unroll} is not 1..8"));
+        }
+        let loads = unroll * (2 * rows / 16 + mt / 8);
+        if loads > 24 {
+            return Err(format!("tc: {loads} loads in flight per lane: at most 24"));
+        }
+        Ok(())
+    }
+
     pub fn entry(&self, acc: Acc, layout: Layout) -> String {
-        format!("{ENTRY_PREFIX}{}_{}_m{}_r{}_w{}_u{}", acc.as_str(), layout.as_str(), self.mt, self.rows, self.kwarps, self.unroll)
+        let tc = if self.tc { "_tc" } else { "" };
+        format!("{ENTRY_PREFIX}{}_{}_m{}_r{}_w{}_u{}{tc}", acc.as_str(), layout.as_str(), self.mt, self.rows, self.kwarps, self.unroll)
     }
 
     /// The configuration, accumulator and layout an entry name encodes.
     pub fn from_entry(entry: &str) -> Option<(GemvConfig, Acc, Layout)> {
-        let [acc, layout, mt, rows, kwarps, unroll] = entry.strip_prefix(ENTRY_PREFIX)?.split('_').collect::<Vec<_>>()[..] else { return None };
+        let parts: Vec<&str> = entry.strip_prefix(ENTRY_PREFIX)?.split('_').collect();
+        let (tc, parts) = match parts[..] {
+            [ref head @ .., "tc"] => (true, head),
+            ref all => (false, all),
+        };
+        let [acc, layout, mt, rows, kwarps, unroll] = parts[..] else { return None };
         let num = |s: &str, tag: char| s.strip_prefix(tag)?.parse::<u32>().ok();
-        let cfg = GemvConfig { mt: num(mt, 'm')?, rows: num(rows, 'r')?, kwarps: num(kwarps, 'w')?, unroll: num(unroll, 'u')? };
+        let cfg = GemvConfig { mt: num(mt, 'm')?, rows: num(rows, 'r')?, kwarps: num(kwarps, 'w')?, unroll: num(unroll, 'u')?, tc };
         let (acc, layout): (Acc, Layout) = (acc.parse().ok()?, layout.parse().ok()?);
         cfg.validate().ok()?;
         (cfg.entry(acc, layout) == entry).then_some((cfg, acc, layout))
@@ -108,9 +152,15 @@ impl GemvConfig {
         }
     }
 
-    /// Short label, e.g. `gemv m1 r2 w4 u4`.
+    /// Short label, e.g. `gemv m1 r2 w4 u4`, `gemv-tc m8 r16 w4 u4`.
     pub fn label(&self) -> String {
-        format!("gemv m{} r{} w{} u{}", self.mt, self.rows, self.kwarps, self.unroll)
+        let tc = if self.tc { "-tc" } else { "" };
+        format!("gemv{tc} m{} r{} w{} u{}", self.mt, self.rows, self.kwarps, self.unroll)
+    }
+
+    /// The template this configuration compiles, and its name.
+    pub fn template(&self) -> (&'static str, &'static str) {
+        if self.tc { (TC_TEMPLATE, TC_TEMPLATE_NAME) } else { (TEMPLATE, TEMPLATE_NAME) }
     }
 }
 
@@ -126,7 +176,19 @@ pub fn codes() -> Vec<GemvConfig> {
         for rows in ROWS {
             for kwarps in KWARPS {
                 for unroll in UNROLLS {
-                    let c = GemvConfig { mt, rows, kwarps, unroll };
+                    let c = GemvConfig { mt, rows, kwarps, unroll, tc: false };
+                    if c.validate().is_ok() {
+                        out.push(c);
+                    }
+                }
+            }
+        }
+    }
+    for mt in [8, 16] {
+        for rows in TC_ROWS {
+            for kwarps in KWARPS {
+                for unroll in UNROLLS {
+                    let c = GemvConfig { mt, rows, kwarps, unroll, tc: true };
                     if c.validate().is_ok() {
                         out.push(c);
                     }
@@ -139,13 +201,17 @@ pub fn codes() -> Vec<GemvConfig> {
 
 /// The candidates for a problem: the codes whose MT is the smallest that holds every row
 /// of A (so the weight is read once), and whose grid fills the GPU (`rows` only as large
-/// as leaves a block per SM; one row per block always stays).
+/// as leaves a block per SM; the fewest rows per block always stay). The `tc` codes from
+/// 4 rows of A on: below that the FMA kernel's L1 traffic is no bound.
 pub fn space_for(p: &Problem, sm_count: u32) -> Vec<GemvConfig> {
     if !eligible(p) {
         return Vec::new();
     }
-    let mt = p.m.next_power_of_two();
-    codes().into_iter().filter(|c| c.mt == mt && (c.rows == 1 || p.n.div_ceil(c.rows) >= sm_count)).collect()
+    let (mt, tc_mt) = (p.m.next_power_of_two(), p.m.next_power_of_two().max(8));
+    codes()
+        .into_iter()
+        .filter(|c| if c.tc { p.m >= 4 && c.mt == tc_mt && (c.rows == TC_ROWS[0] || p.n.div_ceil(c.rows) >= sm_count) } else { c.mt == mt && (c.rows == 1 || p.n.div_ceil(c.rows) >= sm_count) })
+        .collect()
 }
 
 /// NVRTC's virtual architecture: the template needs nothing past sm_80.
@@ -159,7 +225,8 @@ pub fn compile(cfg: &GemvConfig, arch: Arch, acc: Acc, layout: Layout) -> Result
     if layout != Layout::Tn || acc != Acc::F32 {
         return Err(GpuError::refused("gemv HGEMM", format!("the decode family builds tn with fp32 accumulators only, not {}/{}", acc.as_str(), layout.as_str())));
     }
-    nvrtc::compile(TEMPLATE, TEMPLATE_NAME, target(arch), &cfg.defines(acc, layout))
+    let (source, name) = cfg.template();
+    nvrtc::compile(source, name, target(arch), &cfg.defines(acc, layout))
 }
 
 #[cfg(test)]
@@ -184,7 +251,21 @@ mod tests {
             man.validate().unwrap_or_else(|e| panic!("{}: {e}", c.label()));
         }
         // Register budget: 16 rows of A with 4 rows of B and 4 loads each would spill.
-        assert!(GemvConfig { mt: 16, rows: 4, kwarps: 4, unroll: 4 }.validate().is_err());
+        assert!(GemvConfig { mt: 16, rows: 4, kwarps: 4, unroll: 4, tc: false }.validate().is_err());
+        // tc: two tiles of each side with 8 spans in flight would hold 48 loads.
+        assert!(GemvConfig { mt: 16, rows: 32, kwarps: 4, unroll: 8, tc: true }.validate().is_err());
+        assert!(GemvConfig { mt: 4, rows: 16, kwarps: 4, unroll: 2, tc: true }.validate().is_err(), "tc MT is 8 or 16");
+        assert!(codes.iter().any(|c| c.tc) && codes.iter().any(|c| !c.tc));
+        let tc = GemvConfig { mt: 16, rows: 32, kwarps: 4, unroll: 4, tc: true };
+        assert_eq!(tc.entry(Acc::F32, Layout::Tn), "kaas_gemv_f32_tn_m16_r32_w4_u4_tc");
+        assert_eq!(GemvConfig::from_entry("kaas_gemv_f32_tn_m16_r32_w4_u4_tc"), Some((tc, Acc::F32, Layout::Tn)));
+        assert!(GemvConfig::from_entry("kaas_gemv_f32_tn_m16_r32_w4_u4_tc_tc").is_none());
+        assert!(GemvConfig::from_entry("kaas_gemv_f32_tn_m16_r2_w4_u4_tc").is_none(), "tc ROWS is 16 or 32");
+        // The FMA codes serialize as before the tc codes existed; the tc ones say so.
+        let fma = GemvConfig { mt: 1, rows: 2, kwarps: 4, unroll: 4, tc: false };
+        assert_eq!(serde_json::to_value(fma).unwrap(), serde_json::json!({"mt": 1, "rows": 2, "kwarps": 4, "unroll": 4}));
+        assert_eq!(serde_json::from_value::<GemvConfig>(serde_json::json!({"mt": 1, "rows": 2, "kwarps": 4, "unroll": 4})).unwrap(), fma);
+        assert_eq!(serde_json::from_value::<GemvConfig>(serde_json::to_value(tc).unwrap()).unwrap(), tc);
         assert!(GemvConfig::from_entry("kaas_gemv_f32_tn_m3_r2_w4_u4").is_none(), "MT 3 is no code");
         assert!(GemvConfig::from_entry("kaas_gemv_f32_tn_m1_r2_w4_u4_x").is_none());
     }
@@ -196,11 +277,20 @@ mod tests {
         assert!(space_for(&Problem { acc: Acc::F16, ..p(1, 4096, 4096) }, 132).is_empty(), "fp32 accumulators only");
         let s = space_for(&p(5, 4096, 4096), 132);
         assert!(!s.is_empty() && s.iter().all(|c| c.mt == 8), "{s:?}");
+        assert!(s.iter().any(|c| c.tc) && s.iter().any(|c| !c.tc), "{s:?}");
+        // tc from 4 rows of A, in tiles of 8 tokens; below, only the FMA kernel.
+        assert!(space_for(&p(4, 4096, 4096), 132).iter().filter(|c| c.tc).all(|c| c.mt == 8));
+        assert!(space_for(&p(4, 4096, 4096), 132).iter().any(|c| c.tc));
+        assert!(!space_for(&p(3, 4096, 4096), 132).iter().any(|c| c.tc));
+        assert!(space_for(&p(9, 4096, 4096), 132).iter().filter(|c| c.tc).all(|c| c.mt == 16));
+        // 1024 outputs: 32 rows a block would leave 32 blocks; 16 rows always stay.
+        let kv = space_for(&p(16, 1024, 4096), 132);
+        assert!(kv.iter().any(|c| c.tc && c.rows == 16) && !kv.iter().any(|c| c.tc && c.rows == 32), "{kv:?}");
         // 512 outputs: 4 per block would leave 128 blocks for 132 SMs.
         let narrow = space_for(&p(1, 512, 4096), 132);
         assert!(narrow.iter().any(|c| c.rows == 2) && narrow.iter().all(|c| c.rows <= 2), "{narrow:?}");
         // The grid covers every output, M rows in MT blocks.
-        let c = GemvConfig { mt: 4, rows: 2, kwarps: 4, unroll: 4 };
+        let c = GemvConfig { mt: 4, rows: 2, kwarps: 4, unroll: 4, tc: false };
         let l = &c.manifest(&p(9, 4097, 64)).launches[0];
         assert_eq!((l.grid, l.block), ([2049, 3, 1], [128, 1, 1]));
     }
@@ -234,7 +324,8 @@ mod tests {
             eprintln!("SKIP: no NVRTC");
             return;
         }
-        for c in [codes()[0], *codes().last().unwrap()] {
+        let first_tc = *codes().iter().find(|c| c.tc).unwrap();
+        for c in [codes()[0], first_tc, *codes().last().unwrap()] {
             let ptx = compile(&c, Arch::Sm80, Acc::F32, Layout::Tn).unwrap();
             assert!(ptx.contains(&format!(".entry {}(", c.entry(Acc::F32, Layout::Tn))), "{}", c.label());
         }

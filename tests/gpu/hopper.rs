@@ -939,10 +939,37 @@ fn gemv_family_kernels_pass_the_verifier() {
     drop(gpu);
     let shapes = [(1, 1000, 4104), (0, 4097, 520), (0, 300, 301), (0, 130, 8192), (0, 77, 64)];
     let mut runs = VerifierRuns::new("GEMV");
-    for (i, cfg) in gemv::codes().into_iter().step_by(2).enumerate() {
+    for (i, cfg) in gemv::codes().into_iter().filter(|c| !c.tc).step_by(2).enumerate() {
         let (m, n, k) = shapes[i % shapes.len()];
         // M: the shape's own, else MT itself, MT − 1 or, every seventh code, MT + 1.
         let m = if m > 0 { m } else if i % 7 == 0 { cfg.mt + 1 } else if i % 2 == 0 { cfg.mt } else { (cfg.mt - 1).max(1) };
+        let p = Problem::new(arch, Acc::F32, Layout::Tn, Shape::new(m, n, k).expect("shape"));
+        let ptx = gemv::compile(&cfg, arch, Acc::F32, Layout::Tn).expect("compile");
+        runs.run(&format!("{p} {}", cfg.label()), ptx, cfg.manifest(&p));
+    }
+    runs.assert_all_passed();
+}
+
+/// The decode family's tensor-core codes (`_tc`, `gemv_mma_hgemm.cu`) pass every stage of
+/// the verifier: every code once, on shapes in turn whose N no 16-row tile divides, K with a
+/// partial 32-element span, K that is not a multiple of 8 (the element path), K of one
+/// span, and M at, below and past the code's MT (4 rows in a tile of 8; two rows of blocks).
+#[test]
+fn gemv_tc_kernels_pass_the_verifier() {
+    use kaas::tuner::gemv;
+    let Some(gpu) = gpu_and_nvrtc_or_skip() else { return };
+    let arch = if gpu.facts().compute_capability >= (9, 0) { Arch::Sm90 } else { Arch::Sm80 };
+    drop(gpu);
+    let shapes = [(0, 4097, 520), (0, 300, 301), (0, 1000, 4104), (0, 130, 8192), (0, 77, 32)];
+    let mut runs = VerifierRuns::new("GEMV-TC");
+    for (i, cfg) in gemv::codes().into_iter().filter(|c| c.tc).enumerate() {
+        let (_, n, k) = shapes[i % shapes.len()];
+        let m = match i % 4 {
+            0 => cfg.mt,
+            1 => cfg.mt - 3,
+            2 => cfg.mt + 1,
+            _ => 4,
+        };
         let p = Problem::new(arch, Acc::F32, Layout::Tn, Shape::new(m, n, k).expect("shape"));
         let ptx = gemv::compile(&cfg, arch, Acc::F32, Layout::Tn).expect("compile");
         runs.run(&format!("{p} {}", cfg.label()), ptx, cfg.manifest(&p));
