@@ -12,12 +12,14 @@
 // share issued before the first multiply, past L1.
 //
 // ─── The K order ────────────────────────────────────────────────────────────────────────
-// A sum over K does not depend on the order of its terms, so each lane loads 16 contiguous
-// bytes (8 halves) of a row and the two k16 steps of a 32-element span take them in an
-// order of their own: lane q (= lane % 4) of a quad loads k = 8q … 8q+7 of the span, and
-// its registers' logical k = 2q, 2q+1 | 2q+8, 2q+9 of step 0 hold physical 8q+0,1 | 8q+2,3,
-// those of step 1 hold 8q+4,5 | 8q+6,7. Both operands use the same map (it depends on q
-// only, which the A and B fragments share), so every product pairs the same k.
+// A sum over K does not depend on the order of its terms, so each lane loads 16·VEC
+// contiguous bytes (8·VEC halves) of a row and the k16 steps of a 32·VEC-element span take
+// them in an order of their own: lane q (= lane % 4) of a quad loads k = 8·VEC·q … of the
+// span, and of each 8 halves v it loaded, its registers' logical k = 2q, 2q+1 | 2q+8, 2q+9
+// of one step hold physical 8v+0,1 | 8v+2,3, those of the next step 8v+4,5 | 8v+6,7. Both
+// operands use the same map (it depends on q and v only, which the A and B fragments
+// share), so every product pairs the same k. With VEC = 2 (4) a quad reads 128 (256)
+// contiguous bytes of a row per span instead of 64: the weight streams measurably faster.
 //
 // ─── Problem ────────────────────────────────────────────────────────────────────────────
 // tn only: A is M×K row-major, B is N×K row-major (a PyTorch weight), C is M×N row-major.
@@ -32,7 +34,8 @@
 //   KAAS_KWARPS   warps per block; they split K, warp w taking 32-element spans w,
 //                 w + KWARPS, …, and meet in shared memory
 //   KAAS_UNROLL   spans a warp loads before it multiplies any of them (loads in flight)
-//   KAAS_ENTRY    the entry's name, kaas_gemv_f32_tn_m<MT>_r<ROWS>_w<KWARPS>_u<UNROLL>_tc,
+//   KAAS_VEC      16-byte loads per lane, row and span: 1, 2 or 4 (spans of 32, 64 or 128)
+//   KAAS_ENTRY    the entry's name, kaas_gemv_f32_tn_m<MT>_r<ROWS>_w<KWARPS>_u<UNROLL>[_v<VEC>]_tc,
 //                 as the tuner (src/tuner/gemv.rs) spells it and passes it
 //
 // ─── Launch (kaas.hgemm.v1) ─────────────────────────────────────────────────────────────
@@ -56,6 +59,9 @@ typedef unsigned int u32;
 #ifndef KAAS_UNROLL
 #define KAAS_UNROLL 4
 #endif
+#ifndef KAAS_VEC
+#define KAAS_VEC 1
+#endif
 #ifndef KAAS_ENTRY
 #define KAAS_ENTRY kaas_gemv_f32_tn_m8_r16_w4_u4_tc
 #endif
@@ -64,15 +70,17 @@ typedef unsigned int u32;
 #define ROWS KAAS_ROWS
 #define KWARPS KAAS_KWARPS
 #define UNROLL KAAS_UNROLL
+#define VEC KAAS_VEC
 #define NT (MT / 8)     // n8 tiles of tokens
 #define RT (ROWS / 16)  // m16 tiles of weight rows
-#define SPAN 32         // elements of K a warp covers per load: 4 lanes of a quad × 8
+#define SPAN (32 * VEC) // elements of K a warp covers per span: 4 lanes of a quad × 8·VEC
 
 static_assert(MT == 8 || MT == 16, "MT is 8 or 16");
 static_assert(ROWS == 16 || ROWS == 32, "ROWS is 16 or 32");
 static_assert(KWARPS >= 1 && KWARPS <= 16, "KWARPS is 1..16");
 static_assert(UNROLL >= 1 && UNROLL <= 8, "UNROLL is 1..8");
-static_assert(UNROLL * (2 * RT + NT) <= 24, "UNROLL·(2·ROWS/16 + MT/8) 16-byte loads in flight per lane: at most 24");
+static_assert(VEC == 1 || VEC == 2 || VEC == 4, "VEC is 1, 2 or 4");
+static_assert(UNROLL * VEC * (2 * RT + NT) <= 24, "UNROLL·VEC·(2·ROWS/16 + MT/8) 16-byte loads in flight per lane: at most 24");
 
 static __device__ __forceinline__ u16 f2h(float f) {
     u16 h;
@@ -153,32 +161,36 @@ KAAS_ENTRY(const u16* __restrict__ A, const u16* __restrict__ B, u16* __restrict
     const bool vector = (K & 7) == 0 && (((size_t)A | (size_t)B) & 15) == 0;
     const int spans = (K + SPAN - 1) / SPAN;
     for (int s0 = warp; s0 < spans; s0 += KWARPS * UNROLL) {
-        uint4 b[UNROLL][RT][2];
-        uint4 a[UNROLL][NT];
+        uint4 b[UNROLL][VEC][RT][2];
+        uint4 a[UNROLL][VEC][NT];
 #pragma unroll
-        for (int u = 0; u < UNROLL; ++u) {
-            const int k = (s0 + u * KWARPS) * SPAN + 8 * q;
-            const bool in = k < K;
+        for (int u = 0; u < UNROLL; ++u)
 #pragma unroll
-            for (int r = 0; r < RT; ++r)
+            for (int v = 0; v < VEC; ++v) {
+                const int k = (s0 + u * KWARPS) * SPAN + 8 * (VEC * q + v);
+                const bool in = k < K;
 #pragma unroll
-                for (int h = 0; h < 2; ++h)
-                    b[u][r][h] = !in ? make_uint4(0, 0, 0, 0) : vector ? load_stream(brow[r][h] + k) : load_elements(brow[r][h], k, K);
+                for (int r = 0; r < RT; ++r)
 #pragma unroll
-            for (int t = 0; t < NT; ++t)
-                a[u][t] = !in ? make_uint4(0, 0, 0, 0) : vector ? load_shared_rows(arow[t] + k) : load_elements(arow[t], k, K);
-        }
+                    for (int h = 0; h < 2; ++h)
+                        b[u][v][r][h] = !in ? make_uint4(0, 0, 0, 0) : vector ? load_stream(brow[r][h] + k) : load_elements(brow[r][h], k, K);
+#pragma unroll
+                for (int t = 0; t < NT; ++t)
+                    a[u][v][t] = !in ? make_uint4(0, 0, 0, 0) : vector ? load_shared_rows(arow[t] + k) : load_elements(arow[t], k, K);
+            }
 #pragma unroll
         for (int u = 0; u < UNROLL; ++u) {
             if (s0 + u * KWARPS >= spans) break;
 #pragma unroll
-            for (int r = 0; r < RT; ++r)
+            for (int v = 0; v < VEC; ++v)
 #pragma unroll
-                for (int t = 0; t < NT; ++t) {
-                    const uint4 lo = b[u][r][0], hi = b[u][r][1], x = a[u][t];
-                    mma16816(acc[r][t], lo.x, hi.x, lo.y, hi.y, x.x, x.y);
-                    mma16816(acc[r][t], lo.z, hi.z, lo.w, hi.w, x.z, x.w);
-                }
+                for (int r = 0; r < RT; ++r)
+#pragma unroll
+                    for (int t = 0; t < NT; ++t) {
+                        const uint4 lo = b[u][v][r][0], hi = b[u][v][r][1], x = a[u][v][t];
+                        mma16816(acc[r][t], lo.x, hi.x, lo.y, hi.y, x.x, x.y);
+                        mma16816(acc[r][t], lo.z, hi.z, lo.w, hi.w, x.z, x.w);
+                    }
         }
     }
 

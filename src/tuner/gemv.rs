@@ -40,6 +40,18 @@ pub struct GemvConfig {
     /// serialized form when false, so the FMA codes read and write as before.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub tc: bool,
+    /// `tc` only: 16-byte loads per lane, row and span, 1, 2 or 4 (a quad reads 64, 128 or
+    /// 256 contiguous bytes of a row per span). Absent from the serialized form when 1.
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub vec: u32,
+}
+
+fn one() -> u32 {
+    1
+}
+
+fn is_one(v: &u32) -> bool {
+    *v == 1
 }
 
 /// Rows of B per block, warps per block and loads in flight that the search tries.
@@ -53,9 +65,12 @@ impl GemvConfig {
     /// The template's static assertions, in words, and the register budget the space keeps
     /// (accumulators plus the loads in flight, 4 registers each, at most 80 per lane).
     pub fn validate(&self) -> Result<(), String> {
-        let GemvConfig { mt, rows, kwarps, unroll, tc } = *self;
+        let GemvConfig { mt, rows, kwarps, unroll, tc, vec } = *self;
         if tc {
             return self.validate_tc();
+        }
+        if vec != 1 {
+            return Err(format!("VEC {vec}: the FMA kernel loads one 16-byte vector per lane and row"));
         }
         if !matches!(mt, 1 | 2 | 4 | 8 | 16) {
             return Err(format!("MT {mt} is not 1, 2, 4, 8 or 16"));
@@ -84,7 +99,10 @@ impl GemvConfig {
     /// `gemv_mma_hgemm.cu`'s static assertions: one or two tiles of each side, and at most
     /// 24 loads (96 registers) in flight per lane.
     fn validate_tc(&self) -> Result<(), String> {
-        let GemvConfig { mt, rows, kwarps, unroll, .. } = *self;
+        let GemvConfig { mt, rows, kwarps, unroll, vec, .. } = *self;
+        if !matches!(vec, 1 | 2 | 4) {
+            return Err(format!("tc: VEC {vec} is not 1, 2 or 4"));
+        }
         if !matches!(mt, 8 | 16) {
             return Err(format!("tc: MT {mt} is not 8 or 16"));
         }
@@ -97,7 +115,7 @@ impl GemvConfig {
         if !(1..=8).contains(&unroll) {
             return Err(format!("UNROLL {unroll} is not 1..8"));
         }
-        let loads = unroll * (2 * rows / 16 + mt / 8);
+        let loads = unroll * vec * (2 * rows / 16 + mt / 8);
         if loads > 24 {
             return Err(format!("tc: {loads} loads in flight per lane: at most 24"));
         }
@@ -105,8 +123,9 @@ impl GemvConfig {
     }
 
     pub fn entry(&self, acc: Acc, layout: Layout) -> String {
+        let vec = if self.vec == 1 { String::new() } else { format!("_v{}", self.vec) };
         let tc = if self.tc { "_tc" } else { "" };
-        format!("{ENTRY_PREFIX}{}_{}_m{}_r{}_w{}_u{}{tc}", acc.as_str(), layout.as_str(), self.mt, self.rows, self.kwarps, self.unroll)
+        format!("{ENTRY_PREFIX}{}_{}_m{}_r{}_w{}_u{}{vec}{tc}", acc.as_str(), layout.as_str(), self.mt, self.rows, self.kwarps, self.unroll)
     }
 
     /// The configuration, accumulator and layout an entry name encodes.
@@ -116,9 +135,13 @@ impl GemvConfig {
             [ref head @ .., "tc"] => (true, head),
             ref all => (false, all),
         };
-        let [acc, layout, mt, rows, kwarps, unroll] = parts[..] else { return None };
         let num = |s: &str, tag: char| s.strip_prefix(tag)?.parse::<u32>().ok();
-        let cfg = GemvConfig { mt: num(mt, 'm')?, rows: num(rows, 'r')?, kwarps: num(kwarps, 'w')?, unroll: num(unroll, 'u')?, tc };
+        let (vec, parts) = match parts {
+            [head @ .., v] if v.starts_with('v') => (num(v, 'v')?, head),
+            all => (1, all),
+        };
+        let [acc, layout, mt, rows, kwarps, unroll] = parts[..] else { return None };
+        let cfg = GemvConfig { mt: num(mt, 'm')?, rows: num(rows, 'r')?, kwarps: num(kwarps, 'w')?, unroll: num(unroll, 'u')?, tc, vec };
         let (acc, layout): (Acc, Layout) = (acc.parse().ok()?, layout.parse().ok()?);
         cfg.validate().ok()?;
         (cfg.entry(acc, layout) == entry).then_some((cfg, acc, layout))
@@ -127,6 +150,7 @@ impl GemvConfig {
     pub fn defines(&self, acc: Acc, layout: Layout) -> Vec<(String, String)> {
         [("KAAS_MT", self.mt), ("KAAS_ROWS", self.rows), ("KAAS_KWARPS", self.kwarps), ("KAAS_UNROLL", self.unroll)]
             .into_iter()
+            .chain(self.tc.then_some(("KAAS_VEC", self.vec)))
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .chain([("KAAS_ENTRY".to_string(), self.entry(acc, layout))])
             .collect()
@@ -155,7 +179,8 @@ impl GemvConfig {
     /// Short label, e.g. `gemv m1 r2 w4 u4`, `gemv-tc m8 r16 w4 u4`.
     pub fn label(&self) -> String {
         let tc = if self.tc { "-tc" } else { "" };
-        format!("gemv{tc} m{} r{} w{} u{}", self.mt, self.rows, self.kwarps, self.unroll)
+        let vec = if self.vec == 1 { String::new() } else { format!(" v{}", self.vec) };
+        format!("gemv{tc} m{} r{} w{} u{}{vec}", self.mt, self.rows, self.kwarps, self.unroll)
     }
 
     /// The template this configuration compiles, and its name.
@@ -176,7 +201,7 @@ pub fn codes() -> Vec<GemvConfig> {
         for rows in ROWS {
             for kwarps in KWARPS {
                 for unroll in UNROLLS {
-                    let c = GemvConfig { mt, rows, kwarps, unroll, tc: false };
+                    let c = GemvConfig { mt, rows, kwarps, unroll, tc: false, vec: 1 };
                     if c.validate().is_ok() {
                         out.push(c);
                     }
@@ -187,8 +212,9 @@ pub fn codes() -> Vec<GemvConfig> {
     for mt in [8, 16] {
         for rows in TC_ROWS {
             for kwarps in KWARPS {
-                for unroll in UNROLLS {
-                    let c = GemvConfig { mt, rows, kwarps, unroll, tc: true };
+                // One span in flight only where it is four vectors wide.
+                for (unroll, vec) in UNROLLS.iter().flat_map(|&u| [(u, 1), (u, 2), (u, 4)]).chain([(1, 4)]) {
+                    let c = GemvConfig { mt, rows, kwarps, unroll, tc: true, vec };
                     if c.validate().is_ok() {
                         out.push(c);
                     }
@@ -251,21 +277,35 @@ mod tests {
             man.validate().unwrap_or_else(|e| panic!("{}: {e}", c.label()));
         }
         // Register budget: 16 rows of A with 4 rows of B and 4 loads each would spill.
-        assert!(GemvConfig { mt: 16, rows: 4, kwarps: 4, unroll: 4, tc: false }.validate().is_err());
+        assert!(GemvConfig { mt: 16, rows: 4, kwarps: 4, unroll: 4, tc: false, vec: 1 }.validate().is_err());
         // tc: two tiles of each side with 8 spans in flight would hold 48 loads.
-        assert!(GemvConfig { mt: 16, rows: 32, kwarps: 4, unroll: 8, tc: true }.validate().is_err());
-        assert!(GemvConfig { mt: 4, rows: 16, kwarps: 4, unroll: 2, tc: true }.validate().is_err(), "tc MT is 8 or 16");
+        assert!(GemvConfig { mt: 16, rows: 32, kwarps: 4, unroll: 8, tc: true, vec: 1 }.validate().is_err());
+        assert!(GemvConfig { mt: 4, rows: 16, kwarps: 4, unroll: 2, tc: true, vec: 1 }.validate().is_err(), "tc MT is 8 or 16");
         assert!(codes.iter().any(|c| c.tc) && codes.iter().any(|c| !c.tc));
-        let tc = GemvConfig { mt: 16, rows: 32, kwarps: 4, unroll: 4, tc: true };
+        let tc = GemvConfig { mt: 16, rows: 32, kwarps: 4, unroll: 4, tc: true, vec: 1 };
         assert_eq!(tc.entry(Acc::F32, Layout::Tn), "kaas_gemv_f32_tn_m16_r32_w4_u4_tc");
         assert_eq!(GemvConfig::from_entry("kaas_gemv_f32_tn_m16_r32_w4_u4_tc"), Some((tc, Acc::F32, Layout::Tn)));
         assert!(GemvConfig::from_entry("kaas_gemv_f32_tn_m16_r32_w4_u4_tc_tc").is_none());
         assert!(GemvConfig::from_entry("kaas_gemv_f32_tn_m16_r2_w4_u4_tc").is_none(), "tc ROWS is 16 or 32");
         // The FMA codes serialize as before the tc codes existed; the tc ones say so.
-        let fma = GemvConfig { mt: 1, rows: 2, kwarps: 4, unroll: 4, tc: false };
+        let fma = GemvConfig { mt: 1, rows: 2, kwarps: 4, unroll: 4, tc: false, vec: 1 };
         assert_eq!(serde_json::to_value(fma).unwrap(), serde_json::json!({"mt": 1, "rows": 2, "kwarps": 4, "unroll": 4}));
         assert_eq!(serde_json::from_value::<GemvConfig>(serde_json::json!({"mt": 1, "rows": 2, "kwarps": 4, "unroll": 4})).unwrap(), fma);
         assert_eq!(serde_json::from_value::<GemvConfig>(serde_json::to_value(tc).unwrap()).unwrap(), tc);
+        // Two vectors a lane: the entry says `_v2`, the serialized form `vec`; FMA codes have none.
+        let v2 = GemvConfig { mt: 8, rows: 16, kwarps: 8, unroll: 4, tc: true, vec: 2 };
+        assert!(codes.contains(&v2));
+        assert_eq!(v2.entry(Acc::F32, Layout::Tn), "kaas_gemv_f32_tn_m8_r16_w8_u4_v2_tc");
+        assert_eq!(GemvConfig::from_entry("kaas_gemv_f32_tn_m8_r16_w8_u4_v2_tc"), Some((v2, Acc::F32, Layout::Tn)));
+        assert_eq!(serde_json::to_value(v2).unwrap()["vec"], 2);
+        assert!(serde_json::to_value(tc).unwrap().get("vec").is_none());
+        assert!(GemvConfig { vec: 2, ..fma }.validate().is_err(), "the FMA kernel has no VEC");
+        assert!(GemvConfig::from_entry("kaas_gemv_f32_tn_m1_r2_w4_u4_v2").is_none());
+        assert!(GemvConfig { unroll: 8, ..v2 }.validate().is_err(), "48 loads in flight");
+        assert!(codes.contains(&GemvConfig { unroll: 1, vec: 4, ..v2 }) && !codes.contains(&GemvConfig { unroll: 1, vec: 2, ..v2 }), "one span in flight only four vectors wide");
+        assert!(GemvConfig { vec: 3, ..v2 }.validate().is_err());
+        assert!(v2.defines(Acc::F32, Layout::Tn).contains(&("KAAS_VEC".to_string(), "2".to_string())));
+        assert!(!fma.defines(Acc::F32, Layout::Tn).iter().any(|(k, _)| k == "KAAS_VEC"));
         assert!(GemvConfig::from_entry("kaas_gemv_f32_tn_m3_r2_w4_u4").is_none(), "MT 3 is no code");
         assert!(GemvConfig::from_entry("kaas_gemv_f32_tn_m1_r2_w4_u4_x").is_none());
     }
@@ -290,7 +330,7 @@ mod tests {
         let narrow = space_for(&p(1, 512, 4096), 132);
         assert!(narrow.iter().any(|c| c.rows == 2) && narrow.iter().all(|c| c.rows <= 2), "{narrow:?}");
         // The grid covers every output, M rows in MT blocks.
-        let c = GemvConfig { mt: 4, rows: 2, kwarps: 4, unroll: 4, tc: false };
+        let c = GemvConfig { mt: 4, rows: 2, kwarps: 4, unroll: 4, tc: false, vec: 1 };
         let l = &c.manifest(&p(9, 4097, 64)).launches[0];
         assert_eq!((l.grid, l.block), ([2049, 3, 1], [128, 1, 1]));
     }
