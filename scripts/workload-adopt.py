@@ -1,13 +1,17 @@
 """Adopt tuning requests (`device-run.sh request`) into the shipped workload bundle.
 
-    python3 scripts/workload-adopt.py OUT_DIR GRID_BUNDLE WORKLOAD_BUNDLE REQUEST_BUNDLE [REQUEST_BUNDLE ...]
+    python3 scripts/workload-adopt.py [--best] OUT_DIR GRID_BUNDLE WORKLOAD_BUNDLE REQUEST_BUNDLE [REQUEST_BUNDLE ...]
 
 GRID_BUNDLE is the grid catalog (kernels/h100), WORKLOAD_BUNDLE the shipped workload
 bundle (kernels/h100-workloads), each REQUEST_BUNDLE a request's `bundle` folder (its
 report's directory in request.tgz). A problem the grid holds an entry for stays the
 grid's. A problem a request measured takes that request's entries and baselines (a later
 REQUEST_BUNDLE wins over an earlier one); every other problem keeps the workload bundle's.
-A problem's tune is the latest source's that has one; a request bundle whose folder sits
+With --best a later source takes a problem only where
+its served kernel is at least as fast against cuBLASLt-autotune-max (graph) as the one it
+would replace (a problem without a kernel counts as 1.0), as the catalog keeps a
+re-measured entry only where it improves; its tune then comes from the same source.
+Otherwise a problem's tune is the latest source's that has one; a request bundle whose folder sits
 beside the report's `tunes.json` (the tunes as `GET /v1/tunes/…` showed them) takes its
 finished tunes from there when its index carries none. Writes OUT_DIR/index.json and
 OUT_DIR/ptx; canonicalize it with `kaas import` into a fresh database and `kaas export`
@@ -41,7 +45,12 @@ def tunes_of(d, idx):
     return [{f: v[f] for f in fields} for v in json.load(open(views)).values() if v and v["state"] in FINISHED]
 
 
-def main(out, grid_dir, workload_dir, request_dirs):
+def served_speedup(entries):
+    """The best of a problem's served kernels over cuBLASLt-autotune-max (graph), 1.0 for none."""
+    return max([e["run"]["speedups"]["graph"]["cublaslt_autotune_max"] for e in entries], default=1.0)
+
+
+def main(out, grid_dir, workload_dir, request_dirs, best=False):
     # A grid problem with an entry is the grid's; one without (answered by the baseline
     # table until a tune measured it) takes the tune's baselines and trace here.
     on_grid = {key(e["problem"]) for e in load(grid_dir)["entries"]}
@@ -55,10 +64,12 @@ def main(out, grid_dir, workload_dir, request_dirs):
             mine.setdefault(key(e["problem"]), ([], []))[0].append(e)
         for b in idx["baselines"]:
             mine.setdefault(key(b["problem"]), ([], []))[1].append(b)
-        figures.update({k: (d, idx, es, bs) for k, (es, bs) in mine.items() if k not in on_grid})
+        taken = {k for k, (es, _) in mine.items() if k not in on_grid and not (best and k in figures and served_speedup(es) < served_speedup(figures[k][2]))}
+        figures.update({k: (d, idx, *mine[k]) for k in taken})
         for t in tunes_of(d, idx):
-            if key(t["problem"]) not in on_grid:
-                tune[key(t["problem"])] = t
+            k = key(t["problem"])
+            if k not in on_grid and (not best or k in taken or k not in figures):
+                tune[k] = t
     entries, baselines, tunes, problems, artifacts = [], [], [], {}, {}
     os.makedirs(os.path.join(out, "ptx"), exist_ok=True)
     for k in sorted(set(figures) | set(tune)):
@@ -87,6 +98,9 @@ def main(out, grid_dir, workload_dir, request_dirs):
 
 
 if __name__ == "__main__":
-    if len(sys.argv) < 5:
+    args = sys.argv[1:]
+    best = "--best" in args
+    args = [a for a in args if a != "--best"]
+    if len(args) < 4:
         sys.exit(__doc__)
-    main(sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:])
+    main(args[0], args[1], args[2], args[3:], best)
