@@ -62,7 +62,9 @@ def main(url, request_id, serve_log, export_dir, out):
         rows.append({
             "problem": item["problem"], "label": item.get("label") or "", "state": item["state"],
             "speedup": item.get("speedup"), "held_s": held.get(tune and tune.get("job_id")) if tune else None,
-            "to_end_s": (ts(end) - created).total_seconds() if end else None,
+            # Only tunes this request waited for: one that finished before it (a shipped
+            # catalog's, answered at once) has no time from the request.
+            "to_end_s": (ts(end) - created).total_seconds() if end and ts(end) >= created else None,
             "code": ((tune or {}).get("result") or {}).get("code"),
             "tried": len(((tune or {}).get("trace") or {}).get("tried", [])),
         })
