@@ -296,7 +296,7 @@ fn paired_timing_reads_the_ratio_to_the_reference() {
     let p = problem(Acc::F32, Layout::Tn, (2048, 2048, 2048));
     // One buffer set: the reference's graph here runs on it alone, so the contenders must
     // too (over a rotation that outgrows the L2 they would read cold against a warm one).
-    let sets = vec![Operands::alloc(&gpu, &p, 0).expect("alloc")];
+    let sets = [Operands::alloc(&gpu, &p, 0).expect("alloc")];
     let top = LtGemm::top1(&gpu, &sets[0]).expect("cuBLASLt");
     let refs: Vec<LtGemm> = sets.iter().map(|ops| top.with_operands(ops).expect("bind")).collect();
     let reference = gpu::GraphTimer::capture(&gpu, &refs[0], 6).expect("the reference's graph");
