@@ -18,8 +18,8 @@
 // span, and of each 8 halves v it loaded, its registers' logical k = 2q, 2q+1 | 2q+8, 2q+9
 // of one step hold physical 8v+0,1 | 8v+2,3, those of the next step 8v+4,5 | 8v+6,7. Both
 // operands use the same map (it depends on q and v only, which the A and B fragments
-// share), so every product pairs the same k. With VEC = 2 (4) a quad reads 128 (256)
-// contiguous bytes of a row per span instead of 64: the weight streams measurably faster.
+// share), so every product pairs the same k. With VEC = 2 or 4 a quad reads 128 or 256
+// contiguous bytes of a row per span instead of 64 (docs/tuner.md: what that measured).
 //
 // ─── Problem ────────────────────────────────────────────────────────────────────────────
 // tn only: A is M×K row-major, B is N×K row-major (a PyTorch weight), C is M×N row-major.
