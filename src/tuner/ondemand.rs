@@ -420,14 +420,19 @@ impl Rotation {
         Ok(best)
     }
 
+    /// The chosen reference's call on each buffer set of its layout's rotation.
+    fn reference_calls(&self, gpu: &Gpu, stage: &str) -> Result<Vec<LtGemm<'_>>, crate::gpu::GpuError> {
+        let (other, config) = self.chosen.as_ref().ok_or_else(|| crate::gpu::GpuError::refused(stage, "no reference chosen"))?;
+        let ref_sets = if *other { &self.other } else { &self.sets };
+        let tuned = LtGemm::from_config(gpu, &ref_sets[0], config)?;
+        ref_sets.iter().map(|ops| tuned.with_operands(ops)).collect()
+    }
+
     /// The chosen reference's graph over its rotation, `launches` per replay, for
     /// [`super::time_paired`], with the calls it captured (kept alive as long as the graph,
     /// as the benchmark keeps its contenders).
     fn reference_timer(&self, gpu: &Gpu, launches: u32) -> Result<(crate::gpu::GraphTimer, Vec<LtGemm<'_>>), crate::gpu::GpuError> {
-        let (other, config) = self.chosen.as_ref().ok_or_else(|| crate::gpu::GpuError::refused("the reference's graph", "no reference chosen"))?;
-        let ref_sets = if *other { &self.other } else { &self.sets };
-        let tuned = LtGemm::from_config(gpu, &ref_sets[0], config)?;
-        let refs = ref_sets.iter().map(|ops| tuned.with_operands(ops)).collect::<Result<Vec<_>, _>>()?;
+        let refs = self.reference_calls(gpu, "the reference's graph")?;
         let members: Vec<&dyn crate::gpu::Contender> = refs.iter().map(|c| c as &dyn crate::gpu::Contender).collect();
         let timer = crate::gpu::GraphTimer::capture(gpu, &crate::bench::runner::Rotation::new(&members), launches)?;
         drop(members);
@@ -444,10 +449,7 @@ impl Rotation {
                 self.sets.iter().map(|ops| PreparedManifest::new(gpu, loaded, &m, ops)).collect::<Result<Vec<_>, _>>()
             })
             .collect::<Result<_, _>>()?;
-        let (other, config) = self.chosen.as_ref().ok_or_else(|| crate::gpu::GpuError::refused("re-timing", "no reference chosen"))?;
-        let ref_sets = if *other { &self.other } else { &self.sets };
-        let tuned = LtGemm::from_config(gpu, &ref_sets[0], config)?;
-        let refs = ref_sets.iter().map(|ops| tuned.with_operands(ops)).collect::<Result<Vec<_>, _>>()?;
+        let refs = self.reference_calls(gpu, "re-timing")?;
         let mut contenders: Vec<Vec<&dyn crate::gpu::Contender>> = vec![refs.iter().map(|c| c as &dyn crate::gpu::Contender).collect()];
         contenders.extend(prepared.iter().map(|v| v.iter().map(|c| c as &dyn crate::gpu::Contender).collect()));
         let cfg = crate::bench::runner::BenchConfig {
