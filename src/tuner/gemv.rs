@@ -233,10 +233,14 @@ pub fn space_for(p: &Problem, sm_count: u32) -> Vec<GemvConfig> {
     if !eligible(p) {
         return Vec::new();
     }
-    let (mt, tc_mt) = (p.m.next_power_of_two(), p.m.next_power_of_two().max(8));
+    let mt = p.m.next_power_of_two();
     codes()
         .into_iter()
-        .filter(|c| if c.tc { p.m >= 4 && c.mt == tc_mt && (c.rows == TC_ROWS[0] || p.n.div_ceil(c.rows) >= sm_count) } else { c.mt == mt && (c.rows == 1 || p.n.div_ceil(c.rows) >= sm_count) })
+        .filter(|c| {
+            // The tc tiles hold 8 or 16 rows of A; their fewest rows of B per block are 16.
+            let (want_mt, fewest_rows) = if c.tc { (mt.max(8), TC_ROWS[0]) } else { (mt, ROWS[0]) };
+            (!c.tc || p.m >= 4) && c.mt == want_mt && (c.rows == fewest_rows || p.n.div_ceil(c.rows) >= sm_count)
+        })
         .collect()
 }
 
