@@ -716,7 +716,7 @@ request_run() {
         python3 - "$cat/h100-workloads/index.json.gz" "${KAAS_REQUEST_RETUNE_M:-0}" "${KAAS_REQUEST_RETUNE_LOST_FROM:-0}" <<'PY'
 import gzip, json, sys
 path, rows, lost_from = sys.argv[1], sys.argv[2], int(sys.argv[3])
-lo, hi = (int(x) for x in rows.split("-")) if "-" in rows else (1 if int(rows) else 0, int(rows))
+lo, hi = (int(x) for x in rows.split("-")) if "-" in rows else (1, int(rows))
 idx = json.load(gzip.open(path))
 key = lambda p: json.dumps(p, sort_keys=True)
 lost = {key(t["problem"]) for t in idx.get("tunes", []) if lost_from and t["state"] == "baseline_faster" and t["problem"]["m"] >= lost_from}
