@@ -9,8 +9,9 @@ two equal.
     import kaas_client.signing as signing
     signing.verify_pulled("k/", public_key="<base64 from /.well-known/kaas-signing-keys>")
 
-Verifying needs the `cryptography` package (an optional dependency); the canonical form
-needs only the standard library.
+Verifying uses the `cryptography` package where it is installed (an optional dependency)
+and a pure-Python Ed25519 check (RFC 8032) otherwise; everything here needs only the
+standard library.
 """
 
 import base64
@@ -163,19 +164,100 @@ def verify_record(signed: dict, public_key, signature: dict = None) -> dict:
     if signer not in keys:
         raise IntegrityError("the record was signed by key %s, but the public key(s) given are %s" % (signer, ", ".join(sorted(keys))))
     try:
-        from cryptography.exceptions import InvalidSignature
-        from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
-    except ImportError:
-        raise IntegrityError("verifying signatures needs the `cryptography` package (pip install cryptography)")
-    try:
         sig = base64.b64decode(signature.get("signature", ""), validate=True)
     except (ValueError, binascii.Error):
         raise IntegrityError("the signature is not base64")
-    try:
-        Ed25519PublicKey.from_public_bytes(keys[signer]).verify(sig, canonical_json(record))
-    except (InvalidSignature, ValueError):
+    if not ed25519_verify(keys[signer], canonical_json(record), sig):
         raise IntegrityError("the signature does not match the record: the record (or the signature) was changed after signing")
     return record
+
+
+def ed25519_verify(public_key: bytes, message: bytes, signature: bytes) -> bool:
+    """Whether `signature` is `public_key`'s Ed25519 signature of `message`: with the
+    `cryptography` package where it is installed, else in pure Python (RFC 8032), so that
+    a client without it still checks every signature it is given."""
+    try:
+        from cryptography.exceptions import InvalidSignature
+        from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+    except ImportError:
+        return _ed25519_verify_pure(public_key, message, signature)
+    try:
+        Ed25519PublicKey.from_public_bytes(public_key).verify(signature, message)
+        return True
+    except (InvalidSignature, ValueError):
+        return False
+
+
+# RFC 8032 section 6's verification, in extended homogeneous coordinates. Verification
+# handles no secret, so plain big-integer arithmetic (not constant-time) is fine here; a
+# few milliseconds a signature.
+_P = 2 ** 255 - 19
+_Q = 2 ** 252 + 27742317777372353535851937790883648493
+_D = -121665 * pow(121666, _P - 2, _P) % _P
+_SQRT_M1 = pow(2, (_P - 1) // 4, _P)
+
+
+def _recover_x(y: int, sign: int):
+    if y >= _P:
+        return None
+    x2 = (y * y - 1) * pow(_D * y * y + 1, _P - 2, _P)
+    if x2 % _P == 0:
+        return None if sign else 0
+    x = pow(x2, (_P + 3) // 8, _P)
+    if (x * x - x2) % _P != 0:
+        x = x * _SQRT_M1 % _P
+    if (x * x - x2) % _P != 0:
+        return None
+    if (x & 1) != sign:
+        x = _P - x
+    return x
+
+
+def _point_add(a: tuple, b: tuple) -> tuple:
+    pa = (a[1] - a[0]) * (b[1] - b[0]) % _P
+    pb = (a[1] + a[0]) * (b[1] + b[0]) % _P
+    pc = 2 * a[3] * b[3] * _D % _P
+    pd = 2 * a[2] * b[2] % _P
+    e, f, g, h = pb - pa, pd - pc, pd + pc, pb + pa
+    return (e * f % _P, g * h % _P, f * g % _P, e * h % _P)
+
+
+def _point_mul(s: int, pt: tuple) -> tuple:
+    acc = (0, 1, 1, 0)
+    while s > 0:
+        if s & 1:
+            acc = _point_add(acc, pt)
+        pt = _point_add(pt, pt)
+        s >>= 1
+    return acc
+
+
+def _decompress(b: bytes):
+    y = int.from_bytes(b, "little")
+    sign = y >> 255
+    y &= (1 << 255) - 1
+    x = _recover_x(y, sign)
+    return None if x is None else (x, y, 1, x * y % _P)
+
+
+_GY = 4 * pow(5, _P - 2, _P) % _P
+_G = (_recover_x(_GY, 0), _GY, 1, _recover_x(_GY, 0) * _GY % _P)
+
+
+def _ed25519_verify_pure(public_key: bytes, message: bytes, signature: bytes) -> bool:
+    if len(public_key) != 32 or len(signature) != 64:
+        return False
+    a = _decompress(public_key)
+    r = _decompress(signature[:32])
+    if a is None or r is None:
+        return False
+    s = int.from_bytes(signature[32:], "little")
+    if s >= _Q:
+        return False
+    h = int.from_bytes(hashlib.sha512(signature[:32] + public_key + message).digest(), "little") % _Q
+    lhs, rhs = _point_mul(s, _G), _point_add(r, _point_mul(h, a))
+    # Equal as projective points: x1·z2 = x2·z1 and y1·z2 = y2·z1.
+    return (lhs[0] * rhs[2] - rhs[0] * lhs[2]) % _P == 0 and (lhs[1] * rhs[2] - rhs[1] * lhs[2]) % _P == 0
 
 
 def verify_pulled(directory: str, public_key) -> dict:

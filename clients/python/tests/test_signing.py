@@ -1,6 +1,7 @@
 """Signed run records: the canonical form matches the service's byte for byte (on a
-fixture the Rust code made), and signatures verify; tampering fails. Verification needs
-the optional `cryptography` package; those tests skip, saying so, without it."""
+fixture the Rust code made), and signatures verify; tampering fails -- with the optional
+`cryptography` package and with the pure-Python check used without it (the comparison of
+the two on fresh keys skips, saying so, without `cryptography`)."""
 
 import copy
 import hashlib
@@ -66,8 +67,9 @@ class CanonicalForm(unittest.TestCase):
             signing.public_keys("not a key")
 
 
-@needs_cryptography
 class Verification(unittest.TestCase):
+    """With `cryptography` where it is installed, else the pure-Python check."""
+
     def setUp(self):
         self.fx = load_fixture()
         self.signed = {"record": self.fx["record"], "signature": self.fx["signature"]}
@@ -119,6 +121,36 @@ class Verification(unittest.TestCase):
                 json.dump(manifest, f)
             with self.assertRaisesRegex(IntegrityError, "manifest.json differs"):
                 signing.verify_pulled(d, self.fx["public_key"])
+
+
+class VerificationInPurePython(Verification):
+    """The same tests through the RFC 8032 check a client without `cryptography` uses."""
+
+    def setUp(self):
+        super().setUp()
+        self.saved = signing.ed25519_verify
+        signing.ed25519_verify = signing._ed25519_verify_pure
+
+    def tearDown(self):
+        signing.ed25519_verify = self.saved
+
+
+@needs_cryptography
+class PureAgainstCryptography(unittest.TestCase):
+    def test_the_pure_check_agrees_with_cryptography_on_fresh_keys_and_tampering(self):
+        from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+        from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+        for i in range(4):
+            key = Ed25519PrivateKey.generate()
+            public = key.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
+            message = os.urandom(i * 37)
+            sig = key.sign(message)
+            self.assertTrue(signing._ed25519_verify_pure(public, message, sig))
+            bad = bytearray(sig)
+            bad[i * 13 % 64] ^= 1 << i
+            self.assertFalse(signing._ed25519_verify_pure(public, message, bytes(bad)))
+            self.assertFalse(signing._ed25519_verify_pure(public, message + b"x", sig))
+            self.assertFalse(signing._ed25519_verify_pure(public, message, sig[:63]))
 
 
 if __name__ == "__main__":
