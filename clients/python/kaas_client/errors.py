@@ -42,6 +42,32 @@ class ApiError(KaasError):
         super().__init__(f"{url}: HTTP {status} {self.code}: {self.detail}".rstrip(": "))
 
 
+class ServiceUnavailable(KaasError):
+    """The service did not answer (down, unreachable, or the connection failed or timed
+    out); nothing was asked of it."""
+
+
+class UnknownDeviceError(ApiError):
+    """The service does not know the device class asked for (400 `unknown_device`, or
+    `ambiguous_device`); `known` lists the classes it knows."""
+
+    def __init__(self, status: int, problem: dict, url: str):
+        super().__init__(status, problem, url)
+        known = problem.get("known_device_classes")
+        self.known = [str(k) for k in known] if isinstance(known, list) else []
+        self.device = problem.get("device")
+
+
+class QuotaError(ApiError):
+    """The service refused the request for a quota or a rate limit (429: `quota_exceeded`,
+    `rate_limited`); nothing was queued. `retry_after` is the `Retry-After` header's
+    seconds, or None."""
+
+    def __init__(self, status: int, problem: dict, url: str, retry_after=None):
+        super().__init__(status, problem, url)
+        self.retry_after = retry_after
+
+
 class NoKernelError(ApiError):
     """No catalog kernel to use for the problem (`kernel_not_found`), or a cuBLAS/cuBLASLt
     baseline is faster than every kernel (`baseline_faster`). `use_instead` is the

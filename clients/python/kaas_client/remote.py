@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import http.client
 import json
 import urllib.error
 import urllib.parse
 import urllib.request
 from typing import Optional
 
-from .errors import ApiError, IntegrityError, KaasError, NoKernelError
+from .errors import ApiError, IntegrityError, NoKernelError, QuotaError, ServiceUnavailable, UnknownDeviceError
 from .kernel import Kernel
 from .manifest import Manifest, Problem
 
@@ -24,22 +25,57 @@ def kernel_url(base_url: str, problem: Problem, device: Optional[str] = None, pt
 
 
 def _get(url: str, accept: str, timeout: float) -> bytes:
-    req = urllib.request.Request(url, headers={"Accept": accept, "User-Agent": USER_AGENT})
+    return request(url, accept=accept, timeout=timeout)[1]
+
+
+def request(url: str, *, accept: str = "application/json", timeout: float = 30.0, body: Optional[dict] = None,
+            token: Optional[str] = None) -> tuple:
+    """(status, body bytes) of a GET, or of a POST of `body` as JSON; `token` is sent as a
+    bearer token. An error answer raises ApiError from its problem+json (NoKernelError,
+    UnknownDeviceError, QuotaError where the code says so); no answer at all raises
+    ServiceUnavailable."""
+    headers = {"Accept": accept, "User-Agent": USER_AGENT}
+    data = None
+    if body is not None:
+        data = json.dumps(body).encode()
+        headers["Content-Type"] = "application/json"
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    req = urllib.request.Request(url, data=data, headers=headers, method="POST" if data is not None else "GET")
     try:
         with urllib.request.urlopen(req, timeout=timeout) as res:
-            return res.read()
+            return res.status, res.read()
     except urllib.error.HTTPError as e:
-        body = e.read()
-        try:
-            problem = json.loads(body)
-            if not isinstance(problem, dict):
-                raise ValueError
-        except ValueError:
-            problem = {"detail": body.decode("utf-8", "replace")[:500]}
-        cls = NoKernelError if e.code == 404 and problem.get("code") in ("kernel_not_found", "baseline_faster") else ApiError
-        raise cls(e.code, problem, url) from None
+        raise _api_error(e, url) from None
     except urllib.error.URLError as e:
-        raise KaasError(f"{url}: {e.reason}") from None
+        raise ServiceUnavailable(f"{url}: the kaas service does not answer ({e.reason})") from None
+    except (OSError, http.client.HTTPException) as e:  # a timeout or a dropped connection mid-answer
+        raise ServiceUnavailable(f"{url}: the kaas service does not answer ({e or type(e).__name__})") from None
+
+
+def _api_error(e: urllib.error.HTTPError, url: str) -> ApiError:
+    try:
+        raw = e.read()
+    except (OSError, http.client.HTTPException):
+        raw = b""
+    try:
+        problem = json.loads(raw)
+        if not isinstance(problem, dict):
+            raise ValueError
+    except ValueError:
+        problem = {"detail": raw.decode("utf-8", "replace")[:500]}
+    code = problem.get("code")
+    if e.code == 404 and code in ("kernel_not_found", "baseline_faster"):
+        return NoKernelError(e.code, problem, url)
+    if e.code == 400 and code in ("unknown_device", "ambiguous_device"):
+        return UnknownDeviceError(e.code, problem, url)
+    if e.code == 429:
+        try:
+            retry = float(e.headers.get("Retry-After", "")) if e.headers is not None else None
+        except ValueError:
+            retry = None
+        return QuotaError(e.code, problem, url, retry)
+    return ApiError(e.code, problem, url)
 
 
 def get_json(url: str, timeout: float = 30.0):
