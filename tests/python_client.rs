@@ -1,13 +1,16 @@
 //! The Python client's own unit tests (`clients/python/tests`), run from the Rust suite so
 //! that `cargo test` covers them. They need only the standard library: no GPU, torch or
-//! cuda-python. Skips (and says so) where no `python3` is on PATH.
+//! cuda-python (the torch cases skip, saying so, without torch). The service cases start
+//! `kaas serve` themselves: `KAAS_BIN` hands them the binary this build made, so they test
+//! this build's service rather than whatever `kaas` they might find. Skips (and says so)
+//! where no `python3` is on PATH.
 
 use std::process::Command;
 
 #[test]
 fn the_python_client_unit_tests_pass() {
     let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/clients/python");
-    let out = match Command::new("python3").args(["-m", "unittest", "discover", "-s", "tests"]).current_dir(dir).env("PYTHONDONTWRITEBYTECODE", "1").output() {
+    let out = match Command::new("python3").args(["-m", "unittest", "discover", "-s", "tests"]).current_dir(dir).env("PYTHONDONTWRITEBYTECODE", "1").env("KAAS_BIN", env!("CARGO_BIN_EXE_kaas")).output() {
         Ok(o) => o,
         Err(e) => {
             eprintln!("SKIP: no python3 ({e})");

@@ -5,6 +5,8 @@ everywhere else.
     kt.use(bundle="kernels")          # or kt.use(lock="kaas.lock") -- offline, sha256-checked
     kt.patch(model)                   # every fp16 nn.Linear on CUDA now dispatches through kt.linear
 
+    kt.use(service="http://host:8080", model=model, tokens=[1, 16], tune=True, save_lock="kaas.lock")
+
 `matmul(a, b)` and `linear(x, weight, bias=None)` map the call to a kaas problem by its
 exact shape (see `kaas_client.dispatch`), and launch the kernel only when the loaded
 kernels (a lock, or a bundle read with the service's "beats the baselines" rule, for this
@@ -54,7 +56,7 @@ from .locking import Lock
 from .manifest import Problem
 
 __all__ = [
-    "KaasFallbackWarning", "use", "reset", "prepare", "matmul", "linear", "patch", "unpatch", "status", "set_strict",
+    "KaasFallbackWarning", "KaasServiceWarning", "use", "tune_report", "reset", "prepare", "matmul", "linear", "patch", "unpatch", "status", "set_strict",
 ]
 
 F16 = torch.float16
@@ -96,6 +98,7 @@ class _State:
         # with the kernel table and the prepared kernels (`use`, `reset`).
         self.fast_linear: dict = {}
         self.fast_mm: dict = {}
+        self.tune_report: Any = None  # the last `use(service=..., tune=True)`'s TuneReport
 
     def forget(self) -> None:
         """Drops the prepared kernels and every recorded outcome."""
@@ -111,32 +114,56 @@ _S = _State()
 # Configuration
 
 
-def use(*, lock: Optional[PathLike] = None, bundle: Optional[PathLike] = None, cache: Optional[PathLike] = None,
-        device: Any = None, strict: Optional[bool] = None, device_class: Optional[str] = None) -> int:
+def use(*, lock: Optional[PathLike] = None, bundle: Optional[PathLike] = None, service: Optional[str] = None,
+        model: Any = None, tokens: Any = None, problems: Any = None, tune: bool = False, token: Optional[str] = None,
+        save_lock: Optional[PathLike] = None, timeout: float = 3600.0, progress: Any = True, public_key: Any = None,
+        cache: Optional[PathLike] = None, device: Any = None, strict: Optional[bool] = None,
+        device_class: Optional[str] = None) -> int:
     """Chooses the kernels to dispatch to and returns how many there are.
 
     `lock`: a `kaas.lock.v1` file; the kernels come from the cache alone (`cache`, default
-    `$KAAS_CACHE` or ~/.cache/kaas/ptx), every sha256 checked (a missing or altered
-    artifact raises). `bundle`: a catalog folder such as the repo's `kernels/`, read as
-    the service reads it, keeping what the service would serve for this GPU's device
-    class. With neither, `$KAAS_LOCK` or `$KAAS_BUNDLE` is used. A lock for another
-    device class than this GPU's is not used: a one-time warning and torch everywhere
-    (strict: LockError). `device`: whose device class to match (default: current).
-    `device_class`: treat this GPU as that class instead of its own -- for testing the
-    kernels on a sibling GPU (e.g. an H200 with the H100-SXM catalog); a kernel's speedup
-    was measured on its own class only."""
+    `$KAAS_CACHE` or ~/.cache/kaas/ptx), every sha256 (and signed record) checked (a
+    missing or altered artifact raises). `bundle`: a catalog folder such as the repo's
+    `kernels/`, read as the service reads it, keeping what the service would serve for
+    this GPU's device class. With neither, `$KAAS_LOCK` or `$KAAS_BUNDLE` is used.
+
+    `service`: a kaas service URL. The problems are `problems` and/or those of `model`'s
+    fp16 linears at `tokens` (`kaas_client.shapes`); with `tune=True` the service is first
+    asked to tune the ones it lacks for this device class and the request is followed
+    (`kaas_client.tuning.tune`: `token`, `timeout`, `progress`; the report is kept for
+    `tune_report()`). The service then answers each problem by its own rule; the kernels
+    are cached on disk, each sha256 and signed record checked (`public_key` pins the key),
+    and `save_lock` writes the result as a lock for offline use. What the service cannot
+    give -- it does not answer, refuses the tune for a quota, does not know this device
+    class, or the model has no fp16 linear -- is one warning and torch for what is left
+    (strict: the error).
+
+    A lock for another device class than this GPU's is not used: a one-time warning and
+    torch everywhere (strict: LockError). `device`: whose device class to match (default:
+    current). `device_class`: treat this GPU as that class instead of its own -- for
+    testing the kernels on a sibling GPU (e.g. an H200 with the H100-SXM catalog); a
+    kernel's speedup was measured on its own class only."""
     if strict is not None:
         _S.strict = strict
-    lock = lock if lock is not None else (None if bundle is not None else os.environ.get("KAAS_LOCK"))
-    bundle = bundle if bundle is not None else (None if lock is not None else os.environ.get("KAAS_BUNDLE"))
-    if lock is None and bundle is None:
-        raise KaasError("kaas_client.torch.use: give lock= or bundle= (or set KAAS_LOCK / KAAS_BUNDLE)")
+    if service is None and (model is not None or problems is not None or tune or save_lock is not None):
+        raise KaasError("kaas_client.torch.use: model=, problems=, tune= and save_lock= go with service=")
+    if service is None:
+        lock = lock if lock is not None else (None if bundle is not None else os.environ.get("KAAS_LOCK"))
+        bundle = bundle if bundle is not None else (None if lock is not None else os.environ.get("KAAS_BUNDLE"))
+        if lock is None and bundle is None:
+            raise KaasError("kaas_client.torch.use: give lock=, bundle= or service= (or set KAAS_LOCK / KAAS_BUNDLE)")
+    elif lock is not None or bundle is not None:
+        raise KaasError("kaas_client.torch.use: give one of lock=, bundle= and service=")
     index = _device_index(device)
     if device_class is not None:
         _S.classes[index] = device_class
     here = _device_class(index)
     kernels: dict = {}
-    if lock is not None:
+    if service is not None:
+        loaded = _from_service(service, here, index, model=model, tokens=tokens, problems=problems, tune=tune, token=token,
+                               save_lock=save_lock, timeout=timeout, progress=progress, public_key=public_key, cache=cache)
+        source = str(service)
+    elif lock is not None:
         lk = Lock.read(lock)
         if lk.device_class != here:
             msg = f"{lock} was resolved for {lk.device_class}; this GPU (cuda:{index}) is {here}: torch everywhere"
@@ -145,7 +172,7 @@ def use(*, lock: Optional[PathLike] = None, bundle: Optional[PathLike] = None, c
             _warn_once(dp.DEVICE_CLASS, msg)
             loaded: dict = {}
         else:
-            loaded = lk.load(cache)
+            loaded = lk.load(cache, public_key=public_key)
         source = str(lock)
     else:
         catalog = Catalog.from_tree(bundle)  # type: ignore[arg-type]
@@ -157,7 +184,7 @@ def use(*, lock: Optional[PathLike] = None, bundle: Optional[PathLike] = None, c
             if _S.strict:
                 raise LockError(msg)
             _warn_once(dp.DEVICE_CLASS, msg)
-    cc = torch.cuda.get_device_capability(index)
+    cc = torch.cuda.get_device_capability(index) if loaded else None
     for p, k in loaded.items():
         if p.acc == "f32" and p.runs_on(cc):  # torch's fp16 matmul accumulates in fp32
             kernels.setdefault((p.layout, p.m, p.n, p.k), k)
@@ -166,11 +193,67 @@ def use(*, lock: Optional[PathLike] = None, bundle: Optional[PathLike] = None, c
     return len(kernels)
 
 
+class KaasServiceWarning(UserWarning):
+    """The service could not give what was asked (down, quota, unknown device class, a
+    model without fp16 linears): the model runs torch where it has no kernel."""
+
+
+def _service_fault(msg: str, error: Exception) -> None:
+    """A fault on the way to a service's kernels: raised in strict mode, else warned."""
+    if _S.strict:
+        raise error
+    warnings.warn(f"kaas: {msg}", KaasServiceWarning, stacklevel=4)
+
+
+def _from_service(service: str, here: str, index: int, *, model: Any, tokens: Any, problems: Any, tune: bool,
+                  token: Optional[str], save_lock: Optional[PathLike], timeout: float, progress: Any, public_key: Any,
+                  cache: Optional[PathLike]) -> dict:
+    """{Problem: Kernel} the service serves for `here`, tuned first if asked; {} (after a
+    warning) where it cannot say."""
+    from .errors import QuotaError, ServiceUnavailable, UnknownDeviceError
+    from .locking import resolve
+    from .shapes import NoLinearsError
+    from .tuning import gather, tune as tune_request
+
+    _S.tune_report = None
+    try:
+        todo = gather(problems, model, tokens)
+    except NoLinearsError as e:
+        _service_fault(f"{e}: torch everywhere", e)
+        return {}
+    try:
+        if tune:
+            try:
+                _S.tune_report = tune_request(service, todo, device_class=here, token=token, timeout=timeout, progress=progress)
+            except QuotaError as e:
+                more = f" (retry after {e.retry_after:g} s)" if e.retry_after else ""
+                _service_fault(f"the service refused the tuning request for a quota{more}: {e.detail or e.code}; "
+                               f"using what it serves already", e)
+        lk = resolve(todo, service, here, cache=cache, public_key=public_key)
+    except UnknownDeviceError as e:
+        known = ", ".join(e.known) or "none"
+        _service_fault(f"the service at {service} does not know this GPU's device class {here} (cuda:{index}); "
+                       f"it knows {known}: torch everywhere", e)
+        return {}
+    except ServiceUnavailable as e:
+        _service_fault(f"{e}: torch everywhere", e)
+        return {}
+    if save_lock is not None:
+        lk.write(save_lock)
+    return lk.load(cache)
+
+
+def tune_report() -> Any:
+    """The TuneReport of the last `use(service=..., tune=True)`, or None."""
+    return _S.tune_report
+
+
 def reset() -> None:
     """Forgets every kernel (all calls run torch), device-class overrides and the
     warnings already given."""
     _S.kernels, _S.device_class, _S.source = {}, None, ""
     _S.forget()
+    _S.tune_report = None
     _S.classes.clear()
     _S.warned.clear()
 

@@ -22,6 +22,12 @@ from kaas_client.locking import Lock, download, main, parse_problem, resolve  # 
 from kaas_client.manifest import Problem  # noqa: E402
 from kaas_client.models import MODELS, model  # noqa: E402
 
+try:
+    import cryptography  # noqa: F401
+    HAVE_CRYPTOGRAPHY = True
+except ImportError:
+    HAVE_CRYPTOGRAPHY = False
+
 WINS, LOSES, NONE = problem(m=64), problem(m=128), problem(m=256)
 T_WIN, T_LOSE = ptx("k_win"), ptx("k_lose")
 
@@ -112,42 +118,97 @@ class Locks(unittest.TestCase):
         with self.assertRaisesRegex(LockError, "cannot read"):
             Lock.read(self.tmp / "none.lock")
 
-    def test_resolving_from_a_server_and_downloading_from_one(self):
-        e = entry(T_WIN, WINS, entry_name="k_win")
-        view = {"device_class": "H100-SXM", "name": "k_win", "manifest": e["manifest"],
-                "artifact": {"sha256": e["artifact"], "url": f"/v1/artifacts/{e['artifact']}"},
-                "run": {"speedups": {"graph": WIN}}}
+    def serve(self, routes: dict) -> str:
+        """A local server answering `routes` (path prefix -> (status, body)); its URL."""
 
         class Handler(BaseHTTPRequestHandler):
             def log_message(self, *a):
                 pass
 
             def do_GET(self):
-                if self.path.startswith("/v1/kernels/sm_90/f32/tn/64x128x256"):
-                    body, code, ctype = json.dumps(view).encode(), 200, "application/json"
-                elif self.path == view["artifact"]["url"]:
-                    body, code, ctype = T_WIN.encode(), 200, "text/plain"
+                for prefix, (code, body) in routes.items():
+                    if self.path.startswith(prefix):
+                        break
                 else:
-                    body, code, ctype = json.dumps({"code": "kernel_not_found", "detail": "none"}).encode(), 404, "application/problem+json"
+                    code, body = 404, {"code": "kernel_not_found", "detail": "none"}
+                ctype = "text/plain" if isinstance(body, str) else ("application/json" if code == 200 else "application/problem+json")
+                raw = body.encode() if isinstance(body, str) else json.dumps(body).encode()
                 self.send_response(code)
                 self.send_header("Content-Type", ctype)
-                self.send_header("Content-Length", str(len(body)))
+                self.send_header("Content-Length", str(len(raw)))
                 self.end_headers()
-                self.wfile.write(body)
+                self.wfile.write(raw)
 
         server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         threading.Thread(target=server.serve_forever, daemon=True).start()
-        try:
-            url = f"http://127.0.0.1:{server.server_address[1]}"
-            lk = resolve(self.problems[::2], url, "H100-SXM", cache=self.cache)
-            self.assertEqual([k.speedup for k in lk.kernels], [1.1])
-            self.assertEqual([f["code"] for f in lk.fallback], ["kernel_not_found"])
-            fresh = self.tmp / "fresh"
-            download(lk, url, fresh)
-            self.assertEqual(len(lk.load(fresh)), 1)
-        finally:
-            server.shutdown()
-            server.server_close()
+        self.addCleanup(server.server_close)
+        self.addCleanup(server.shutdown)
+        return f"http://127.0.0.1:{server.server_address[1]}"
+
+    def kernel_answer(self, sign=None):
+        """The server's answer for WINS, with a signed record when `sign` (bytes ->
+        signature) is given; and the public key document."""
+        e = entry(T_WIN, WINS, entry_name="k_win")
+        view = {"device_class": "H100-SXM", "name": "k_win", "manifest": e["manifest"],
+                "artifact": {"sha256": e["artifact"], "url": f"/v1/artifacts/{e['artifact']}"},
+                "run": {"speedups": {"graph": WIN}}}
+        if sign is not None:
+            from kaas_client.signing import canonical_json
+            record = {"format": "kaas.record.v1", "run_id": 1, "submission_id": None, "artifact_sha256": e["artifact"],
+                      "manifest": e["manifest"], "problem": WINS, "device_class": "H100-SXM", "verdict": "pass",
+                      "message": "", "checks": None, "timings": None, "speedups": {"graph": WIN}, "device": None,
+                      "measured_at": "2026-11-22T00:00:00Z"}
+            public, signature = sign(canonical_json(record))
+            from kaas_client.signing import key_id
+            view["record"] = record
+            view["signature"] = {"alg": "ed25519", "key_id": key_id(public), "signature": signature}
+            return view, {"keys": [{"key_id": key_id(public), "alg": "ed25519", "public_key": public, "current": True}]}
+        return view, {"keys": []}
+
+    def test_an_answer_from_a_server_without_a_signed_record_is_refused(self):
+        view, _ = self.kernel_answer()
+        fx = json.loads((Path(__file__).resolve().parent / "data" / "signed_record.json").read_text())
+        keys = {"keys": [{"key_id": fx["key_id"], "alg": "ed25519", "public_key": fx["public_key"], "current": True}]}
+        url = self.serve({"/v1/kernels/sm_90/f32/tn/64x128x256": (200, view), view["artifact"]["url"]: (200, T_WIN),
+                          "/.well-known/kaas-signing-keys": (200, keys)})
+        with self.assertRaisesRegex(IntegrityError, "carries no signed record"):
+            resolve(self.problems[::2], url, "H100-SXM", cache=self.cache)
+
+    @unittest.skipUnless(HAVE_CRYPTOGRAPHY, "SKIP: signing a test answer needs the `cryptography` package")
+    def test_resolving_from_a_server_checks_each_signed_record_and_downloading_from_one(self):
+        import base64
+        from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+        from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+        key = Ed25519PrivateKey.generate()
+        public = base64.b64encode(key.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)).decode()
+        view, keys = self.kernel_answer(lambda msg: (public, base64.b64encode(key.sign(msg)).decode()))
+        routes = {"/v1/kernels/sm_90/f32/tn/64x128x256": (200, view), view["artifact"]["url"]: (200, T_WIN),
+                  "/.well-known/kaas-signing-keys": (200, keys)}
+        url = self.serve(routes)
+        lk = resolve(self.problems[::2], url, "H100-SXM", cache=self.cache)
+        self.assertEqual([k.speedup for k in lk.kernels], [1.1])
+        self.assertEqual([f["code"] for f in lk.fallback], ["kernel_not_found"])
+        self.assertEqual(lk.signing_keys, [public])
+        lk.write(self.tmp / "signed.lock")
+        again = Lock.read(self.tmp / "signed.lock")
+        fresh = self.tmp / "fresh"
+        download(again, url, fresh)
+        self.assertEqual(len(again.load(fresh)), 1)
+        # A pinned key that did not sign it, at resolve or at load: refused.
+        other = base64.b64encode(bytes(range(32))).decode()
+        with self.assertRaisesRegex(IntegrityError, "signed by key"):
+            resolve(self.problems[::2], url, "H100-SXM", cache=self.cache, public_key=other)
+        with self.assertRaisesRegex(IntegrityError, "signed by key"):
+            again.load(fresh, public_key=other)
+        # A lock whose record was edited after signing: refused at load.
+        d = json.loads((self.tmp / "signed.lock").read_text())
+        d["kernels"][0]["record"]["speedups"]["graph"]["cublas_max"] = 9.0
+        with self.assertRaisesRegex(IntegrityError, "does not match the record"):
+            Lock.from_dict(d).load(fresh)
+        # A record that vouches for another artifact than the one served: refused.
+        routes["/v1/kernels/sm_90/f32/tn/64x128x256"] = (200, dict(view, artifact=dict(view["artifact"], sha256=entry(T_LOSE, WINS)["artifact"])))
+        with self.assertRaisesRegex(IntegrityError, "the record names artifact"):
+            resolve(self.problems[::2], url, "H100-SXM", cache=self.tmp / "c2")
 
     def test_the_command_line_resolves_downloads_and_verifies(self):
         out = io.StringIO()

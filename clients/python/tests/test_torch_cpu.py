@@ -63,7 +63,7 @@ class TorchCPU(unittest.TestCase):
 
     def test_use_needs_a_source(self):
         from kaas_client.errors import KaasError
-        with self.assertRaisesRegex(KaasError, "give lock= or bundle="):
+        with self.assertRaisesRegex(KaasError, "give lock=, bundle= or service="):
             self.kt.use()
 
     def test_the_custom_op_passes_opcheck_and_its_gradients_are_torchs(self):
