@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use sea_orm::{ColumnTrait, ConnectionTrait, DatabaseConnection, DbErr, EntityTrait, QueryFilter, QueryOrder};
 
-use crate::db::entities::{artifact, baseline, catalog_entry, device_class, manifest, problem, run, submission, submitter, worker};
+use crate::db::entities::{artifact, baseline, catalog_entry, device_class, manifest, problem, run, submission, submitter, tune, worker};
 use crate::bench::stats::geomean;
 use crate::manifest::Manifest;
 use crate::problem::{Acc, Arch, Layout, Problem};
@@ -342,6 +342,7 @@ pub async fn known_device_classes<C: ConnectionTrait>(db: &C) -> Result<BTreeMap
 pub async fn best_kernel(db: &DatabaseConnection, p: &Problem, device: Option<&str>, fallback: Fallback) -> Result<KernelLookup, CatalogError> {
     let lookup = measured_kernel(db, p, device).await?;
     if let (KernelLookup::None { use_instead }, Some(d), Fallback::StandIn) = (&lookup, device, fallback)
+        && !tuned_to_baseline(db, p, d).await?
         && let Some(offered) = stand_in_kernel(db, p, d, use_instead).await?
     {
         return Ok(offered);
@@ -349,14 +350,49 @@ pub async fn best_kernel(db: &DatabaseConnection, p: &Problem, device: Option<&s
     Ok(lookup)
 }
 
+/// The tune state (`work::tune::state::BASELINE_FASTER`; spelt here because the catalog
+/// sits below `work`) of a tune whose measured answer is a baseline.
+const TUNE_BASELINE_FASTER: &str = "baseline_faster";
+
+/// Whether `device`'s own tune of `p` ended `baseline_faster`: its search ran on that
+/// class and the baselines measured there beat the fastest kernel it found. That is
+/// `device`'s answer for `p` (the kernel answer says so, with the tune), as much as a
+/// catalog entry is, so no other class's kernel stands in for it.
+async fn tuned_to_baseline(db: &DatabaseConnection, p: &Problem, device: &str) -> Result<bool, DbErr> {
+    let Some(prow) = find_problem(db, p).await? else { return Ok(false) };
+    Ok(tune::Entity::find()
+        .filter(tune::Column::ProblemId.eq(prow.id))
+        .filter(tune::Column::DeviceClass.eq(device))
+        .filter(tune::Column::State.eq(TUNE_BASELINE_FASTER))
+        .one(db)
+        .await?
+        .is_some())
+}
+
+/// The latest run on `device` of the kernel (same manifest, so same PTX and problem) that
+/// run `stand_in_run` measured on another class, if `device` ever ran it.
+async fn same_kernel_run_on(db: &DatabaseConnection, stand_in_run: i32, device: &str) -> Result<Option<run::Model>, DbErr> {
+    let Some(there) = run::Entity::find_by_id(stand_in_run).one(db).await? else { return Ok(None) };
+    run::Entity::find()
+        .filter(run::Column::ManifestId.eq(there.manifest_id))
+        .filter(run::Column::ProblemId.eq(there.problem_id))
+        .filter(run::Column::DeviceClass.eq(device))
+        .order_by_desc(run::Column::Id)
+        .one(db)
+        .await
+}
+
 /// A stand-in's kernel for `device`, which has no entry for `p`, labelled as measured on
 /// the stand-in. Offered only where the stand-in's own answer is a kernel (not "a
-/// baseline is faster" there) and its PTX target loads on `device`'s compute capability.
+/// baseline is faster" there), its PTX target loads on `device`'s compute capability, and
+/// `device` never failed it: where `device` ran the same kernel (same manifest), that run
+/// decides and is shown (`requested_device_run`), not the stand-in's timings.
 ///
 /// Invariant: nothing in the answer claims the kernel beats `device`'s baselines. `beats`
 /// is empty (the stand-in's list is under `fallback`), and where `device`'s fastest
 /// baseline (`no_kernel`, measured on `device`) took less time than the kernel did on
-/// the stand-in, the answer is `BaselineFaster` with that baseline.
+/// the stand-in, or the kernel's own run on `device` lost to a baseline timed beside it,
+/// the answer is `BaselineFaster` with that baseline.
 async fn stand_in_kernel(
     db: &DatabaseConnection,
     p: &Problem,
@@ -376,9 +412,18 @@ async fn stand_in_kernel(
         if !crate::gpu::ptx_target_runs_on(&view.artifact.target, cc) {
             continue;
         }
+        // A measurement of this very kernel on `device` outranks every figure from the
+        // stand-in: failing verification there rules it out, and timings there are what
+        // the answer is judged and shown by.
+        let run_here = same_kernel_run_on(db, view.run.id, device).await?.map(|r| run_view(&r));
+        if run_here.as_ref().is_some_and(|r| r.verdict != crate::verify::Verdict::Pass.as_str()) {
+            continue;
+        }
+        let (us_here, _, speedups_here) = run_here.as_ref().map(graph_figures).unwrap_or((None, None, None));
         let kernel_us = graph_figures(&view.run).0;
-        let slower_than_here = match (&here, kernel_us) {
-            (Some(b), Some(us)) => b.median_us < us,
+        let slower_than_here = match (&speedups_here, &here, kernel_us) {
+            (Some(_), _, _) => beats_all(&speedups_here) == Some(false),
+            (None, Some(b), Some(us)) => b.median_us < us,
             _ => false,
         };
         let time_there = kernel_us.map_or_else(|| "was not benchmarked".to_string(), |us| format!("took {us:.2} µs (graph mode) there"));
@@ -386,23 +431,32 @@ async fn stand_in_kernel(
             Some(b) => format!("{device}'s fastest baseline, {} ({} layout), took {:.2} µs on {device}", b.library, b.layout, b.median_us),
             None => format!("no baseline was measured on {device}"),
         };
+        let run_here_words = match (us_here, speedups_here.as_ref().and_then(|s| s.get(AUTOTUNE_MAX)).and_then(|v| v.as_f64())) {
+            (Some(us), Some(x)) => format!(
+                " The same kernel was also verified and timed on {device}: {us:.2} µs (graph mode), {x:.3}× {device}'s cuBLASLt-autotune-max side by side (`fallback.requested_device_run`)."
+            ),
+            (Some(us), None) => format!(" The same kernel was also verified and timed on {device}: {us:.2} µs (graph mode) (`fallback.requested_device_run`)."),
+            _ if run_here.is_some() => format!(" The same kernel passed verification on {device}, unbenchmarked (`fallback.requested_device_run`)."),
+            _ => String::new(),
+        };
         let mut offered = FallbackView {
             requested_device: device.to_string(),
             measured_on: stand_in.to_string(),
             note: String::new(),
             beats_on_measured_device: std::mem::take(&mut view.beats),
             requested_device_baseline: here.clone(),
+            requested_device_run: run_here,
         };
         if slower_than_here && let Some(b) = &here {
             offered.note = format!(
-                "no kernel has been measured on {device} for {p}; the {stand_in} kernel {time_there}, and {about_here}: use the baseline"
+                "no kernel has been measured on {device} for {p} as its catalog entry; the {stand_in} kernel {time_there}, and {about_here}: use the baseline.{run_here_words}"
             );
             return Ok(Some(KernelLookup::BaselineFaster { device_class: device.to_string(), use_instead: b.clone(), fallback: Some(Box::new(offered)) }));
         }
         offered.note = format!(
-            "no kernel has been measured on {device} for {p}: this is the {stand_in} catalog entry, offered because its PTX \
-             (target {}) loads on {device} (compute capability {}.{}). Every timing, speedup and baseline in this answer was \
-             measured on {stand_in}; nothing here says it beats {device}'s baselines. On {stand_in} it {}; {about_here}. \
+            "no kernel has been measured on {device} for {p} as its catalog entry: this is the {stand_in} catalog entry, offered because its PTX \
+             (target {}) loads on {device} (compute capability {}.{}). Every timing, speedup and baseline in this answer outside \
+             `fallback` was measured on {stand_in}; nothing here says it beats {device}'s baselines. On {stand_in} it {}; {about_here}.{run_here_words} \
              Ask with fallback=none for {device}'s own answer.",
             view.artifact.target,
             cc.0,

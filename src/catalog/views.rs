@@ -119,6 +119,11 @@ pub struct FallbackView {
     pub beats_on_measured_device: Vec<String>,
     /// The fastest graph-mode baseline measured on `requested_device`, if any was.
     pub requested_device_baseline: Option<BaselineView>,
+    /// This same kernel's latest run on `requested_device` (it passed there: a kernel that
+    /// failed there is never offered), where one was made without becoming that class's
+    /// catalog entry: its figures there, which decide whether it is offered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requested_device_run: Option<RunView>,
 }
 
 /// One line of `GET /v1/problems`.

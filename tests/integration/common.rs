@@ -10,7 +10,7 @@ use actix_web::http::StatusCode;
 use actix_web::test;
 use chrono::{TimeZone, Utc};
 use kaas::api::{ApiSettings, AppState};
-use kaas::catalog::bundle::{self, ArtifactRecord, BaselineRecord, DeviceClassRecord, EntryRecord, Index, RunRecord};
+use kaas::catalog::bundle::{self, ArtifactRecord, BaselineRecord, DeviceClassRecord, EntryRecord, Index, RunRecord, TuneRecord};
 use kaas::db::{self, DbConfig};
 use kaas::manifest::{ABI, Launch, Manifest};
 use kaas::problem::{Acc, Arch, Layout, Problem, Shape};
@@ -266,6 +266,22 @@ pub fn baseline(p: Problem, library: &str, median_us: f64) -> BaselineRecord {
         timing: serde_json::json!({"median_us": median_us}),
         config: serde_json::json!({"compute": "f32", "algo": 7}),
         measured_at: when(19),
+    }
+}
+
+/// A finished tune of `p` on `device` that ended `baseline_faster`, as a bundle carries it:
+/// the search found a kernel (its trace and result), and a baseline beat it.
+pub fn baseline_faster_tune(device: &str, p: Problem, day: u32) -> TuneRecord {
+    TuneRecord {
+        device_class: device.into(),
+        problem: p,
+        state: "baseline_faster".into(),
+        budget_ms: 20_000,
+        stage: Some("baseline_faster".into()),
+        message: Some("the tuned kernel did not beat every baseline; use cublaslt_autotune (tn layout)".into()),
+        trace: Some(serde_json::json!({"tried": [{"code": "128x128 s4 c2", "us": 990.0}]})),
+        result: Some(serde_json::json!({"code": "128x128 s4 c2", "speedup": 0.96, "verdict": "pass", "promoted": false})),
+        finished_at: when(day),
     }
 }
 

@@ -189,7 +189,133 @@ async fn a_bare_model_with_two_known_form_factors_is_ambiguous(backend: Backend)
     db.cleanup().await;
 }
 
+/// The kernels/h200 bundle a catalog build ships (scripts/h200-catalog.py): H200 entries
+/// and baselines, and the tunes that ended `baseline_faster` there. Here: H200's
+/// baselines for the fixture's problems (the H100 kernel for `fast` took 900 µs there,
+/// its H200 baselines 950 µs, so today it would stand in), and H200's own tune of `fast`
+/// that found nothing faster than them.
+async fn with_h200_tuned_to_baseline(db: &TestDb, f: &Fixture) {
+    let tune = baseline_faster_tune(H200, f.fast, 21);
+    let index = Index {
+        format: bundle::FORMAT.into(),
+        device_classes: vec![DeviceClassRecord { name: H200.into(), model: "NVIDIA H200".into(), compute_capability: "9.0".into(), sm_count: Some(132) }],
+        problems: vec![f.fast],
+        artifacts: vec![],
+        entries: vec![],
+        baselines: vec![h200_baseline(f.fast, "cublaslt_autotune", 950.0)],
+        tunes: vec![tune],
+    };
+    let dir = tempfile::tempdir().unwrap();
+    bundle::write_bundle(dir.path(), &index, &Default::default()).unwrap();
+    bundle::import(&db.db, dir.path()).await.unwrap();
+}
+
+async fn an_h200_tune_that_ended_baseline_faster_ends_the_stand_in(backend: Backend) {
+    let (db, st, f, _dir) = loaded(backend, ApiSettings::default()).await;
+    with_h200_tuned_to_baseline(&db, &f).await;
+    let app = test::init_service(create_app(st.clone())).await;
+    // H200's own measured answer: the baseline, with the tune that measured it; no H100
+    // kernel in its place although it beat H100's baselines and took less than 950 µs there.
+    let e = get(&app, &format!("/v1/kernels/{}?device=H200", f.fast.path())).await.assert_problem(404, "baseline_faster");
+    assert_eq!(e["device_class"], H200, "{e}");
+    assert!(e.get("fallback").is_none(), "{e}");
+    assert_eq!(e["use_instead"]["median_us"], 950.0);
+    assert_eq!(e["tuning"]["state"], "baseline_faster", "{e}");
+    assert_eq!(get(&app, &format!("/v1/kernels/{}/ptx?device=H200", f.fast.path())).await.status, 404);
+    // H100's answer is its own, unchanged.
+    assert_eq!(get(&app, &format!("/v1/kernels/{}?device=H100-SXM", f.fast.path())).await.status, 200);
+    db.cleanup().await;
+}
+
+/// An H200 worker's run of the fixture's H100 kernel for `fast` (the same PTX and
+/// manifest, as the catalog build submits it), stored as the worker stores it.
+async fn h200_run_of_the_h100_kernel(db: &TestDb, f: &Fixture, who: &str, outcome: kaas::harness::RunOutcome) {
+    use kaas::work::queue::{self, Claimant};
+    let app = test::init_service(create_app(state(db, ApiSettings::default()))).await;
+    let token = kaas::auth::create_token(&db.db, who, kaas::auth::Role::Submitter).await.unwrap().secret;
+    let body = serde_json::json!({"ptx": f.ptx_fast, "manifests": [manifest(f.fast)], "name": "the H100 entry", "device_classes": [H200]});
+    let r = call(&app, test::TestRequest::post().uri("/v1/submissions").insert_header(("Authorization", format!("Bearer {token}"))).set_json(body)).await;
+    assert_eq!(r.status, 202, "{}", String::from_utf8_lossy(&r.body));
+    let facts = crate::submissions::facts(H200);
+    let claimant = Claimant { worker_id: format!("h200-{who}"), facts: facts.clone() };
+    let claimed = queue::claim(&db.db, &claimant, std::time::Duration::from_secs(30), 3).await.unwrap().expect("the H200 job");
+    queue::complete(&db.db, claimed.job.id, &claimant.worker_id, &outcome, &facts).await.unwrap();
+}
+
+/// A passing H200 outcome: `median` µs, `speedup` over each baseline timed beside it.
+fn passed_on_h200(median: f64, speedup: f64) -> kaas::harness::RunOutcome {
+    let mut o = kaas::harness::RunOutcome::early(kaas::verify::Verdict::Pass, "benchmark", "verified and benchmarked");
+    o.device = Some(crate::submissions::facts(H200));
+    o.bench = Some(serde_json::json!({
+        "timings": {"graph": {"median_us": median, "ci95_low_us": median - 1.0, "ci95_high_us": median + 1.0, "tflops": 100.0}},
+        "speedups": {"graph": {"cublaslt_autotune_max": speedup, "cublas_max": speedup}},
+        "baselines": [{"library": "cublaslt_autotune", "layout": "tn", "mode": "graph", "timing": {"median_us": median * speedup}, "config": {"algo": 1}}],
+        "converged": true, "rounds": 20,
+    }));
+    o
+}
+
+/// Deletes H200's catalog entries, as an operator would, leaving their runs.
+async fn remove_h200_entries(db: &TestDb) {
+    use kaas::db::entities::catalog_entry;
+    use sea_orm::{ColumnTrait, EntityTrait, QueryFilter};
+    catalog_entry::Entity::delete_many().filter(catalog_entry::Column::DeviceClass.eq(H200)).exec(&db.db).await.unwrap();
+}
+
+async fn a_stand_in_is_judged_by_what_it_did_on_the_h200(backend: Backend) {
+    let (db, st, f, _dir) = loaded(backend, ApiSettings::default()).await;
+    with_h200_baselines(&db, &f, 950.0).await;
+    let uri = format!("/v1/kernels/{}?device=H200", f.fast.path());
+    let app = test::init_service(create_app(st.clone())).await;
+    assert_eq!(get(&app, &uri).await.json()["fallback"]["measured_on"], DEVICE, "offered before any H200 run");
+
+    // It failed verification on an H200: never offered there again.
+    let mut failed = kaas::harness::RunOutcome::early(kaas::verify::Verdict::ExactMismatch, "binary exact test", "C[3,7] = 12, expected 13");
+    failed.device = Some(crate::submissions::facts(H200));
+    h200_run_of_the_h100_kernel(&db, &f, "first", failed).await;
+    let app = test::init_service(create_app(state(&db, ApiSettings::default()))).await;
+    let e = get(&app, &uri).await.assert_problem(404, "kernel_not_found");
+    assert!(e.get("fallback").is_none(), "{e}");
+    assert_eq!(e["device_class"], H200);
+    assert_eq!(get(&app, &format!("/v1/kernels/{}/ptx?device=H200", f.fast.path())).await.status, 404);
+
+    // It passes there later, slower than a baseline timed beside it: that run is H200's
+    // catalog entry, so H200's own answer (the baseline), no stand-in.
+    h200_run_of_the_h100_kernel(&db, &f, "second", passed_on_h200(1000.0, 0.95)).await;
+    let app = test::init_service(create_app(state(&db, ApiSettings::default()))).await;
+    let e = get(&app, &uri).await.assert_problem(404, "baseline_faster");
+    assert!(e.get("fallback").is_none(), "{e}");
+    assert_eq!(e["device_class"], H200);
+
+    // Without that entry (an operator removed it) the H100 kernel stands in again, judged
+    // by its H200 run: it lost there, so the baseline, and the H200 figures shown.
+    remove_h200_entries(&db).await;
+    let app = test::init_service(create_app(state(&db, ApiSettings::default()))).await;
+    let e = get(&app, &uri).await.assert_problem(404, "baseline_faster");
+    assert_eq!(e["fallback"]["measured_on"], DEVICE, "{e}");
+    assert_eq!(e["fallback"]["requested_device_run"]["device_class"], H200, "{e}");
+    assert_eq!(e["fallback"]["requested_device_run"]["timings"]["graph"]["median_us"], 1000.0, "{e}");
+    let note = e["fallback"]["note"].as_str().unwrap();
+    assert!(note.contains("1000.00 µs") && note.contains("0.950×"), "{note}");
+
+    // A later H200 run of it that beat H200's baselines, its entry removed likewise: offered,
+    // its H200 figures beside the H100 ones, and still no claim in `beats`.
+    h200_run_of_the_h100_kernel(&db, &f, "third", passed_on_h200(800.0, 1.2)).await;
+    remove_h200_entries(&db).await;
+    let app = test::init_service(create_app(state(&db, ApiSettings::default()))).await;
+    let r = get(&app, &uri).await;
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    let k = r.json();
+    assert_eq!(k["measured_on"], DEVICE);
+    assert_eq!(k["beats"], serde_json::json!([]));
+    assert_eq!(k["fallback"]["requested_device_run"]["speedups"]["graph"]["cublaslt_autotune_max"], 1.2, "{k}");
+    assert!(k["fallback"]["note"].as_str().unwrap().contains("800.00 µs"), "{k}");
+    db.cleanup().await;
+}
+
 both_backends!(
+    an_h200_tune_that_ended_baseline_faster_ends_the_stand_in,
+    a_stand_in_is_judged_by_what_it_did_on_the_h200,
     device_spellings_resolve_in_every_route,
     a_bare_model_with_two_known_form_factors_is_ambiguous,
     unknown_device_classes_are_a_client_error_listing_the_known,
