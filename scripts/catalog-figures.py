@@ -7,25 +7,14 @@ mode; entries, wins, the kernels alone, and by FLOP bucket; then the split-K ent
 
     python3 scripts/catalog-figures.py kernels/h100/index.json.gz
 """
-import collections,sys
+import sys
 import catalog_index
-MARGIN=1.01  # the service's SERVE_MARGIN (src/catalog/mod.rs): a win below it is not served
+MARGIN=catalog_index.MARGIN  # the service's SERVE_MARGIN: a win below it is not served
 cur=catalog_index.served_entries(catalog_index.load(sys.argv[1]))
-bucket=catalog_index.bucket
-G=catalog_index.GRID
 for mode, base in [('graph', b) for b in ('cublaslt_autotune_max','cublas_max','cublaslt_heuristic_max')] + [('offline', 'cublaslt_autotune_max')]:
   print(f'{mode} mode, vs {base}')
   for layout in ('tn','nn'):
-    served=[]; kern=[]; wins=0; byb=collections.defaultdict(list)
-    for m in G:
-      for n in G:
-        for k in G:
-          e=cur.get((layout,m,n,k))
-          s=1.0
-          if e:
-              x=e['run']['speedups'][mode][base]; kern.append(x)
-              if x>=MARGIN: wins+=1; s=x
-          served.append(s); byb[bucket(2*m*n*k)].append(s)
+    served, byb, kern, wins = catalog_index.grid_figures(cur, layout, lambda e: e['run']['speedups'][mode][base])
     gm=catalog_index.geomean
     print(f"  {layout}: served geomean over 1000 = {gm(served):.4f}; entries {len(kern)} (kernels alone {gm(kern):.3f}), wins {wins}, best {max(kern):.3f}; by bucket " + ", ".join(f"{b}: {gm(v):.3f}" for b,v in sorted(byb.items())))
 

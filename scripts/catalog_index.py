@@ -1,9 +1,12 @@
 """Shared by the catalog scripts: the 1,000-shape grid's sizes, its FLOP buckets, a geometric
-mean, reading a bundle's index, and a bundle index's served entry per problem (the latest
-measured, as the service serves it)."""
+mean, reading a bundle's index, a bundle index's served entry per problem (the latest
+measured, as the service serves it), and the served figures over the grid."""
 import gzip, json, math, os, sys
 
+# GRID_DIMS in src/bench/baselines.rs: M, N and K each take these sizes, in both layouts.
 GRID = [64, 128, 256, 512, 1024, 2048, 4096, 8192, 12288, 16384]
+# The service's SERVE_MARGIN (src/catalog/mod.rs): a win below it is not served.
+MARGIN = 1.01
 BUCKETS = ["< 2^30", "2^30–2^36", "2^36–2^40", "≥ 2^40"]
 
 
@@ -39,3 +42,25 @@ def served_entries(idx):
         if key not in served or e["run"]["measured_at"] > served[key]["run"]["measured_at"]:
             served[key] = e
     return served
+
+
+def grid_figures(served, layout, speedup):
+    """One layout's figures over the 1,000-shape grid, every shape counted as served: the
+    entry's `speedup(entry)` where it is at least MARGIN, else the baseline's 1.0 (also where
+    there is no entry, or `speedup` gives None for it). Returns (served speedups, the served
+    ones by FLOP bucket, the entries' own speedups, wins)."""
+    out, kernels, wins, by_bucket = [], [], 0, {}
+    for m in GRID:
+        for n in GRID:
+            for k in GRID:
+                e = served.get((layout, m, n, k))
+                x = speedup(e) if e else None
+                s = 1.0
+                if x is not None:
+                    kernels.append(x)
+                    if x >= MARGIN:
+                        wins += 1
+                        s = x
+                out.append(s)
+                by_bucket.setdefault(bucket(2 * m * n * k), []).append(s)
+    return out, by_bucket, kernels, wins

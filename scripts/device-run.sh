@@ -57,6 +57,13 @@
 #                                          filter and its server's catalog), and keep it as
 #                                          $OUT/bundle-NAME.tgz; the last step's bundle.tgz
 #                                          holds everything
+#   bash scripts/device-run.sh h200 SECONDS [JOB_S BENCH_MS TUNE_S]
+#                                          (device, with .dev/run carried) the next batch of
+#                                          the H200 grid catalog: H100 kernels for problems
+#                                          without an H200 answer (then tunes, TUNE_S > 0),
+#                                          sized for the GPUs to finish in SECONDS; the
+#                                          result in $OUT/h200-batch.tgz for
+#                                          `scripts/h200-catalog.py adopt` (h200_catalog below)
 #   [KAAS_VERIFY_NEW_ONLY=1 | KAAS_VERIFY_PROMISING=1] bash .dev/run/device-run.sh verify STATE[.gz] SECONDS BENCH_MS [OPTIONS…]
 #                                          (device) serve with workers, submit the winners
 #                                          of STATE, let the workers verify and benchmark
@@ -147,10 +154,14 @@ PY
 }
 
 # The staged `kaas`: a plain one if there is (one copied in by hand after the stage), else
-# the stage's kaas.gz, unpacked afresh on every call.
+# the stage's kaas.gz, unpacked afresh on every call. Beside this script when it runs
+# staged, else in the checkout's .dev/run (this script run from scripts/, so that its
+# modes are the tree's own, with the stage carried).
 staged_kaas() {
-    if [[ -x "$here/kaas" ]]; then echo "$here/kaas"; return; fi
-    mkdir -p /tmp/kaas-staged && gunzip -c "$here/kaas.gz" > /tmp/kaas-staged/kaas && chmod +x /tmp/kaas-staged/kaas
+    local dir="$here"
+    [[ -e "$dir/kaas" || -e "$dir/kaas.gz" ]] || dir="$(repo_root)/.dev/run"
+    if [[ -x "$dir/kaas" ]]; then echo "$dir/kaas"; return; fi
+    mkdir -p /tmp/kaas-staged && gunzip -c "$dir/kaas.gz" > /tmp/kaas-staged/kaas && chmod +x /tmp/kaas-staged/kaas
     echo /tmp/kaas-staged/kaas
 }
 
@@ -805,6 +816,55 @@ remeasure() {
     tar czf "$OUT/remeasure.tgz" -C "$OUT" full remeasure-runs.json remeasure.txt serve.log && rm -rf "$OUT/full"
 }
 
+# The H200 grid catalog (kernels/h200), one batch a call; the next call continues where
+# the adopted batches left it (scripts/h200-catalog.py, which plans, submits and exports).
+# The batch: the H100 catalog's kernels (PTX and concrete manifests) for the grid problems
+# without an H200 answer, spread over layouts and FLOP buckets, as many as this machine's
+# GPUs (a worker each) finish in $1 seconds at $2 GPU seconds a job; with $4 > 0, tunes of
+# the problems no H100 kernel answers fill what is left of the time, at $4 seconds each
+# (they compile the tuner's templates: NVRTC, `nvrtc` in the same warm machine first).
+# $3: the benchmark budget in ms. The queue is drained for at most $1 + KAAS_H200_SLACK
+# (60) seconds; what it still holds is planned again next time. Back: $OUT/h200-batch.tgz
+# for `python3 scripts/h200-catalog.py adopt`, the plan and the batch's figures
+# (report.txt), and the server's log.
+h200_catalog() {
+    setup_device
+    local seconds="${1:-420}" job="${2:-4.2}" bench="${3:-600}" tune="${4:-0}" repo gpus class
+    repo="$(repo_root)"; gpus="$(nvidia-smi -L | wc -l)"
+    local batch=/tmp/kaas-h200-batch cat=/tmp/kaas-h200-catalog db=/tmp/kaas-h200.db helper="$repo/scripts/h200-catalog.py"
+    rm -rf "$batch" "$cat" "$db"* /tmp/kaas-h200-full; mkdir -p "$cat"
+    [[ "$tune" != 0 ]] && nvrtc12
+    python3 "$helper" plan --catalog "$repo/kernels" --gpus "$gpus" --seconds "$seconds" --job-seconds "$job" --tune-seconds "$tune" --out "$batch" | tee "$OUT/plan.txt"
+    # The server imports only what the batch needs: the template kernels and kernels/h200
+    # (its answers, and the tunes' seeds). The H100 catalog and the baseline tables would
+    # cost the start most of a minute for nothing: every run times its own baselines.
+    cp "$repo/kernels/index.json" "$cat/" && cp -r "$repo/kernels/ptx" "$cat/"
+    [[ -d "$repo/kernels/h200" ]] && ln -s "$repo/kernels/h200" "$cat/h200"
+    # One local client submits hundreds of jobs: no per-token rate limit. Tunes search
+    # for KAAS_H200_TUNE_BUDGET_MS, as kernels/h100-workloads' were.
+    start_server "$db" "$bench" --catalog "$cat" --rate-limit-per-minute 1000000 --rate-limit-burst 1000000 \
+        --tune-budget-ms "${KAAS_H200_TUNE_BUDGET_MS:-20000}"
+    # The workers' class, once they have announced it (their GPU probe follows readiness).
+    for _ in $(seq 1 120); do
+        class="$(curl -fs "$KAAS_URL/v1/health" | python3 -c 'import json,sys; print(" ".join(sorted({w["device_class"] for w in json.load(sys.stdin)["workers"] if w["device_class"]})))')"
+        [[ -n "$class" ]] && break; sleep 0.5
+    done
+    [[ "$class" != *" "* && -n "$class" ]] || { echo "workers' device classes: '$class' (one expected)" >&2; exit 1; }
+    echo "workers' device class: $class ($gpus GPUs)" | tee -a "$OUT/plan.txt"
+    export KAAS_TOKEN="$("$K" token create --name kaas-tuner --role admin 2>/dev/null)"
+    local t0=$SECONDS
+    python3 "$helper" submit "$batch" --url "$KAAS_URL" --device "$class" | tee -a "$OUT/plan.txt"
+    drain $(( ${seconds%.*} + ${KAAS_H200_SLACK:-60} ))
+    local wall=$((SECONDS - t0))
+    curl -fs "$KAAS_URL/v1/health" | python3 -c 'import json,sys; print("queue left:", json.load(sys.stdin)["queue"])' | tee -a "$OUT/plan.txt"
+    kill "$SERVER"; wait "$SERVER" 2>/dev/null || true
+    "$K" export /tmp/kaas-h200-full >/dev/null
+    python3 "$helper" export /tmp/kaas-h200-full "$db" "$OUT/h200-batch" --catalog "$cat" --device "$class" --wall-seconds "$wall" --gpus "$gpus" | tee -a "$OUT/plan.txt"
+    python3 "$helper" status --catalog "$repo/kernels" --batch "$OUT/h200-batch" | tee "$OUT/report.txt"
+    tar czf "$OUT/h200-batch.tgz" -C "$OUT" h200-batch && rm -rf "$OUT/h200-batch" /tmp/kaas-h200-full
+    gzip -f "$OUT/serve.log"
+}
+
 case "$mode" in
     stage) stage ;;
     stage-lite) stage_lite && gzip -f .dev/run/kaas && du -sh .dev/run ;;
@@ -824,6 +884,7 @@ case "$mode" in
     request) request_run "$@" ;;
     recheck) recheck "$@" ;;
     remeasure) remeasure "$@" ;;
+    h200) h200_catalog "$@" ;;
     interfere) interfere "$@" ;;
     *) echo "usage: $0 stage | e2e | tune ARGS… | profile SHAPE LAYOUT ONLY… | pass LAYOUTS SECONDS [TUNE ARGS…] | whole KERNEL SIZE BUDGET_MS… | pairs DIR BUDGET_MS | verify STATE SECONDS BENCH_MS [TUNE SUBMIT OPTIONS…]" >&2; exit 2 ;;
 esac

@@ -50,10 +50,14 @@ def served_speedup(entries):
     return max([e["run"]["speedups"]["graph"]["cublaslt_autotune_max"] for e in entries], default=1.0)
 
 
-def main(out, grid_dir, workload_dir, request_dirs, best=False):
+def main(out, grid_dir, workload_dir, request_dirs, best=False, takes=None):
+    """`grid_dir` None: no problem is left to a grid bundle. `takes(new_entries,
+    current_entries)`: with `best`, whether a later source takes a problem an earlier one
+    measured (default: its served kernel is at least as fast, `served_speedup`)."""
     # A grid problem with an entry is the grid's; one without (answered by the baseline
     # table until a tune measured it) takes the tune's baselines and trace here.
-    on_grid = {key(e["problem"]) for e in load(grid_dir)["entries"]}
+    on_grid = {key(e["problem"]) for e in load(grid_dir)["entries"]} if grid_dir else set()
+    takes = takes or (lambda new, current: served_speedup(new) >= served_speedup(current))
     bundles = [(d, load(d)) for d in [workload_dir, *request_dirs]]
     # Per problem, the latest source of its figures (dir, index, entries, baselines), and
     # the latest source of its tune.
@@ -64,7 +68,7 @@ def main(out, grid_dir, workload_dir, request_dirs, best=False):
             mine.setdefault(key(e["problem"]), ([], []))[0].append(e)
         for b in idx["baselines"]:
             mine.setdefault(key(b["problem"]), ([], []))[1].append(b)
-        taken = {k for k, (es, _) in mine.items() if k not in on_grid and not (best and k in figures and served_speedup(es) < served_speedup(figures[k][2]))}
+        taken = {k for k, (es, _) in mine.items() if k not in on_grid and not (best and k in figures and not takes(es, figures[k][2]))}
         figures.update({k: (d, idx, *mine[k]) for k in taken})
         for t in tunes_of(d, idx):
             k = key(t["problem"])

@@ -7,6 +7,7 @@ mod common;
 mod api;
 mod bundle;
 mod devices;
+mod h200_catalog;
 mod signing;
 mod downloads;
 mod fleet;
