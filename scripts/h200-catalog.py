@@ -18,14 +18,14 @@ made on an H200 -- a kernel that wins, or a measured `baseline_faster`.
         kernels/h200 so that it only improves, then canonicalizes it through
         `kaas import` and `kaas export` (docs/bundles.md)
 
-On the device (`bash .dev/run/device-run.sh h200 SECONDS`, which runs all of this):
+On the device (`bash scripts/device-run.sh h200 SECONDS`, which runs all of this):
 
     python3 scripts/h200-catalog.py submit DIR --url URL --device H200     (token: $KAAS_TOKEN)
     python3 scripts/h200-catalog.py export FULL_EXPORT DB OUT --catalog TREE --device H200
 
 A problem has an H200 answer when kernels/h200 holds an entry for it (a passing run,
 winning or not: the service answers a losing one `baseline_faster`) or a tune of it on the
-H200 that ended `served` or `baseline_faster`. An H100 kernel that failed verification on
+H200 that ended `baseline_faster`, as the service counts answers (no H100 stand-in then). An H100 kernel that failed verification on
 an H200 is kept in kernels/h200/failed.tsv, so later plans do not submit it again; its
 problem is left to a tune.
 """
@@ -57,8 +57,10 @@ CLASS = "H200"
 # The regime the catalog ranks by (RANKED in src/harness/bench.rs), and the one shown beside.
 RANKED, BESIDE = "l2_cold", "l2_warm"
 AUTOTUNE_MAX = "cublaslt_autotune_max"
-# Tune states that are a measured answer (work::tune::state): a failed tune is not one.
-ANSWERING_TUNES = ("served", "baseline_faster")
+# The tune state that is an answer without a catalog entry, as the service counts it
+# (src/catalog/mod.rs, `tuned_to_baseline`): a served tune's kernel is an entry, and a
+# failed tune measured nothing to answer with.
+ANSWERING_TUNES = ("baseline_faster",)
 # Verdicts that do not judge the kernel (Verdict::is_kernel_fault): such a run is retried.
 NOT_THE_KERNELS_FAULT = ("pass", "internal_error")
 FAILED_TSV = "failed.tsv"
@@ -126,7 +128,7 @@ class Catalog:
 def answers(idx):
     """{(layout, m, n, k): how the bundle answers it on the H200}: `kernel` (an entry that
     beats every baseline), `baseline` (an entry that does not: a measured baseline_faster),
-    `tuned` (a tune that ended baseline_faster, or served)."""
+    `tuned` (no entry; a tune that ended baseline_faster)."""
     out = {}
     for e in idx.get("entries", []):
         if e["device_class"] == CLASS and e["run"]["verdict"] == "pass" and on_grid(e["problem"]):
