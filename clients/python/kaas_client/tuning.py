@@ -181,8 +181,9 @@ def workers_for(base: str, device_class: str, timeout: float = 10.0) -> Optional
 
 
 class _Progress:
-    """A tqdm bar where tqdm is installed, else one status line on stderr (rewritten in
-    place on a terminal, printed again only when it changes otherwise)."""
+    """On a terminal, a tqdm bar where tqdm is installed, else one status line rewritten in
+    place; elsewhere (a log) the status line, printed again only when it changes, since a
+    bar redrawn every poll would fill the log."""
 
     def __init__(self, total: int, label: str):
         self.last = ""
@@ -192,7 +193,7 @@ class _Progress:
             from tqdm import tqdm
         except ImportError:
             tqdm = None
-        if tqdm is not None:
+        if tqdm is not None and self.tty:
             self.bar = tqdm(total=total, desc=label, unit="problem", file=sys.stderr, dynamic_ncols=True)
         self.label = label
         self.total = total

@@ -33,6 +33,11 @@ needs_kaas = unittest.skipIf(kaas_binary() is None, "SKIP: no kaas binary (cargo
 needs_torch = unittest.skipIf(torch is None, "SKIP: needs torch (pip install torch)")
 
 
+def _importable(name: str) -> bool:
+    import importlib.util
+    return importlib.util.find_spec(name) is not None
+
+
 def tn(m, n, k) -> Problem:
     return Problem("sm_90", "f32", "tn", m, n, k)
 
@@ -95,22 +100,41 @@ class Tuning(Server):
         self.assertLess(time.monotonic() - t0, 10.0)
         self.assertTrue(report.timed_out and report.no_worker)
 
-    def test_a_settled_request_returns_at_once_and_a_plain_progress_line_without_tqdm(self):
-        err = io.StringIO()
-        saved = sys.modules.get("tqdm")
-        sys.modules["tqdm"] = None  # `from tqdm import tqdm` raises ImportError: the plain line
-        try:
-            with contextlib.redirect_stderr(err):
-                report = tune(self.server.url, [f"tn/1x{QKV}x{HIDDEN}", P_LOSES], device_class="H100-SXM",
-                              token=self.server.token, timeout=30)
-        finally:
-            if saved is None:
-                del sys.modules["tqdm"]
-            else:
-                sys.modules["tqdm"] = saved
+    def test_a_settled_request_returns_at_once_and_a_log_gets_plain_progress_lines(self):
+        err = io.StringIO()  # not a terminal: lines, as a log wants them, tqdm or not
+        with contextlib.redirect_stderr(err):
+            report = tune(self.server.url, [f"tn/1x{QKV}x{HIDDEN}", P_LOSES], device_class="H100-SXM",
+                          token=self.server.token, timeout=30)
         self.assertTrue(report.done and not report.timed_out)
         self.assertLess(report.seconds, 5.0)
-        self.assertIn("kaas tune on H100-SXM: 2/2 settled (1 baseline_faster, 1 served)", err.getvalue())
+        self.assertEqual(err.getvalue(), "kaas tune on H100-SXM: 2/2 settled (1 baseline_faster, 1 served)\n")
+
+    def test_a_terminal_gets_a_tqdm_bar_where_tqdm_is_installed_else_a_line_in_place(self):
+        class Tty(io.StringIO):
+            def isatty(self):
+                return True
+
+        for have_tqdm in (False, True):
+            saved = sys.modules.get("tqdm")
+            if not have_tqdm:
+                sys.modules["tqdm"] = None  # `from tqdm import tqdm` raises ImportError
+            elif saved is None and not _importable("tqdm"):
+                continue
+            err = Tty()
+            try:
+                with contextlib.redirect_stderr(err):
+                    tune(self.server.url, [P_NEW[0]], device_class="H100-SXM", token=self.server.token, timeout=0.5, poll=0.2)
+            finally:
+                if not have_tqdm:
+                    if saved is None:
+                        del sys.modules["tqdm"]
+                    else:
+                        sys.modules["tqdm"] = saved
+            text = err.getvalue()
+            with self.subTest(tqdm=have_tqdm):
+                self.assertIn("queued, no worker for H100-SXM", text)
+                self.assertIn("\r", text)
+                self.assertEqual("problem/s" in text, have_tqdm)
 
     def test_the_service_tuning_class_is_used_when_none_is_named(self):
         report = tune(self.server.url, [P_SERVED], token=self.server.token, timeout=5, progress=False)
