@@ -282,26 +282,36 @@ def main() -> int:
     server = Service(find_kaas(args.kaas, state), state, args.tune_budget_ms, out / "serve.log") if args.serve else None
     url = server.url if server else args.url
     token = server.token if server else (args.token or os.environ.get("KAAS_TOKEN"))
-    log = load_json(state / "request.json", {"calls": []})
+    # The request's outcome so far: what settled in earlier runs is not asked again (a
+    # failed tune would be queued again by a new request, and a run would never end).
+    log = load_json(state / "request.json", {"calls": [], "settled": {}})
     try:
         if not (state / "before.lock").is_file():
             before = resolve(todo, url, dc, cache=cache)
             before.write(state / "before.lock")
             print(f"before the request: {len(before.kernels)} of {len(todo)} problems served", flush=True)
-        t_request = time.time()
-        try:
-            report = tune(url, todo, device_class=dc, token=token, timeout=args.tune_timeout)
-        except KaasError as e:
-            print(f"the tuning request failed: {e}", file=sys.stderr)
-            return 2
-        log["calls"].append({"started": t_request, "seconds": report.seconds, "counts": report.counts(), "done": report.done})
-        (state / "request.json").write_text(json.dumps(log, indent=1))
-        print(f"tuning request: {report.summary()}", flush=True)
-        (out / "request.txt").write_text(report.table())
-        if not report.done:
-            print("the request is still open: run the same command again to go on (the state is in "
-                  f"{state}); the layers are timed once every problem is settled", flush=True)
-            return 3
+        open_ = [p for p in todo if p.path not in log["settled"]]
+        if open_:
+            t_request = time.time()
+            try:
+                report = tune(url, open_, device_class=dc, token=token, timeout=args.tune_timeout)
+            except KaasError as e:
+                print(f"the tuning request failed: {e}", file=sys.stderr)
+                return 2
+            log["settled"].update({o.problem.path: o.state for o in report.outcomes if o.settled})
+            counts: dict = {}
+            for p in todo:
+                state_ = log["settled"].get(p.path, "open")
+                counts[state_] = counts.get(state_, 0) + 1
+            log["calls"].append({"started": t_request, "seconds": report.seconds, "asked": len(open_), "counts": counts})
+            (state / "request.json").write_text(json.dumps(log, indent=1))
+            print(f"tuning request: {report.summary()}", flush=True)
+            with open(out / "request.txt", "a") as f:
+                f.write(report.table())
+            if not report.done:
+                print("the request is still open: run the same command again to go on (the state is in "
+                      f"{state}); the layers are timed once every problem is settled", flush=True)
+                return 3
         t0 = time.monotonic()
         kt.use(service=url, problems=todo, device_class=dc, save_lock=state / "after.lock", cache=cache)
         use_s = time.monotonic() - t0
