@@ -156,6 +156,30 @@ class TransformersConfigs(unittest.TestCase):
         # qkv_proj (3 x 512 wide), o_proj, gate_up_proj (2 x 1536 wide), down_proj
         self.assertEqual(got, sorted([(3 * 512, 512), (512, 512), (2 * 1536, 512), (512, 1536)]))
 
+    def test_kaas_lock_reads_a_config_json_into_problems(self):
+        import contextlib
+        import io
+        import json
+        import tempfile
+        from transformers import LlamaConfig
+        from fixtures import WIN, entry, problem, ptx, write_bundle
+        from kaas_client.locking import Lock, main
+        tmp = Path(tempfile.mkdtemp())
+        LlamaConfig(hidden_size=512, intermediate_size=1536, num_attention_heads=8, num_key_value_heads=2,
+                    num_hidden_layers=2, vocab_size=4096, bos_token_id=1, eos_token_id=2).save_pretrained(tmp / "cfg")
+        text = ptx("k_cfg")
+        bundle = write_bundle(tmp / "kernels", [entry(text, problem(m=4, n=1536, k=512), speedups=WIN, entry_name="k_cfg")], [], [text])
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            status = main(["resolve", "--source", str(bundle), "--device-class", "H100-SXM", "--hf-config",
+                           str(tmp / "cfg" / "config.json"), "--exclude", "lm_head", "--tokens", "4",
+                           "--cache", str(tmp / "cache"), "-o", str(tmp / "kaas.lock")])
+        self.assertEqual(status, 0, out.getvalue())
+        lk = Lock.read(tmp / "kaas.lock")
+        self.assertEqual([k.problem.path for k in lk.kernels], ["sm_90/f32/tn/4x1536x512"])  # gate_proj, up_proj
+        self.assertEqual(len(lk.fallback), 3)  # q/o, k/v, down_proj: no kernel
+        self.assertEqual(json.loads((tmp / "kaas.lock").read_text())["device_class"], "H100-SXM")
+
 
 if __name__ == "__main__":
     unittest.main()
