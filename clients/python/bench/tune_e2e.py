@@ -19,7 +19,7 @@ short by a time limit goes on where it stopped when started again:
      counts, read from the models built on the meta device (kaas_client.linear_problems);
   3. before: what the service serves for them now, resolved and locked (before.lock);
   4. the request: kaas_client.tune for this GPU's device class, followed until every
-     problem is settled or --tune-timeout passes (then: exit 3, run again to go on);
+     problem is settled or the run's time is up (then: exit 3, run again to go on);
   5. after: kt.use(service=...) (every answer's signed record checked, PTX cached, saved as
      after.lock), then kt.patch on each model, timed: with the request's time, the time
      from the request to a patched model;
@@ -250,12 +250,15 @@ def main() -> int:
     ap.add_argument("--prefill", default="512,2048", help="prefill lengths (one sequence)")
     ap.add_argument("--context", type=int, default=1024, help="tokens already cached before a decode step (default 1024)")
     ap.add_argument("--device-class", help="tune and serve for this class instead of this GPU's")
-    ap.add_argument("--tune-timeout", type=float, default=360.0, help="seconds to follow the request in this run (default 360)")
+    ap.add_argument("--run-seconds", type=float, default=570.0, help="end this run within this many seconds (default 570: "
+                    "the device tool stops a command at 600), exiting 3 where the request or the layers are left for the next")
+    ap.add_argument("--bench-seconds", type=float, default=200.0, help="what the layers are given of --run-seconds (default 200)")
     ap.add_argument("--tune-budget-ms", type=int, default=20000, help="with --serve: the search budget per problem")
     ap.add_argument("--state", default=str(REPO / ".dev/tune-e2e"), help="where the steps keep what they made")
     ap.add_argument("--fresh", action="store_true", help="start over: forget the state folder")
     ap.add_argument("--quick", action="store_true", help="fewer replays")
     args = ap.parse_args()
+    started = time.monotonic()
 
     out = Path(os.environ.get("OUT", "out"))
     out.mkdir(parents=True, exist_ok=True)
@@ -294,7 +297,9 @@ def main() -> int:
         if open_:
             t_request = time.time()
             try:
-                report = tune(url, open_, device_class=dc, token=token, timeout=args.tune_timeout)
+                # Followed until the layers' share of the run is all that is left.
+                left = args.run_seconds - args.bench_seconds - (time.monotonic() - started)
+                report = tune(url, open_, device_class=dc, token=token, timeout=max(30.0, left))
             except KaasError as e:
                 print(f"the tuning request failed: {e}", file=sys.stderr)
                 return 2
@@ -312,6 +317,10 @@ def main() -> int:
                 print("the request is still open: run the same command again to go on (the state is in "
                       f"{state}); the layers are timed once every problem is settled", flush=True)
                 return 3
+        if args.run_seconds - (time.monotonic() - started) < args.bench_seconds:
+            print("every problem is settled; too little of this run is left for the layers: run the same command again",
+                  flush=True)
+            return 3
         t0 = time.monotonic()
         kt.use(service=url, problems=todo, device_class=dc, save_lock=state / "after.lock", cache=cache)
         use_s = time.monotonic() - t0
