@@ -317,6 +317,9 @@ def main() -> int:
                 print("the request is still open: run the same command again to go on (the state is in "
                       f"{state}); the layers are timed once every problem is settled", flush=True)
                 return 3
+        if gpu is None:
+            print("every problem is settled; no GPU here to load the kernels on or time the layers", flush=True)
+            return 0
         if args.run_seconds - (time.monotonic() - started) < args.bench_seconds:
             print("every problem is settled; too little of this run is left for the layers: run the same command again",
                   flush=True)
@@ -327,9 +330,6 @@ def main() -> int:
     finally:
         if server is not None:
             server.stop()  # its workers hold a context on every GPU; the layers need none of it
-    if gpu is None:
-        print("no GPU: the layers are not timed")
-        return 0
 
     # The models on the GPU, random weights; kt.patch timed on each (its kernels' JIT).
     warnings.simplefilter("ignore", kt.KaasFallbackWarning)  # linears without a kernel are expected
