@@ -38,14 +38,20 @@ def gm(xs):
 
 def main():
     db = sqlite3.connect(sys.argv[1])
+    # Only the runs this service's workers made (an imported bundle's runs carry no
+    # duration of their own here): those whose details name a worker of this database's
+    # newest runs' class.
+    newest = db.execute("SELECT device_class FROM runs ORDER BY id DESC LIMIT 1").fetchone()
     runs = db.execute(
-        "SELECT r.id, r.manifest_id, r.verdict, r.speedups, r.regimes, p.layout, p.m, p.n, p.k, r.message "
-        "FROM runs r JOIN problems p ON p.id = r.problem_id WHERE r.regime IS NOT NULL ORDER BY r.id").fetchall()
+        "SELECT r.id, r.manifest_id, r.verdict, r.speedups, r.regimes, p.layout, p.m, p.n, p.k, r.message, r.details "
+        "FROM runs r JOIN problems p ON p.id = r.problem_id WHERE r.regime IS NOT NULL AND r.device_class = ? ORDER BY r.id",
+        (newest[0] if newest else "",)).fetchall()
     legacy = {}
     for mid, sp in db.execute("SELECT manifest_id, speedups FROM runs WHERE regime IS NULL AND speedups IS NOT NULL"):
         legacy[mid] = graph(sp)
-    rows, verdicts = [], {}
-    for rid, mid, verdict, sp, regimes, layout, m, n, k, message in runs:
+    rows, verdicts, fresh = [], {}, []
+    for rid, mid, verdict, sp, regimes, layout, m, n, k, message, details in runs:
+        fresh.extend(fresh_rows(details, layout, m, n, k, verdict))
         verdicts[verdict] = verdicts.get(verdict, 0) + 1
         reg = json.loads(regimes) if regimes else {}
         warm = (((reg.get("l2_warm") or {}).get("speedups") or {}).get("graph") or {}).get(BASE)
@@ -67,9 +73,54 @@ def main():
             continue
         print(f"{key[0]:<6} {key[1]:<9} {len(g):>5} {gm([r['before'] for r in g]):>8.4f} {gm([r['cold'] for r in g]):>8.4f} "
               f"{gm([r['warm'] for r in g]):>8.4f} {sum(1 for r in g if (r['cold'] or 0) > 1):>7} {sum(1 for r in g if (r['warm'] or 0) > 1):>7}")
+    fresh_summary(fresh)
     if len(sys.argv) > 2:
         with open(sys.argv[2], "w") as f:
-            json.dump(rows, f, indent=1)
+            json.dump({"runs": rows, "fresh_inputs": fresh}, f, indent=1)
+
+
+def fresh_rows(details, layout, m, n, k, verdict):
+    """The fresh-input stage's figures of one run, one row per regime, with what the stage
+    cost against the whole job."""
+    try:
+        d = json.loads(details) if details else {}
+    except ValueError:
+        return []
+    out = []
+    for regime, f in (d.get("fresh_inputs") or {}).items():
+        fig = f.get("figures") or {}
+        out.append({"layout": layout, "m": m, "n": n, "k": k, "verdict": verdict, "regime": regime,
+                    "ratio": fig.get("ratio"), "same_us": fig.get("same_us"), "fresh_us": fig.get("fresh_us"),
+                    "refresh_us": fig.get("refresh_us"), "stride": f.get("sector_stride"), "passed": f.get("passed"),
+                    "fresh_ms": d.get("fresh_ms"), "duration_ms": d.get("duration_ms")})
+    return out
+
+
+def quantile(xs, q):
+    xs = sorted(x for x in xs if x is not None)
+    return xs[min(len(xs) - 1, int(q * len(xs)))] if xs else float("nan")
+
+
+def fresh_summary(rows):
+    """The fresh-input stage over the runs: the ratio of fresh to timed figures an honest
+    catalog kernel shows, the rewrite's stride, and the stage's share of a job's time."""
+    if not rows:
+        print("\nfresh-input stage: no run carries its figures")
+        return
+    print(f"\nfresh-input stage: {len(rows)} regime checks, {sum(1 for r in rows if r['passed'])} passed")
+    print(f"{'regime':<8} {'checks':>6} {'ratio p10':>9} {'median':>7} {'p90':>6} {'max':>6} {'stride>1':>8}")
+    for regime in sorted({r["regime"] for r in rows}):
+        g = [r for r in rows if r["regime"] == regime]
+        ratios = [r["ratio"] for r in g]
+        print(f"{regime:<8} {len(g):>6} {quantile(ratios, 0.1):>9.3f} {quantile(ratios, 0.5):>7.3f} {quantile(ratios, 0.9):>6.3f} "
+              f"{max((x for x in ratios if x is not None), default=float('nan')):>6.3f} {sum(1 for r in g if (r['stride'] or 1) > 1):>8}")
+    jobs = {(r["layout"], r["m"], r["n"], r["k"]): r for r in rows if r["fresh_ms"] and r["duration_ms"]}
+    shares = [r["fresh_ms"] / (r["duration_ms"] - r["fresh_ms"]) for r in jobs.values() if r["duration_ms"] > r["fresh_ms"]]
+    total_fresh = sum(r["fresh_ms"] for r in jobs.values())
+    total = sum(r["duration_ms"] for r in jobs.values())
+    if shares:
+        print(f"stage time over the job's time without it: median {quantile(shares, 0.5):.3f}, p90 {quantile(shares, 0.9):.3f}; "
+              f"all jobs: {total_fresh / 1e3:.1f} s of {total / 1e3:.1f} s ({total_fresh / max(total - total_fresh, 1e-9):.3f} added)")
 
 
 main()

@@ -643,12 +643,12 @@ mod tests {
     #[test]
     fn the_wall_limit_covers_every_launch_sequence() {
         let j = Job { watchdog_ms: Some(1000), ..job() };
-        assert_eq!(j.wall_limit(), Duration::from_secs(30 + 12));
+        assert_eq!(j.wall_limit(), Duration::from_secs(30 + 13));
         // A benchmark adds its budget, both autotune screens' safety limits (20 s each
         // unless the settings say), 30 s of set-up and one watchdog.
         let b = Job { bench: Some(serde_json::json!({"budget_ms": 5000})), ..j.clone() };
-        assert_eq!(b.wall_limit(), Duration::from_secs(42 + 5 + 40 + 30 + 1));
+        assert_eq!(b.wall_limit(), Duration::from_secs(43 + 5 + 40 + 30 + 1));
         let b = Job { bench: Some(serde_json::json!({"budget_ms": 5000, "autotune_budget_ms": 1000})), ..j };
-        assert_eq!(b.wall_limit(), Duration::from_secs(42 + 5 + 2 + 30 + 1));
+        assert_eq!(b.wall_limit(), Duration::from_secs(43 + 5 + 2 + 30 + 1));
     }
 }

@@ -60,6 +60,48 @@ extern "C" __global__ void kaas_fill_uniform(u16 *out, u64 n, u64 seed, double l
     }
 }
 
+// The binary test's partial change (src/harness/pipeline.rs): flips `count` elements of
+// a {0,1} operand at positions drawn from `seed` (1.0 becomes 0, 0 becomes 1.0). Two draws
+// of one position write the same flip; the reference is recomputed from the buffer.
+extern "C" __global__ void kaas_flip_binary(u16 *x, u64 n, u64 seed, u32 count) {
+    u32 t = blockIdx.x * blockDim.x + threadIdx.x;
+    if (t < count && n) {
+        u64 i = splitmix_at(seed, t) % n;
+        x[i] = x[i] == 0x3C00 ? 0 : 0x3C00;
+    }
+}
+
+// fp16 bits of a value uniform in [-1, 1) taken from the top 24 bits of `r`.
+__device__ __forceinline__ u16 uniform_f16_bits(u64 r) {
+    float u = (float)(r >> 40) * 5.9604644775390625e-8f;  // 2^-24
+    return __half_as_ushort(__float2half_rn(2.0f * u - 1.0f));
+}
+
+// The benchmark's fresh-input stage (src/harness/fresh.rs): new values in [-1, 1) for
+// A, in every 32-byte sector (16 values) or, with `sector_stride` s > 1, in about one
+// sector in s picked at random, and for `b_touches` elements of `b` at random positions,
+// from seeds no launch repeats: each block draws its own from `counter` (one atomic per
+// block) mixed with the job's secret, so a kernel cannot predict the next contents.
+// Nothing here is reproduced on the host: the checks that follow compute their
+// reference from what the buffers hold.
+extern "C" __global__ void kaas_refresh_inputs(u16 *a, u64 a_len, u32 sector_stride, u16 *b, u64 b_len, u32 b_touches, u64 *counter, u64 secret) {
+    __shared__ u64 block_seed;
+    if (threadIdx.x == 0) block_seed = mix64(secret ^ (atomicAdd(counter, 1ull) * 0x9E3779B97F4A7C15ull));
+    __syncthreads();
+    u64 seed = block_seed;
+    // A block's turn of the loop covers whole sectors (blockDim is a multiple of 16), so
+    // one block decides for every value of a sector.
+    GRID_STRIDE(i, a_len) {
+        if (sector_stride <= 1 || splitmix_at(seed ^ 0x5ECull, i >> 4) % sector_stride == 0) a[i] = uniform_f16_bits(splitmix_at(seed, i));
+    }
+    if (blockIdx.x == 0 && b_len) {
+        for (u32 t = threadIdx.x; t < b_touches; t += blockDim.x) {
+            u64 r = splitmix_at(seed ^ 0xB5ull, t);
+            b[r % b_len] = uniform_f16_bits(mix64(r));
+        }
+    }
+}
+
 extern "C" __global__ void kaas_f16_to_f32(const u16 *in, float *out, u64 n) {
     GRID_STRIDE(i, n) { out[i] = __half2float(__ushort_as_half(in[i])); }
 }

@@ -122,6 +122,27 @@ pub fn fill_uniform(gpu: &Gpu, out: &DeviceBuffer, len: usize, seed: u64, lo: f3
     launch(gpu, "kaas_fill_uniform", len as u64, vec![ptr(out), Arg::U64(len as u64), Arg::U64(seed), Arg::U64(lo.to_bits()), Arg::U64(span.to_bits())])
 }
 
+/// Flips `count` elements of a {0,1} operand (its first `len` values) at positions drawn
+/// from `seed`: the binary test's partial change.
+pub fn flip_binary(gpu: &Gpu, x: &DeviceBuffer, len: usize, seed: u64, count: u32) -> Result<(), GpuError> {
+    need(x, len * 2, "flip binary inputs")?;
+    launch(gpu, "kaas_flip_binary", count as u64, vec![ptr(x), Arg::U64(len as u64), Arg::U64(seed), Arg::I32(count as i32)])
+}
+
+/// Queues new contents (uniform in [-1, 1)) for the `a_len` values of `a` — every
+/// 32-byte sector of them, or about one in `sector_stride` picked at random — and for
+/// `b_touches` random values of `b`, from seeds drawn from the device counter `counter`
+/// (8 bytes) and `secret`: every launch writes contents no earlier one wrote.
+/// Capturable in a graph.
+#[allow(clippy::too_many_arguments)]
+pub fn refresh_inputs(gpu: &Gpu, a: &DeviceBuffer, a_len: usize, sector_stride: u32, b: &DeviceBuffer, b_len: usize, b_touches: u32, counter: &DeviceBuffer, secret: u64) -> Result<(), GpuError> {
+    need(a, a_len * 2, "refresh inputs")?;
+    need(b, b_len * 2, "refresh inputs")?;
+    need(counter, 8, "refresh inputs")?;
+    let args = vec![ptr(a), Arg::U64(a_len as u64), Arg::I32(sector_stride as i32), ptr(b), Arg::U64(b_len as u64), Arg::I32(b_touches as i32), ptr(counter), Arg::U64(secret)];
+    launch(gpu, "kaas_refresh_inputs", a_len.max(1) as u64, args)
+}
+
 /// A new buffer holding `len` fp16 values of `input` as fp32.
 pub fn to_f32(gpu: &Gpu, input: &DeviceBuffer, len: usize) -> Result<DeviceBuffer, GpuError> {
     need(input, len * 2, "convert to fp32")?;
@@ -322,7 +343,7 @@ mod tests {
             std::fs::write(&path, &built).expect("write checks.ptx");
         }
         assert!(built == PTX, "src/gpu/checks.ptx is stale: run `KAAS_WRITE_CHECKS_PTX=1 cargo test the_shipped_ptx_is` and commit it");
-        for entry in ["kaas_fill_binary", "kaas_fill_uniform", "kaas_scan_output", "kaas_compare_exact", "kaas_max_abs_dev", "kaas_fp16_chain", "kaas_hog"] {
+        for entry in ["kaas_fill_binary", "kaas_fill_uniform", "kaas_scan_output", "kaas_compare_exact", "kaas_max_abs_dev", "kaas_fp16_chain", "kaas_hog", "kaas_flip_binary", "kaas_refresh_inputs"] {
             assert!(PTX.contains(&format!(".entry {entry}(")), "{entry} missing from the PTX");
         }
     }

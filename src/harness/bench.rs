@@ -14,20 +14,23 @@
 //! recorded (a nondeterministic but accurate kernel, e.g. split-K with atomics, passes).
 //! Then launches inside sequences shaped like each regime's timed one are checked
 //! ([`super::sequence`]: a kernel that skips its work when launched back to back gets
-//! `timing_dependent`).
+//! `timing_dependent`), and each regime's timed figure against the same sequence with
+//! every launch's inputs refreshed ([`super::fresh`]: a kernel much faster on inputs it
+//! has seen before gets `repeat_dependent`).
 //!
 //! The result goes into [`RunOutcome::bench`]: the ranked regime's figures at the top,
 //! `{"timings": {mode: Timing}, "baselines": [{library, layout, mode, timing, config}],
 //!   "speedups": {mode: {"cublas_nn": x, …, "cublaslt_autotune_max": x}}, "regime":
 //!   "l2_cold", "regimes": {"l2_cold": {…the same, with its rotation…}, "l2_warm": {…}},
-//!   "recheck": {…}, "sequence_checks": {regime: […]}, "device_start", "device_end", …}`.
+//!   "recheck": {…}, "sequence_checks": {regime: […]}, "fresh_inputs": {regime: {…}},
+//!   "device_start", "device_end", …}`.
 
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
 use super::pipeline::bound_on;
-use super::sequence;
+use super::{fresh, sequence};
 use super::stages::{StageFailure, cell};
 use super::{Job, RunOutcome};
 use crate::bench::autotune::{self, AutotuneOptions};
@@ -299,7 +302,25 @@ fn run_bench(gpu: &Gpu, job: &Job, settings: &BenchSettings) -> Result<(serde_js
         }
     }
     let sequence_ms = at.elapsed().as_secs_f64() * 1e3;
-    let failure = recheck_failure.or(sequence_failure);
+
+    // The timed figures must be those of launches that did the work: each regime's timed
+    // sequence against the same with every launch's inputs refreshed (last: it changes
+    // the sets' inputs).
+    let at = Instant::now();
+    let mut fresh_inputs = serde_json::Map::new();
+    let mut fresh_failure = None;
+    if recheck_failure.is_none() && sequence_failure.is_none() {
+        for &(regime, n, launches) in &timed {
+            let (report, failure) = fresh::check_fresh_inputs(gpu, job, regime.as_str(), &cand_ops[..n], &prepared[..n], launches)?;
+            fresh_inputs.insert(regime.as_str().into(), serde_json::to_value(report).unwrap_or_default());
+            if failure.is_some() {
+                fresh_failure = failure;
+                break;
+            }
+        }
+    }
+    let fresh_ms = at.elapsed().as_secs_f64() * 1e3;
+    let failure = recheck_failure.or(sequence_failure).or(fresh_failure);
 
     let bench = serde_json::json!({
         "timings": ranked_view["timings"],
@@ -318,6 +339,8 @@ fn run_bench(gpu: &Gpu, job: &Job, settings: &BenchSettings) -> Result<(serde_js
         "recheck": recheck,
         "sequence_checks": sequence_checks,
         "sequence_ms": sequence_ms,
+        "fresh_inputs": fresh_inputs,
+        "fresh_ms": fresh_ms,
         "setup_ms": setup_ms,
         "autotune_ms": autotune_ms,
         "recheck_ms": recheck_ms,

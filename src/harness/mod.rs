@@ -10,6 +10,7 @@
 //! Types here ([`Job`], [`RunOutcome`]) are the sandbox's JSON protocol.
 
 pub mod bench;
+pub mod fresh;
 pub mod guarded;
 mod pipeline;
 pub mod sequence;

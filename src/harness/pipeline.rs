@@ -24,6 +24,10 @@ use crate::verify::{DeviationBound, Verdict, binary_density, max_abs_deviation};
 /// Fresh (unpredictable) binary seeds per run, besides the secret one.
 pub const FRESH_BINARY_SEEDS: usize = 2;
 
+/// Elements of A and of B the binary test's last run flips: few enough that a memo keyed
+/// by a sample of the inputs almost surely misses them, enough that the product changes.
+pub const PARTIAL_FLIPS: u32 = 16;
+
 /// cuBLASLt heuristic algorithms whose deviation counts toward the bound, per layout.
 /// The autotuned baseline picks among the heuristic's list; taking its first few
 /// covers that choice without timing anything here.
@@ -38,10 +42,10 @@ const RACE: &str = "race stage";
 const HELD_BACK_ROUNDS: u32 = 2;
 
 /// Launch sequences one verification runs: the binary exact test's (fresh seeds, the
-/// secret seed, the repeat), the deviation run, and the race stage's (idle, one per
+/// secret seed, the repeat, the partial change), the deviation run, and the race stage's (idle, one per
 /// co-running kernel, the held-back rounds).
 pub(super) const LAUNCH_SEQUENCES: u32 =
-    (FRESH_BINARY_SEEDS as u32 + 2) + 1 + (1 + pressure::STAGE_PRESSURES as u32 + HELD_BACK_ROUNDS);
+    (FRESH_BINARY_SEEDS as u32 + 3) + 1 + (1 + pressure::STAGE_PRESSURES as u32 + HELD_BACK_ROUNDS);
 
 /// Judges `job` on `gpu`. Never panics on input; every failure is a verdict. When the
 /// outcome says `device_lost`, the device is unusable (a launch hung or faulted) and GPU
@@ -250,17 +254,20 @@ impl Run<'_> {
     }
 
     /// The binary exact test: fresh seeds and the secret seed, each on new inputs, then
-    /// the last inputs once more. A kernel that caches by address, or works only on its
-    /// first launch, fails on the second run. Inputs are generated on the GPU and the
-    /// exact counts come from cuBLAS with fp32 output (exact for whole numbers below
-    /// 2^24), spot-checked on the host; every output of C is compared.
+    /// the last inputs once more, then those inputs with [`PARTIAL_FLIPS`] elements of A
+    /// and of B flipped. A kernel that caches by address, or works only on its first
+    /// launch, fails on the second run; one that answers from a memo keyed by a sample of
+    /// its inputs fails on the last (`repeat_dependent`). Inputs are generated on the GPU
+    /// and the exact counts come from cuBLAS with fp32 output (exact for whole numbers
+    /// below 2^24), spot-checked on the host; every output of C is compared.
     fn binary_stage(&mut self, guarded: &GuardedOperands, prepared: &PreparedManifest, (a, b): (&DeviceBuffer, &DeviceBuffer)) -> Result<String, StageFailure> {
         let p = *self.problem();
         let gpu = self.gpu;
         let harness = internal(BINARY);
         let density = binary_density(p.k);
         let fresh: Vec<u64> = (0..FRESH_BINARY_SEEDS).map(|_| rand::random::<u64>()).collect();
-        // Secret seed in the middle: fresh, secret, fresh, then the last inputs repeated.
+        // Secret seed in the middle: fresh, secret, fresh, then the last inputs repeated,
+        // then partly changed.
         let mut seeds: Vec<(u64, String)> = Vec::new();
         for (i, s) in fresh.iter().enumerate() {
             seeds.push((*s, format!("fresh seed {s:#018x}")));
@@ -268,7 +275,7 @@ impl Run<'_> {
                 seeds.push((self.job.secret_seed, "the secret seed".into()));
             }
         }
-        let total = seeds.len() + 1;
+        let total = seeds.len() + 2;
         let mut last: Option<(DeviceBuffer, String)> = None;
         for (i, (seed, label)) in seeds.iter().enumerate() {
             let what = format!("run {} of {total} ({label})", i + 1);
@@ -277,17 +284,31 @@ impl Run<'_> {
             checks::fill_binary(gpu, b, b_len(&p), sb, density).map_err(&harness)?;
             let counts = checks::exact_counts(gpu, &p, a, b).map_err(&harness)?;
             spot_check(gpu, &p, (a, b), &counts, ReferenceKind::Counts, derive_seed(*seed, 0x5A), BINARY)?;
-            self.binary_run(guarded, prepared, Inputs { a, b, what }, &counts)?;
+            self.binary_run(guarded, prepared, Inputs { a, b, what }, &counts, None)?;
             last = Some((counts, label.clone()));
         }
         if let Some((counts, label)) = last {
-            let what = format!("run {total} of {total} (the inputs of the previous run again, {label})");
-            self.binary_run(guarded, prepared, Inputs { a, b, what }, &counts)?;
+            let what = format!("run {} of {total} (the inputs of the previous run again, {label})", total - 1);
+            self.binary_run(guarded, prepared, Inputs { a, b, what }, &counts, None)?;
+            // The same inputs with a few elements changed, at positions nobody can know
+            // in advance: a memo keyed by a sample of the inputs still matches and hands
+            // back the previous product.
+            let seed = rand::random::<u64>();
+            checks::flip_binary(gpu, a, a_len(&p), derive_seed(seed, 0xF1A), PARTIAL_FLIPS).map_err(&harness)?;
+            checks::flip_binary(gpu, b, b_len(&p), derive_seed(seed, 0xF1B), PARTIAL_FLIPS).map_err(&harness)?;
+            let counts = checks::exact_counts(gpu, &p, a, b).map_err(&harness)?;
+            spot_check(gpu, &p, (a, b), &counts, ReferenceKind::Counts, derive_seed(seed, 0x5C), BINARY)?;
+            let what = format!("run {total} of {total} (the previous inputs with {PARTIAL_FLIPS} elements of A and {PARTIAL_FLIPS} of B flipped between 0 and 1)");
+            let why = "the kernel answered partly changed inputs with a stale product: its output depends on having seen nearly the same inputs before (a memo keyed by a sample of them)";
+            self.binary_run(guarded, prepared, Inputs { a, b, what }, &counts, Some(why))?;
         }
         Ok(format!("binary exact test ({total} runs, density {density:.3})"))
     }
 
-    fn binary_run(&mut self, guarded: &GuardedOperands, prepared: &PreparedManifest, inputs: Inputs, counts: &DeviceBuffer) -> Result<(), StageFailure> {
+    /// One binary run, every output compared with the exact counts. `stale`: the run
+    /// changed only part of the previous inputs; a mismatch is then `repeat_dependent`
+    /// and the message says why.
+    fn binary_run(&mut self, guarded: &GuardedOperands, prepared: &PreparedManifest, inputs: Inputs, counts: &DeviceBuffer, stale: Option<&str>) -> Result<(), StageFailure> {
         let p = *self.problem();
         let name = format!("binary {}", inputs.what);
         let (gpu, job) = (self.gpu, self.job);
@@ -296,7 +317,11 @@ impl Run<'_> {
             let what = &inputs.what;
             let report = checks::compare_exact(gpu, &guarded.operands().c, counts, c_len(&p), p.n as usize, EXACT_LIMIT).map_err(internal(BINARY))?;
             if let Some(m) = report.first_mismatch {
-                return Err(exact_mismatch(what, &p, &m, &report, BINARY));
+                let failure = exact_mismatch(what, &p, &m, &report, BINARY);
+                return Err(match stale {
+                    Some(why) => StageFailure::new(Verdict::RepeatDependent, BINARY, format!("{}. Every earlier run was exact: {why}", failure.message)),
+                    None => failure,
+                });
             }
             Ok(((), format!("{} outputs exact (all of C; {} over 2048 skipped)", report.checked, report.over_limit)))
         })

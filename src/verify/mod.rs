@@ -38,12 +38,13 @@ pub enum Verdict {
     Unstable,
     ScheduleDependent,
     TimingDependent,
+    RepeatDependent,
     WorkerLost,
     InternalError,
 }
 
 impl Verdict {
-    pub const ALL: [Verdict; 17] = [
+    pub const ALL: [Verdict; 18] = [
         Verdict::Pass,
         Verdict::StaticInvalid,
         Verdict::LoadFailed,
@@ -59,6 +60,7 @@ impl Verdict {
         Verdict::Unstable,
         Verdict::ScheduleDependent,
         Verdict::TimingDependent,
+        Verdict::RepeatDependent,
         Verdict::WorkerLost,
         Verdict::InternalError,
     ];
@@ -80,6 +82,7 @@ impl Verdict {
             Verdict::Unstable => "unstable",
             Verdict::ScheduleDependent => "schedule_dependent",
             Verdict::TimingDependent => "timing_dependent",
+            Verdict::RepeatDependent => "repeat_dependent",
             Verdict::WorkerLost => "worker_lost",
             Verdict::InternalError => "internal_error",
         }
@@ -103,6 +106,7 @@ impl Verdict {
             Verdict::Unstable => "a timed iteration's output differs from the verified output",
             Verdict::ScheduleDependent => "the output changed with block scheduling (a race between blocks): wrong under a co-running kernel",
             Verdict::TimingDependent => "a launch inside a timed back-to-back sequence left a stale or wrong output",
+            Verdict::RepeatDependent => "the output or the speed depends on having seen the same inputs before: wrong after part of the inputs changed, or much slower on fresh inputs than on repeated ones",
             Verdict::WorkerLost => "every attempt ended with its worker dead or its lease lost; the job was given up",
             Verdict::InternalError => "the service failed; the kernel was not judged",
         }

@@ -520,7 +520,7 @@ pub(crate) fn run_details(outcome: &RunOutcome, worker_id: &str, attempt: i32) -
         "attempt": attempt,
     });
     if let Some(b) = outcome.bench.as_ref() {
-        for key in ["converged", "rounds", "elapsed_ms", "recheck", "device_start", "device_end", "settings", "launches_per_sample", "buffer_sets"] {
+        for key in ["converged", "rounds", "elapsed_ms", "recheck", "device_start", "device_end", "settings", "launches_per_sample", "buffer_sets", "fresh_inputs", "fresh_ms", "sequence_ms", "total_ms"] {
             if let Some(v) = b.get(key) {
                 details[key] = v.clone();
             }

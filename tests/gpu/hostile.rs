@@ -60,6 +60,14 @@ const SUSPECTS: &[Suspect] = &[
     // A small problem, so that the benchmark launches it many times back to back.
     Suspect { workspace: (0, 32), bench: true, shape: Some((128, 128, 512)), ..suspect("timer_skip", include_str!("../kernels/hostile/timer_skip.cu"), "kaas_timer_skip", &[Verdict::TimingDependent]) },
     Suspect { bench: true, ..suspect("poison_reader", include_str!("../kernels/hostile/poison_reader.cu"), "kaas_poison_reader", &[Verdict::TimingDependent, Verdict::Unstable]) },
+    // Memos of the output, kept between launches (docs/verification.md, "The fresh-input
+    // stage"): keyed by a sample of the inputs (wrong once part of them changes), right
+    // only where a sampled input reaches, keyed by a full hash of each block's inputs
+    // (always right, only fast), and C itself as the memo.
+    Suspect { workspace: (2, 65536), ..suspect("memo_sampled", include_str!("../kernels/hostile/memo_sampled.cu"), "kaas_memo_sampled", &[Verdict::RepeatDependent]) },
+    Suspect { workspace: (2, 65536), ..suspect("memo_spots", include_str!("../kernels/hostile/memo_spots.cu"), "kaas_memo_spots", &[Verdict::RepeatDependent]) },
+    Suspect { workspace: (2, 65536), bench: true, ..suspect("memo_hash", include_str!("../kernels/hostile/memo_hash.cu"), "kaas_memo_hash", &[Verdict::RepeatDependent]) },
+    Suspect { workspace: (0, 131072), bench: true, ..suspect("memo_c", include_str!("../kernels/hostile/memo_c.cu"), "kaas_memo_c", &[Verdict::RepeatDependent]) },
     // Correct controls: a plain kernel, and atomic split-K, through the race stage and
     // the benchmark's timed-sequence check.
     Suspect { bench: true, ..suspect("correct_naive", include_str!("../kernels/hostile/correct_naive.cu"), "kaas_naive", &[Verdict::Pass]) },
