@@ -801,7 +801,8 @@ remeasure() {
     local only=(); [[ "${KAAS_REMEASURE_UNMEASURED:-0}" == 1 ]] && only=(--unmeasured)
     if [[ "$("$K" remeasure --device-class "$class" --every "$every" --offset "$offset" "${only[@]}" | tee "$OUT/remeasure-queue.txt")" == 0\ * && ${#only[@]} == 0 ]]; then
         local dir=/tmp/kaas-recheck; rm -rf "$dir"; mkdir -p "$dir"
-        python3 "$here/recheck.py" pick "$(repo_root)/kernels/h100" "$dir" "$every"
+        # The same entries `kaas remeasure --every --offset` would take (the offset too).
+        python3 "$here/recheck.py" pick "$(repo_root)/kernels/h100" "$dir" "$every" "$offset"
         export KAAS_TOKEN="$("$K" token create --name remeasure --role admin 2>/dev/null)"
         for m in "$dir"/*.json; do
             "$K" submit "${m%.json}.ptx" --manifest "$m" --name "$(basename "$m" .json)" --no-wait >>"$OUT/remeasure-submit.log" 2>&1 || echo "submit failed: $m"

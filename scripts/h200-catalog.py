@@ -315,6 +315,10 @@ def export(a):
         shutil.copy(os.path.join(a.full, "ptx", s + ".ptx"), os.path.join(a.out, "ptx", s + ".ptx"))
     with gzip.open(os.path.join(a.out, "index.json.gz"), "wt") as f:
         json.dump(out, f)
+    if a.db == "-":
+        # An export without its database (a `kaas remeasure` pass's, say): no failed runs known.
+        print(f"batch: {len(entries)} entries, {len(baselines)} baselines, {len(tunes)} tunes, {len(arts)} PTX")
+        return
     db = sqlite3.connect(a.db.split("?")[0])
     # The runs of this server's jobs only: the imported catalog's runs have none.
     rows = db.execute("SELECT p.layout, p.m, p.n, p.k, m.artifact_sha256, r.verdict, r.created_at, r.message, r.details FROM runs r "
@@ -515,7 +519,7 @@ def main():
     u.add_argument("--tune-budget-ms", type=int, help="the tunes' search budget (admins), else the server's")
     e = sub.add_parser("export", help="(device) the batch's part of a server's export")
     e.add_argument("full", help="`kaas export` of the server's database")
-    e.add_argument("db", help="the server's SQLite file")
+    e.add_argument("db", help="the server's SQLite file ('-': none, no failed runs recorded)")
     e.add_argument("out")
     e.add_argument("--catalog", required=True, help="the catalog tree the server started from")
     e.add_argument("--device", default=CLASS)

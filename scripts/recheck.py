@@ -15,11 +15,14 @@ import sys
 import tarfile
 
 
-def pick(src: str, dst: str, every: int) -> None:
+def pick(src: str, dst: str, every: int, offset: int = 0) -> None:
+    """Every `every`-th entry of the bundle `src` from `offset`, in (layout, acc, FLOP)
+    order, as NAME.ptx and NAME.json (its concrete manifest) in `dst`."""
     idx = json.load(gzip.open(os.path.join(src, "index.json.gz")))
     flop = lambda p: p["m"] * p["n"] * p["k"]
     entries = sorted(idx["entries"], key=lambda e: (e["problem"]["layout"], e["problem"]["acc"], flop(e["problem"]), e["problem"]["m"]))
-    for e in entries[::every]:
+    picked = entries[offset % every::every]
+    for e in picked:
         p = e["problem"]
         name = f"{p['acc']}_{p['layout']}_{p['m']}x{p['n']}x{p['k']}"
         with open(os.path.join(src, "ptx", e["artifact"] + ".ptx")) as f:
@@ -28,7 +31,7 @@ def pick(src: str, dst: str, every: int) -> None:
             f.write(ptx)
         with open(os.path.join(dst, name + ".json"), "w") as f:
             json.dump(e["manifest"], f)
-    print(f"recheck: {len(entries[::every])} of {len(entries)} entries")
+    print(f"recheck: {len(picked)} of {len(entries)} entries (every {every}th from {offset % every})")
 
 
 def bucket(p: dict) -> str:
@@ -52,6 +55,6 @@ def table(tgz: str) -> None:
 
 if __name__ == "__main__":
     if sys.argv[1] == "pick":
-        pick(sys.argv[2], sys.argv[3], int(sys.argv[4]))
+        pick(sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]) if len(sys.argv) > 5 else 0)
     else:
         table(sys.argv[2])
