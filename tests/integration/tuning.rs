@@ -305,6 +305,10 @@ async fn a_kernel_miss_says_how_to_ask_and_may_queue_itself(backend: Backend) {
     let alice = auth::create_token(&db.db, "alice", Role::Submitter).await.unwrap().secret;
     let j = get(&app, "/v1/kernels/sm_90/f32/tn/16x14336x4096").await.assert_problem(404, "kernel_not_found");
     assert_eq!(j["tuning"]["state"], "not_requested");
+    // One sentence after another, each with its full stop.
+    let detail = j["detail"].as_str().unwrap_or_default();
+    let at = detail.find(" It has not been asked to be tuned").unwrap_or_else(|| panic!("{detail}"));
+    assert!(detail[..at].ends_with('.'), "{detail}");
     assert_eq!(j["tuning"]["request"]["url"], "/v1/tuning-requests");
     assert_eq!(j["tuning"]["request"]["body"]["problems"][0], "sm_90/f32/tn/16x14336x4096");
     assert_eq!(db.count("tunes").await, 0, "off by default: a miss queues nothing");

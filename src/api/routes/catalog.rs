@@ -334,7 +334,9 @@ async fn with_tuning(state: &State, p: Problem, device: Option<String>, r: Arc<R
                 "refused" => " The service cannot tune it (see `tuning.reason`).".to_string(),
                 s => format!(" Its tune is {s} (see `tuning`)."),
             };
-            obj.insert("detail".into(), format!("{d}{more}").into());
+            // The sentence before ends without a full stop when it ends on a figure.
+            let stop = if d.trim_end().ends_with('.') { "" } else { "." };
+            obj.insert("detail".into(), format!("{}{stop}{more}", d.trim_end()).into());
         }
     }
     let bytes = serde_json::to_vec(&body).map_err(|e| ApiError::Internal(e.to_string()))?;
