@@ -1,5 +1,5 @@
 //! GPU tests: the harness against a real device. Every test asks `gpu::available()` first
-//! and, on a machine without CUDA, prints `SKIP: no GPU (…)` and passes, so `cargo test`
+//! and, on a machine without CUDA, prints `SKIPPED <test>: no GPU (…)` (past the capture) and passes, so `cargo test`
 //! runs anywhere. On a GPU: device facts, PTX loading, the manifest launcher with the
 //! simple kernel, the cuBLAS / cuBLASLt baselines against a CPU reference, and timing.
 //!
@@ -34,7 +34,11 @@ fn skip(why: impl std::fmt::Display) {
     if std::env::var_os("KAAS_REQUIRE_GPU").is_some_and(|v| !v.is_empty()) {
         panic!("KAAS_REQUIRE_GPU is set, but this test would skip: {why}");
     }
-    println!("SKIP: {why}");
+    // Straight to the process's stderr, past libtest's capture: cargo reports a skipped
+    // test as passed, so the line that says it skipped must show where a reader looks.
+    use std::io::Write;
+    let test = std::thread::current().name().unwrap_or("a GPU test").to_string();
+    let _ = writeln!(std::io::stderr(), "SKIPPED {test}: {why}");
 }
 
 fn gpu_or_skip() -> Option<Gpu> {

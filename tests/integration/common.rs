@@ -1,5 +1,18 @@
 //! Test fixtures: fresh databases, the real app, request helpers, and catalog bundles.
 
+/// Says a test skipped, with the test's name, straight to the process's stderr: libtest
+/// captures `eprintln!` of a passing test, and cargo reports a skipped test as passed, so
+/// the line must get past the capture to be seen.
+#[macro_export]
+macro_rules! skipped {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let test = std::thread::current().name().unwrap_or("a test").to_string();
+        let _ = writeln!(std::io::stderr(), "SKIPPED {test}: {}", format!($($arg)*));
+    }};
+}
+
+
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
@@ -59,7 +72,7 @@ pub fn postgres_url() -> String {
 /// when the server is missing: CI must not pass by skipping them.
 pub fn skip_postgres() -> bool {
     if std::env::var("KAAS_TEST_POSTGRES").as_deref() == Ok("skip") {
-        eprintln!("SKIP: Postgres test (KAAS_TEST_POSTGRES=skip)");
+        crate::skipped!("Postgres test (KAAS_TEST_POSTGRES=skip)");
         return true;
     }
     false

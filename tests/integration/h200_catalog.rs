@@ -1,7 +1,7 @@
 //! The H200 grid catalog's build (scripts/h200-catalog.py) on a synthetic catalog tree:
 //! what a plan picks, what `adopt` keeps of returned batches (the catalog only improves),
 //! and what the service answers on H200 once the tree is imported. Needs python3 (the
-//! test says SKIP without it).
+//! test says SKIPPED without it).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -112,7 +112,7 @@ fn problem_of(job: &Value) -> Problem {
 #[actix_web::test]
 async fn the_h200_catalog_is_built_batch_by_batch_and_only_improves() {
     if !has_python() {
-        eprintln!("SKIP: no python3");
+        crate::skipped!("no python3");
         return;
     }
     // The tree: the fixture as kernels/h100 (H100-SXM: `fast` wins, `slow` loses,

@@ -1,7 +1,7 @@
 //! CUDA C++ source submissions: the service compiles them with NVRTC (in a
 //! `kaas compile-sandbox` child) and queues the PTX like any other; bad source is refused
 //! by name. Needs NVRTC and the headers (`scripts/cuda-tools.sh`, as CI runs it); where
-//! they are missing the tests print SKIP and pass.
+//! they are missing the tests print SKIPPED (past the capture) and pass.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -93,7 +93,7 @@ fn source_body(source: &str, entry: &str) -> serde_json::Value {
 
 async fn plain_and_cute_sources_compile_and_queue_and_rebuild(backend: Backend) {
     if let Some(why) = missing_tools(true) {
-        eprintln!("SKIP: source submissions: {why}");
+        crate::skipped!("source submissions: {why}");
         return;
     }
     let db = TestDb::new(backend).await;
@@ -175,7 +175,7 @@ fn reason(r: &Reply) -> (String, serde_json::Value) {
 #[actix_web::test]
 async fn bad_sources_are_refused_by_name_and_the_service_carries_on() {
     if let Some(why) = missing_tools(false) {
-        eprintln!("SKIP: source submissions: {why}");
+        crate::skipped!("source submissions: {why}");
         return;
     }
     let db = TestDb::new(Backend::Sqlite).await;
@@ -236,7 +236,7 @@ async fn bad_sources_are_refused_by_name_and_the_service_carries_on() {
         assert_eq!(r.status, 422, "{j}");
         assert!(j["detail"].as_str().unwrap().contains("frobnicate"), "{j}");
     } else {
-        eprintln!("SKIP: the asm case needs ptxas (KAAS_PTXAS)");
+        crate::skipped!("the asm case needs ptxas (KAAS_PTXAS)");
     }
     // Compile bombs are killed at their limits, and named.
     for (bomb, name) in [(TEMPLATE_BOMB, "template recursion"), (UNROLL_BOMB, "huge unroll")] {
@@ -258,7 +258,7 @@ async fn bad_sources_are_refused_by_name_and_the_service_carries_on() {
 #[test]
 fn each_limit_is_named() {
     if let Some(why) = missing_tools(false) {
-        eprintln!("SKIP: compile limits: {why}");
+        crate::skipped!("compile limits: {why}");
         return;
     }
     let k = ["k".to_string()];
@@ -279,7 +279,7 @@ fn each_limit_is_named() {
 #[test]
 fn kaas_compile_shows_the_ptx_and_registers_without_a_server() {
     if let Some(why) = missing_tools(false) {
-        eprintln!("SKIP: kaas compile: {why}");
+        crate::skipped!("kaas compile: {why}");
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -347,7 +347,7 @@ fn kaas_submit_sends_a_cu_file_as_source() {
 #[test]
 fn the_example_sources_compile() {
     if let Some(why) = missing_tools(true) {
-        eprintln!("SKIP: example sources: {why}");
+        crate::skipped!("example sources: {why}");
         return;
     }
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("examples/source");

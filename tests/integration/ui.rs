@@ -1,7 +1,7 @@
 //! The web UI: its assets and the heatmap endpoint through the real app, then the pages
 //! themselves in a real headless Chromium (Debian's `chromium` + `chromedriver`, which
 //! `.ci/run` installs) against a real server on an ephemeral port over SQLite.
-//! Without Chromium the browser tests print `SKIP: no chromium (...)` and pass.
+//! Without Chromium the browser tests print `SKIPPED <test>: no chromium (...)` and pass.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -305,7 +305,7 @@ fn chromium_or_skip() -> Option<(PathBuf, PathBuf)> {
     match find_chromium() {
         Ok(found) => Some(found),
         Err(why) => {
-            eprintln!("SKIP: no chromium ({why})");
+            crate::skipped!("no chromium ({why})");
             None
         }
     }
