@@ -38,12 +38,11 @@
 
 use serde::Serialize;
 
-use super::pipeline::{BoundOn, bound_on};
-use super::stages::{StageFailure, cell};
+use super::pipeline::{BoundOn, Judged};
+use super::stages::StageFailure;
 use super::Job;
-use crate::gpu::{Contender, DeviceBuffer, Gpu, GpuError, GraphTimer, Operands, PreparedManifest, a_len, b_len, c_len, checks};
+use crate::gpu::{Contender, DeviceBuffer, Gpu, GpuError, GraphTimer, Operands, PreparedManifest, a_len, b_len, checks};
 use crate::verify::Verdict;
-use crate::verify::containment::POISON_BITS;
 use crate::verify::rng::derive_seed;
 
 const STAGE: &str = "fresh-input timing";
@@ -114,9 +113,10 @@ impl Contender for Sequence<'_, '_> {
     }
 
     fn enqueue(&self, gpu: &Gpu) -> Result<(), GpuError> {
-        let sets = self.ops.len().min(self.prepared.len()).max(1);
+        // Launch `i` on set `i mod sets`, as the timed graph (at least one set: see
+        // check_fresh_inputs).
         for i in 0..self.launches {
-            let s = i % sets;
+            let s = i % self.ops.len();
             if self.kind != Kind::Same {
                 let ops = &self.ops[s];
                 checks::refresh_inputs(gpu, &ops.a, self.lens.0, self.stride, &ops.b, self.lens.1, B_TOUCHES, self.counter, self.secret)?;
@@ -215,6 +215,9 @@ pub fn check_fresh_inputs(gpu: &Gpu, job: &Job, regime: &'static str, ops: &[Ope
     let harness = |e: GpuError| StageFailure::new(Verdict::InternalError, STAGE, format!("the harness failed: {e}"));
     let crashed = |e: GpuError| StageFailure::new(Verdict::Crashed, STAGE, format!("the candidate failed in a sequence of fresh inputs: {e}"));
     let sets = ops.len().min(prepared.len());
+    if sets == 0 {
+        return Err(StageFailure::new(Verdict::InternalError, STAGE, "the harness failed: no buffer set to time"));
+    }
     let launches = (launches.max(1) as usize).max(sets);
     let counter = gpu.alloc(8).map_err(harness)?;
     counter.zero(gpu).map_err(harness)?;
@@ -284,23 +287,19 @@ pub fn check_fresh_inputs(gpu: &Gpu, job: &Job, regime: &'static str, ops: &[Ope
     // The output of a launch on fresh inputs: one more replay, its last launch judged.
     fresh_graph.replay(gpu).map_err(crashed)?;
     gpu.synchronize().map_err(harness)?;
-    let set = (launches - 1) % sets.max(1);
+    let set = (launches - 1) % sets;
     let what = format!("{regime}: launch {launches} of {launches} on buffer set {set}, its inputs refreshed right before it");
-    let c = &ops[set].c;
-    let (unwritten, non_finite) = checks::scan_output(gpu, c, c_len(&p), POISON_BITS).map_err(harness)?;
-    if let Some(f) = unwritten.or(non_finite) {
-        let value = checks::read_f16(gpu, c, f.first).map_err(harness)?;
-        let msg = format!("{what}: {} = {value} ({} outputs non-finite); {timed}", cell(f.first, p.n), f.count);
-        return Ok((report(false, None, None, msg.clone(), figures), Some(StageFailure::new(Verdict::RepeatDependent, STAGE, msg))));
-    }
-    let bound = bound_on(gpu, &p, &ops[set].a, &ops[set].b, derive_seed(job.secret_seed, 0xF5E6), STAGE)?;
-    let dev = bound.deviation(gpu, c, STAGE)?;
-    let passed = bound.bound.admits(dev.max_abs);
-    let detail = format!("{timed}; {what}: {}; bound {:.6}", BoundOn::describe(&dev, p.n), bound.bound.bound);
+    let (passed, dev, bound, detail) = match Judged::output(gpu, &p, &ops[set], derive_seed(job.secret_seed, 0xF5E6), STAGE)? {
+        Judged::NotFinite(text) => (false, None, None, format!("{what}: {text}; {timed}")),
+        Judged::Deviation(dev, bound) => {
+            let detail = format!("{timed}; {what}: {}; bound {:.6}", BoundOn::describe(&dev, p.n), bound.bound.bound);
+            (bound.bound.admits(dev.max_abs), Some(dev.max_abs), Some(bound.bound.bound), detail)
+        }
+    };
     let failure = (!passed).then(|| {
         StageFailure::new(Verdict::RepeatDependent, STAGE, format!("{detail}. Its output does not follow inputs that changed: it answers from what it kept of earlier launches"))
     });
-    Ok((report(passed, Some(dev.max_abs), Some(bound.bound.bound), detail, figures), failure))
+    Ok((report(passed, dev, bound, detail, figures), failure))
 }
 
 #[cfg(test)]

@@ -416,6 +416,31 @@ pub(super) fn bound_on(gpu: &Gpu, p: &Problem, a: &DeviceBuffer, b: &DeviceBuffe
     Ok(BoundOn { reference, bound, worst, baselines: baselines.len(), outputs: c_len(p) })
 }
 
+/// What a C left by a launch holds against the inputs beside it (`ops`' A and B).
+pub(super) enum Judged {
+    /// An output still poisoned or not finite, in words (`C[i][j] = v (n outputs
+    /// non-finite)`).
+    NotFinite(String),
+    /// Every output finite: the largest deviation from the fp32 reference, and the bound.
+    Deviation(checks::Largest, BoundOn),
+}
+
+impl Judged {
+    /// The output of `ops` (C fully written and finite, then within the deviation bound
+    /// of fresh baseline runs on its A and B): the check of a launch inside a sequence.
+    pub fn output(gpu: &Gpu, p: &Problem, ops: &Operands, seed: u64, stage: &str) -> Result<Judged, StageFailure> {
+        let harness = internal(stage);
+        let (unwritten, non_finite) = checks::scan_output(gpu, &ops.c, c_len(p), POISON_BITS).map_err(&harness)?;
+        if let Some(f) = unwritten.or(non_finite) {
+            let value = checks::read_f16(gpu, &ops.c, f.first).map_err(&harness)?;
+            return Ok(Judged::NotFinite(format!("{} = {value} ({} outputs non-finite)", cell(f.first, p.n), f.count)));
+        }
+        let bound = bound_on(gpu, p, &ops.a, &ops.b, seed, stage)?;
+        let dev = bound.deviation(gpu, &ops.c, stage)?;
+        Ok(Judged::Deviation(dev, bound))
+    }
+}
+
 /// Recomputes a few outputs of a reference product on the host from the rows of A and
 /// columns of B on the device (see [`crate::verify::spot`]); a disagreement is the
 /// harness's failure, never the kernel's.

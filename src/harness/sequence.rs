@@ -27,12 +27,11 @@
 
 use serde::Serialize;
 
-use super::pipeline::{BoundOn, bound_on};
-use super::stages::{StageFailure, cell};
+use super::pipeline::{BoundOn, Judged};
+use super::stages::StageFailure;
 use super::Job;
 use crate::gpu::{Contender, DeviceBuffer, Gpu, GpuError, GraphTimer, Operands, PreparedManifest, a_len, c_len, checks};
 use crate::verify::Verdict;
-use crate::verify::containment::POISON_BITS;
 use crate::verify::rng::derive_seed;
 
 const STAGE: &str = "timed-sequence check";
@@ -205,7 +204,6 @@ pub fn check_timed_sequences(gpu: &Gpu, job: &Job, ops: &[Operands], prepared: &
 /// Judges the output launch `q` left in its set's C.
 fn judge(gpu: &Gpu, job: &Job, ops: &Operands, seq: &Sequence, replay: Replay) -> Result<CheckReport, StageFailure> {
     let p = job.manifest.problem;
-    let harness = |e: GpuError| StageFailure::new(Verdict::InternalError, STAGE, format!("the harness failed: {e}"));
     let plan = seq.plan;
     let how = match replay {
         Replay::Graph => "captured in a CUDA graph",
@@ -219,17 +217,13 @@ fn judge(gpu: &Gpu, job: &Job, ops: &Operands, seq: &Sequence, replay: Replay) -
         seq.kind.describe()
     );
     let report = |passed, dev: Option<f64>, bound: Option<f64>, detail: String| CheckReport { replay, perturbation: seq.kind, plan, passed, max_abs_deviation: dev, bound, detail };
-    let outputs = c_len(&p);
-    let (unwritten, non_finite) = checks::scan_output(gpu, &ops.c, outputs, POISON_BITS).map_err(harness)?;
-    if let Some(f) = unwritten.or(non_finite) {
-        let value = checks::read_f16(gpu, &ops.c, f.first).map_err(harness)?;
-        return Ok(report(false, None, None, format!("{what}: {} = {value} ({} outputs non-finite)", cell(f.first, p.n), f.count)));
-    }
-    let bound = bound_on(gpu, &p, &ops.a, &ops.b, derive_seed(job.secret_seed, 0x5E_9B), STAGE)?;
-    let dev = bound.deviation(gpu, &ops.c, STAGE)?;
-    let passed = bound.bound.admits(dev.max_abs);
-    let detail = format!("{what}: {}; bound {:.6}", BoundOn::describe(&dev, p.n), bound.bound.bound);
-    Ok(report(passed, Some(dev.max_abs), Some(bound.bound.bound), detail))
+    Ok(match Judged::output(gpu, &p, ops, derive_seed(job.secret_seed, 0x5E_9B), STAGE)? {
+        Judged::NotFinite(text) => report(false, None, None, format!("{what}: {text}")),
+        Judged::Deviation(dev, bound) => {
+            let detail = format!("{what}: {}; bound {:.6}", BoundOn::describe(&dev, p.n), bound.bound.bound);
+            report(bound.bound.admits(dev.max_abs), Some(dev.max_abs), Some(bound.bound.bound), detail)
+        }
+    })
 }
 
 #[cfg(test)]
