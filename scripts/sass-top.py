@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The executed-instruction mix of one ncu report: `ncu --import R.ncu-rep --page source --csv
 --print-source sass > R.csv`, then `python3 scripts/sass-top.py R.csv`: the share of each
-opcode and the 25 SASS lines executed most (session 18 compared our large tile with
+opcode and the 25 SASS lines executed most (2026-11-26 compared our large tile with
 cuBLASLt's this way)."""
 import collections, csv, sys
 

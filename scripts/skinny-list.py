@@ -3,8 +3,8 @@
 list for `kaas tune` (comma-separated MxNxK, the narrowest first): K of at least MIN_K,
 of 2^MIN_LOG2 to 2^MAX_LOG2 FLOP, whose 64×64 tiles make fewer than WAVES waves of SMS,
 whose served speedup over cuBLASLt-autotune-max (graph mode) is at most LEAD, and whose M
-or N is at most SIDE. Session 11's lists: `--side 16384` (322 tn shapes), `--side 128`
-(211). The skinny, long-K mid shapes (session 13): `--side 512 --min-k 1024 --min-log2 30
+or N is at most SIDE. The 2026-11-25 run's lists: `--side 16384` (322 tn shapes), `--side 128`
+(211). The skinny, long-K mid shapes (2026-11-25): `--side 512 --min-k 1024 --min-log2 30
 --max-log2 36 --waves 64`.
 
     python3 scripts/skinny-list.py kernels/h100/index.json.gz [--layout tn] [--side 128]
@@ -14,9 +14,9 @@ or N is at most SIDE. Session 11's lists: `--side 16384` (322 tn shapes), `--sid
         [--order side|flops]   (narrowest first, or by FLOP then M, N, K)
         [--exclude M1xN1xK1,…]   (shapes to leave out, e.g. an earlier sample)
 
-Session 15's nn sample, every 8th grid shape of 2^28 to 2^40 FLOP (both ends in):
+The 2026-11-25 run's nn sample, every 8th grid shape of 2^28 to 2^40 FLOP (both ends in):
 `--layout nn --side 16384 --waves 1e9 --min-k 64 --min-log2 28 --max-log2 40.001
---lead inf --order flops --every 8`. Session 17's small shapes of K 256 and 512 (both
+--lead inf --order flops --every 8`. The 2026-11-26 run's small shapes of K 256 and 512 (both
 layouts): `--side 16384 --waves 1e9 --min-k 256 --max-k 512 --min-log2 20 --max-log2 28.1
 --lead inf --order flops`.
 """

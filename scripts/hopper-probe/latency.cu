@@ -8,7 +8,7 @@
 // TMA, and storing C with a TMA store; then a whole 64×64×64 tile as the template's small
 // codes compute it (TMA, four wgmmas, C staged), with one warpgroup or with a producer
 // warpgroup, and the latter with the template's other pieces one at a time (k_pieces: the
-// tile order's divisions, the empty-barrier wait, dynamic shared memory; session 26).
+// tile order's divisions, the empty-barrier wait, dynamic shared memory; 2026-11-27).
 //
 // build: nvcc -std=c++17 -O3 -gencode arch=compute_90a,code=sm_90a -o latency latency.cu -lcuda
 // usage: latency [GRID ...]          (CTAs per launch; default 1 16 64 132)
