@@ -114,7 +114,7 @@ for line in sys.stdin:
     # Compressed (about 15 MB of PTX): the working tree and what it carries travel in 64 MiB.
     tar czf .dev/run/tune-ptx.tar.gz -C .dev/run tune-ptx && rm -rf .dev/run/tune-ptx
     # And `kaas` gzipped (29 MB to 11; staged_kaas unpacks it there): with the checkout's
-    # 21 MB, the PTX and the GPU tests, a plain one took the call past 64 MiB (session 25).
+    # 21 MB, the PTX and the GPU tests, a plain one took the call past 64 MiB (2026-11-27).
     gzip -f .dev/run/kaas
     python3 - <<'PY'
 import json, copy
@@ -832,6 +832,9 @@ h200_catalog() {
     setup_device
     local seconds="${1:-420}" job="${2:-4.2}" bench="${3:-600}" tune="${4:-0}" repo gpus class
     repo="$(repo_root)"; gpus="$(nvidia-smi -L | wc -l)"
+    # CUDA_VISIBLE_DEVICES=1,2,… leaves the other GPUs to another job of the same call (the
+    # GPU suite, say): the workers, and so the batch's size, follow the GPUs it names.
+    [[ -n "${CUDA_VISIBLE_DEVICES:-}" ]] && gpus="$(tr ',' '\n' <<<"$CUDA_VISIBLE_DEVICES" | grep -c .)"
     local batch=/tmp/kaas-h200-batch cat=/tmp/kaas-h200-catalog db=/tmp/kaas-h200.db helper="$repo/scripts/h200-catalog.py"
     rm -rf "$batch" "$cat" "$db"* /tmp/kaas-h200-full; mkdir -p "$cat"
     [[ "$tune" != 0 ]] && nvrtc12

@@ -382,6 +382,29 @@ def find_kaas(given):
     sys.exit("no kaas binary: build one (cargo build --bin kaas) or give --kaas")
 
 
+def link_shared_ptx(ptx_dir, shared_dir):
+    """Replaces each PTX file that kernels/h100 holds byte for byte (most H200 entries are
+    H100 kernels re-measured) with a relative symbolic link to it, and returns how many.
+    An artifact is named by its sha256, so the catalog reads the same bytes either way;
+    the repository, and the working tree the device machine is sent (64 MiB), stop
+    carrying every shared kernel twice."""
+    linked = 0
+    if not os.path.isdir(shared_dir):
+        return linked
+    rel = os.path.relpath(shared_dir, ptx_dir)
+    for name in sorted(os.listdir(ptx_dir)):
+        mine, theirs = os.path.join(ptx_dir, name), os.path.join(shared_dir, name)
+        if os.path.islink(mine) or not os.path.isfile(theirs) or os.path.islink(theirs):
+            continue
+        with open(mine, "rb") as f, open(theirs, "rb") as g:
+            if f.read() != g.read():
+                continue
+        os.remove(mine)
+        os.symlink(os.path.join(rel, name), mine)
+        linked += 1
+    return linked
+
+
 def adopt(a):
     tmp = tempfile.mkdtemp(prefix="kaas-h200-adopt-")
     try:
@@ -430,12 +453,14 @@ def adopt(a):
             os.remove(os.path.join(h200, "index.json"))
         shutil.rmtree(os.path.join(h200, "ptx"), ignore_errors=True)
         shutil.copytree(os.path.join(canon, "ptx"), os.path.join(h200, "ptx"))
+        linked = link_shared_ptx(os.path.join(h200, "ptx"), os.path.join(a.catalog, "h100", "ptx"))
         # A kernel that failed on an H200 stays listed (later plans skip it) until its
         # problem has an answer.
         after = answers(json.loads(text))
         write_failed(os.path.join(h200, FAILED_TSV), [r for r in failed if (r["layout"], int(r["m"]), int(r["n"]), int(r["k"])) not in after])
         gained = collections.Counter(after[k] for k in after if k not in before)
-        print(f"kernels/h200: {len(after)} grid problems answered ({len(after) - len(before)} more: {dict(gained)})")
+        print(f"kernels/h200: {len(after)} grid problems answered ({len(after) - len(before)} more: {dict(gained)}); "
+              f"{linked} PTX files are links into kernels/h100")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
