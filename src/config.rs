@@ -58,6 +58,32 @@ pub struct ServeArgs {
     /// Largest request body in bytes [default: 16777216].
     #[arg(long, env = "KAAS_MAX_BODY_BYTES")]
     pub max_body_bytes: Option<usize>,
+    /// Seconds a request body may go without a byte before 408 and the connection closed [default: 5].
+    #[arg(long, env = "KAAS_BODY_TIMEOUT_SECS")]
+    pub body_timeout_secs: Option<u64>,
+    /// Seconds a request body may take in all before 408 and the connection closed [default: 60].
+    #[arg(long, env = "KAAS_BODY_DEADLINE_SECS")]
+    pub body_deadline_secs: Option<u64>,
+    /// Seconds an API connection may sit without a request, or a response unread, before it is closed [default: 5].
+    #[arg(long, env = "KAAS_IDLE_TIMEOUT_SECS")]
+    pub idle_timeout_secs: Option<u64>,
+    /// Connections the API port holds at once; fewer if the descriptor limit less the reserve (and the downloads listener's share) is smaller [default: 4096].
+    #[arg(long, env = "KAAS_MAX_CONNECTIONS")]
+    pub max_connections: Option<usize>,
+    /// Connections the API port holds at once from one IP address [default: 64].
+    #[arg(long, env = "KAAS_MAX_CONNECTIONS_PER_PEER")]
+    pub max_connections_per_peer: Option<usize>,
+    /// Requests one API token may have in progress at once [default: 32].
+    #[arg(long, env = "KAAS_MAX_REQUESTS_PER_TOKEN")]
+    pub max_requests_per_token: Option<usize>,
+    /// File descriptors the API port leaves to the database pool, the health listener, logs and files [default: 128].
+    #[arg(long, env = "KAAS_RESERVE_FDS")]
+    pub reserve_fds: Option<u64>,
+    /// Also answer /v1/health, /v1/health/ready, /v1/health/live and /metrics on this
+    /// address, on a thread and connection budget of their own, for probes: they answer
+    /// there however saturated the API port is [default: off].
+    #[arg(long, env = "KAAS_HEALTH_BIND")]
+    pub health_bind: Option<String>,
     /// Requests per minute allowed per API token on authenticated endpoints [default: 120].
     #[arg(long, env = "KAAS_RATE_LIMIT_PER_MINUTE")]
     pub rate_limit_per_minute: Option<u32>,
@@ -188,6 +214,14 @@ pub struct FileSettings {
     pub downloads_max_connections_per_peer: Option<usize>,
     pub downloads_reserve_fds: Option<u64>,
     pub max_body_bytes: Option<usize>,
+    pub body_timeout_secs: Option<u64>,
+    pub body_deadline_secs: Option<u64>,
+    pub idle_timeout_secs: Option<u64>,
+    pub max_connections: Option<usize>,
+    pub max_connections_per_peer: Option<usize>,
+    pub max_requests_per_token: Option<usize>,
+    pub reserve_fds: Option<u64>,
+    pub health_bind: Option<String>,
     pub rate_limit_per_minute: Option<u32>,
     pub rate_limit_burst: Option<u32>,
     pub artifact_cache_bytes: Option<u64>,
@@ -219,6 +253,10 @@ pub struct ServeSettings {
     /// The downloads listener's address and directory, when it is on.
     pub downloads: Option<(String, PathBuf)>,
     pub downloads_limits: crate::api::downloads::Limits,
+    /// The API port's connection limits.
+    pub api_limits: crate::api::front::Limits,
+    /// The health listener's address, when it is on.
+    pub health_bind: Option<String>,
     pub api: ApiSettings,
     pub workers: WorkerCount,
     pub worker: WorkerSettings,
@@ -244,6 +282,13 @@ impl ServeArgs {
             max_connections_per_peer: self.downloads_max_connections_per_peer.or(file.downloads_max_connections_per_peer).unwrap_or(dl.max_connections_per_peer).max(1),
             reserve_fds: self.downloads_reserve_fds.or(file.downloads_reserve_fds).unwrap_or(dl.reserve_fds),
         };
+        let fl = crate::api::front::Limits::default();
+        let api_limits = crate::api::front::Limits {
+            idle_timeout: secs(self.idle_timeout_secs.or(file.idle_timeout_secs), fl.idle_timeout),
+            max_connections: self.max_connections.or(file.max_connections).unwrap_or(fl.max_connections).max(1),
+            max_connections_per_peer: self.max_connections_per_peer.or(file.max_connections_per_peer).unwrap_or(fl.max_connections_per_peer).max(1),
+            reserve_fds: self.reserve_fds.or(file.reserve_fds).unwrap_or(fl.reserve_fds),
+        };
         let database_url = self
             .database_url
             .clone()
@@ -263,8 +308,13 @@ impl ServeArgs {
                 (bind, dir)
             }),
             downloads_limits,
+            api_limits,
+            health_bind: self.health_bind.clone().or(file.health_bind),
             api: ApiSettings {
                 max_body_bytes: self.max_body_bytes.or(file.max_body_bytes).unwrap_or(d.max_body_bytes),
+                body_timeout: secs(self.body_timeout_secs.or(file.body_timeout_secs), d.body_timeout),
+                body_deadline: secs(self.body_deadline_secs.or(file.body_deadline_secs), d.body_deadline),
+                max_requests_per_token: self.max_requests_per_token.or(file.max_requests_per_token).unwrap_or(d.max_requests_per_token).max(1),
                 rate_limit_per_minute: self.rate_limit_per_minute.or(file.rate_limit_per_minute).unwrap_or(d.rate_limit_per_minute),
                 rate_limit_burst: self.rate_limit_burst.or(file.rate_limit_burst).unwrap_or(d.rate_limit_burst),
                 artifact_cache_bytes: self.artifact_cache_bytes.or(file.artifact_cache_bytes).unwrap_or(d.artifact_cache_bytes),

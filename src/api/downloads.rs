@@ -25,12 +25,10 @@
 //! process's `RLIMIT_NOFILE` less `reserve_fds`, so that the API on the same process can
 //! always accept, open its database and log, whatever this listener is sent.
 
-use std::collections::HashMap;
 use std::fs::File;
 use std::io::Write as _;
-use std::net::IpAddr;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures_util::future::BoxFuture;
@@ -39,6 +37,7 @@ use tokio::io::AsyncReadExt;
 use tokio::net::{TcpListener, TcpStream};
 
 use super::cache::ArtifactBody;
+use super::conns::Admission;
 use super::error::ProblemDetails;
 
 /// Starts a resolver's error when the database is unavailable (the rest says why): the
@@ -130,8 +129,7 @@ pub struct Downloads {
     open: moka::sync::Cache<String, Arc<Entry>>,
     limits: Limits,
     budget: Budget,
-    /// Connections open now: in all, and per peer address (entries removed at zero).
-    conns: Mutex<(usize, HashMap<IpAddr, usize>)>,
+    conns: Arc<Admission>,
 }
 
 impl Downloads {
@@ -149,31 +147,15 @@ impl Downloads {
             dir: dir.to_path_buf(),
             resolve,
             open: moka::sync::Cache::new(budget.open_artifacts),
+            conns: Admission::new("the downloads listener", budget.connections, limits.max_connections_per_peer),
             limits,
             budget,
-            conns: Mutex::new((0, HashMap::new())),
         }))
     }
 
     /// What the descriptor limit left this listener.
     pub fn budget(&self) -> Budget {
         self.budget
-    }
-
-    /// Counts a new connection from `ip` in, or says why not (status, code, detail).
-    fn admit(self: &Arc<Self>, ip: IpAddr) -> Result<Slot, (u16, &'static str, String)> {
-        let mut guard = self.conns.lock().unwrap_or_else(|e| e.into_inner());
-        let (total, per_peer) = &mut *guard;
-        let mine = per_peer.get(&ip).copied().unwrap_or(0);
-        if mine >= self.limits.max_connections_per_peer {
-            return Err((429, "too_many_connections", format!("{mine} connections from {ip} are open; this listener allows {} per address", self.limits.max_connections_per_peer)));
-        }
-        if *total >= self.budget.connections {
-            return Err((503, "unavailable", format!("the downloads listener is at its limit of {} connections", self.budget.connections)));
-        }
-        *total += 1;
-        *per_peer.entry(ip).or_insert(0) += 1;
-        Ok(Slot { d: self.clone(), ip })
     }
 
     async fn entry(&self, sha: &str) -> Result<Option<Arc<Entry>>, String> {
@@ -218,26 +200,6 @@ fn write_files(dir: &Path, body: &ArtifactBody) -> std::io::Result<Entry> {
     })
 }
 
-/// One admitted connection; uncounted when dropped.
-struct Slot {
-    d: Arc<Downloads>,
-    ip: IpAddr,
-}
-
-impl Drop for Slot {
-    fn drop(&mut self) {
-        let mut guard = self.d.conns.lock().unwrap_or_else(|e| e.into_inner());
-        let (total, per_peer) = &mut *guard;
-        *total = total.saturating_sub(1);
-        if let Some(n) = per_peer.get_mut(&self.ip) {
-            *n -= 1;
-            if *n == 0 {
-                per_peer.remove(&self.ip);
-            }
-        }
-    }
-}
-
 /// Accepts connections on `listener` forever, one task per connection. A failed accept
 /// (out of descriptors, say) is logged and retried after a pause, never fatal. A
 /// connection over the caps is told why in one non-blocking write and closed at once, so
@@ -253,12 +215,11 @@ pub async fn serve(listener: TcpListener, downloads: Arc<Downloads>) -> std::io:
                 continue;
             }
         };
-        let slot = match downloads.admit(peer.ip()) {
+        let slot = match downloads.conns.admit(peer.ip()) {
             Ok(slot) => slot,
-            Err((status, code, detail)) => {
-                tracing::debug!(%peer, %detail, "downloads listener: connection refused");
-                let extra = if status == 503 { "retry-after: 1\r\n" } else { "" };
-                let _ = stream.try_write(problem_text(status, code, &detail, true, extra).as_bytes());
+            Err(refused) => {
+                tracing::debug!(%peer, detail = %refused.detail, "downloads listener: connection refused");
+                let _ = stream.try_write(refused.response().as_bytes());
                 continue;
             }
         };

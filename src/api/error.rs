@@ -87,6 +87,12 @@ pub enum ApiError {
     MethodNotAllowed(String),
     #[error("rate limit exceeded for this token; retry in {retry_after_secs} s")]
     RateLimited { retry_after_secs: u64 },
+    /// A token has as many requests in progress as it may have at once.
+    #[error("{0}")]
+    TooManyInFlight(String),
+    /// The request body stopped arriving (or took too long in all).
+    #[error("{0}")]
+    RequestTimeout(String),
     #[error("{0}")]
     Unavailable(String),
     #[error("{0}")]
@@ -125,6 +131,8 @@ impl ApiError {
             UnsupportedMediaType(_) => ("unsupported_media_type", StatusCode::UNSUPPORTED_MEDIA_TYPE, "Unsupported media type"),
             MethodNotAllowed(_) => ("method_not_allowed", StatusCode::METHOD_NOT_ALLOWED, "Method not allowed"),
             RateLimited { .. } => ("rate_limited", StatusCode::TOO_MANY_REQUESTS, "Too many requests"),
+            TooManyInFlight(_) => ("too_many_in_flight", StatusCode::TOO_MANY_REQUESTS, "Too many requests in progress"),
+            RequestTimeout(_) => ("request_timeout", StatusCode::REQUEST_TIMEOUT, "Request timeout"),
             Unavailable(_) => ("unavailable", StatusCode::SERVICE_UNAVAILABLE, "Service unavailable"),
             Internal(_) => ("internal", StatusCode::INTERNAL_SERVER_ERROR, "Internal error"),
         }
@@ -170,6 +178,13 @@ impl ResponseError for ApiError {
             }
             ApiError::Unavailable(_) => {
                 res.insert_header((header::RETRY_AFTER, RETRY_AFTER_SECS.to_string()));
+            }
+            ApiError::TooManyInFlight(_) => {
+                res.insert_header((header::RETRY_AFTER, "1"));
+            }
+            // The rest of the body may still come; the connection cannot be read past it.
+            ApiError::RequestTimeout(_) => {
+                res.insert_header((header::CONNECTION, "close"));
             }
             _ => {}
         }

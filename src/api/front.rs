@@ -12,8 +12,18 @@
 //! that sends a good request and then a malformed one on the same connection still gets
 //! the codec's bare answer. Re-reading every head would mean a second HTTP/1 parser in
 //! front of the first, bodies included.
+//!
+//! What the port holds against one client ([`Limits`], issue 52), as the downloads
+//! listener does: connections are capped per peer address (429) and in all (503), the
+//! total kept below the process's `RLIMIT_NOFILE` less a reserve, so accept never fails
+//! for want of a descriptor; a connection with no request in progress, or a response that
+//! makes no progress, is closed after `idle_timeout`. A request body that stops arriving
+//! is the app's to time out (`crate::api::limits`), since only it knows a body is awaited.
 
+use std::pin::Pin;
 use std::rc::Rc;
+use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use actix_http::body::MessageBody;
@@ -24,12 +34,90 @@ use actix_service::{IntoServiceFactory, Service, ServiceFactory, ServiceFactoryE
 use actix_web::dev::{AppConfig, ServiceRequest, ServiceResponse};
 use actix_web::App;
 use bytes::BytesMut;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::TcpStream;
+
+use super::conns::Admission;
 
 /// How long a connection's first request head may take to arrive whole: actix-http's own
 /// client request timeout, which the dispatcher applies to the requests after it.
 pub const HEAD_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The connection limits of a port served by [`server`]; `kaas serve` settings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Limits {
+    /// A connection waiting for its next request, or a response the client does not read,
+    /// is closed after this long.
+    pub idle_timeout: Duration,
+    /// Connections open at once, in all (further ones get 503); fewer when the descriptor
+    /// limit is lower (see [`Limits::connections`]).
+    pub max_connections: usize,
+    /// Connections open at once from one IP address (further ones get 429).
+    pub max_connections_per_peer: usize,
+    /// Descriptors of the process's `RLIMIT_NOFILE` this port never uses: the database
+    /// pool's, the health listener's, logs and files.
+    pub reserve_fds: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits { idle_timeout: Duration::from_secs(5), max_connections: 4096, max_connections_per_peer: 64, reserve_fds: 128 }
+    }
+}
+
+impl Limits {
+    /// Connections this port may hold under a descriptor limit of `nofile` (`None`:
+    /// unlimited) when `others` descriptors belong to another listener: never more than
+    /// `nofile - reserve_fds - others - 1` (the 1: a connection accepted only to be
+    /// refused), and at least 1.
+    pub fn connections(&self, nofile: Option<u64>, others: u64) -> usize {
+        let Some(nofile) = nofile else { return self.max_connections.max(1) };
+        let spare = nofile.saturating_sub(self.reserve_fds).saturating_sub(others).saturating_sub(1);
+        (self.max_connections as u64).min(spare).max(1) as usize
+    }
+}
+
+/// An IO whose writes fail once they have made no progress for `limit`: a client that
+/// stops reading its response would otherwise hold its connection as long as it likes.
+struct SendTimeout<T> {
+    io: T,
+    limit: Duration,
+    stalled: Option<Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl<T: AsyncRead + Unpin> AsyncRead for SendTimeout<T> {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_read(cx, buf)
+    }
+}
+
+impl<T: AsyncWrite + Unpin> AsyncWrite for SendTimeout<T> {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
+        let this = &mut *self;
+        match Pin::new(&mut this.io).poll_write(cx, buf) {
+            Poll::Ready(r) => {
+                this.stalled = None;
+                Poll::Ready(r)
+            }
+            Poll::Pending => {
+                let limit = this.limit;
+                let timer = this.stalled.get_or_insert_with(|| Box::pin(tokio::time::sleep(limit)));
+                match timer.as_mut().poll(cx) {
+                    Poll::Ready(()) => Poll::Ready(Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "the client read nothing within the idle timeout"))),
+                    Poll::Pending => Poll::Pending,
+                }
+            }
+        }
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+}
 
 /// What the front makes of the bytes read so far.
 #[derive(Debug, PartialEq)]
@@ -155,24 +243,39 @@ async fn answer(io: &mut TcpStream, status: u16, code: &str, detail: &str) {
     .await;
 }
 
-/// The API server bound to `bind`: `app` built once per worker thread, as
-/// `actix_web::HttpServer` does, with [`first_head`] in front of each connection.
-pub fn server<F, T, B>(bind: &str, threads: usize, app: F) -> std::io::Result<actix_server::Server>
+/// A port served by [`server`]: its name (for the log and refusals), address, worker
+/// threads, limits, and the admission its connections are counted in.
+pub struct Port {
+    pub name: &'static str,
+    pub bind: String,
+    pub threads: usize,
+    pub limits: Limits,
+    pub admission: Arc<Admission>,
+}
+
+/// The server of `port`: `app` built once per worker thread, as `actix_web::HttpServer`
+/// does, with [`first_head`] in front of each connection and [`Limits`] on all of them.
+pub fn server<F, T, B>(port: Port, app: F) -> std::io::Result<actix_server::Server>
 where
     F: Fn() -> App<T> + Send + Clone + 'static,
     T: ServiceFactory<ServiceRequest, Config = (), Response = ServiceResponse<B>, Error = actix_web::Error, InitError = ()> + 'static,
     B: MessageBody + 'static,
 {
+    let Port { name, bind, threads, limits, admission } = port;
+    tracing::info!(port = name, %bind, ?limits, connections = admission.max_total(), "listener limits");
     let builder = actix_server::Server::build().workers(threads).backlog(1024);
     let shutdown = builder.graceful_shutdown_signal();
-    let built = builder.bind("kaas-api", bind, move || {
+    let built = builder.bind(name, bind, move || {
         let shutdown = shutdown.clone();
+        let admission = admission.clone();
+        let idle = limits.idle_timeout;
         let factory = app().into_factory().map_err(|e: actix_web::Error| e.error_response());
         // Nothing here reads the app's configured host or local address (they stand in
         // for a Host header an HTTP/1.0 request leaves out, and for URL generation).
         let http = HttpService::build()
             .client_request_timeout(HEAD_TIMEOUT)
             .client_disconnect_timeout(Duration::from_secs(1))
+            .keep_alive(idle)
             // Idle keep-alive connections close at once when the server stops.
             .graceful_shutdown_signal(move || {
                 let signal = shutdown.clone();
@@ -181,19 +284,31 @@ where
             .finish(map_config(factory, |()| AppConfig::default()));
         fn_factory(move || {
             let started = http.new_service(());
+            let admission = admission.clone();
             async move {
                 let http = Rc::new(started.await.map_err(|_| ())?);
                 // One per worker: each one keeps a task that refreshes its clock.
                 let config = ServiceConfig::default();
                 Ok::<_, ()>(fn_service(move |mut io: TcpStream| {
-                    let (http, config) = (http.clone(), config.clone());
+                    let (http, config, admission) = (http.clone(), config.clone(), admission.clone());
                     async move {
                         let peer = io.peer_addr().ok();
+                        let ip = peer.map(|p| p.ip()).unwrap_or(std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED));
+                        // Refused in one non-blocking write and closed: no descriptor is held
+                        // for a connection over a cap.
+                        let _slot = match admission.admit(ip) {
+                            Ok(slot) => slot,
+                            Err(refused) => {
+                                tracing::debug!(port = name, ?peer, detail = %refused.detail, "connection refused");
+                                let _ = io.try_write(refused.response().as_bytes());
+                                return Ok(());
+                            }
+                        };
                         let _ = io.set_nodelay(true);
                         let Some(read) = first_head(&mut io, &config).await else { return Ok(()) };
                         let (rx, tx) = io.into_split();
                         let io = tokio::io::join(std::io::Cursor::new(read.freeze()).chain(rx), tx);
-                        http.call((io, Protocol::Http1, peer)).await
+                        http.call((SendTimeout { io, limit: idle, stalled: None }, Protocol::Http1, peer)).await
                     }
                 }))
             }
@@ -216,6 +331,16 @@ mod tests {
             Head::Refused { status, detail, .. } => (status, detail),
             other => panic!("{text:?} was not refused: {other:?}"),
         }
+    }
+
+    #[test]
+    fn the_connection_cap_stays_below_the_descriptor_limit() {
+        let l = Limits { max_connections: 10_000, reserve_fds: 128, ..Limits::default() };
+        assert_eq!(l.connections(Some(512), 0), 383);
+        assert_eq!(l.connections(Some(512), 300), 83, "another listener's share is not this port's");
+        assert_eq!(l.connections(Some(100), 0), 1, "below the reserve: one at a time");
+        assert_eq!(l.connections(None, 0), 10_000);
+        assert_eq!(Limits { max_connections: 7, ..l }.connections(Some(1 << 20), 0), 7);
     }
 
     #[actix_web::test]

@@ -2,10 +2,12 @@
 //! and the integration tests run, so the tests exercise the real wiring.
 
 pub mod cache;
+pub mod conns;
 pub mod downloads;
 pub mod error;
 pub mod events;
 pub mod front;
+pub mod limits;
 pub mod metrics;
 pub mod openapi;
 pub mod routes;
@@ -46,6 +48,12 @@ pub struct ApiSettings {
     pub max_event_streams_per_client: usize,
     /// Tuning requests: limits, defaults, and whether a kernel lookup's miss queues a tune.
     pub tune: crate::work::tune::TuneLimits,
+    /// A request body with no byte for this long is given up (408, connection closed).
+    pub body_timeout: Duration,
+    /// A request body not whole this long after its request began is given up the same way.
+    pub body_deadline: Duration,
+    /// Requests one token may have in progress at once (429 beyond).
+    pub max_requests_per_token: usize,
 }
 
 impl Default for ApiSettings {
@@ -61,6 +69,9 @@ impl Default for ApiSettings {
             signing_key: None,
             max_event_streams_per_client: 8,
             tune: Default::default(),
+            body_timeout: Duration::from_secs(5),
+            body_deadline: Duration::from_secs(60),
+            max_requests_per_token: 32,
         }
     }
 }
@@ -74,6 +85,8 @@ pub struct AppState {
     /// The shared submission event feeds.
     pub events: events::Events,
     limiter: DefaultKeyedRateLimiter<i32>,
+    /// Requests in progress per token.
+    pub in_flight: Arc<limits::InFlight>,
     pub started: Instant,
     local_workers: std::sync::Mutex<String>,
     /// Loaded on first use (it may read or create the database-kept key).
@@ -90,6 +103,7 @@ impl AppState {
             metrics: Metrics::new()?,
             limiter: RateLimiter::keyed(Quota::per_minute(per_minute).allow_burst(burst)),
             events: events::Events::new(settings.max_event_streams_per_client),
+            in_flight: limits::InFlight::new(settings.max_requests_per_token),
             settings,
             started: Instant::now(),
             local_workers: std::sync::Mutex::new("none: this process runs no GPU worker (`kaas serve --workers auto` starts one per GPU)".into()),
@@ -241,6 +255,34 @@ fn problem_json_for<B: MessageBody + 'static>(res: ServiceResponse<B>) -> actix_
     Ok(ErrorHandlerResponse::Response(res))
 }
 
+/// The health listener's application (`kaas serve --health-bind`): health, readiness,
+/// liveness and metrics only, for probes that must get through however busy the API
+/// port is.
+pub fn create_health_app(
+    state: Arc<AppState>,
+) -> App<
+    impl ServiceFactory<
+        ServiceRequest,
+        Config = (),
+        Response = ServiceResponse<impl MessageBody>,
+        Error = actix_web::Error,
+        InitError = (),
+    >,
+> {
+    App::new()
+        .app_data(web::Data::from(state))
+        .service(routes::system::health)
+        .service(routes::system::ready)
+        .service(routes::system::live)
+        .service(routes::system::metrics)
+        .default_service(web::to(|req: HttpRequest| async move {
+            Err::<HttpResponse, ApiError>(ApiError::NotFound(format!(
+                "nothing at {} on the health listener: it answers /v1/health, /v1/health/ready, /v1/health/live and /metrics",
+                req.path()
+            )))
+        }))
+}
+
 /// Builds the application: routes, extractor limits and error mapping, metrics.
 pub fn create_app(
     state: Arc<AppState>,
@@ -256,6 +298,8 @@ pub fn create_app(
     let data = web::Data::from(state.clone());
     let limit = state.settings.max_body_bytes;
     let metrics = state.metrics.clone();
+    let in_flight = state.in_flight.clone();
+    let (body_timeout, body_deadline) = (state.settings.body_timeout, state.settings.body_deadline);
     App::new()
         .app_data(data)
         .app_data(web::PayloadConfig::new(limit))
@@ -285,6 +329,32 @@ pub fn create_app(
                 .handler(StatusCode::NOT_FOUND, problem_json_for)
                 .handler(StatusCode::PAYLOAD_TOO_LARGE, problem_json_for),
         )
+        .wrap_fn(move |mut req, srv| {
+            use actix_web::dev::Service;
+            // Refused before the body is read: a token over its share waits for nothing.
+            let token = req.headers().get(actix_web::http::header::AUTHORIZATION).and_then(|v| v.to_str().ok()).map(str::to_string);
+            let guard = match token.map(|t| in_flight.enter(&t)).transpose() {
+                Ok(guard) => guard,
+                Err(e) => {
+                    let res = actix_web::ResponseError::error_response(&e);
+                    return Box::pin(async move { Ok(req.into_response(res).map_into_right_body()) }) as Pin<Box<dyn Future<Output = _>>>;
+                }
+            };
+            let verdict = limits::time_body(&mut req, body_timeout, body_deadline);
+            let fut = srv.call(req);
+            Box::pin(async move {
+                let res = fut.await?;
+                drop(guard);
+                let timed_out = verdict.borrow_mut().take();
+                Ok(match timed_out {
+                    Some(why) => {
+                        let (req, _) = res.into_parts();
+                        ServiceResponse::new(req, actix_web::ResponseError::error_response(&ApiError::RequestTimeout(why))).map_into_right_body()
+                    }
+                    None => res.map_into_left_body(),
+                })
+            })
+        })
         .wrap_fn(move |req, srv| {
             use actix_web::dev::Service;
             let started = Instant::now();

@@ -25,6 +25,8 @@ pub struct Cli {
     pub command: Command,
 }
 
+// One command is parsed per process: the size of its largest variant costs nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run the HTTP service (API, OpenAPI, metrics). Imports the shipped catalog once per database, in one transaction.
@@ -496,12 +498,37 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         start_downloads(&state, bind, dir, s.http_threads, s.downloads_limits.clone())?;
     }
     // actix-web's server with a front that answers a refused first request head with
-    // problem+json (crate::api::front); TCP_NODELAY on every connection, as nginx sets.
-    crate::api::front::server(&s.bind, s.http_threads, move || create_app(state.clone()))
-        .with_context(|| format!("binding {}", s.bind))?
-        .await?;
+    // problem+json and holds the port's connection limits (crate::api::front); TCP_NODELAY
+    // on every connection, as nginx sets.
+    let nofile = crate::api::downloads::nofile_limit();
+    // The downloads listener's whole budget is not the API's to use.
+    let downloads_fds = s.downloads.as_ref().map_or(0, |_| {
+        let b = s.downloads_limits.budget(nofile);
+        b.connections as u64 + 2 * b.open_artifacts + 1
+    });
+    let limits = s.api_limits.clone();
+    let connections = limits.connections(nofile, downloads_fds);
+    let admission = crate::api::conns::Admission::new("the API port", connections, limits.max_connections_per_peer);
+    let port = crate::api::front::Port { name: "kaas-api", bind: s.bind.clone(), threads: s.http_threads, limits, admission };
+    let api_state = state.clone();
+    let api = crate::api::front::server(port, move || create_app(api_state.clone())).with_context(|| format!("binding {}", s.bind))?;
+    let Some(bind) = &s.health_bind else {
+        api.await?;
+        return Ok(());
+    };
+    // Probes get a port, a thread and connections of their own: a client that fills the
+    // API port's connections, threads or per-address share cannot reach them here.
+    let limits = crate::api::front::Limits { max_connections: HEALTH_CONNECTIONS, max_connections_per_peer: HEALTH_CONNECTIONS, ..s.api_limits.clone() };
+    let admission = crate::api::conns::Admission::new("the health listener", HEALTH_CONNECTIONS, HEALTH_CONNECTIONS);
+    let port = crate::api::front::Port { name: "kaas-health", bind: bind.clone(), threads: 1, limits, admission };
+    tracing::info!(%bind, "health listener: /v1/health, /v1/health/ready, /v1/health/live, /metrics");
+    let health = crate::api::front::server(port, move || crate::api::create_health_app(state.clone())).with_context(|| format!("binding the health listener {bind}"))?;
+    tokio::try_join!(api, health)?;
     Ok(())
 }
+
+/// Connections the health listener holds at once (within the API port's descriptor reserve).
+const HEALTH_CONNECTIONS: usize = 16;
 
 #[cfg(test)]
 mod tests {

@@ -17,19 +17,19 @@ use crate::both_backends;
 use crate::common::*;
 
 /// A `kaas serve` process on a port of its own, logging to a file.
-struct Serve {
-    child: Child,
-    port: u16,
+pub(crate) struct Serve {
+    pub(crate) child: Child,
+    pub(crate) port: u16,
     log: PathBuf,
 }
 
 impl Serve {
-    fn start(url: &str, catalog: &Path, log: PathBuf) -> Serve {
+    pub(crate) fn start(url: &str, catalog: &Path, log: PathBuf) -> Serve {
         Serve::start_with(url, catalog, log, |_| {})
     }
 
     /// The same, with the command adjusted by `adjust` before it starts.
-    fn start_with(url: &str, catalog: &Path, log: PathBuf, adjust: impl FnOnce(&mut Command)) -> Serve {
+    pub(crate) fn start_with(url: &str, catalog: &Path, log: PathBuf, adjust: impl FnOnce(&mut Command)) -> Serve {
         let port = free_port();
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_kaas"));
         cmd.args(["serve", "--database-url", url, "--bind", &format!("127.0.0.1:{port}"), "--http-threads", "1", "--workers", "0"])
@@ -44,12 +44,12 @@ impl Serve {
         Serve { child, port, log }
     }
 
-    fn log(&self) -> String {
+    pub(crate) fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
     /// `GET path` → (status, body); `None` while nothing listens.
-    fn get(&self, path: &str) -> Option<(u16, String)> {
+    pub(crate) fn get(&self, path: &str) -> Option<(u16, String)> {
         let mut s = std::net::TcpStream::connect(("127.0.0.1", self.port)).ok()?;
         s.set_read_timeout(Some(Duration::from_secs(30))).ok()?;
         s.write_all(format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").as_bytes()).ok()?;
@@ -61,7 +61,7 @@ impl Serve {
 
     /// Waits until `/v1/health/ready` answers 200; panics with the log if the process
     /// exits or the deadline passes.
-    async fn wait_ready(&mut self, within: Duration) -> serde_json::Value {
+    pub(crate) async fn wait_ready(&mut self, within: Duration) -> serde_json::Value {
         let deadline = Instant::now() + within;
         loop {
             if let Some(status) = self.child.try_wait().unwrap() {
@@ -75,13 +75,47 @@ impl Serve {
         }
     }
 
-    fn kill(mut self) {
+    pub(crate) fn kill(mut self) {
         self.child.kill().ok();
         self.child.wait().ok();
     }
 }
 
-fn free_port() -> u16 {
+/// The flood tests' process holds the flood's client ends: as many descriptors as it may have.
+pub(crate) fn raise_own_descriptor_limit() {
+    let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile);
+    let _ = rustix::process::setrlimit(rustix::process::Resource::Nofile, rustix::process::Rlimit { current: limit.maximum, maximum: limit.maximum });
+}
+
+/// Starts `cmd` with a descriptor limit of `n`, as an operator's `ulimit -n` would.
+pub(crate) fn limit_descriptors(cmd: &mut Command, n: u64) {
+    // SAFETY: setrlimit is async-signal-safe and touches no memory of this process.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(cmd, move || {
+            let nofile = rustix::process::Rlimit { current: Some(n), maximum: Some(n) };
+            rustix::process::setrlimit(rustix::process::Resource::Nofile, nofile).map_err(std::io::Error::from)
+        });
+    }
+}
+
+/// Reads each connection to its end (10 s at most) and counts how they ended: the status
+/// answered, `closed`, `reset`, or `held (…)` when none came in time.
+pub(crate) fn how_they_end(flood: Vec<std::net::TcpStream>) -> std::collections::BTreeMap<String, usize> {
+    let mut statuses = std::collections::BTreeMap::<String, usize>::new();
+    for mut s in flood {
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let mut text = Vec::new();
+        let what = match s.read_to_end(&mut text) {
+            Ok(_) => String::from_utf8_lossy(&text).split(' ').nth(1).unwrap_or("closed").to_string(),
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => "reset".into(),
+            Err(e) => format!("held ({e})"),
+        };
+        *statuses.entry(what).or_default() += 1;
+    }
+    statuses
+}
+
+pub(crate) fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
@@ -417,9 +451,7 @@ async fn the_downloads_listener_answers_an_outage_with_503_and_retry_after() {
 /// the reserve, and what frees the sockets the timeouts.
 #[actix_web::test]
 async fn a_flood_on_the_downloads_listener_leaves_the_api_its_descriptors() {
-    // This process holds the flood's client ends: as many descriptors as it may have.
-    let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile);
-    let _ = rustix::process::setrlimit(rustix::process::Resource::Nofile, rustix::process::Rlimit { current: limit.maximum, maximum: limit.maximum });
+    raise_own_descriptor_limit();
     let (db, url) = TestDb::with_url(Backend::Sqlite).await;
     let catalog = tempfile::tempdir().unwrap();
     let files = tempfile::tempdir().unwrap();
@@ -432,13 +464,7 @@ async fn a_flood_on_the_downloads_listener_leaves_the_api_its_descriptors() {
             .env("KAAS_DOWNLOADS_MAX_CONNECTIONS", "100000")
             .env("KAAS_DOWNLOADS_MAX_CONNECTIONS_PER_PEER", "100000")
             .env("KAAS_DOWNLOADS_RESERVE_FDS", "128");
-        // SAFETY: setrlimit is async-signal-safe and touches no memory of this process.
-        unsafe {
-            std::os::unix::process::CommandExt::pre_exec(cmd, || {
-                let nofile = rustix::process::Rlimit { current: Some(300), maximum: Some(300) };
-                rustix::process::setrlimit(rustix::process::Resource::Nofile, nofile).map_err(std::io::Error::from)
-            });
-        }
+        limit_descriptors(cmd, 300);
     });
     serve.wait_ready(Duration::from_secs(60)).await;
 
@@ -479,20 +505,7 @@ async fn a_flood_on_the_downloads_listener_leaves_the_api_its_descriptors() {
 
     // Every flood connection ends: refused at once, 408 for the slow heads, closed when
     // idle; none is held past the timeouts.
-    let ended = tokio::task::spawn_blocking(move || {
-        let mut statuses = std::collections::BTreeMap::<String, usize>::new();
-        for mut s in flood {
-            s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-            let mut text = Vec::new();
-            let what = match s.read_to_end(&mut text) {
-                Ok(_) => String::from_utf8_lossy(&text).split(' ').nth(1).unwrap_or("closed").to_string(),
-                Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => "reset".into(),
-                Err(e) => format!("held ({e})"),
-            };
-            *statuses.entry(what).or_default() += 1;
-        }
-        statuses
-    })
+    let ended = tokio::task::spawn_blocking(move || how_they_end(flood))
     .await
     .unwrap();
     assert!(ended.keys().all(|k| !k.starts_with("held")), "connections held past the timeouts: {ended:?}");

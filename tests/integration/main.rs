@@ -12,6 +12,7 @@ mod signing;
 mod downloads;
 mod fleet;
 mod holes;
+mod limits;
 mod regimes;
 mod storage;
 mod source;
