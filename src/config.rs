@@ -100,6 +100,9 @@ pub struct ServeArgs {
     /// Database connection pool size [default: 16].
     #[arg(long, env = "KAAS_DB_MAX_CONNECTIONS")]
     pub db_max_connections: Option<u32>,
+    /// Milliseconds a request waits for a database connection before 503: how long an outage takes to be answered [default: 1000].
+    #[arg(long, env = "KAAS_DB_ACQUIRE_TIMEOUT_MS")]
+    pub db_acquire_timeout_ms: Option<u64>,
     /// Largest PTX a submission may carry, in bytes [default: 4194304].
     #[arg(long, env = "KAAS_MAX_ARTIFACT_BYTES")]
     pub max_artifact_bytes: Option<usize>,
@@ -227,6 +230,7 @@ pub struct FileSettings {
     pub artifact_cache_bytes: Option<u64>,
     pub catalog_cache_ttl_secs: Option<u64>,
     pub db_max_connections: Option<u32>,
+    pub db_acquire_timeout_ms: Option<u64>,
     pub max_artifact_bytes: Option<usize>,
     pub max_queued_jobs: Option<u64>,
     pub max_stored_bytes_per_submitter: Option<u64>,
@@ -257,6 +261,7 @@ pub struct ServeSettings {
     pub api_limits: crate::api::front::Limits,
     /// The health listener's address, when it is on.
     pub health_bind: Option<String>,
+    pub db_acquire_timeout: Duration,
     pub api: ApiSettings,
     pub workers: WorkerCount,
     pub worker: WorkerSettings,
@@ -310,6 +315,11 @@ impl ServeArgs {
             downloads_limits,
             api_limits,
             health_bind: self.health_bind.clone().or(file.health_bind),
+            db_acquire_timeout: self
+                .db_acquire_timeout_ms
+                .or(file.db_acquire_timeout_ms)
+                .map(|ms| Duration::from_millis(ms.max(50)))
+                .unwrap_or(crate::db::DEFAULT_ACQUIRE_TIMEOUT),
             api: ApiSettings {
                 max_body_bytes: self.max_body_bytes.or(file.max_body_bytes).unwrap_or(d.max_body_bytes),
                 body_timeout: secs(self.body_timeout_secs.or(file.body_timeout_secs), d.body_timeout),

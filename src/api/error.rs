@@ -95,6 +95,9 @@ pub enum ApiError {
     RequestTimeout(String),
     #[error("{0}")]
     Unavailable(String),
+    /// The database cannot be reached: 503 like `Unavailable`, and the breaker trips on it.
+    #[error("{0}")]
+    DatabaseUnreachable(String),
     #[error("{0}")]
     Internal(String),
 }
@@ -133,7 +136,7 @@ impl ApiError {
             RateLimited { .. } => ("rate_limited", StatusCode::TOO_MANY_REQUESTS, "Too many requests"),
             TooManyInFlight(_) => ("too_many_in_flight", StatusCode::TOO_MANY_REQUESTS, "Too many requests in progress"),
             RequestTimeout(_) => ("request_timeout", StatusCode::REQUEST_TIMEOUT, "Request timeout"),
-            Unavailable(_) => ("unavailable", StatusCode::SERVICE_UNAVAILABLE, "Service unavailable"),
+            Unavailable(_) | DatabaseUnreachable(_) => ("unavailable", StatusCode::SERVICE_UNAVAILABLE, "Service unavailable"),
             Internal(_) => ("internal", StatusCode::INTERNAL_SERVER_ERROR, "Internal error"),
         }
     }
@@ -179,6 +182,10 @@ impl ResponseError for ApiError {
             ApiError::Unavailable(_) => {
                 res.insert_header((header::RETRY_AFTER, RETRY_AFTER_SECS.to_string()));
             }
+            ApiError::DatabaseUnreachable(why) => {
+                res.insert_header((header::RETRY_AFTER, RETRY_AFTER_SECS.to_string()));
+                res.extensions_mut().insert(super::breaker::DbUnreachable(why.clone()));
+            }
             ApiError::TooManyInFlight(_) => {
                 res.insert_header((header::RETRY_AFTER, "1"));
             }
@@ -195,7 +202,9 @@ impl ResponseError for ApiError {
 impl From<sea_orm::DbErr> for ApiError {
     fn from(e: sea_orm::DbErr) -> Self {
         tracing::error!(error = %e, "database error");
-        if crate::db::is_outage(&e) {
+        if crate::db::is_unreachable(&e) {
+            ApiError::DatabaseUnreachable("the database is unreachable; this replica answers 503 at once until it reaches it again. Retry shortly, or ask another replica (see /v1/health/ready)".into())
+        } else if crate::db::is_outage(&e) {
             ApiError::Unavailable("the database is unavailable (it refuses connections, or holds no kaas schema); retry shortly, or ask another replica (see /v1/health/ready)".into())
         } else {
             ApiError::Unavailable("the database failed this request; retry shortly".into())

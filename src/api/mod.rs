@@ -1,6 +1,7 @@
 //! The HTTP API (actix-web). `create_app` builds the one `App` that both `kaas serve`
 //! and the integration tests run, so the tests exercise the real wiring.
 
+pub mod breaker;
 pub mod cache;
 pub mod conns;
 pub mod downloads;
@@ -87,6 +88,8 @@ pub struct AppState {
     limiter: DefaultKeyedRateLimiter<i32>,
     /// Requests in progress per token.
     pub in_flight: Arc<limits::InFlight>,
+    /// Open while the database is unreachable.
+    pub breaker: Arc<breaker::Breaker>,
     pub started: Instant,
     local_workers: std::sync::Mutex<String>,
     /// Loaded on first use (it may read or create the database-kept key).
@@ -104,6 +107,7 @@ impl AppState {
             limiter: RateLimiter::keyed(Quota::per_minute(per_minute).allow_burst(burst)),
             events: events::Events::new(settings.max_event_streams_per_client),
             in_flight: limits::InFlight::new(settings.max_requests_per_token),
+            breaker: breaker::Breaker::new(),
             settings,
             started: Instant::now(),
             local_workers: std::sync::Mutex::new("none: this process runs no GPU worker (`kaas serve --workers auto` starts one per GPU)".into()),
@@ -299,6 +303,7 @@ pub fn create_app(
     let limit = state.settings.max_body_bytes;
     let metrics = state.metrics.clone();
     let in_flight = state.in_flight.clone();
+    let limits_state = state.clone();
     let (body_timeout, body_deadline) = (state.settings.body_timeout, state.settings.body_deadline);
     App::new()
         .app_data(data)
@@ -331,6 +336,7 @@ pub fn create_app(
         )
         .wrap_fn(move |mut req, srv| {
             use actix_web::dev::Service;
+            let state = &limits_state;
             // Refused before the body is read: a token over its share waits for nothing.
             let token = req.headers().get(actix_web::http::header::AUTHORIZATION).and_then(|v| v.to_str().ok()).map(str::to_string);
             let guard = match token.map(|t| in_flight.enter(&t)).transpose() {
@@ -340,11 +346,23 @@ pub fn create_app(
                     return Box::pin(async move { Ok(req.into_response(res).map_into_right_body()) }) as Pin<Box<dyn Future<Output = _>>>;
                 }
             };
+            if let Some((down_for, _)) = state.breaker.outage().filter(|_| breaker::needs_database(req.path())) {
+                let err = ApiError::DatabaseUnreachable(format!(
+                    "the database has been unreachable for {} s; this replica answers 503 at once until a probe reaches it again. Retry shortly, or ask another replica (see /v1/health/ready)",
+                    down_for.as_secs()
+                ));
+                let res = actix_web::ResponseError::error_response(&err);
+                return Box::pin(async move { Ok(req.into_response(res).map_into_right_body()) });
+            }
             let verdict = limits::time_body(&mut req, body_timeout, body_deadline);
             let fut = srv.call(req);
+            let state = state.clone();
             Box::pin(async move {
                 let res = fut.await?;
                 drop(guard);
+                if let Some(breaker::DbUnreachable(why)) = res.response().extensions().get::<breaker::DbUnreachable>() {
+                    state.breaker.trip(&state.db, why);
+                }
                 let timed_out = verdict.borrow_mut().take();
                 Ok(match timed_out {
                     Some(why) => {

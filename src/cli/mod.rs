@@ -423,7 +423,7 @@ fn start_downloads(state: &Arc<AppState>, bind: &str, dir: &std::path::Path, thr
     actix_web::rt::spawn(async move {
         while let Some((sha, reply)) = rx.recv().await {
             let found = crate::api::routes::artifacts::load(&api, &sha).await.map_err(|e| match e {
-                crate::api::ApiError::Unavailable(why) => format!("{}{why}", crate::api::downloads::UNAVAILABLE),
+                crate::api::ApiError::Unavailable(why) | crate::api::ApiError::DatabaseUnreachable(why) => format!("{}{why}", crate::api::downloads::UNAVAILABLE),
                 other => other.to_string(),
             });
             let _ = reply.send(found);
@@ -471,6 +471,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     raise_nofile_limit();
     let mut cfg = DbConfig::new(&s.database_url);
     cfg.max_connections = s.api.db_max_connections;
+    cfg.acquire_timeout = s.db_acquire_timeout;
     // Migrations and the first import run in one process at a time; replicas started
     // together wait here, then find both done. Nothing is served before this is complete.
     // The lock comes before the pool: opening a fresh SQLite file switches it to WAL,

@@ -16,18 +16,24 @@ use sea_orm::{
 /// How long a SQLite writer waits for the lock before giving up.
 const SQLITE_BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// [`DbConfig::acquire_timeout`]'s default.
+pub const DEFAULT_ACQUIRE_TIMEOUT: Duration = Duration::from_secs(1);
+
 #[derive(Debug, Clone)]
 pub struct DbConfig {
     /// `sqlite://path?mode=rwc`, `sqlite::memory:` or `postgres://…`.
     pub url: String,
     pub max_connections: u32,
+    /// How long a request waits for a pooled connection (or a new one to connect) before
+    /// it fails: short, so that an outage is answered in about this long, not held.
+    pub acquire_timeout: Duration,
     /// Postgres only: the schema to work in (tests use one per test).
     pub pg_schema: Option<String>,
 }
 
 impl DbConfig {
     pub fn new(url: impl Into<String>) -> Self {
-        DbConfig { url: url.into(), max_connections: 16, pg_schema: None }
+        DbConfig { url: url.into(), max_connections: 16, acquire_timeout: DEFAULT_ACQUIRE_TIMEOUT, pg_schema: None }
     }
 }
 
@@ -46,7 +52,7 @@ pub async fn open(cfg: &DbConfig) -> Result<DatabaseConnection, DbErr> {
     let mut opts = ConnectOptions::new(url.clone());
     opts.max_connections(cfg.max_connections)
         .min_connections(1)
-        .acquire_timeout(Duration::from_secs(10))
+        .acquire_timeout(cfg.acquire_timeout)
         .sqlx_logging(false);
     if url.starts_with("sqlite:") {
         // Every pooled connection gets these, not only the first (a one-off PRAGMA would not).
@@ -260,6 +266,21 @@ pub async fn missing_migrations(db: &DatabaseConnection) -> Result<Vec<String>, 
 /// Whether an error means the database cannot be used right now (refused or lost
 /// connections, an exhausted pool, a schema that is not there), as opposed to a fault of
 /// one statement. Such errors are worth retrying against the same or another replica.
+/// Whether `e` says the database cannot be reached at all (refused, reset, timed out,
+/// closed), as opposed to a database that answers without the kaas schema or refuses one
+/// statement: what trips the API's breaker (`crate::api::breaker`).
+pub fn is_unreachable(e: &DbErr) -> bool {
+    match e {
+        DbErr::ConnectionAcquire(_) | DbErr::Conn(_) => true,
+        _ => {
+            let text = e.to_string().to_ascii_lowercase();
+            ["error communicating with database", "connection refused", "connection reset", "broken pipe", "pool timed out", "closed pool", "pool closed", "unable to open database"]
+                .iter()
+                .any(|s| text.contains(s))
+        }
+    }
+}
+
 pub fn is_outage(e: &DbErr) -> bool {
     match e {
         DbErr::ConnectionAcquire(_) | DbErr::Conn(_) => true,

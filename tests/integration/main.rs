@@ -5,6 +5,7 @@
 mod common;
 
 mod api;
+mod breaker;
 mod bundle;
 mod devices;
 mod h200_catalog;

@@ -83,9 +83,22 @@ pub struct LivenessView {
 }
 
 /// Checks the database, its schema and the shipped catalog's completion row.
+/// While the breaker is open (`crate::api::breaker`) it says so at once, without a ping.
 pub async fn readiness(state: &State) -> ReadinessView {
     let t = std::time::Instant::now();
-    let ping = state.db.ping().await;
+    let ping = match state.breaker.outage() {
+        Some((down_for, _)) => Err(format!(
+            "it has been unreachable for {} s; a probe tries it every {} s",
+            down_for.as_secs(),
+            crate::api::breaker::PROBE_EVERY.as_secs()
+        )),
+        None => state.db.ping().await.map_err(|e| {
+            if crate::db::is_unreachable(&e) {
+                state.breaker.trip(&state.db, &e.to_string());
+            }
+            e.to_string()
+        }),
+    };
     let database = DatabaseHealth { backend: crate::db::backend_name(&state.db).into(), reachable: ping.is_ok(), latency_ms: t.elapsed().as_secs_f64() * 1e3 };
     if let Err(e) = ping {
         let why = format!("not checked: the database does not answer ({e})");
@@ -189,7 +202,10 @@ pub async fn live(state: State) -> HttpResponse {
 )]
 #[get("/metrics")]
 pub async fn metrics(state: State) -> HttpResponse {
-    state.metrics.refresh_work(&state.db).await;
+    // The queue gauges keep their last values while the database is unreachable.
+    if state.breaker.outage().is_none() {
+        state.metrics.refresh_work(&state.db).await;
+    }
     let text = state.metrics.render(&state.db, state.settings.db_max_connections);
     HttpResponse::Ok().content_type("text/plain; version=0.0.4; charset=utf-8").body(text)
 }
