@@ -90,6 +90,9 @@ pub struct ServeArgs {
     /// Requests a token may make in a burst before the per-minute rate applies [default: 30].
     #[arg(long, env = "KAAS_RATE_LIMIT_BURST")]
     pub rate_limit_burst: Option<u32>,
+    /// Where the rate limit is counted: `fleet` (in the database, all replicas together) or `replica` (this process's memory) [default: fleet].
+    #[arg(long, env = "KAAS_RATE_LIMIT_SCOPE")]
+    pub rate_limit_scope: Option<String>,
     /// Bytes of PTX kept in the in-memory artifact cache [default: 268435456].
     #[arg(long, env = "KAAS_ARTIFACT_CACHE_BYTES")]
     pub artifact_cache_bytes: Option<u64>,
@@ -227,6 +230,7 @@ pub struct FileSettings {
     pub health_bind: Option<String>,
     pub rate_limit_per_minute: Option<u32>,
     pub rate_limit_burst: Option<u32>,
+    pub rate_limit_scope: Option<String>,
     pub artifact_cache_bytes: Option<u64>,
     pub catalog_cache_ttl_secs: Option<u64>,
     pub db_max_connections: Option<u32>,
@@ -327,6 +331,14 @@ impl ServeArgs {
                 max_requests_per_token: self.max_requests_per_token.or(file.max_requests_per_token).unwrap_or(d.max_requests_per_token).max(1),
                 rate_limit_per_minute: self.rate_limit_per_minute.or(file.rate_limit_per_minute).unwrap_or(d.rate_limit_per_minute),
                 rate_limit_burst: self.rate_limit_burst.or(file.rate_limit_burst).unwrap_or(d.rate_limit_burst),
+                rate_limit_scope: self
+                    .rate_limit_scope
+                    .clone()
+                    .or(file.rate_limit_scope)
+                    .map(|s| s.parse())
+                    .transpose()
+                    .map_err(anyhow::Error::msg)?
+                    .unwrap_or(d.rate_limit_scope),
                 artifact_cache_bytes: self.artifact_cache_bytes.or(file.artifact_cache_bytes).unwrap_or(d.artifact_cache_bytes),
                 catalog_cache_ttl: self
                     .catalog_cache_ttl_secs

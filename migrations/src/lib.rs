@@ -12,6 +12,7 @@ mod m20261127_000006_source_builds;
 mod m20261201_000007_tuning;
 mod m20261202_000008_regimes;
 mod m20261202_000009_artifact_uploader;
+mod m20261203_000010_rate_limits;
 
 pub struct Migrator;
 
@@ -26,6 +27,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261201_000007_tuning::Migration),
             Box::new(m20261202_000008_regimes::Migration),
             Box::new(m20261202_000009_artifact_uploader::Migration),
+            Box::new(m20261203_000010_rate_limits::Migration),
         ]
     }
 }

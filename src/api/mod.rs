@@ -11,10 +11,10 @@ pub mod front;
 pub mod limits;
 pub mod metrics;
 pub mod openapi;
+pub mod ratelimit;
 pub mod routes;
 
 use std::future::Future;
-use std::num::NonZeroU32;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -24,8 +24,6 @@ use actix_web::dev::{ServiceFactory, ServiceRequest, ServiceResponse};
 use actix_web::http::StatusCode;
 use actix_web::middleware::{ErrorHandlerResponse, ErrorHandlers};
 use actix_web::{App, FromRequest, HttpRequest, HttpResponse, web};
-use governor::clock::{Clock, DefaultClock};
-use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
 use sea_orm::DatabaseConnection;
 
 use crate::auth::{self, Caller};
@@ -39,6 +37,8 @@ pub struct ApiSettings {
     pub max_body_bytes: usize,
     pub rate_limit_per_minute: u32,
     pub rate_limit_burst: u32,
+    /// Whether the rate limit is counted in the database (all replicas) or in memory.
+    pub rate_limit_scope: ratelimit::Scope,
     pub artifact_cache_bytes: u64,
     pub catalog_cache_ttl: Duration,
     pub db_max_connections: u32,
@@ -63,6 +63,7 @@ impl Default for ApiSettings {
             max_body_bytes: 16 << 20,
             rate_limit_per_minute: 120,
             rate_limit_burst: 30,
+            rate_limit_scope: ratelimit::Scope::Fleet,
             artifact_cache_bytes: 256 << 20,
             catalog_cache_ttl: Duration::from_secs(10),
             db_max_connections: 16,
@@ -85,7 +86,7 @@ pub struct AppState {
     pub settings: ApiSettings,
     /// The shared submission event feeds.
     pub events: events::Events,
-    limiter: DefaultKeyedRateLimiter<i32>,
+    limiter: ratelimit::RateLimit,
     /// Requests in progress per token.
     pub in_flight: Arc<limits::InFlight>,
     /// Open while the database is unreachable.
@@ -98,13 +99,11 @@ pub struct AppState {
 
 impl AppState {
     pub fn new(db: DatabaseConnection, settings: ApiSettings) -> anyhow::Result<Arc<Self>> {
-        let per_minute = NonZeroU32::new(settings.rate_limit_per_minute.max(1)).unwrap_or(NonZeroU32::MIN);
-        let burst = NonZeroU32::new(settings.rate_limit_burst.max(1)).unwrap_or(NonZeroU32::MIN);
         Ok(Arc::new(AppState {
             db,
             caches: Caches::new(settings.artifact_cache_bytes, settings.catalog_cache_ttl),
             metrics: Metrics::new()?,
-            limiter: RateLimiter::keyed(Quota::per_minute(per_minute).allow_burst(burst)),
+            limiter: ratelimit::RateLimit::new(settings.rate_limit_per_minute, settings.rate_limit_burst, settings.rate_limit_scope),
             events: events::Events::new(settings.max_event_streams_per_client),
             in_flight: limits::InFlight::new(settings.max_requests_per_token),
             breaker: breaker::Breaker::new(),
@@ -159,13 +158,6 @@ impl AppState {
         Ok(report)
     }
 
-    /// Charges one request to a token; the error says when to come back.
-    fn charge(&self, token_id: i32) -> Result<(), ApiError> {
-        self.limiter.check_key(&token_id).map_err(|not_until| {
-            let wait = not_until.wait_time_from(DefaultClock::default().now());
-            ApiError::RateLimited { retry_after_secs: wait.as_secs() + u64::from(wait.subsec_nanos() > 0) }
-        })
-    }
 }
 
 pub type State = web::Data<AppState>;
@@ -196,7 +188,7 @@ impl FromRequest for Caller {
                     return Err(ApiError::RevokedToken("this token was revoked; ask an admin for a new one".into()));
                 }
             };
-            state.charge(caller.token_id)?;
+            state.limiter.charge(&state.db, caller.token_id).await?;
             Ok(caller)
         })
     }

@@ -8,6 +8,7 @@ use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 use crate::common::*;
+use sea_orm::ConnectionTrait;
 use crate::fleet::{Serve, free_port, how_they_end, limit_descriptors, raise_own_descriptor_limit};
 
 /// Sends `head` and `body` and reads until the server answers or closes, at most
@@ -156,3 +157,46 @@ async fn stalled_bodies_and_floods_on_the_api_port_are_refused_fast_and_probes_a
     serve.kill();
     db.cleanup().await;
 }
+
+/// Issue 52: with two replicas, 60 of 100 requests got through a 30-request limit. The
+/// limit is counted in the database they share: two replicas allow what one allows.
+async fn two_replicas_share_one_rate_limit(backend: Backend) {
+    use actix_web::test::{TestRequest, init_service};
+    use kaas::api::ratelimit::Scope;
+    let (db, url) = TestDb::with_url(backend).await;
+    let token = kaas::auth::create_token(&db.db, "alice", kaas::auth::Role::Submitter).await.unwrap().secret;
+    let whoami = || TestRequest::get().uri("/v1/whoami").insert_header(("Authorization", format!("Bearer {token}")));
+    let mut allowed = vec![];
+    for scope in [Scope::Fleet, Scope::Replica] {
+        // A burst of 30 and one more a minute: what one replica allows in a second is 30.
+        let settings = kaas::api::ApiSettings { rate_limit_per_minute: 1, rate_limit_burst: 30, rate_limit_scope: scope, ..Default::default() };
+        let replica = |settings: kaas::api::ApiSettings| {
+            let url = url.clone();
+            async move {
+                let mut cfg = kaas::db::DbConfig::new(&url);
+                cfg.max_connections = 2;
+                kaas::api::AppState::new(kaas::db::open(&cfg).await.unwrap(), settings).unwrap()
+            }
+        };
+        let a = init_service(kaas::api::create_app(replica(settings.clone()).await)).await;
+        let b = init_service(kaas::api::create_app(replica(settings).await)).await;
+        let mut ok = 0;
+        for i in 0..100 {
+            let r = if i % 2 == 0 { call(&a, whoami()).await } else { call(&b, whoami()).await };
+            match r.status.as_u16() {
+                200 => ok += 1,
+                _ => {
+                    r.assert_problem(429, "rate_limited");
+                    let retry: u64 = r.header("retry-after").unwrap().parse().unwrap();
+                    assert!((1..=60).contains(&retry), "Retry-After {retry}");
+                }
+            }
+        }
+        allowed.push(ok);
+        db.db.execute_unprepared("DELETE FROM rate_limits").await.unwrap();
+    }
+    assert_eq!(allowed, [30, 60], "requests allowed of 100 by two replicas, counted in the database and per replica");
+    db.cleanup().await;
+}
+
+crate::both_backends!(two_replicas_share_one_rate_limit);
