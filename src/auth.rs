@@ -7,7 +7,8 @@ use sea_orm::{ActiveModelTrait, ColumnTrait, ConnectionTrait, DatabaseConnection
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use crate::catalog::bundle::{ensure_submitter, sha256_hex};
+use crate::catalog::bundle::ensure_submitter;
+use crate::signing::sha256_hex;
 use crate::db::entities::{api_token, submitter};
 
 /// Tokens start with this, so secret scanners and people can tell what they are.

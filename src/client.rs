@@ -571,7 +571,7 @@ pub fn pull(server: &Server, args: &PullArgs) -> anyhow::Result<()> {
         eprintln!("warning: the server sent no signature for this kernel's record; `kaas verify` will fail");
     }
     let ptx = client.get_text(&kernel.artifact.url)?;
-    let sha = crate::catalog::bundle::sha256_hex(ptx.as_bytes());
+    let sha = crate::signing::sha256_hex(ptx.as_bytes());
     if sha != kernel.artifact.sha256 {
         bail!("the PTX downloaded has sha256 {sha}, not the {} the manifest names", kernel.artifact.sha256);
     }

@@ -743,7 +743,7 @@ pub fn compile_cli(args: &CompileArgs) -> anyhow::Result<()> {
         Some(p) => std::fs::write(p, &compiled.ptx).with_context(|| format!("writing {}", p.display()))?,
         None => print!("{}", compiled.ptx),
     }
-    let sha = crate::catalog::bundle::sha256_hex(compiled.ptx.as_bytes());
+    let sha = crate::signing::sha256_hex(compiled.ptx.as_bytes());
     eprintln!("compiled for {} with NVRTC {} ({}); PTX {} bytes, sha256 {sha}", compiled.build.arch, compiled.build.nvrtc_version, compiled.build.header_set, compiled.ptx.len());
     let report = crate::ptx::ptxas::check(&compiled.ptx, arch.as_str());
     for (expr, kernel) in &compiled.build.kernels {

@@ -198,12 +198,12 @@ mod tests {
             for e in &index.entries {
                 let Some((cfg, acc, layout)) = SimpleConfig::from_entry(&e.manifest.launches[0].entry) else { continue };
                 assert_eq!((acc, layout), (e.problem.acc, e.problem.layout), "{}", e.problem);
-                assert_eq!(crate::catalog::bundle::sha256_hex(ptx[&e.artifact].as_bytes()), e.artifact, "{}: PTX does not match its sha256", e.problem);
+                assert_eq!(crate::signing::sha256_hex(ptx[&e.artifact].as_bytes()), e.artifact, "{}: PTX does not match its sha256", e.problem);
                 assert_eq!(e.manifest, manifest_for(&e.problem, &cfg), "{}: manifest differs", e.problem);
                 checked += 1;
                 if nvrtc::available().is_ok() {
                     let built = compile_simple(&e.problem, &cfg).unwrap();
-                    assert_eq!(crate::catalog::bundle::sha256_hex(built.as_bytes()), e.artifact, "{} for {} no longer builds to the committed PTX", cfg.entry(acc, layout), e.problem);
+                    assert_eq!(crate::signing::sha256_hex(built.as_bytes()), e.artifact, "{} for {} no longer builds to the committed PTX", cfg.entry(acc, layout), e.problem);
                 }
             }
         }

@@ -20,6 +20,7 @@ use serde::{Deserialize, Serialize};
 use super::{CatalogError, current_entries, problem_of};
 use crate::db::entities::{artifact, baseline, catalog_entry, device_class, manifest, problem, run, submission, submitter, tune};
 use crate::manifest::Manifest;
+use crate::signing::sha256_hex;
 use crate::problem::Problem;
 
 pub const FORMAT: &str = "kaas.catalog.v1";
@@ -143,11 +144,6 @@ impl From<DbErr> for BundleError {
 
 fn invalid(path: impl Into<String>, message: impl Into<String>) -> BundleError {
     BundleError::Invalid { path: path.into(), message: message.into() }
-}
-
-pub fn sha256_hex(bytes: &[u8]) -> String {
-    use sha2::Digest;
-    hex::encode(sha2::Sha256::digest(bytes))
 }
 
 /// Whether `s` is a sha256 as artifacts are named: 64 lowercase hex digits.

@@ -24,6 +24,14 @@ pub use canonical::canonical_json;
 pub use record::{RECORD_FORMAT, Record};
 pub use store::Signer;
 
+/// The lowercase hex sha256 of `bytes`: an artifact's name (the digest of its PTX), a
+/// token's stored form, a key's id. It lives here, at the bottom with the other integrity
+/// code, so that everything that names or checks bytes can use it.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::Digest;
+    hex::encode(sha2::Sha256::digest(bytes))
+}
+
 /// The one algorithm kaas signs with.
 pub const ALG: &str = "ed25519";
 
@@ -115,7 +123,7 @@ impl PublicKey {
 
     /// The first 16 hex digits of the sha256 of the 32 key bytes.
     pub fn key_id(&self) -> String {
-        crate::catalog::bundle::sha256_hex(self.0.as_bytes())[..16].to_string()
+        sha256_hex(self.0.as_bytes())[..16].to_string()
     }
 
     /// Checks `sig` over `record`'s canonical bytes.
@@ -220,70 +228,6 @@ mod tests {
         assert!(matches!(other.public().verify(&r, &sig), Err(VerifyError::OtherKey { .. })));
         assert!(matches!(k.public().verify(&r, &RecordSignature { alg: "rsa".into(), ..sig.clone() }), Err(VerifyError::Algorithm(_))));
         assert!(matches!(k.public().verify(&r, &RecordSignature { signature: "AAAA".into(), ..sig }), Err(VerifyError::Malformed(_))));
-    }
-
-    /// The committed cross-language fixture (`clients/python/tests/data/signed_record.json`)
-    /// is what this code produces: the Python client's tests check its canonical bytes and
-    /// signature against it. `KAAS_WRITE_FIXTURES=1` rewrites it.
-    #[test]
-    fn the_python_fixture_is_what_rust_signs() {
-        // A TEST-ONLY seed, public on purpose: it signs nothing but this fixture.
-        let key = KeyPair::from_seed(&[7u8; 32]);
-        let ptx = ".version 8.8\n.target sm_90\n.address_size 64\n// fixture: signing\n";
-        let manifest = crate::manifest::Manifest {
-            abi: crate::manifest::ABI.into(),
-            problem: crate::problem::Problem::new(
-                crate::problem::Arch::Sm90,
-                crate::problem::Acc::F32,
-                crate::problem::Layout::Tn,
-                crate::problem::Shape::new(4096, 4096, 4096).unwrap(),
-            ),
-            workspace_bytes: 0,
-            launches: vec![crate::manifest::Launch {
-                entry: "hgemm".into(),
-                grid: [32, 32, 1],
-                block: [256, 1, 1],
-                cluster: [1, 1, 1],
-                shared_mem_bytes: 49152,
-                params: crate::manifest::pointer_params(),
-            }],
-        };
-        let run = crate::db::entities::run::Model {
-            id: 42,
-            submission_id: Some(7),
-            manifest_id: 3,
-            problem_id: 1,
-            device_class: "H100-SXM".into(),
-            verdict: "pass".into(),
-            message: "verified and benchmarked: \"quoted\", back\\slash, tab\t, bell\u{7}, é → 😀".into(),
-            timings: Some(r#"{"graph": {"median_us": 900.0, "ci95_low_us": 899.5, "ci95_high_us": 900.25, "tflops": 152.7, "samples": 200}, "server": {"median_us": 1.5e-7, "p99_us": 1e21}}"#.into()),
-            speedups: Some(r#"{"graph": {"cublaslt_autotune_max": 1.0823, "cublas_max": 1.1}}"#.into()),
-            regime: Some("l2_cold".into()),
-            regimes: Some(r#"{"l2_cold": {"buffer_sets": 3, "l2_multiple": 2.25, "cache": "l2_cold", "timings": {"graph": {"median_us": 900.0}}, "speedups": {"graph": {"cublaslt_autotune_max": 1.0823}}}, "l2_warm": {"buffer_sets": 1, "l2_multiple": 0.75, "cache": "l2_warm", "timings": {"graph": {"median_us": 880.5}}, "speedups": {"graph": {"cublaslt_autotune_max": 1.1}}}}"#.into()),
-            device: Some(r#"{"model": "NVIDIA H100 80GB HBM3", "sm_clock_mhz": 1980, "temperature_c": 41.5, "tiny": 0.000015, "big": 1e16, "neg": -2.5, "zero": -0.0, "u64": 18446744073709551615, "i64": -9223372036854775808}"#.into()),
-            created_at: chrono::DateTime::parse_from_rfc3339("2026-11-20T12:00:00.123456Z").unwrap().to_utc(),
-            details: Some(r#"{"stage": "deviation", "checks": [{"name": "exact", "passed": true, "detail": "4 runs", "ms": 12.5}]}"#.into()),
-        };
-        let record = Record::of_run(&run, &manifest, &crate::catalog::bundle::sha256_hex(ptx.as_bytes())).to_value();
-        let signature = key.sign(&record);
-        key.public().verify(&record, &signature).unwrap();
-        let fixture = serde_json::json!({
-            "comment": "Made by the Rust test signing::tests::the_python_fixture_is_what_rust_signs with a TEST-ONLY seed (32 bytes of 7); it signs nothing else.",
-            "test_only_seed_hex": key.seed_hex(),
-            "public_key": key.public().to_base64(),
-            "key_id": key.key_id(),
-            "ptx": ptx,
-            "record": record,
-            "canonical": canonical_json(&record),
-            "signature": signature,
-        });
-        let text = serde_json::to_string_pretty(&fixture).unwrap() + "\n";
-        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/clients/python/tests/data/signed_record.json");
-        if std::env::var("KAAS_WRITE_FIXTURES").as_deref() == Ok("1") {
-            std::fs::write(path, &text).unwrap();
-        }
-        let committed = std::fs::read_to_string(path).unwrap_or_default();
-        assert_eq!(committed, text, "{path} is stale: rerun this test with KAAS_WRITE_FIXTURES=1");
     }
 
     #[test]

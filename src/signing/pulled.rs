@@ -87,7 +87,7 @@ pub fn verify_dir(dir: &Path, keys: &[PublicKey]) -> Vec<Check> {
         match std::fs::read(dir.join("kernel.ptx")) {
             Err(e) => Err(format!("cannot read kernel.ptx: {e}")),
             Ok(bytes) => {
-                let sha = crate::catalog::bundle::sha256_hex(&bytes);
+                let sha = super::sha256_hex(&bytes);
                 if sha == want_sha {
                     Ok(format!("sha256 {sha} as signed"))
                 } else {
@@ -124,7 +124,7 @@ mod tests {
         let ptx = ".version 8.8\n.target sm_90\n";
         let manifest = json!({"abi": "kaas.hgemm.v1", "launches": [{"entry": "hgemm", "grid": [32, 32, 1]}]});
         let record =
-            json!({"format": RECORD_FORMAT, "artifact_sha256": crate::catalog::bundle::sha256_hex(ptx.as_bytes()), "manifest": manifest, "verdict": "pass"});
+            json!({"format": RECORD_FORMAT, "artifact_sha256": crate::signing::sha256_hex(ptx.as_bytes()), "manifest": manifest, "verdict": "pass"});
         let signed = json!({"record": record, "signature": key.sign(&record)});
         std::fs::write(dir.path().join(RECORD_FILE), serde_json::to_string_pretty(&signed).unwrap()).unwrap();
         std::fs::write(dir.path().join("kernel.ptx"), ptx).unwrap();

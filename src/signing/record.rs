@@ -4,7 +4,6 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use crate::db::entities::run;
 use crate::manifest::Manifest;
 use crate::problem::Problem;
 
@@ -55,30 +54,6 @@ pub struct Record {
 }
 
 impl Record {
-    /// The record of a stored run with its manifest and artifact.
-    pub fn of_run(r: &run::Model, manifest: &Manifest, artifact_sha256: &str) -> Record {
-        let run = crate::catalog::run_view(r);
-        let details: Option<serde_json::Value> = r.details.as_deref().and_then(|d| serde_json::from_str(d).ok());
-        Record {
-            format: RECORD_FORMAT.into(),
-            run_id: run.id,
-            submission_id: r.submission_id,
-            artifact_sha256: artifact_sha256.to_string(),
-            manifest: manifest.clone(),
-            problem: manifest.problem,
-            device_class: run.device_class,
-            verdict: run.verdict,
-            message: run.message,
-            checks: details.and_then(|d| d.get("checks").cloned()).filter(|c| !c.is_null()),
-            timings: run.timings,
-            speedups: run.speedups,
-            regime: run.regime,
-            regimes: run.regimes,
-            device: run.device,
-            measured_at: run.measured_at,
-        }
-    }
-
     /// The record as the JSON value that is signed and served.
     pub fn to_value(&self) -> serde_json::Value {
         // Serializing plain data with string keys cannot fail.

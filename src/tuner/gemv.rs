@@ -352,7 +352,7 @@ mod tests {
                 checked += 1;
                 if nvrtc::available().is_ok() {
                     let built = compile(&cfg, e.problem.arch, acc, layout).unwrap();
-                    assert_eq!(crate::catalog::bundle::sha256_hex(built.as_bytes()), e.artifact, "{} for {} no longer builds to the shipped PTX", cfg.label(), e.problem);
+                    assert_eq!(crate::signing::sha256_hex(built.as_bytes()), e.artifact, "{} for {} no longer builds to the shipped PTX", cfg.label(), e.problem);
                 }
             }
         }

@@ -2200,7 +2200,7 @@ mod tests {
         let mut checked = 0;
         for (dir, index, ptx) in crate::catalog::bundle::shipped_bundles() {
             for (sha, text) in &ptx {
-                assert_eq!(&crate::catalog::bundle::sha256_hex(text.as_bytes()), sha, "{}: PTX does not match its sha256", dir.display());
+                assert_eq!(&crate::signing::sha256_hex(text.as_bytes()), sha, "{}: PTX does not match its sha256", dir.display());
             }
             for e in &index.entries {
                 let launch = &e.manifest.launches[0];
@@ -2216,7 +2216,7 @@ mod tests {
                     continue;
                 }
                 let built = compile(&cfg, acc, layout).unwrap();
-                assert_eq!(crate::catalog::bundle::sha256_hex(built.as_bytes()), e.artifact, "{} for {} no longer builds to the committed PTX", cfg.label(), e.problem);
+                assert_eq!(crate::signing::sha256_hex(built.as_bytes()), e.artifact, "{} for {} no longer builds to the committed PTX", cfg.label(), e.problem);
                 // And the manifest is the one the configuration gives.
                 assert_eq!(e.manifest, cfg.manifest(&e.problem, 132), "{}: manifest differs", e.problem);
             }

@@ -607,12 +607,12 @@ mod tests {
             for e in &index.entries {
                 let Some((cfg, acc, layout)) = MmaConfig::of_launch(&e.manifest.launches[0]) else { continue };
                 assert_eq!((acc, layout), (e.problem.acc, e.problem.layout), "{}", e.problem);
-                assert_eq!(crate::catalog::bundle::sha256_hex(ptx[&e.artifact].as_bytes()), e.artifact, "{}: PTX does not match its sha256", dir.display());
+                assert_eq!(crate::signing::sha256_hex(ptx[&e.artifact].as_bytes()), e.artifact, "{}: PTX does not match its sha256", dir.display());
                 assert_eq!(e.manifest, cfg.manifest(&e.problem), "{}: manifest differs", e.problem);
                 checked += 1;
                 if nvrtc::available().is_ok() {
                     let built = compile(&cfg, e.problem.arch, acc, layout).unwrap();
-                    assert_eq!(crate::catalog::bundle::sha256_hex(built.as_bytes()), e.artifact, "{} for {} no longer builds to the committed PTX", cfg.label(), e.problem);
+                    assert_eq!(crate::signing::sha256_hex(built.as_bytes()), e.artifact, "{} for {} no longer builds to the committed PTX", cfg.label(), e.problem);
                 }
             }
         }

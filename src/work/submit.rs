@@ -13,7 +13,8 @@ use super::views::*;
 use super::{state, submission_status};
 use super::error::WorkError;
 use crate::auth::{Caller, Role};
-use crate::catalog::bundle::{self, sha256_hex};
+use crate::catalog::bundle;
+use crate::signing::sha256_hex;
 use crate::catalog::{self, artifact_view, problem_of, run_view};
 use crate::db::entities::{artifact, catalog_entry, device_class, job, manifest, problem, run, submission, submitter, worker};
 use crate::manifest::Manifest;
@@ -447,7 +448,7 @@ pub async fn view<C: ConnectionTrait>(db: &C, id: i32) -> Result<Option<Submissi
                     run: run_view(r),
                     details: r.details.as_deref().and_then(|d| serde_json::from_str(d).ok()),
                     in_catalog: held.contains(&r.id),
-                    record: crate::signing::Record::of_run(r, &body, &m.artifact_sha256),
+                    record: catalog::run_record(r, &body, &m.artifact_sha256),
                     signature: None,
                 })
             }

@@ -105,7 +105,7 @@ async fn ptx_downloads_carry_strong_etags_and_answer_304(backend: Backend) {
     let r = get(&app, &format!("/v1/kernels/{}/ptx", f.fast.path())).await;
     assert_eq!(r.status, 200);
     assert_eq!(r.body.as_ref(), f.ptx_fast.as_bytes());
-    let sha = kaas::catalog::bundle::sha256_hex(f.ptx_fast.as_bytes());
+    let sha = kaas::signing::sha256_hex(f.ptx_fast.as_bytes());
     assert_eq!(r.header("etag"), Some(format!("\"{sha}\"")));
     assert!(!r.header("cache-control").unwrap().contains("immutable"), "the best kernel can change");
 
@@ -207,7 +207,7 @@ async fn writes_need_a_valid_token_and_write_nothing_when_refused(backend: Backe
     let ok = call(&app, ptx_upload(Some(&t.secret), ptx.clone())).await;
     assert_eq!(ok.status, 201, "{}", String::from_utf8_lossy(&ok.body));
     let sha = ok.json()["sha256"].as_str().unwrap().to_string();
-    assert_eq!(sha, kaas::catalog::bundle::sha256_hex(ptx.as_bytes()));
+    assert_eq!(sha, kaas::signing::sha256_hex(ptx.as_bytes()));
     assert_eq!(call(&app, ptx_upload(Some(&t.secret), ptx.clone())).await.status, 200, "the same PTX again is already there");
     assert_eq!(db.count("artifacts").await, before + 1);
     assert_eq!(get(&app, &format!("/v1/artifacts/{sha}")).await.body.as_ref(), ptx.as_bytes());

@@ -28,7 +28,7 @@ fn start_in(dir: &std::path::Path) -> (String, String) {
 
 /// The same with `limits`.
 fn start_with(dir: &std::path::Path, limits: downloads::Limits) -> (String, String) {
-    let sha = kaas::catalog::bundle::sha256_hex(PTX.as_bytes());
+    let sha = kaas::signing::sha256_hex(PTX.as_bytes());
     let known: HashMap<String, Arc<ArtifactBody>> = [(sha.clone(), Arc::new(ArtifactBody::new(sha.clone(), PTX.to_string())))].into();
     let resolve: Resolver = Arc::new(move |s| {
         let found = known.get(&s).cloned();

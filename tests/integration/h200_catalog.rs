@@ -97,7 +97,7 @@ fn batch(dir: &Path, entries: &[(Problem, &str, RunRecord)], baselines: Vec<Base
 }
 
 fn sha(text: &str) -> String {
-    bundle::sha256_hex(text.as_bytes())
+    kaas::signing::sha256_hex(text.as_bytes())
 }
 
 fn plan(tree: &Path, seconds: &str, out: &Path) -> Value {

@@ -143,7 +143,7 @@ async fn plain_and_cute_sources_compile_and_queue_and_rebuild(backend: Backend) 
             .await
             .unwrap()
             .expect("rebuilds");
-        assert_eq!(kaas::catalog::bundle::sha256_hex(rebuilt.ptx.as_bytes()), got["artifact"]["sha256"].as_str().unwrap(), "{entry}: same PTX sha256");
+        assert_eq!(kaas::signing::sha256_hex(rebuilt.ptx.as_bytes()), got["artifact"]["sha256"].as_str().unwrap(), "{entry}: same PTX sha256");
         // The same PTX sent as PTX is a submission of its own, with no build to show.
         if !entry.contains('<') {
             let as_ptx = serde_json::json!({"ptx": rebuilt.ptx, "template": template(entry), "problems": ["256x256x256", "512x256x128"]});
@@ -303,7 +303,7 @@ fn kaas_compile_shows_the_ptx_and_registers_without_a_server() {
     // The same PTX as the service builds from the same source.
     let service = compile::compile_in_sandbox(&plain_source(), Arch::Sm90, &CompileOptions::default(), &["kaas_naive".into()], &limits()).unwrap();
     assert_eq!(ptx, service.ptx);
-    assert!(stderr.contains(&kaas::catalog::bundle::sha256_hex(ptx.as_bytes())), "{stderr}");
+    assert!(stderr.contains(&kaas::signing::sha256_hex(ptx.as_bytes())), "{stderr}");
     if kaas::ptx::ptxas::locate().is_ok() {
         assert!(stderr.contains("kaas_naive: ") && stderr.contains(" registers"), "{stderr}");
     }

@@ -39,7 +39,7 @@ pub const ASSETS: &[Asset] = &[
 ];
 
 static ETAGS: LazyLock<Vec<String>> =
-    LazyLock::new(|| ASSETS.iter().map(|a| format!("\"{}\"", &crate::catalog::bundle::sha256_hex(a.body)[..32])).collect());
+    LazyLock::new(|| ASSETS.iter().map(|a| format!("\"{}\"", &crate::signing::sha256_hex(a.body)[..32])).collect());
 
 /// Scripts may come only from this origin and no inline script runs: even if a
 /// submitter's name slipped into markup, it could not execute.
