@@ -17,9 +17,9 @@ use anyhow::{Context, bail};
 use chrono::Utc;
 use serde::Serialize;
 
-use crate::bench::autotune::{self, AutotuneChoice, AutotuneKey, AutotuneOptions};
-use crate::bench::baselines::{Pool, SLOTS, SixBaselines, grid_shapes, operand_sets};
-use crate::bench::runner::{self, BenchConfig, BenchReport, DeviceState, Library};
+use crate::harness::autotune::{self, AutotuneChoice, AutotuneKey, AutotuneOptions};
+use crate::harness::baselines::{Pool, SLOTS, SixBaselines, grid_shapes, operand_sets};
+use crate::harness::runner::{self, BenchConfig, BenchReport, DeviceState, Library};
 use crate::bench::stats::{Mode, Timing};
 use crate::catalog::bundle::{self, BaselineRecord, DeviceClassRecord, Index};
 use crate::gpu::{Contender, CublasGemm, DeviceFacts, Gpu, GpuError, LtGemm, Operands};

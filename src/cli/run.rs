@@ -129,7 +129,7 @@ fn mode_tables(s: &mut String, b: &serde_json::Value) {
             let key = format!("{}_{}", base["library"].as_str().unwrap_or("?"), base["layout"].as_str().unwrap_or("?"));
             let _ = writeln!(s, "  {:<22} {:>12.2} {:>10.1} {:>9.3}×", key, num(&base["timing"], "median_us"), num(&base["timing"], "tflops"), num(sp, &key));
         }
-        for lib in crate::bench::runner::Library::ALL {
+        for lib in crate::harness::runner::Library::ALL {
             let key = format!("{}_max", lib.as_str());
             let _ = writeln!(s, "  {:<22} {:>12} {:>10} {:>9.3}×", key, "", "", num(sp, &key));
         }

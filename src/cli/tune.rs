@@ -140,7 +140,7 @@ fn parse_problems(args: &TuneArgs) -> anyhow::Result<Vec<Problem>> {
     let acc: Acc = args.acc.parse().map_err(|e| anyhow::anyhow!("{e}"))?;
     // Each shape with the one layout it is limited to (`tn:…`), or None: every layout.
     let shapes: Vec<(Option<Layout>, Shape)> = if args.problems == "grid" {
-        crate::bench::baselines::grid_shapes().into_iter().map(|s| (None, s)).collect()
+        crate::harness::baselines::grid_shapes().into_iter().map(|s| (None, s)).collect()
     } else {
         args.problems.split(',').map(|item| parse_problem_item(item.trim())).collect::<anyhow::Result<_>>()?
     };

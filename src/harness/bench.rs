@@ -33,9 +33,9 @@ use super::pipeline::bound_on;
 use super::{fresh, sequence};
 use super::stages::{StageFailure, cell};
 use super::{Job, RunOutcome};
-use crate::bench::autotune::{self, AutotuneOptions};
-use crate::bench::baselines::{Pool, SLOTS, SixBaselines, operand_sets, operand_sets_with};
-use crate::bench::runner::{self, BaselineSlot, BenchConfig};
+use crate::harness::autotune::{self, AutotuneOptions};
+use crate::harness::baselines::{Pool, SLOTS, SixBaselines, operand_sets, operand_sets_with};
+use crate::harness::runner::{self, BaselineSlot, BenchConfig};
 use crate::bench::stats::Mode;
 use crate::gpu::{Contender, Gpu, GpuError, PreparedManifest, c_len, checks};
 use crate::problem::{Layout, Problem};
@@ -194,7 +194,7 @@ pub const SHOWN_BESIDE: Regime = Regime::L2Warm;
 /// [`ROTATION_MEMORY_SHARE`] of `memory_bytes` (at least 2 sets). A rotation cut short
 /// is named by its real footprint ([`regime_of`]'s `cache`).
 pub fn cold_sets(p: &Problem, workspace_bytes: u64, l2_bytes: u64, memory_bytes: u64, min_sets: usize) -> usize {
-    let set = crate::bench::baselines::set_bytes(p, workspace_bytes).max(1);
+    let set = crate::harness::baselines::set_bytes(p, workspace_bytes).max(1);
     let needed = usize::try_from((2 * l2_bytes).div_ceil(set)).unwrap_or(usize::MAX).max(min_sets.max(2));
     let fits = (memory_bytes as f64 * ROTATION_MEMORY_SHARE / (3 * set) as f64) as usize;
     needed.min(fits.max(2))
@@ -356,7 +356,7 @@ fn run_bench(gpu: &Gpu, job: &Job, settings: &BenchSettings) -> Result<(serde_js
 /// larger than the L2: its `cache` says so.) Baselines and candidate share the regime:
 /// each rotates over as many sets of the same sizes.
 pub fn regime_of(p: &Problem, workspace_bytes: u64, sets: usize, l2_bytes: u64) -> serde_json::Value {
-    let footprint = crate::bench::baselines::set_bytes(p, workspace_bytes).saturating_mul(sets as u64);
+    let footprint = crate::harness::baselines::set_bytes(p, workspace_bytes).saturating_mul(sets as u64);
     let multiple = if l2_bytes > 0 { footprint as f64 / l2_bytes as f64 } else { f64::INFINITY };
     let cache = if multiple <= 1.0 {
         "l2_warm"

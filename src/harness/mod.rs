@@ -7,12 +7,19 @@
 //! expected. Untrusted PTX runs only in `kaas sandbox` (see [`crate::sandbox`]); this
 //! module is what runs inside it.
 //!
+//! The GPU side of the benchmark is here too: the side-by-side timing of a candidate and
+//! the baselines ([`runner`]), the baselines themselves ([`baselines`]) and cuBLASLt's
+//! autotuning ([`autotune`]); their statistics and decisions are in [`crate::bench`].
+//!
 //! Types here ([`Job`], [`RunOutcome`]) are the sandbox's JSON protocol.
 
+pub mod autotune;
+pub mod baselines;
 pub mod bench;
 pub mod fresh;
 pub mod guarded;
 mod pipeline;
+pub mod runner;
 pub mod sequence;
 mod stages;
 
@@ -27,6 +34,7 @@ use crate::ptx::ptxas::FunctionResources;
 use crate::verify::Verdict;
 
 pub use bench::{BenchSettings, bench_candidate};
+pub use runner::{BaselineSlot, BenchConfig, BenchReport, ContenderTimings, DeviceState, Library, benchmark, speedups};
 pub use pipeline::verify_candidate;
 pub use stages::{device_limits, max_ptx_version_for_driver, ptxas_arch, static_checks};
 

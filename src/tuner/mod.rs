@@ -508,8 +508,8 @@ pub const TUNE_SETS: usize = crate::harness::bench::DEFAULT_SETS;
 /// 100 µs of launches (every set at least once) in a CUDA graph, median of 3 replays.
 fn time_us<C: Contender>(gpu: &Gpu, sets: &[C], guess_us: f64) -> Result<f64, crate::gpu::GpuError> {
     let members: Vec<&dyn Contender> = sets.iter().map(|c| c as &dyn Contender).collect();
-    let launches = crate::bench::runner::launches_for(guess_us).max(members.len() as u32);
-    let samples = time_graph(gpu, &crate::bench::runner::Rotation::new(&members), launches, 3)?;
+    let launches = crate::harness::runner::launches_for(guess_us).max(members.len() as u32);
+    let samples = time_graph(gpu, &crate::harness::runner::Rotation::new(&members), launches, 3)?;
     Ok(crate::bench::stats::median(&samples).unwrap_or(f64::NAN))
 }
 
@@ -526,7 +526,7 @@ const PAIRS: usize = 4;
 /// (reference / contender).
 pub fn time_paired<C: Contender>(gpu: &Gpu, sets: &[C], reference: &crate::gpu::GraphTimer) -> Result<(f64, f64), crate::gpu::GpuError> {
     let members: Vec<&dyn Contender> = sets.iter().map(|c| c as &dyn Contender).collect();
-    let timer = crate::gpu::GraphTimer::capture(gpu, &crate::bench::runner::Rotation::new(&members), reference.launches_per_replay())?;
+    let timer = crate::gpu::GraphTimer::capture(gpu, &crate::harness::runner::Rotation::new(&members), reference.launches_per_replay())?;
     timer.replay(gpu)?;
     let (mut ours, mut ratios) = (Vec::with_capacity(PAIRS), Vec::with_capacity(PAIRS));
     for i in 0..PAIRS {

@@ -304,7 +304,7 @@ fn search(gpu: &Gpu, job: &TuneJob, trace: &mut Trace) -> Result<Ranked, String>
     trace.reference_us = Some(reference_us);
     // Every pull is timed paired with this graph of the reference (`time_paired`): its
     // reward is the pairs' ratio, not a time set against the reference timed once here.
-    let launches = crate::bench::runner::launches_for(reference_us).max(u32::try_from(sets.len()).unwrap_or(u32::MAX));
+    let launches = crate::harness::runner::launches_for(reference_us).max(u32::try_from(sets.len()).unwrap_or(u32::MAX));
     let (reference, _calls) = rotation.reference_timer(gpu, launches).map_err(|e| format!("the cuBLASLt-autotune reference: {e}"))?;
     let mut modules: HashMap<usize, Result<(LoadedPtx, String), String>> = HashMap::new();
     let settings = UcbSettings { max_pulls: job.max_pulls.unwrap_or(UcbSettings::default().max_pulls), order_seed: Some(super::order_seed(&p)), ..UcbSettings::default() };
@@ -395,7 +395,7 @@ struct Rotation {
 
 impl Rotation {
     fn new(gpu: &Gpu, p: &Problem, workspace: u64) -> Result<Rotation, crate::gpu::GpuError> {
-        use crate::bench::baselines::{Pool, operand_sets, operand_sets_with};
+        use crate::harness::baselines::{Pool, operand_sets, operand_sets_with};
         let n = crate::harness::bench::cold_sets(p, workspace, gpu.facts().l2_cache_bytes, gpu.facts().total_memory_bytes, super::TUNE_SETS);
         let (a, b) = (p.m as usize * p.k as usize, p.k as usize * p.n as usize);
         let pool = Pool::new(gpu, a.max(b) + 4_000_037, super::order_seed(p))?;
@@ -409,7 +409,7 @@ impl Rotation {
     fn reference(&mut self, gpu: &Gpu) -> Result<(f64, String), crate::gpu::GpuError> {
         let mut best = (f64::INFINITY, String::new());
         for (other, sets) in [(false, &self.sets), (true, &self.other)] {
-            let (tuned, choice) = crate::bench::autotune::autotune(gpu, &sets[0], &crate::bench::autotune::AutotuneOptions::default())?;
+            let (tuned, choice) = crate::harness::autotune::autotune(gpu, &sets[0], &crate::harness::autotune::AutotuneOptions::default())?;
             let bound = sets.iter().map(|ops| tuned.with_operands(ops)).collect::<Result<Vec<_>, _>>()?;
             let us = super::time_us(gpu, &bound, 0.0)?;
             if us < best.0 {
@@ -434,7 +434,7 @@ impl Rotation {
     fn reference_timer(&self, gpu: &Gpu, launches: u32) -> Result<(crate::gpu::GraphTimer, Vec<LtGemm<'_>>), crate::gpu::GpuError> {
         let refs = self.reference_calls(gpu, "the reference's graph")?;
         let members: Vec<&dyn crate::gpu::Contender> = refs.iter().map(|c| c as &dyn crate::gpu::Contender).collect();
-        let timer = crate::gpu::GraphTimer::capture(gpu, &crate::bench::runner::Rotation::new(&members), launches)?;
+        let timer = crate::gpu::GraphTimer::capture(gpu, &crate::harness::runner::Rotation::new(&members), launches)?;
         drop(members);
         Ok((timer, refs))
     }
@@ -452,14 +452,14 @@ impl Rotation {
         let refs = self.reference_calls(gpu, "re-timing")?;
         let mut contenders: Vec<Vec<&dyn crate::gpu::Contender>> = vec![refs.iter().map(|c| c as &dyn crate::gpu::Contender).collect()];
         contenders.extend(prepared.iter().map(|v| v.iter().map(|c| c as &dyn crate::gpu::Contender).collect()));
-        let cfg = crate::bench::runner::BenchConfig {
+        let cfg = crate::harness::runner::BenchConfig {
             modes: vec![crate::bench::stats::Mode::Graph],
             budget: RETIME_BUDGET,
             min_launches: u32::try_from(self.sets.len()).unwrap_or(u32::MAX),
             seed: super::order_seed(p),
-            ..crate::bench::runner::BenchConfig::default()
+            ..crate::harness::runner::BenchConfig::default()
         };
-        let report = crate::bench::runner::benchmark(gpu, &contenders, p.shape().flops(), &cfg)?;
+        let report = crate::harness::runner::benchmark(gpu, &contenders, p.shape().flops(), &cfg)?;
         let median = |c: usize| report.contenders.get(c).and_then(|t| t.timings.get(&crate::bench::stats::Mode::Graph)).map_or(f64::NAN, |t| t.median_us);
         let ref_us = median(0);
         let mut out: Vec<(usize, f64, f64)> = (0..finalists.len()).map(|k| (k, median(k + 1), ref_us / median(k + 1))).filter(|(_, us, _)| us.is_finite()).collect();

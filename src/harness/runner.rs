@@ -15,7 +15,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
 
-use super::stats::{self, Interleaver, Mode, Timing};
+use crate::bench::stats::{self, Interleaver, Mode, Timing};
 use crate::gpu::{Contender, EventTimer, Gpu, GpuError, GraphTimer};
 use crate::problem::Layout;
 

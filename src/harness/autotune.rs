@@ -18,7 +18,7 @@ use sea_orm::{ActiveValue::Set, ColumnTrait, ConnectionTrait, DbErr, EntityTrait
 use serde::{Deserialize, Serialize};
 
 use super::runner::launches_for;
-use super::stats;
+use crate::bench::stats;
 use crate::db::entities::autotune_choice;
 use crate::gpu::{DeviceFacts, Gpu, GpuError, GraphTimer, LtAlgoConfig, LtGemm, Operands};
 use crate::problem::Problem;
