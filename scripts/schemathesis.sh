@@ -21,5 +21,5 @@ server=$!
 trap 'kill $server 2>/dev/null; rm -rf "$work"' EXIT
 for _ in $(seq 100); do curl -sf "http://127.0.0.1:$port/v1/health/ready" >/dev/null && break; sleep 0.2; done
 token="$(target/release/kaas token create --name schemathesis --role submitter --database-url "$db" 2>/dev/null | tail -n 1)"
-"$venv/bin/schemathesis" run "http://127.0.0.1:$port/openapi.json" -H "Authorization: Bearer $token" \
+"$venv/bin/schemathesis" --config-file scripts/schemathesis.toml run "http://127.0.0.1:$port/openapi.json" -H "Authorization: Bearer $token" \
     --max-examples "$max" --checks all --rate-limit=2000/m

@@ -192,8 +192,11 @@ pub struct Problem {
     pub arch: Arch,
     pub acc: Acc,
     pub layout: Layout,
+    #[schema(minimum = 1, maximum = 65536)]
     pub m: u32,
+    #[schema(minimum = 1, maximum = 65536)]
     pub n: u32,
+    #[schema(minimum = 1, maximum = 65536)]
     pub k: u32,
 }
 

@@ -94,14 +94,59 @@ pub enum ProblemSpec {
     Fields(ProblemFields),
 }
 
+/// A workload preset's name in the document: the presets are fixed in the build.
+pub struct WorkloadName;
+
+impl utoipa::PartialSchema for WorkloadName {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        use utoipa::openapi::schema::{ObjectBuilder, Type};
+        ObjectBuilder::new().schema_type(Type::String).enum_values(Some(crate::workloads::PRESETS.iter().map(|p| p.name))).into()
+    }
+}
+
+impl utoipa::ToSchema for WorkloadName {
+    fn name() -> std::borrow::Cow<'static, str> {
+        "WorkloadName".into()
+    }
+}
+
+/// [`ProblemSpec`] in the document: `layout:MxNxK`, `arch/acc/layout/MxNxK`, or the
+/// fields, each bounded as the server bounds them.
+pub struct ProblemSpecSchema;
+
+/// One of M, N, K: a whole number from 1 to 65536, as a pattern.
+const DIM: &str = "(?:[1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-6])";
+
+impl utoipa::PartialSchema for ProblemSpecSchema {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        use utoipa::openapi::schema::{ObjectBuilder, OneOfBuilder, Type};
+        let shape = format!("{DIM}x{DIM}x{DIM}");
+        let short = ObjectBuilder::new().schema_type(Type::String).pattern(Some(format!("^\\s*(nn|tn):{shape}\\s*$")));
+        let path = ObjectBuilder::new().schema_type(Type::String).pattern(Some(format!("^\\s*sm_(80|86|89|90|90a)/f(16|32)/(nn|tn)/{shape}\\s*$")));
+        OneOfBuilder::new().item(short).item(path).item(<ProblemFields as utoipa::PartialSchema>::schema()).into()
+    }
+}
+
+impl utoipa::ToSchema for ProblemSpecSchema {
+    fn name() -> std::borrow::Cow<'static, str> {
+        "ProblemSpec".into()
+    }
+}
+
 #[derive(Debug, Clone, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ProblemFields {
+    #[schema(pattern = "^sm_(80|86|89|90|90a)$")]
     pub arch: Option<String>,
+    #[schema(pattern = "^f(16|32)$")]
     pub acc: Option<String>,
+    #[schema(pattern = "^(nn|tn)$")]
     pub layout: String,
+    #[schema(minimum = 1, maximum = 65536)]
     pub m: u64,
+    #[schema(minimum = 1, maximum = 65536)]
     pub n: u64,
+    #[schema(minimum = 1, maximum = 65536)]
     pub k: u64,
 }
 
@@ -112,17 +157,21 @@ pub struct NewTuningRequest {
     /// The problems to tune, e.g. `["tn:4096x14336x4096", "sm_90/f32/nn/16x4096x4096",
     /// {"layout": "tn", "m": 1, "n": 4096, "k": 4096}]`.
     #[serde(default)]
-    #[schema(value_type = Vec<Object>)]
+    #[schema(value_type = Vec<ProblemSpecSchema>)]
     pub problems: Vec<ProblemSpec>,
     /// A workload preset (`GET /v1/workloads`), e.g. `llama-3.1-8b`: every GEMM of its layer.
+    #[schema(value_type = Option<WorkloadName>)]
     pub workload: Option<String>,
     /// With `workload`: only these token counts (M) [default: the preset's 1 … 8192].
     pub tokens: Option<Vec<u32>>,
     /// Arch of the problems that do not name one [default sm_90].
+    #[schema(pattern = "^sm_(80|86|89|90|90a)$")]
     pub arch: Option<String>,
     /// Accumulator of the problems that do not name one [default f32].
+    #[schema(pattern = "^f(16|32)$")]
     pub acc: Option<String>,
     /// Device class to tune on, e.g. `H100-SXM` [default: the service's tuning class].
+    #[schema(pattern = "^[A-Za-z0-9 ._-]{1,64}$")]
     pub device: Option<String>,
     /// Admins only: the jobs' priority (higher first; requests get 5, submissions 10).
     pub priority: Option<i32>,

@@ -148,6 +148,14 @@ async fn the_document_states_the_parameters_constraints() {
     assert_eq!((limit["minimum"].as_u64(), limit["maximum"].as_u64()), (Some(1), Some(500)), "{limit}");
     assert_eq!(param("/v1/submissions/{id}", "get", "id")["minimum"].as_u64(), Some(1));
     assert!(param("/v1/problems", "get", "device")["pattern"].is_string());
+    assert!(doc["components"]["schemas"]["NewTuningRequest"]["properties"]["device"]["pattern"].is_string(), "the body's device too");
+    // A shape's pattern takes 65536 and refuses 65537, as the server does.
+    let shape = param("/v1/kernels/{arch}/{acc}/{layout}/{shape}", "get", "shape")["pattern"].as_str().unwrap().to_string();
+    assert!(shape.contains("6553[0-6]") && !shape.contains("[0-9]{0,4}"), "{shape}");
+    // M, N and K are bounded as the server bounds them, in a problem of a body too.
+    let m = &doc["components"]["schemas"]["Problem"]["properties"]["m"];
+    assert_eq!((m["minimum"].as_u64(), m["maximum"].as_u64()), (Some(1), Some(u64::from(kaas::problem::MAX_DIM))), "{m}");
+    assert_eq!(doc["components"]["schemas"]["PtxText"]["minLength"], 1, "an empty upload is not PTX");
     let k = param("/v1/heatmap", "get", "k");
     assert_eq!((k["minimum"].as_u64(), k["maximum"].as_u64()), (Some(1), Some(u64::from(kaas::problem::MAX_DIM))), "{k}");
     for seg in ["arch", "acc", "layout", "shape"] {

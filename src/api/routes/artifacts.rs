@@ -86,9 +86,21 @@ pub async fn get_artifact(req: HttpRequest, state: State, sha: web::Path<String>
     serve_artifact(&req, &state, &sha, "public, max-age=31536000, immutable").await
 }
 
+/// An upload's body in the document: PTX text, never empty. What else makes it PTX is the
+/// parser's to say (422 `invalid_artifact`, naming the fault): no schema states a grammar.
+pub struct PtxText;
+
+impl utoipa::PartialSchema for PtxText {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        utoipa::openapi::ObjectBuilder::new().schema_type(utoipa::openapi::schema::Type::String).min_length(Some(1)).into()
+    }
+}
+
+impl utoipa::ToSchema for PtxText {}
+
 #[utoipa::path(
     post, path = "/v1/artifacts", tag = "artifacts",
-    request_body(content = String, content_type = "text/plain", description = "PTX text"),
+    request_body(content = PtxText, content_type = "text/plain", description = "PTX text, e.g. a `.ptx` file as nvcc or NVRTC writes it"),
     security(("bearer" = [])),
     responses(
         (status = 201, description = "Stored", body = ArtifactView),

@@ -349,7 +349,7 @@ async fn with_tuning(state: &State, p: Problem, device: Option<String>, r: Arc<R
         ("arch" = String, Path, pattern = "^sm_(80|86|89|90|90a)$", description = "PTX target family, e.g. sm_90"),
         ("acc" = String, Path, pattern = "^f(16|32)$", description = "f16 or f32"),
         ("layout" = String, Path, pattern = "^(nn|tn)$", description = "nn or tn"),
-        ("shape" = String, Path, pattern = "^[1-9][0-9]{0,4}x[1-9][0-9]{0,4}x[1-9][0-9]{0,4}$", description = "MxNxK, each 1..=65536"),
+        ("shape" = String, Path, pattern = "^(?:[1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-6])x(?:[1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-6])x(?:[1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-6])$", description = "MxNxK, each 1..=65536"),
         KernelQuery,
     ),
     responses(
@@ -368,7 +368,7 @@ pub async fn get_kernel(state: State, path: ProblemPath, q: web::Query<KernelQue
     get, path = "/v1/kernels/{arch}/{acc}/{layout}/{shape}/ptx", tag = "catalog",
     params(
         ("arch" = String, Path, pattern = "^sm_(80|86|89|90|90a)$", description = "PTX target family"), ("acc" = String, Path, pattern = "^f(16|32)$", description = "f16 or f32"),
-        ("layout" = String, Path, pattern = "^(nn|tn)$", description = "nn or tn"), ("shape" = String, Path, pattern = "^[1-9][0-9]{0,4}x[1-9][0-9]{0,4}x[1-9][0-9]{0,4}$", description = "MxNxK"), KernelQuery,
+        ("layout" = String, Path, pattern = "^(nn|tn)$", description = "nn or tn"), ("shape" = String, Path, pattern = "^(?:[1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-6])x(?:[1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-6])x(?:[1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-6])$", description = "MxNxK"), KernelQuery,
     ),
     responses(
         (status = 200, description = "PTX of the best kernel (strong ETag = sha256); under the kernel answer's fallback rule, a stand-in device class's", body = String, content_type = "text/plain"),
@@ -396,7 +396,7 @@ pub async fn get_kernel_ptx(
     get, path = "/v1/leaderboard/{arch}/{acc}/{layout}/{shape}", tag = "leaderboard",
     params(
         ("arch" = String, Path, pattern = "^sm_(80|86|89|90|90a)$", description = "PTX target family"), ("acc" = String, Path, pattern = "^f(16|32)$", description = "f16 or f32"),
-        ("layout" = String, Path, pattern = "^(nn|tn)$", description = "nn or tn"), ("shape" = String, Path, pattern = "^[1-9][0-9]{0,4}x[1-9][0-9]{0,4}x[1-9][0-9]{0,4}$", description = "MxNxK"), DeviceQuery,
+        ("layout" = String, Path, pattern = "^(nn|tn)$", description = "nn or tn"), ("shape" = String, Path, pattern = "^(?:[1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-6])x(?:[1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-6])x(?:[1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-6])$", description = "MxNxK"), DeviceQuery,
     ),
     responses(
         (status = 200, description = "Each submitter's best passing run, fastest first, per device class", body = catalog::ProblemLeaderboardView),

@@ -16,11 +16,17 @@ fn id_of(raw: &str) -> Result<i32, ApiError> {
 }
 
 #[utoipa::path(
-    post, path = "/v1/submissions", tag = "submissions",
+    post, path = "/v1/submissions", operation_id = "create_submission", tag = "submissions",
     request_body = NewSubmission,
     security(("bearer" = [])),
     responses(
-        (status = 202, description = "Accepted: one job per (problem, device class) queued", body = SubmissionView),
+        (status = 202, description = "Accepted: one job per (problem, device class) queued", body = SubmissionView,
+            links(
+                ("GetSubmission" = (operation_id = "get_submission", parameters(("id" = "$response.body#/id")))),
+                ("SubmissionEvents" = (operation_id = "submission_events", parameters(("id" = "$response.body#/id")))),
+                ("CancelSubmission" = (operation_id = "cancel_submission", parameters(("id" = "$response.body#/id")))),
+                ("DeleteSubmission" = (operation_id = "delete_submission", parameters(("id" = "$response.body#/id")))),
+            )),
         (status = 200, description = "The same submission was made before: here it is", body = SubmissionView),
         (status = 400, description = "Malformed body", body = crate::api::error::ProblemDetails, content_type = "application/problem+json"),
         (status = 401, description = "Missing, unknown or revoked token", body = crate::api::error::ProblemDetails, content_type = "application/problem+json"),
@@ -64,7 +70,7 @@ pub struct ListQuery {
 }
 
 #[utoipa::path(
-    get, path = "/v1/submissions", tag = "submissions", params(ListQuery),
+    get, path = "/v1/submissions", operation_id = "list_submissions", tag = "submissions", params(ListQuery),
     responses(
         (status = 200, description = "Submissions, newest first (deleted ones left out)", body = [SubmissionSummary]),
         (status = 400, description = "A query parameter out of range (`invalid_query`)", body = crate::api::error::ProblemDetails, content_type = "application/problem+json"),
@@ -82,7 +88,7 @@ pub async fn list(state: State, q: web::Query<ListQuery>) -> Result<HttpResponse
 }
 
 #[utoipa::path(
-    get, path = "/v1/submissions/{id}", tag = "submissions",
+    get, path = "/v1/submissions/{id}", operation_id = "get_submission", tag = "submissions",
     params(("id" = i32, Path, minimum = 1, maximum = 2147483647, description = "Submission id")),
     responses(
         (status = 200, description = "The submission with every job and run; each run carries its record signed by the service", body = SubmissionView),
@@ -99,7 +105,7 @@ pub async fn get(state: State, id: web::Path<String>) -> Result<HttpResponse, Ap
 }
 
 #[utoipa::path(
-    get, path = "/v1/submissions/{id}/events", tag = "submissions",
+    get, path = "/v1/submissions/{id}/events", operation_id = "submission_events", tag = "submissions",
     params(("id" = i32, Path, minimum = 1, maximum = 2147483647, description = "Submission id")),
     responses(
         (status = 200, description = "`text/event-stream`: an event `snapshot` (the SubmissionView as JSON) at once and on every change; `done` with the final view when no job will change any more, then the stream ends", content_type = "text/event-stream", body = crate::api::events::SseEvent),
@@ -115,7 +121,7 @@ pub async fn events(req: HttpRequest, state: State, id: web::Path<String>) -> Re
 }
 
 #[utoipa::path(
-    post, path = "/v1/submissions/{id}/cancel", tag = "submissions",
+    post, path = "/v1/submissions/{id}/cancel", operation_id = "cancel_submission", tag = "submissions",
     params(("id" = i32, Path, minimum = 1, maximum = 2147483647, description = "Submission id")),
     security(("bearer" = [])),
     responses(
@@ -136,7 +142,7 @@ pub async fn cancel(state: State, caller: Caller, id: web::Path<String>) -> Resu
 }
 
 #[utoipa::path(
-    delete, path = "/v1/submissions/{id}", tag = "submissions",
+    delete, path = "/v1/submissions/{id}", operation_id = "delete_submission", tag = "submissions",
     params(("id" = i32, Path, minimum = 1, maximum = 2147483647, description = "Submission id")),
     security(("bearer" = [])),
     responses(

@@ -23,11 +23,15 @@ pub(crate) async fn tuning_class(state: &State, device: &Option<String>) -> Resu
 }
 
 #[utoipa::path(
-    post, path = "/v1/tuning-requests", tag = "tuning",
+    post, path = "/v1/tuning-requests", operation_id = "create_tuning_request", tag = "tuning",
     request_body = NewTuningRequest,
     security(("bearer" = [])),
     responses(
-        (status = 201, description = "Created, with every problem's state: `served` (link to the kernel), `baseline_faster` (the measured baseline to use), `queued`/`tuning`/`verifying` (job id and queue position), `failed` or `refused` (with the reason). A problem already asked for by anyone shares that one tune and job", body = TuningRequestView),
+        (status = 201, description = "Created, with every problem's state: `served` (link to the kernel), `baseline_faster` (the measured baseline to use), `queued`/`tuning`/`verifying` (job id and queue position), `failed` or `refused` (with the reason). A problem already asked for by anyone shares that one tune and job", body = TuningRequestView,
+            links(
+                ("GetTuningRequest" = (operation_id = "get_tuning_request", parameters(("id" = "$response.body#/id")))),
+                ("TuningRequestEvents" = (operation_id = "tuning_request_events", parameters(("id" = "$response.body#/id")))),
+            )),
         (status = 200, description = "Recorded, but nothing new was queued: every problem was answered, refused or already being tuned", body = TuningRequestView),
         (status = 400, description = "Malformed body (`invalid_body`), or an unknown device class (`unknown_device`)", body = crate::api::error::ProblemDetails, content_type = "application/problem+json"),
         (status = 401, description = "Missing, unknown or revoked token", body = crate::api::error::ProblemDetails, content_type = "application/problem+json"),
@@ -49,7 +53,7 @@ pub async fn create(state: State, caller: Caller, body: web::Bytes) -> Result<Ht
 }
 
 #[utoipa::path(
-    get, path = "/v1/tuning-requests/{id}", tag = "tuning",
+    get, path = "/v1/tuning-requests/{id}", operation_id = "get_tuning_request", tag = "tuning",
     params(("id" = i32, Path, minimum = 1, maximum = 2147483647, description = "Tuning request id")),
     responses(
         (status = 200, description = "The request with every problem's state now", body = TuningRequestView),
@@ -65,7 +69,7 @@ pub async fn get(state: State, id: web::Path<String>) -> Result<HttpResponse, Ap
 }
 
 #[utoipa::path(
-    get, path = "/v1/tuning-requests/{id}/events", tag = "tuning",
+    get, path = "/v1/tuning-requests/{id}/events", operation_id = "tuning_request_events", tag = "tuning",
     params(("id" = i32, Path, minimum = 1, maximum = 2147483647, description = "Tuning request id")),
     responses(
         (status = 200, description = "`text/event-stream`: an event `snapshot` (the TuningRequestView as JSON) at once and on every change of a problem's state or stage; `done` with the final view when every problem is settled", content_type = "text/event-stream", body = crate::api::events::SseEvent),
@@ -84,7 +88,7 @@ pub async fn events(req: HttpRequest, state: State, id: web::Path<String>) -> Re
     get, path = "/v1/tunes/{arch}/{acc}/{layout}/{shape}", tag = "tuning",
     params(
         ("arch" = String, Path, pattern = "^sm_(80|86|89|90|90a)$", description = "PTX target family"), ("acc" = String, Path, pattern = "^f(16|32)$", description = "f16 or f32"),
-        ("layout" = String, Path, pattern = "^(nn|tn)$", description = "nn or tn"), ("shape" = String, Path, pattern = "^[1-9][0-9]{0,4}x[1-9][0-9]{0,4}x[1-9][0-9]{0,4}$", description = "MxNxK"), DeviceQuery,
+        ("layout" = String, Path, pattern = "^(nn|tn)$", description = "nn or tn"), ("shape" = String, Path, pattern = "^(?:[1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-6])x(?:[1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-6])x(?:[1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-6])$", description = "MxNxK"), DeviceQuery,
     ),
     responses(
         (status = 200, description = "The problem's tune on the device class (the service's tuning class when left out): state, queue position, result and the search's trace (codes tried, their times, the codes verified)", body = TuneView),
