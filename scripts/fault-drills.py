@@ -24,12 +24,28 @@ exit status is non-zero when any drill's invariant failed.
   flood           300 idle connections from one client on the downloads listener, the
                   process limited to 256 descriptors: /v1/health on the API port keeps
                   answering.
+  api-flood       (issue 52) on the API port of a process limited to 512 descriptors, from
+                  one address, reopened as they close: 700 idle connections, 500 stalled
+                  bodies (Content-Length 100000, 10 bytes sent; 25 from each of 20 tokens)
+                  and 100 slowloris heads. Health, readiness and liveness on the health
+                  listener, and liveness on the API port from another address, must each
+                  answer within 1 s throughout; no "Too many open files".
+  pg-outage       (Postgres only) the database behind a TCP proxy that is cut for 8 s under
+                  8 clients' load, then restored (the machine's Postgres is never stopped):
+                  every 503 answered in under 1.5 s, no other 5xx, ready again after.
+  rate-replicas   two replicas on one database, a limit of 30 (burst 30, 1 a minute): of
+                  100 requests alternating between them, 30 are allowed (and 60 with
+                  --rate-limit-scope replica, for comparison).
+  rate-cost       what the fleet-wide rate limit costs per request: one client's
+                  sequential /v1/whoami latency with --rate-limit-scope fleet against
+                  replica (2,000 requests each, p50 and mean).
 Only the standard library is used.
 """
 
 from __future__ import annotations
 
 import argparse
+import http.client
 import json
 import os
 import random
@@ -70,13 +86,17 @@ def request(url: str, method: str = "GET", body: bytes | None = None, headers: d
 class Server:
     """One `kaas serve` process."""
 
-    def __init__(self, kaas: str, db_url: str, workdir: Path, downloads: bool = False, nofile: int | None = None):
+    def __init__(self, kaas: str, db_url: str, workdir: Path, downloads: bool = False, nofile: int | None = None,
+                 health: bool = False, extra: tuple[str, ...] = ()):
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         self.downloads_port = free_port() if downloads else None
-        args = [kaas, "serve", "--bind", f"127.0.0.1:{self.port}", "--database-url", db_url, "--catalog", str(ROOT / "kernels")]
+        self.health_port = free_port() if health else None
+        args = [kaas, "serve", "--bind", f"127.0.0.1:{self.port}", "--database-url", db_url, "--catalog", str(ROOT / "kernels"), *extra]
         if downloads:
             args += ["--downloads-bind", f"127.0.0.1:{self.downloads_port}", "--downloads-dir", str(workdir / f"dl-{self.port}")]
+        if health:
+            args += ["--health-bind", f"127.0.0.1:{self.health_port}"]
         self.log = open(workdir / f"serve-{self.port}.log", "wb")
 
         def limit():
@@ -320,6 +340,295 @@ def drill_flood(kaas: str, dbs: Databases, backend: str) -> dict:
     return {"ok": answers == 20, "detail": f"{len(socks)} idle connections held open ({refused} refused at connect); /v1/health answered {answers} of 20, slowest {slowest * 1e3:.0f} ms"}
 
 
+def raise_own_nofile() -> None:
+    """The flood drills hold many client sockets: as many descriptors as this process may have."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or hard > soft:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard if hard != resource.RLIM_INFINITY else 65536, hard))
+
+
+def timed_get(host: str, port: int, path: str, source: str | None = None, timeout: float = 5.0) -> tuple[int, float]:
+    """(status, seconds) of one GET on a fresh connection, from `source` when given; status 0 when none came."""
+    t0 = time.perf_counter()
+    try:
+        s = socket.create_connection((host, port), timeout=timeout, source_address=(source, 0) if source else None)
+        with s:
+            s.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode())
+            head = s.recv(64)
+        status = int(head.split(b" ")[1]) if head.startswith(b"HTTP/1.1 ") else 0
+    except (OSError, ValueError, IndexError):
+        status = 0
+    return status, time.perf_counter() - t0
+
+
+class Flood:
+    """Connections of one kind held open on (host, port), each reopened once the server ends it;
+    what ended them is counted (a status, `closed`, `reset`)."""
+
+    def __init__(self, port: int, count: int, opening: callable):
+        self.port, self.count, self.opening = port, count, opening
+        self.ended: dict[str, int] = {}
+        self.opened = 0
+        self.socks: list[socket.socket] = []
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self.run, daemon=True)
+
+    def open_one(self, i: int) -> None:
+        try:
+            s = socket.create_connection(("127.0.0.1", self.port), timeout=2)
+            s.setblocking(False)
+            first = self.opening(i)
+            if first:
+                try:
+                    s.send(first)
+                except OSError:
+                    pass
+            self.socks.append(s)
+            self.opened += 1
+        except OSError:
+            self.ended["connect failed"] = self.ended.get("connect failed", 0) + 1
+
+    def run(self) -> None:
+        import select
+        i = 0
+        while not self.stop.is_set():
+            while len(self.socks) < self.count and not self.stop.is_set():
+                self.open_one(i)
+                i += 1
+            # poll, not select: these descriptors run past select's 1024.
+            poller = select.poll()
+            by_fd = {s.fileno(): s for s in self.socks}
+            for fd in by_fd:
+                poller.register(fd, select.POLLIN)
+            readable = [by_fd[fd] for fd, _ in poller.poll(200)]
+            for s in readable:
+                try:
+                    data = s.recv(64)
+                    what = data.split(b" ")[1].decode() if data.startswith(b"HTTP/1.1 ") else "closed"
+                except ConnectionResetError:
+                    what = "reset"
+                except (BlockingIOError, IndexError):
+                    continue
+                self.ended[what] = self.ended.get(what, 0) + 1
+                self.socks.remove(s)
+                s.close()
+        for s in self.socks:
+            s.close()
+
+
+def drill_api_flood(kaas: str, dbs: Databases, backend: str) -> dict:
+    raise_own_nofile()
+    url = dbs.fresh("apiflood", backend)
+    s = Server(kaas, url, dbs.workdir, nofile=512, health=True)
+    if not s.ready():
+        return {"ok": False, "detail": "the service did not start with 512 descriptors"}
+    secrets = [token(kaas, url, dbs.workdir) for _ in range(20)]
+    stalled = lambda i: (f"POST /v1/artifacts HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {secrets[i % 20]}\r\n"
+                         "Content-Type: text/plain\r\nContent-Length: 100000\r\n\r\n0123456789").encode()
+    floods = {
+        "idle": Flood(s.port, 700, lambda i: b""),
+        "stalled bodies": Flood(s.port, 500, stalled),
+        "slowloris heads": Flood(s.port, 100, lambda i: b"GET /v1/health HTTP/1.1\r\nHost: x\r\nX-a: "),
+    }
+    for f in floods.values():
+        f.thread.start()
+    time.sleep(2)
+    probes = {"health :h /v1/health": [], "health :h /v1/health/ready": [], "health :h /v1/health/live": [], "api 127.0.0.2 /v1/health/live": []}
+    t_end = time.time() + 20
+    while time.time() < t_end:
+        for name in probes:
+            where, src, path = name.split(" ")
+            port, source = (s.health_port, None) if where == "health" else (s.port, src)
+            probes[name].append(timed_get("127.0.0.1", port, path, source=source))
+        time.sleep(0.5)
+    for f in floods.values():
+        f.stop.set()
+    for f in floods.values():
+        f.thread.join()
+    log = (dbs.workdir / f"serve-{s.port}.log").read_bytes()
+    s.stop()
+    out_of_fds = b"Too many open files" in log
+    summary, ok = [], not out_of_fds
+    for name, results in probes.items():
+        answered = sum(1 for st, dt in results if st in (200, 503) and dt < 1.0)
+        slowest = max(dt for _, dt in results)
+        ok &= answered == len(results)
+        summary.append(f"{name.split(' ', 1)[1]} {answered}/{len(results)} within 1 s (slowest {slowest * 1e3:.0f} ms)")
+    ended = "; ".join(f"{k}: opened {f.opened}, ended {dict(sorted(f.ended.items()))}" for k, f in floods.items())
+    return {"ok": ok, "detail": f"{'; '.join(summary)}; floods over 22 s — {ended}; out of descriptors: {out_of_fds}"}
+
+
+class Proxy:
+    """A TCP proxy to `upstream` that can be cut (its port closed and every connection
+    through it dropped, as a stopped server looks) and restored."""
+
+    def __init__(self, upstream: tuple[str, int]):
+        self.upstream = upstream
+        self.port = free_port()
+        self.conns: list[socket.socket] = []
+        self.lock = threading.Lock()
+        self.listener: socket.socket | None = None
+        self.restore()
+
+    def restore(self) -> None:
+        ls = socket.socket()
+        ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        ls.bind(("127.0.0.1", self.port))
+        ls.listen(128)
+        self.listener = ls
+        threading.Thread(target=self.accept, args=(ls,), daemon=True).start()
+
+    def accept(self, ls: socket.socket) -> None:
+        while True:
+            try:
+                client, _ = ls.accept()
+            except OSError:
+                return
+            try:
+                server = socket.create_connection(self.upstream, timeout=5)
+            except OSError:
+                client.close()
+                continue
+            with self.lock:
+                self.conns += [client, server]
+            for a, b in ((client, server), (server, client)):
+                threading.Thread(target=self.pump, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def pump(a: socket.socket, b: socket.socket) -> None:
+        try:
+            while data := a.recv(65536):
+                b.sendall(data)
+        except OSError:
+            pass
+        for x in (a, b):
+            try:
+                x.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def cut(self) -> None:
+        if self.listener:
+            self.listener.close()
+            self.listener = None
+        with self.lock:
+            for c in self.conns:
+                try:
+                    c.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+                c.close()
+            self.conns.clear()
+
+
+def drill_pg_outage(kaas: str, dbs: Databases) -> dict:
+    from urllib.parse import urlsplit
+    url = dbs.fresh("pgcut", "postgres")
+    parts = urlsplit(url)
+    proxy = Proxy((parts.hostname or "127.0.0.1", parts.port or 5432))
+    via = url.replace(parts.netloc, f"{parts.username + '@' if parts.username else ''}127.0.0.1:{proxy.port}", 1)
+    s = Server(kaas, via, dbs.workdir, extra=("--catalog-cache-ttl-secs", "1"))
+    if not s.ready():
+        proxy.cut()
+        return {"ok": False, "detail": "the service did not start behind the proxy"}
+    paths = [p["path"] for p in json.loads(request(f"{s.base}/v1/problems", timeout=30)[2])[:100]]
+    routes = ["/v1/stats", "/v1/leaderboard", "/v1/problems?layout=tn", "/v1/heatmap?layout=nn"]
+    results: list[tuple[float, int, float]] = []
+    lock = threading.Lock()
+    stop = threading.Event()
+
+    def client(cid: int) -> None:
+        rng = random.Random(cid)
+        while not stop.is_set():
+            path = rng.choice(routes) if rng.random() < 0.5 else f"/v1/kernels/{rng.choice(paths)}"
+            t0 = time.perf_counter()
+            status = request(f"{s.base}{path}", timeout=30)[0]
+            with lock:
+                results.append((time.time(), status, time.perf_counter() - t0))
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    time.sleep(3)
+    cut_at = time.time()
+    proxy.cut()
+    ready_during = []
+    while time.time() < cut_at + 8:
+        ready_during.append(timed_get("127.0.0.1", s.port, "/v1/health/ready"))
+        time.sleep(0.5)
+    proxy.restore()
+    restored_at = time.time()
+    back_after = None
+    while time.time() < restored_at + 30:
+        if timed_get("127.0.0.1", s.port, "/v1/health/ready")[0] == 200:
+            back_after = time.time() - restored_at
+            break
+        time.sleep(0.2)
+    time.sleep(2)
+    stop.set()
+    for t in threads:
+        t.join()
+    s.stop()
+    proxy.cut()
+    during = [(st, dt) for at, st, dt in results if cut_at <= at <= restored_at]
+    unavailable = [dt for st, dt in during if st == 503]
+    other_5xx = sum(1 for _, st, _ in results if st >= 500 and st != 503 or st == 0)
+    slowest = max(unavailable, default=0.0)
+    ready_slowest = max(dt for _, dt in ready_during)
+    ok = bool(unavailable) and slowest < 1.5 and other_5xx == 0 and back_after is not None and all(st == 503 for st, _ in ready_during) and ready_slowest < 1.5
+    return {"ok": ok, "detail": f"{len(results)} requests by 8 clients; during the 8 s cut {len(during)} answered, {len(unavailable)} of them 503 "
+                                f"(slowest {slowest * 1e3:.0f} ms, p50 {sorted(unavailable)[len(unavailable) // 2] * 1e3 if unavailable else 0:.1f} ms); "
+                                f"readiness 503 {sum(1 for st, _ in ready_during if st == 503)}/{len(ready_during)} (slowest {ready_slowest * 1e3:.0f} ms); "
+                                f"other 5xx or no answer: {other_5xx}; ready {back_after and round(back_after, 1)} s after the restore"}
+
+
+def drill_rate_replicas(kaas: str, dbs: Databases, backend: str) -> dict:
+    allowed = {}
+    for scope in ("fleet", "replica"):
+        url = dbs.fresh(f"rate{scope}", backend)
+        flags = ("--rate-limit-per-minute", "1", "--rate-limit-burst", "30", "--rate-limit-scope", scope)
+        a, b = Server(kaas, url, dbs.workdir, extra=flags), Server(kaas, url, dbs.workdir, extra=flags)
+        if not (a.ready() and b.ready()):
+            a.stop(), b.stop()
+            return {"ok": False, "detail": "the replicas did not start"}
+        secret = token(kaas, url, dbs.workdir)
+        ok = 0
+        for i in range(100):
+            base = a.base if i % 2 == 0 else b.base
+            ok += request(f"{base}/v1/whoami", headers={"Authorization": f"Bearer {secret}"})[0] == 200
+        allowed[scope] = ok
+        a.stop(), b.stop()
+    return {"ok": allowed["fleet"] == 30, "detail": f"of 100 requests alternating between two replicas, a limit of 30: {allowed['fleet']} allowed counted in the database, {allowed['replica']} counted per replica"}
+
+
+def drill_rate_cost(kaas: str, dbs: Databases, backend: str) -> dict:
+    url = dbs.fresh("ratecost", backend)
+    numbers = {}
+    for scope in ("replica", "fleet", "replica", "fleet"):
+        s = Server(kaas, url, dbs.workdir, extra=("--rate-limit-per-minute", "10000000", "--rate-limit-burst", "10000000", "--rate-limit-scope", scope))
+        if not s.ready():
+            return {"ok": False, "detail": "the service did not start"}
+        secret = token(kaas, url, dbs.workdir)
+        conn = http.client.HTTPConnection("127.0.0.1", s.port, timeout=10)
+        lat = []
+        for i in range(2200):
+            t0 = time.perf_counter()
+            conn.request("GET", "/v1/whoami", headers={"Authorization": f"Bearer {secret}"})
+            r = conn.getresponse()
+            r.read()
+            if i >= 200:
+                lat.append(time.perf_counter() - t0)
+        conn.close()
+        s.stop()
+        lat.sort()
+        numbers.setdefault(scope, []).append((lat[len(lat) // 2], sum(lat) / len(lat)))
+    best = {k: (min(p for p, _ in v), min(m for _, m in v)) for k, v in numbers.items()}
+    dp, dm = (best["fleet"][0] - best["replica"][0]) * 1e6, (best["fleet"][1] - best["replica"][1]) * 1e6
+    return {"ok": True, "detail": f"GET /v1/whoami, one client, keep-alive, 2,000 requests (best of 2 runs): p50 {best['replica'][0] * 1e6:.0f} µs per replica, "
+                                  f"{best['fleet'][0] * 1e6:.0f} µs fleet-wide; mean {best['replica'][1] * 1e6:.0f} / {best['fleet'][1] * 1e6:.0f} µs: "
+                                  f"the shared count costs {dp:.0f} µs (p50), {dm:.0f} µs (mean) per request"}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--kaas", default=str(ROOT / "target" / "release" / "kaas"))
@@ -351,9 +660,13 @@ def main() -> int:
                 ("acked-writes", lambda: drill_acked_writes(args.kaas, dbs, backend)),
                 ("load", lambda: drill_load(args.kaas, dbs, backend)),
                 ("flood", lambda: drill_flood(args.kaas, dbs, backend)),
+                ("api-flood", lambda: drill_api_flood(args.kaas, dbs, backend)),
+                ("rate-replicas", lambda: drill_rate_replicas(args.kaas, dbs, backend)),
+                ("rate-cost", lambda: drill_rate_cost(args.kaas, dbs, backend)),
             ]
             if backend == "postgres":
                 drills.append(("outage", lambda: drill_outage(args.kaas, dbs)))
+                drills.append(("pg-outage", lambda: drill_pg_outage(args.kaas, dbs)))
             for name, run in drills:
                 if only and name not in only:
                     continue

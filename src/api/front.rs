@@ -243,6 +243,10 @@ async fn answer(io: &mut TcpStream, status: u16, code: &str, detail: &str) {
     .await;
 }
 
+/// Connections each worker may hold past its share of the cap: accepted only to be told
+/// they are over it. Counted in the descriptor budget (see `kaas serve`).
+pub const REFUSAL_HEADROOM: usize = 8;
+
 /// A port served by [`server`]: its name (for the log and refusals), address, worker
 /// threads, limits, and the admission its connections are counted in.
 pub struct Port {
@@ -263,7 +267,13 @@ where
 {
     let Port { name, bind, threads, limits, admission } = port;
     tracing::info!(port = name, %bind, ?limits, connections = admission.max_total(), "listener limits");
-    let builder = actix_server::Server::build().workers(threads).backlog(1024);
+    // actix-server accepts ahead of its workers: under a flood of connections that are
+    // refused, accepted sockets wait in a worker's queue, each holding a descriptor, until
+    // accept itself fails for want of one (and then pauses for half a second). Capping what
+    // each worker holds keeps the accepted within the budget; past it, connections wait in
+    // the kernel's backlog, which costs this process no descriptor.
+    let per_worker = admission.max_total().div_ceil(threads.max(1)) + REFUSAL_HEADROOM;
+    let builder = actix_server::Server::build().workers(threads).backlog(1024).max_concurrent_connections(per_worker);
     let shutdown = builder.graceful_shutdown_signal();
     let built = builder.bind(name, bind, move || {
         let shutdown = shutdown.clone();

@@ -508,7 +508,9 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         b.connections as u64 + 2 * b.open_artifacts + 1
     });
     let limits = s.api_limits.clone();
-    let connections = limits.connections(nofile, downloads_fds);
+    // Each worker may hold a few accepted connections past its share, to refuse them.
+    let headroom = (s.http_threads.max(1) * (crate::api::front::REFUSAL_HEADROOM + 1)) as u64;
+    let connections = limits.connections(nofile, downloads_fds + headroom);
     let admission = crate::api::conns::Admission::new("the API port", connections, limits.max_connections_per_peer);
     let port = crate::api::front::Port { name: "kaas-api", bind: s.bind.clone(), threads: s.http_threads, limits, admission };
     let api_state = state.clone();
