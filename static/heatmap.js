@@ -51,6 +51,13 @@ function describe(cell, k, mode, baseline) {
       if (speedup == null) {
         return { cls: 'nomode', text: '–', label: `${where}: kernel, no ${mode}-mode figure against ${baselineName(baseline)}` };
       }
+      if (!cell.served) {
+        // Not what the service answers: coloured like a served kernel it would read as one.
+        return {
+          cls: 'kernel unserved', text: `${speedup.toFixed(2)}×`,
+          label: `${where}: kernel not served, a baseline is faster (${speedup.toFixed(3)}× ${baselineName(baseline)}, ${mode}); the answer is baseline_faster`,
+        };
+      }
       return {
         cls: 'kernel', text: `${speedup.toFixed(2)}×`, speedup,
         label: `${where}: ${speedup.toFixed(3)}× ${speedup >= 1 ? 'faster than' : 'the speed of'} ${baselineName(baseline)}, ${us(f.median_us)} (${mode})`,
@@ -69,7 +76,7 @@ function detailsOf(cell, data, mode, baseline) {
   const rows = [
     ['Problem', `${cell.m}×${cell.n}×${data.k} · ${data.acc} · ${data.layout} · ${data.arch}`],
     ['Device class', data.device_class],
-    ['State', { kernel: 'benchmarked kernel', unbenchmarked: 'verified, not benchmarked', baseline_only: 'baselines only', empty: 'nothing measured' }[cell.state]],
+    ['State', cell.state === 'kernel' && !cell.served ? 'kernel not served: a baseline is faster (the answer is baseline_faster)' : { kernel: 'benchmarked kernel, served', unbenchmarked: 'verified, not benchmarked', baseline_only: 'baselines only', empty: 'nothing measured' }[cell.state]],
   ];
   if (cell.submitter) rows.push(['Submitter', cell.submitter]);
   if (f) {
@@ -93,6 +100,7 @@ function legend(baseline) {
       sw.style.backgroundColor = c.bg;
       return h('li', {}, sw, `${s < 1 ? '≤' : ''}${s === 1 ? '1' : s.toFixed(2)}×${s >= 1.5 ? ' or more' : ''}`);
     }),
+    h('li', {}, h('span', { class: 'swatch unserved', 'aria-hidden': 'true' }), 'kernel not served: a baseline is faster'),
     h('li', {}, h('span', { class: 'swatch nomode', 'aria-hidden': 'true' }), `kernel, no figure in this mode`),
     h('li', {}, h('span', { class: 'swatch unbenchmarked', 'aria-hidden': 'true' }), 'verified, not benchmarked'),
     h('li', {}, h('span', { class: 'swatch baseline_only', 'aria-hidden': 'true' }), 'no kernel, baselines only'),
@@ -128,6 +136,17 @@ function keyboard(table) {
       target.focus();
     }
   });
+}
+
+/** Where the kernel endpoint offers another class's kernels for this one's gaps, which
+ *  this grid (one class's own measurements) does not show. */
+function standIns(data) {
+  if (!data.stand_ins || !data.stand_ins.length) return null;
+  const others = data.stand_ins.join(', ');
+  return h('p', { class: 'note', id: 'stand-in-note' },
+    `This grid shows what was measured on ${data.device_class}. Where ${data.device_class} has no answer of its own (a baselines-only or empty cell), `,
+    `the kernel endpoint offers ${others}’s kernel as a stand-in, labelled measured_on: ${others}, where it beats ${others}’s baselines and never failed on ${data.device_class}; `,
+    'open the problem to see it.');
 }
 
 function caption(data, mode, baseline) {
@@ -202,6 +221,7 @@ export async function heatmap(_rest, params) {
       select('mode', 'Mode', MODES, mode),
       select('baseline', 'Baseline', baselines, baseline, baselineName)),
     legend(baseline),
+    standIns(data),
     body);
   return {
     title: 'Catalog',

@@ -12,26 +12,35 @@ const ORDERS = {
 };
 
 export async function leaderboard(_rest, params) {
-  const board = await api('/v1/leaderboard');
+  const device = params.get('device') || undefined;
+  const board = await api(`/v1/leaderboard${query({ device })}`);
   const by = ORDERS[params.get('by')] ? params.get('by') : 'held';
+  const go = (next) => { location.hash = `#/leaderboard${query({ by, device: board.device_class, ...next })}`; };
+  // Timings belong to a device class: the standings can count one class or all of them.
+  const picker = h('form', { class: 'controls', 'aria-label': 'Device class', onsubmit: (e) => e.preventDefault() },
+    h('label', {}, 'Device class', h('select', { id: 'sel-device', name: 'device', onchange: (e) => go({ device: e.target.value || undefined }) },
+      h('option', { value: '', selected: !board.device_class }, 'All device classes'),
+      board.device_classes.map((d) => h('option', { value: d, selected: d === board.device_class }, d)))));
   const rows = board.submitters.slice().sort((a, b) => ORDERS[by][1](a, b) || a.submitter.localeCompare(b.submitter));
   const node = h('div', {},
-    h('h1', {}, 'Leaderboard'),
+    h('h1', {}, board.device_class ? `Leaderboard on ${board.device_class}` : 'Leaderboard'),
     h('p', { class: 'muted' }, `Submitters by catalog entries held (a device class and problem where theirs is the kernel served) or by the geometric mean of their best speedup over ${baselineName(DEFAULT_BASELINE)} (graph mode, each run in its own timing regime; the problem pages name it) on the problems they entered.`),
+    picker,
     h('div', { class: 'actions', role: 'group', 'aria-label': 'Rank by' },
       Object.entries(ORDERS).map(([key, [label]]) => h('button', {
         type: 'button', id: `by-${key}`, 'aria-pressed': String(key === by),
-        onclick: () => { location.hash = `#/leaderboard?by=${key}`; },
+        onclick: () => go({ by: key }),
       }, label))),
     rows.length
       ? h('div', { id: 'leaderboard' }, table(`Ranked by ${ORDERS[by][0].toLowerCase()}`, [
         { label: 'Rank', num: true, header: true, cell: (_r, i) => String(i + 1) },
         { label: 'Submitter', cell: (r) => h('a', { href: submitterHref(r.submitter), class: 'submitter' }, r.submitter) },
+        { label: 'Device classes', cell: (r) => r.device_classes.join(', ') },
         { label: 'Problems held', num: true, cell: (r) => String(r.problems_held) },
         { label: 'Problems entered', num: true, cell: (r) => String(r.problems_entered) },
         { label: `Geomean vs ${baselineName(DEFAULT_BASELINE)}`, num: true, cell: (r) => times(r.geomean_speedup_vs_autotune_max) },
       ], rows))
-      : h('p', { class: 'note' }, 'No submitter holds or has entered a problem yet.'));
+      : h('p', { class: 'note', id: 'no-standings' }, `No submitter holds or has entered a problem${board.device_class ? ` on ${board.device_class}` : ''} yet.`));
   return { title: 'Leaderboard', node };
 }
 

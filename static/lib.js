@@ -128,9 +128,30 @@ export function shape(p) {
   return `${p.m}×${p.n}×${p.k}`;
 }
 
-/** `kaas pull` for a problem on a device class. */
+/** `kaas pull` for a problem on a device class, from this server: `--url` named, since
+ *  the CLI's default (127.0.0.1:8080) may be another server than the one showing this. */
 export function pullCommand(p, device) {
-  return `kaas pull --device ${device} --problem ${p.m}x${p.n}x${p.k} --acc ${p.acc} --layout ${p.layout} -o ./${p.m}x${p.n}x${p.k}-${p.acc}-${p.layout}`;
+  return `kaas pull --url ${location.origin} --device ${device} --problem ${p.m}x${p.n}x${p.k} --acc ${p.acc} --layout ${p.layout} -o ./${p.m}x${p.n}x${p.k}-${p.acc}-${p.layout}`;
+}
+
+/** A note when no GPU worker that could run work for `classes` (a device class each,
+ *  null for any GPU) has been seen lately: queued work then waits with no end, and the
+ *  page must say so rather than look stuck. Null when one can, or health cannot say. */
+export async function noWorkerNote(classes) {
+  if (!classes.length) return null;
+  let health;
+  try {
+    health = await fresh('/v1/health');
+  } catch (err) {
+    health = err instanceof ApiError ? err.body : null; // 503 when not ready: same body
+  }
+  if (!health || !Array.isArray(health.workers)) return null;
+  const live = health.workers.filter((w) => w.state === 'idle' || w.state === 'busy').map((w) => w.device_class);
+  const missing = [...new Set(classes.filter((c) => (c == null ? !live.length : !live.includes(c))).map((c) => c || 'any GPU'))];
+  if (!missing.length) return null;
+  return h('p', { class: 'note', id: 'no-worker' },
+    `No GPU worker for ${missing.join(', ')} has been seen by this service lately: this waits in the queue until one starts `,
+    '(', h('code', {}, 'kaas serve --workers auto'), ', or ', h('code', {}, 'kaas worker --gpu N'), ' on a GPU machine with the same database).');
 }
 
 /** A command in a <pre> with a copy button that says whether copying worked. */

@@ -4,7 +4,7 @@
 
 import {
   h, api, fresh, query, us, ci, times, tflops, num, baselineName, submitterHref, problemHref, submissionHref, commandBox, pullCommand, table,
-  ApiError, DEFAULT_BASELINE, MODES, RANKED_REGIME, regimeName,
+  ApiError, DEFAULT_BASELINE, MODES, RANKED_REGIME, regimeName, noWorkerNote,
 } from './lib.js';
 
 const WORD = /^[A-Za-z0-9_.-]{1,32}$/;
@@ -140,7 +140,7 @@ async function tuneOf(path, device) {
 
 /// A requested problem's state and its search trace: each code tried, its time, and the
 /// codes verified.
-function tuneSection(t) {
+function tuneSection(t, waiting) {
   if (!t) return null;
   const where = t.queue_position ? ` (#${t.queue_position} in the queue)` : '';
   const trace = t.trace;
@@ -148,6 +148,7 @@ function tuneSection(t) {
     h('h2', {}, 'Tuning'),
     h('p', { id: 'tune-state', 'data-state': t.state }, `Requested tune on ${t.device_class}: `, h('strong', {}, t.state), where,
       t.stage && !['served', 'baseline_faster', 'failed'].includes(t.state) ? ` — ${t.stage}` : '', t.message ? `. ${t.message}` : ''),
+    waiting,
     trace && trace.tried && trace.tried.length ? table(`Search trace: ${trace.tried.length} codes tried in ${(trace.search_ms / 1000).toFixed(1)} s (stopped: ${trace.stopped}), against ${trace.reference} at ${us(trace.reference_us)}`, [
       { label: '#', num: true, header: true, cell: (r) => String(r.i + 1) },
       { label: 'Code', cell: (r) => h('code', {}, r.code) },
@@ -222,7 +223,7 @@ export async function problem(rest, params) {
     h('div', { class: 'controls' }, picker),
     h('h2', {}, 'Ranking'), device ? ranking(board.rows.filter((r) => r.device_class === device), kernel, device) : null,
     h('h2', {}, 'Catalog kernel'), entry,
-    tuneSection(tune),
+    tuneSection(tune, tune && tune.state === 'queued' ? await noWorkerNote([tune.device_class]) : null),
     h('h2', {}, fallback ? `Baselines on ${fallback.measured_on}` : 'Baselines'), kernel ? baselinesTable(kernel.baselines) : h('p', { class: 'muted' }, 'The baseline table comes with a catalog kernel; the fastest baseline is named above.'));
   return { title, node };
 }

@@ -4,7 +4,7 @@
 
 import {
   h, fresh, query, us, ci, times, tflops, num, when, utc, table, submitterHref, problemHref, submissionHref, submissionsHref,
-  baselineName, ApiError, DEFAULT_BASELINE,
+  baselineName, ApiError, DEFAULT_BASELINE, noWorkerNote,
 } from './lib.js';
 
 const TERMINAL = new Set(['done', 'failed', 'cancelled']);
@@ -194,6 +194,7 @@ async function submission(raw) {
   }
   const open = new Set();
   const live = h('p', { id: 'live', role: 'status', 'aria-live': 'polite', class: 'live' });
+  const waiting = await noWorkerNote(first.jobs.filter((j) => !TERMINAL.has(j.state)).map((j) => j.device_class || null));
   const body = h('div', { id: 'submission' });
   const title = h('h1', { id: 'submission-name' });
   const description = h('p', { id: 'submission-description', class: 'lede' });
@@ -214,6 +215,7 @@ async function submission(raw) {
       : h('p', { class: 'note', id: 'no-jobs' }, 'No jobs: this submission came with an imported catalog bundle, so its runs are on the problem pages of the catalog, not here.'));
     const again = focused && document.getElementById(focused);
     if (again) again.focus();
+    if (waiting) waiting.hidden = finished(v);
     if (!v.jobs.length) say('finished', '');
     else if (finished(v)) say('finished', progress(v));
     else if (es) say('live', progress(v));
@@ -248,6 +250,6 @@ async function submission(raw) {
 
   const node = h('div', {},
     h('p', {}, h('a', { href: '#/submissions' }, '← Submissions')),
-    title, description, live, body);
+    title, description, live, waiting, body);
   return { title: nameOf(first), node, after: follow, dispose: () => { if (es) es.close(); } };
 }

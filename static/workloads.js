@@ -15,7 +15,7 @@ async function list() {
   const presets = await api('/v1/workloads');
   const node = h('div', {},
     h('h1', {}, 'Workloads'),
-    h('p', { class: 'muted' }, 'The GEMMs of one decoder layer of popular open models, from their published configurations: every nn.Linear is a tn problem (N = out_features, K = in_features) at each token count, 1 to 8192.'),
+    h('p', { class: 'muted' }, 'The GEMMs of one decoder layer of popular open models, from their published configurations: every nn.Linear is a tn problem (N = out_features, K = in_features) at each token count, 1 to 8192. Open a model to see how the catalog answers each on a device class.'),
     h('div', { id: 'workloads' }, table(null, [
       { label: 'Model', header: true, cell: (w) => h('a', { href: `#/workloads/${encodeURIComponent(w.config.name)}` }, w.config.title) },
       { label: 'Hidden', num: true, cell: (w) => String(w.config.hidden) },
@@ -34,7 +34,7 @@ function cell(row) {
     return h('a', { href: problemHref(row.path, row.device_class), class: 'wl served', 'data-state': row.state, title: `${label}, ${us(row.kernel_median_us)}`, 'aria-label': label }, times(row.speedup));
   }
   if (row.state === 'baseline_faster') {
-    return h('a', { href: problemHref(row.path, row.device_class), class: 'wl baseline', 'data-state': row.state, title: `${label}: ${row.use_instead}, ${us(row.baseline_median_us)}`, 'aria-label': label }, 'baseline');
+    return h('a', { href: problemHref(row.path, row.device_class), class: 'wl baseline', 'data-state': row.state, title: `${label}: ${row.use_instead}, ${us(row.baseline_median_us)}`, 'aria-label': label }, 'base');
   }
   if (row.tune) {
     // Asked for and not answered yet: where its tune job stands.
@@ -45,21 +45,45 @@ function cell(row) {
 }
 
 async function workload(name, params) {
-  const device = params.get('device') || undefined;
   const acc = params.get('acc') || undefined;
+  // Figures belong to one device class: without one asked, the first class holding
+  // kernels (as the catalog page), never a mix of classes.
+  const stats = await api('/v1/stats');
+  const device = params.get('device') || stats.device_classes[0] || undefined;
   const w = await api(`/v1/workloads/${encodeURIComponent(name)}${query({ device, acc })}`);
   const tokens = [...new Set(w.rows.map((r) => r.tokens))].sort((a, b) => a - b);
   const at = new Map(w.rows.map((r) => [`${r.linear}|${r.tokens}`, r]));
   const s = w.summary;
+  const classes = [...new Set([...stats.device_classes, w.device].filter(Boolean))];
+  const picker = classes.length
+    ? h('form', { class: 'controls', 'aria-label': 'Device class', onsubmit: (e) => e.preventDefault() },
+      h('label', {}, 'Device class', h('select', {
+        id: 'sel-device', name: 'device',
+        onchange: (e) => { location.hash = `#/workloads/${encodeURIComponent(name)}${query({ device: e.target.value, acc })}`; },
+      }, classes.map((d) => h('option', { value: d, selected: d === w.device }, d)))))
+    : null;
+  const standIn = w.stand_ins && w.stand_ins.length
+    ? h('p', { class: 'note', id: 'stand-in-note' },
+      `These are ${w.device}’s own measurements. Where ${w.device} has no answer of its own, the kernel endpoint offers ${w.stand_ins.join(', ')}’s kernel as a stand-in (labelled measured_on), which this table does not count.`)
+    : null;
+  // Token counts are rows and Linears columns: 14 token counts side by side do not fit a
+  // laptop's width, let alone a phone's; a model has only a handful of Linear shapes.
   const node = h('div', {},
     h('p', {}, h('a', { href: '#/workloads' }, '← Workloads')),
     h('h1', { id: 'workload-title' }, w.title),
+    picker,
     h('p', { id: 'workload-summary' },
-      `${s.problems} GEMMs (${w.acc}, ${w.arch}${w.device ? `, ${w.device}` : ''}): ${s.served} served by a kernel, ${s.baseline_faster} where a baseline is faster, ${s.not_in_catalog} not in the catalog yet. `,
+      `${s.problems} GEMMs (${w.acc}, ${w.arch}, on ${w.device || 'any device class'}): ${s.served} served by a kernel, ${s.baseline_faster} where a baseline is faster, ${s.not_in_catalog} not in the catalog yet. `,
       `Geometric-mean speedup over ${baselineName(DEFAULT_BASELINE)} (graph mode, each in its run’s timing regime): ${times(s.served_geomean)} on the served GEMMs, ${times(s.measured_geomean)} over every measured one (a baseline counts 1.0).`),
-    h('div', { id: 'workload' }, table('Speedup of the served kernel per Linear and token count (M)', [
-      { label: 'Linear (N × K)', header: true, cell: (l) => `${l.names} (${l.n} × ${l.k})` },
-      ...tokens.map((t) => ({ label: String(t), num: true, cell: (l) => cell(at.get(`${l.names}|${t}`)) })),
-    ], w.linears)));
+    standIn,
+    h('div', { id: 'workload' }, table(`Speedup of the served kernel on ${w.device || 'any device class'} per token count (M) and Linear (N × K)`, [
+      { label: 'Tokens', num: true, header: true, cell: (t) => String(t) },
+      ...w.linears.map((l) => ({
+        label: h('span', {}, l.names, h('span', { class: 'shape' }, `${l.n} × ${l.k}`)),
+        num: true,
+        cell: (t) => cell(at.get(`${l.names}|${t}`)),
+      })),
+    ], tokens)),
+    h('p', { class: 'muted' }, 'A figure: a kernel is served, at that speedup. base: a baseline is faster (open it to see which, configured how). —: not in the catalog yet.'));
   return { title: w.title, node };
 }

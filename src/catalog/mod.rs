@@ -8,7 +8,7 @@ pub mod seed;
 pub mod views;
 pub mod workload;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use sea_orm::{ColumnTrait, ConnectionTrait, DatabaseConnection, DbErr, EntityTrait, QueryFilter, QueryOrder};
 
@@ -638,16 +638,21 @@ pub async fn problem_leaderboard(
 }
 
 /// Submitters ranked by problems held, then by geometric-mean speedup over
-/// cuBLASLt-autotune-max on the problems they entered.
-pub async fn global_leaderboard(db: &DatabaseConnection) -> Result<LeaderboardView, CatalogError> {
-    let entries = current_entries(db).await?;
-    let runs = run::Entity::find().filter(run::Column::Verdict.eq("pass")).all(db).await?;
+/// cuBLASLt-autotune-max on the problems they entered; on one device class, or on all.
+pub async fn global_leaderboard(db: &DatabaseConnection, device: Option<&str>) -> Result<LeaderboardView, CatalogError> {
+    let on_class = |d: &str| device.is_none_or(|want| want == d);
+    let entries: Vec<_> = current_entries(db).await?.into_iter().filter(|e| on_class(&e.device_class)).collect();
+    let all_runs = run::Entity::find().filter(run::Column::Verdict.eq("pass")).all(db).await?;
+    let device_classes: Vec<String> = all_runs.iter().map(|r| r.device_class.clone()).collect::<BTreeSet<_>>().into_iter().collect();
+    let runs: Vec<run::Model> = all_runs.into_iter().filter(|r| on_class(&r.device_class)).collect();
     let data = EntryData::load(db, runs.iter().map(|r| r.id).collect()).await?;
     let submitter_of = |r: &run::Model| r.submission_id.and_then(|id| data.submissions.get(&id)).map(|s| s.submitter_id);
     let mut held: HashMap<i32, u32> = HashMap::new();
+    let mut classes: HashMap<i32, BTreeSet<String>> = HashMap::new();
     for e in &entries {
         if let Some(who) = data.runs.get(&e.run_id).and_then(submitter_of) {
             *held.entry(who).or_default() += 1;
+            classes.entry(who).or_default().insert(e.device_class.clone());
         }
     }
     // Best speedup per (submitter, device class, problem).
@@ -668,7 +673,8 @@ pub async fn global_leaderboard(db: &DatabaseConnection) -> Result<LeaderboardVi
         }
     }
     let mut per: HashMap<i32, (u32, Vec<f64>)> = HashMap::new();
-    for ((who, _, _), s) in best {
+    for ((who, class, _), s) in best {
+        classes.entry(who).or_default().insert(class);
         let e = per.entry(who).or_default();
         e.0 += 1;
         if let Some(x) = s {
@@ -687,6 +693,7 @@ pub async fn global_leaderboard(db: &DatabaseConnection) -> Result<LeaderboardVi
                 problems_held: held.get(&s.id).copied().unwrap_or(0),
                 problems_entered: entered,
                 geomean_speedup_vs_autotune_max: geomean(&speedups),
+                device_classes: classes.get(&s.id).map(|c| c.iter().cloned().collect()).unwrap_or_default(),
             }
         })
         .collect();
@@ -699,7 +706,7 @@ pub async fn global_leaderboard(db: &DatabaseConnection) -> Result<LeaderboardVi
     for (i, s) in standings.iter_mut().enumerate() {
         s.rank = i as u32 + 1;
     }
-    Ok(LeaderboardView { submitters: standings })
+    Ok(LeaderboardView { device_class: device.map(str::to_string), device_classes, submitters: standings })
 }
 
 /// True when the database holds no catalog entries and no baselines.

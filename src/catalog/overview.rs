@@ -67,6 +67,10 @@ pub struct HeatmapCell {
     pub modes: BTreeMap<String, ModeFigures>,
     /// The fastest baseline's median by mode, when baselines were measured.
     pub fastest_baseline_us: BTreeMap<String, f64>,
+    /// Whether the kernel endpoint serves this cell's entry: false for a kernel that some
+    /// baseline beats (the answer is `baseline_faster`), which the page must not colour
+    /// like one that is served.
+    pub served: bool,
 }
 
 /// `GET /v1/heatmap`: the selection made (the service's choice where none was asked),
@@ -85,6 +89,10 @@ pub struct HeatmapView {
     pub ks: Vec<u32>,
     /// Device classes with catalog entries or baselines.
     pub device_classes: Vec<String>,
+    /// Classes whose kernels the kernel endpoint offers, labelled, for `device_class`'s
+    /// problems without an answer of their own (`STAND_INS`); the grid shows only what
+    /// was measured on `device_class`, so the page says so.
+    pub stand_ins: Vec<String>,
     /// Baseline names found in the cells' speedup tables.
     pub baselines: Vec<String>,
     /// Modes found in the cells' timings.
@@ -92,9 +100,25 @@ pub struct HeatmapView {
     pub cells: Vec<HeatmapCell>,
 }
 
-/// The asked value when given, else the first one present.
-fn choose<T: Copy + Ord>(asked: Option<T>, present: &BTreeSet<T>) -> Option<T> {
-    asked.or_else(|| present.iter().next().copied())
+/// The asked value when given, else the first of `preferred` that holds catalog entries
+/// (`held`), else the value holding the most, else the first one present: what a page
+/// opened without a selection shows is kernels, not an empty corner of the catalog.
+fn choose<T: Copy + Ord>(asked: Option<T>, present: &BTreeSet<T>, held: &BTreeMap<T, usize>, preferred: &[T]) -> Option<T> {
+    asked
+        .or_else(|| preferred.iter().find(|v| present.contains(v) && held.get(v).is_some_and(|n| *n > 0)).copied())
+        .or_else(|| present.iter().filter(|v| held.contains_key(v)).max_by(|a, b| held[*a].cmp(&held[*b]).then(b.cmp(a))).copied())
+        .or_else(|| present.iter().next().copied())
+}
+
+/// How many of `entries` fall on each value of `key`.
+fn tally<T: Copy + Ord>(entries: &[Problem], key: impl Fn(&Problem) -> Option<T>) -> BTreeMap<T, usize> {
+    let mut n = BTreeMap::new();
+    for p in entries {
+        if let Some(v) = key(p) {
+            *n.entry(v).or_default() += 1;
+        }
+    }
+    n
 }
 
 fn number(v: Option<&serde_json::Value>, key: &str) -> Option<f64> {
@@ -133,18 +157,6 @@ pub async fn heatmap(db: &DatabaseConnection, q: &HeatmapQuery) -> Result<Heatma
     for row in rows.iter().filter(|r| !unmeasured.contains(&r.id)) {
         problems.push((row.id, problem_of(row)?));
     }
-    let archs: BTreeSet<Arch> = problems.iter().map(|(_, p)| p.arch).collect();
-    let arch = choose(q.arch, &archs);
-    let accs: BTreeSet<Acc> = problems.iter().filter(|(_, p)| Some(p.arch) == arch).map(|(_, p)| p.acc).collect();
-    let acc = choose(q.acc, &accs);
-    let layouts: BTreeSet<Layout> =
-        problems.iter().filter(|(_, p)| Some(p.arch) == arch && Some(p.acc) == acc).map(|(_, p)| p.layout).collect();
-    let layout = choose(q.layout, &layouts);
-    let same_kind = |p: &Problem| Some(p.arch) == arch && Some(p.acc) == acc && Some(p.layout) == layout;
-    let ks: BTreeSet<u32> = problems.iter().filter(|(_, p)| same_kind(p)).map(|(_, p)| p.k).collect();
-    let k = choose(q.k, &ks);
-    let selected: Vec<(i32, Problem)> = problems.into_iter().filter(|(_, p)| same_kind(p) && Some(p.k) == k).collect();
-
     // Device classes: those registered, and any that hold entries or baselines.
     let entries = current_entries(db).await?;
     let mut held: BTreeMap<String, usize> = BTreeMap::new();
@@ -157,6 +169,25 @@ pub async fn heatmap(db: &DatabaseConnection, q: &HeatmapQuery) -> Result<Heatma
     let device = q.device.clone().or_else(|| {
         devices.iter().max_by(|a, b| held.get(*a).unwrap_or(&0).cmp(held.get(*b).unwrap_or(&0)).then(b.cmp(a))).cloned()
     });
+    // The problems that device holds entries for, to choose a selection with kernels.
+    let by_id: HashMap<i32, Problem> = problems.iter().copied().collect();
+    let on_class: Vec<Problem> =
+        entries.iter().filter(|e| Some(&e.device_class) == device.as_ref()).filter_map(|e| by_id.get(&e.problem_id).copied()).collect();
+
+    let archs: BTreeSet<Arch> = problems.iter().map(|(_, p)| p.arch).collect();
+    let arch = choose(q.arch, &archs, &tally(&on_class, |p| Some(p.arch)), &[]);
+    let accs: BTreeSet<Acc> = problems.iter().filter(|(_, p)| Some(p.arch) == arch).map(|(_, p)| p.acc).collect();
+    // fp32 accumulation is torch's fp16 matmul and the shipped catalog's.
+    let acc = choose(q.acc, &accs, &tally(&on_class, |p| (Some(p.arch) == arch).then_some(p.acc)), &[Acc::F32]);
+    let layouts: BTreeSet<Layout> =
+        problems.iter().filter(|(_, p)| Some(p.arch) == arch && Some(p.acc) == acc).map(|(_, p)| p.layout).collect();
+    // `tn` is `nn.Linear`'s weight layout: what most users came for.
+    let layout =
+        choose(q.layout, &layouts, &tally(&on_class, |p| (Some(p.arch) == arch && Some(p.acc) == acc).then_some(p.layout)), &[Layout::Tn]);
+    let same_kind = |p: &Problem| Some(p.arch) == arch && Some(p.acc) == acc && Some(p.layout) == layout;
+    let ks: BTreeSet<u32> = problems.iter().filter(|(_, p)| same_kind(p)).map(|(_, p)| p.k).collect();
+    let k = choose(q.k, &ks, &tally(&on_class, |p| same_kind(p).then_some(p.k)), &[]);
+    let selected: Vec<(i32, Problem)> = problems.into_iter().filter(|(_, p)| same_kind(p) && Some(p.k) == k).collect();
 
     let ids: Vec<i32> = selected.iter().map(|(id, _)| *id).collect();
     let id_set: BTreeSet<i32> = ids.iter().copied().collect();
@@ -197,6 +228,10 @@ pub async fn heatmap(db: &DatabaseConnection, q: &HeatmapQuery) -> Result<Heatma
             mode_figures(view.timings.as_ref(), view.speedups.as_ref())
         });
         let fastest_baseline_us = fastest.remove(id).unwrap_or_default();
+        let graph_table = run.map(|r| graph_figures(&run_view(r)).2).unwrap_or_default();
+        // The kernel endpoint's rule: a kernel that some baseline beats is not served
+        // where a graph-mode baseline was measured (`best_kernel`).
+        let served = run.is_some() && !(beats_all(&graph_table) == Some(false) && fastest_baseline_us.contains_key("graph"));
         let state = match (&figures, run) {
             (Some(f), Some(_)) if f.values().any(|m| m.median_us.is_some()) => CellState::Kernel,
             (_, Some(_)) => CellState::Unbenchmarked,
@@ -216,6 +251,7 @@ pub async fn heatmap(db: &DatabaseConnection, q: &HeatmapQuery) -> Result<Heatma
             submitter: run.map(|r| data.owner(r).0),
             modes: figures,
             fastest_baseline_us,
+            served,
         });
     }
     cells.sort_by_key(|c| (c.m, c.n));
@@ -224,16 +260,22 @@ pub async fn heatmap(db: &DatabaseConnection, q: &HeatmapQuery) -> Result<Heatma
         acc,
         layout,
         k,
-        device_class: device,
         archs: archs.into_iter().collect(),
         accs: accs.into_iter().collect(),
         layouts: layouts.into_iter().collect(),
         ks: ks.into_iter().collect(),
+        stand_ins: device.as_deref().map(stand_ins_for).unwrap_or_default(),
+        device_class: device,
         device_classes: devices.into_iter().collect(),
         baselines: baselines.into_iter().collect(),
         modes: modes.into_iter().collect(),
         cells,
     })
+}
+
+/// The classes whose kernels stand in for `device`'s missing answers ([`super::STAND_INS`]).
+pub fn stand_ins_for(device: &str) -> Vec<String> {
+    super::STAND_INS.iter().filter(|(asking, _)| *asking == device).flat_map(|(_, s)| s.iter().map(|c| c.to_string())).collect()
 }
 
 /// A catalog entry to show as an example: one the kernel endpoint serves.

@@ -183,9 +183,15 @@ pub struct SubmitterStanding {
     pub problems_entered: u32,
     /// Geometric mean of the best speedup over cuBLASLt-autotune-max per problem entered.
     pub geomean_speedup_vs_autotune_max: Option<f64>,
+    /// The device classes of the entries held and the problems entered counted here.
+    pub device_classes: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct LeaderboardView {
+    /// The device class the standings count (`?device=`); every class when null.
+    pub device_class: Option<String>,
+    /// The device classes with passing runs, to filter by.
+    pub device_classes: Vec<String>,
     pub submitters: Vec<SubmitterStanding>,
 }

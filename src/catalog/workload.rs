@@ -74,6 +74,9 @@ pub struct WorkloadView {
     pub acc: Acc,
     /// The device class asked for; any when absent.
     pub device: Option<String>,
+    /// Classes whose kernels the kernel endpoint offers, labelled, where `device` has no
+    /// answer of its own; not counted here (the rows are `device`'s own measurements).
+    pub stand_ins: Vec<String>,
     pub rows: Vec<WorkloadRow>,
     pub summary: WorkloadSummary,
 }
@@ -129,6 +132,7 @@ pub async fn workload(db: &DatabaseConnection, preset: &ModelConfig, arch: Arch,
         arch,
         acc,
         device: device.map(str::to_string),
+        stand_ins: device.map(super::overview::stand_ins_for).unwrap_or_default(),
         rows,
         summary,
     })

@@ -228,15 +228,18 @@ async fn the_overview_endpoints_answer_from_the_catalog(backend: Backend) {
     bundle::import(&db.db, dir.path()).await.unwrap();
     let app = init_service(create_app(state(&db, ApiSettings::default()))).await;
 
-    // Nothing asked: the service chooses and says what it chose.
+    // Nothing asked: the service chooses a selection with kernels (the f32 tn grid of
+    // the busiest device class, at the K holding most of its entries) and says so.
     let d = get(&app, "/v1/heatmap").await.json();
     assert_eq!(d["device_class"], DEVICE, "the device class with the most entries");
     assert_eq!(d["arch"], "sm_90");
-    assert_eq!(d["layout"], "nn");
-    assert_eq!(d["k"], 128);
+    assert_eq!(d["acc"], "f32");
+    assert_eq!(d["layout"], "tn");
+    assert_eq!(d["k"], 4096);
     assert_eq!(d["device_classes"], json!([DEVICE, H200]));
-    assert_eq!(d["cells"].as_array().unwrap().len(), cells_in(&index, Layout::Nn, 128));
-    assert_eq!(d["cells"][0]["state"], "baseline_only");
+    assert_eq!(d["stand_ins"], json!([]), "nothing stands in for {DEVICE}");
+    assert_eq!(d["cells"].as_array().unwrap().len(), cells_in(&index, Layout::Tn, 4096));
+    assert!(d["cells"].as_array().unwrap().iter().any(|c| c["state"] == "kernel"), "{d}");
 
     let d = get(&app, &format!("/v1/heatmap?device={DEVICE}&layout=tn&k=4096")).await.json();
     assert_eq!(d["ks"], json!([64, 1024, 4096]));
@@ -253,10 +256,16 @@ async fn the_overview_endpoints_answer_from_the_catalog(backend: Backend) {
     assert_eq!(cell(2048, 2048)["state"], "unbenchmarked");
     assert_eq!(cell(1024, 4096)["state"], "baseline_only");
     assert_eq!(cell(2048, 1024)["state"], "empty");
+    // Served as the kernel endpoint serves: 0.95× over a measured baseline is not.
+    assert_eq!(cell(1024, 1024)["served"], true);
+    assert_eq!(cell(1024, 2048)["state"], "kernel");
+    assert_eq!(cell(1024, 2048)["served"], false, "{}", cell(1024, 2048));
+    assert_eq!(cell(1024, 4096)["served"], false, "no kernel, nothing served");
     assert_eq!(d["modes"], json!(["graph", "offline"]));
     assert_eq!(d["baselines"], json!(["cublas_max", "cublaslt_autotune_max", "cublaslt_heuristic_max"]));
 
     let h200 = get(&app, &format!("/v1/heatmap?device={H200}&layout=tn&k=4096")).await.json();
+    assert_eq!(h200["stand_ins"], json!([DEVICE]), "H100-SXM's kernels stand in for H200's gaps");
     let kernels = h200["cells"].as_array().unwrap().iter().filter(|c| c["state"] == "kernel").count();
     assert_eq!(kernels, 2);
     assert_eq!(get(&app, "/v1/heatmap?layout=tn&k=1024").await.json()["cells"].as_array().unwrap().len(), cells_in(&index, Layout::Tn, 1024));
@@ -374,7 +383,7 @@ fn the_pages_work_in_chromium() {
     assert_eq!(texts(&b, "#fig-covered"), vec![covered.to_string()]);
     assert_eq!(texts(&b, "#fig-devices"), vec!["2"]);
     assert!(texts(&b, "#fig-geomean")[0].ends_with('×'));
-    assert!(texts(&b, "main pre")[0].starts_with("kaas pull --device "), "{:?}", texts(&b, "main pre"));
+    assert!(texts(&b, "main pre")[0].starts_with(&format!("kaas pull --url {base} --device ")), "{:?}", texts(&b, "main pre"));
     b.screenshot(&shots.join("home.png"));
 
     // Heatmap: one cell per problem of the selection; a filter changes it.
@@ -461,7 +470,7 @@ fn the_pages_work_in_chromium() {
     let got: Value = serde_json::from_str(manifest_text).unwrap_or_else(|e| panic!("manifest download is not JSON ({e}): {manifest_text}"));
     assert_eq!(got, expected_manifest);
     let pull = texts(&b, "main pre");
-    assert!(pull.contains(&format!("kaas pull --device {DEVICE} --problem 4096x4096x4096 --acc f32 --layout tn -o ./4096x4096x4096-f32-tn")), "{pull:?}");
+    assert!(pull.contains(&format!("kaas pull --url {base} --device {DEVICE} --problem 4096x4096x4096 --acc f32 --layout tn -o ./4096x4096x4096-f32-tn")), "{pull:?}");
     assert!(texts(&b, "#run-message")[0].starts_with("verified and benchmarked"));
     // Every figure names its regime; both regimes side by side, the ranked one first.
     let captions = texts(&b, "main caption");
@@ -514,6 +523,91 @@ fn the_pages_work_in_chromium() {
     b.screenshot(&shots.join("submitter.png"));
     assert_eq!(b.js("return window.__errors", json!([])), json!([]), "script errors or CSP violations");
     eprintln!("screenshots in {}", shots.display());
+}
+
+// ---- A first visit, at a laptop's and a phone's size ------------------------------------
+
+/// Whether an element's content is wider than the element (cut off, or behind a scroll).
+fn overflows(b: &Browser, css: &str) -> bool {
+    b.js("const e = document.querySelector(arguments[0]); return e.scrollWidth > e.clientWidth + 1;", json!([css])).as_bool().unwrap()
+}
+
+fn selected(b: &Browser, css: &str) -> String {
+    b.js("return document.querySelector(arguments[0]).value", json!([css])).as_str().unwrap().to_string()
+}
+
+#[test]
+fn a_first_visit_sees_kernels_what_is_served_and_what_waits() {
+    let Some((chromium, driver)) = chromium_or_skip() else { return };
+    let (index, ptx, _) = ui_fixture();
+    let (port, url) = serve_db(index, ptx);
+    let base = format!("http://127.0.0.1:{port}");
+    let shots = screenshot_dir();
+    let b = watched(Browser::start(&chromium, &driver, 1366, 768));
+
+    // The catalog opened bare shows the f32 tn grid of the first device class with
+    // kernels, with kernels in it.
+    open(&b, &format!("{base}/#/heatmap"), "heatmap");
+    assert_eq!((selected(&b, "#sel-device"), selected(&b, "#sel-acc"), selected(&b, "#sel-layout")), (DEVICE.to_string(), "f32".to_string(), "tn".to_string()));
+    assert!(b.js("return document.querySelectorAll('#heatmap a.cell.kernel').length", json!([])).as_u64().unwrap() > 0);
+    // A kernel a baseline beats is not coloured as served: 1024×2048×4096 runs 0.95×.
+    let unserved = "#heatmap a.cell[data-path='sm_90/f32/tn/1024x2048x4096']";
+    assert_eq!(b.js("return document.querySelector(arguments[0]).className", json!([unserved])), json!("cell kernel unserved"));
+    assert_eq!(b.js("return document.querySelector(arguments[0]).style.backgroundColor", json!([unserved])), json!(""));
+    let label = b.js("return document.querySelector(arguments[0]).getAttribute('aria-label')", json!([unserved]));
+    assert!(label.as_str().unwrap().contains("not served, a baseline is faster"), "{label}");
+    let served = "#heatmap a.cell[data-path='sm_90/f32/tn/1024x1024x4096']";
+    assert_eq!(b.js("return document.querySelector(arguments[0]).className", json!([served])), json!("cell kernel"));
+    assert_ne!(b.js("return document.querySelector(arguments[0]).style.backgroundColor", json!([served])), json!(""));
+    assert!(texts(&b, ".legend li").iter().any(|l| l == "kernel not served: a baseline is faster"));
+    assert!(texts(&b, "#stand-in-note").is_empty(), "nothing stands in for {DEVICE}");
+    b.screenshot(&shots.join("first-catalog.png"));
+    // H200's grid says H100-SXM's kernels stand in where it has no answer.
+    open(&b, &format!("{base}/#/heatmap?device={H200}"), "heatmap");
+    let note = texts(&b, "#stand-in-note");
+    assert!(note.len() == 1 && note[0].contains(&format!("offers {DEVICE}’s kernel as a stand-in")), "{note:?}");
+
+    // The leaderboard by device class: a column, and a filter the API applies.
+    open(&b, &format!("{base}/#/leaderboard"), "leaderboard");
+    assert!(texts(&b, "#leaderboard thead th").contains(&"Device classes".to_string()));
+    let everyone = texts(&b, "#leaderboard a.submitter").len();
+    then(&b, "leaderboard", || b.click(&format!("#sel-device option[value='{H200}']")));
+    assert_eq!(b.js("return location.hash", json!([])), json!(format!("#/leaderboard?by=held&device={H200}")));
+    assert_eq!(texts(&b, "main h1"), vec![format!("Leaderboard on {H200}")]);
+    assert_eq!(texts(&b, "#leaderboard a.submitter"), vec!["kaas-tuner"], "only H200's entries count");
+    assert!(everyone > 1);
+    let rows: Vec<Vec<String>> = serde_json::from_value(b.js("return [...document.querySelectorAll('#leaderboard tbody tr')].map(tr => [...tr.cells].map(c => c.textContent.trim()))", json!([]))).unwrap();
+    assert_eq!((rows[0][2].as_str(), rows[0][3].as_str()), (H200, "2"), "{rows:?}");
+
+    // Queued work without a GPU worker says it waits for one: a tuning request's tune
+    // on the problem page, and a submission's page.
+    let w = Worker::connect(&url);
+    let token = w.token("newcomer");
+    let auth = format!("Bearer {token}");
+    let (status, body) = crate::webdriver::http_with(port, "POST", "/v1/tuning-requests", &[("Authorization", &auth)], Some(&json!({"problems": ["tn:300x200x100"], "device": DEVICE}))).unwrap();
+    assert_eq!(status, 201, "{}", String::from_utf8_lossy(&body));
+    open(&b, &format!("{base}/#/problem/sm_90/f32/tn/300x200x100?device={DEVICE}"), "problem");
+    assert_eq!(b.js("return document.getElementById('tune-state').dataset.state", json!([])), json!("queued"));
+    let waits = texts(&b, "#no-worker");
+    assert!(waits.len() == 1 && waits[0].starts_with(&format!("No GPU worker for {DEVICE} has been seen")), "{waits:?}");
+    let id = submit(port, &token, &submission_body("newcomer", "first", "", &[(256, 256, 256)]));
+    open(&b, &format!("{base}/#/submissions/{id}"), "submissions");
+    let waits = texts(&b, "#no-worker");
+    assert!(waits.len() == 1 && waits[0].contains("this waits in the queue until one starts"), "{waits:?}");
+
+    // At a phone's size the workload table shows every column, and names its class.
+    let phone = watched(Browser::start(&chromium, &driver, 390, 844));
+    open(&phone, &format!("{base}/#/workloads/llama-3.1-8b"), "workloads");
+    assert_eq!(selected(&phone, "#sel-device"), DEVICE, "a device class is chosen, not a mix of them");
+    assert!(texts(&phone, "#workload-summary")[0].contains(&format!("on {DEVICE}")));
+    assert_eq!(phone.js("return document.querySelectorAll('#workload tbody tr').length", json!([])), json!(14), "one row per token count, 1 to 8192");
+    assert!(!overflows(&phone, "#workload .scroll"), "the workload table is cut off at 390 px");
+    assert!(!overflows(&phone, "main"), "the page scrolls sideways at 390 px");
+    phone.screenshot(&shots.join("first-workload-phone.png"));
+    open(&phone, &format!("{base}/#/workloads/llama-3.1-8b?device={H200}"), "workloads");
+    assert!(texts(&phone, "#stand-in-note")[0].contains(&format!("offers {DEVICE}’s kernel as a stand-in")));
+    assert_eq!(b.js("return window.__errors", json!([])), json!([]), "script errors or CSP violations");
+    assert_eq!(phone.js("return window.__errors", json!([])), json!([]), "script errors or CSP violations");
 }
 
 // ---- Submission pages, live over server-sent events ------------------------------------

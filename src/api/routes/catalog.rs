@@ -417,11 +417,16 @@ pub async fn problem_leaderboard(state: State, path: ProblemPath, q: web::Query<
 
 #[utoipa::path(
     get, path = "/v1/leaderboard", tag = "leaderboard",
-    responses((status = 200, description = "Submitters by problems held, then geometric-mean speedup over cuBLASLt-autotune-max", body = catalog::LeaderboardView))
+    params(DeviceQuery),
+    responses(
+        (status = 200, description = "Submitters by problems held, then geometric-mean speedup over cuBLASLt-autotune-max; on one device class with `device`", body = catalog::LeaderboardView),
+        (status = 400, description = "An unknown device class (`unknown_device`)", body = crate::api::error::ProblemDetails, content_type = "application/problem+json"),
+    )
 )]
 #[get("/v1/leaderboard")]
-pub async fn global_leaderboard(state: State) -> Result<Answer, ApiError> {
+pub async fn global_leaderboard(state: State, q: web::Query<DeviceQuery>) -> Result<Answer, ApiError> {
+    let device = resolve_device(&state, &q.device).await?;
     let db = state.db.clone();
-    let r = cached(&state, "leaderboard".into(), || async move { json(&catalog::global_leaderboard(&db).await?) }).await?;
+    let r = cached(&state, format!("leaderboard|{device:?}"), || async move { json(&catalog::global_leaderboard(&db, device.as_deref()).await?) }).await?;
     Ok(respond(r))
 }
