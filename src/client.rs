@@ -16,14 +16,33 @@ use crate::manifest::template::ManifestTemplate;
 use crate::work::tune::TuningRequestView;
 use crate::work::{NewSubmission, SubmissionView};
 
+/// The server a command talks to when neither `--url` nor `KAAS_URL` names one.
+pub const DEFAULT_URL: &str = "http://127.0.0.1:8080";
+
 #[derive(Debug, Clone, Args)]
 pub struct Server {
-    /// The kaas server.
-    #[arg(long, env = "KAAS_URL", default_value = "http://127.0.0.1:8080", global = true)]
-    pub url: String,
+    /// The kaas server [default: http://127.0.0.1:8080].
+    #[arg(long, env = "KAAS_URL", global = true)]
+    pub url: Option<String>,
     /// API token (`kaas token create` prints one); needed to submit and cancel.
     #[arg(long, env = "KAAS_TOKEN", hide_env_values = true, global = true)]
     pub token: Option<String>,
+}
+
+impl Server {
+    /// The server's base URL, without a trailing slash.
+    pub fn base(&self) -> String {
+        self.url.as_deref().filter(|u| !u.is_empty()).unwrap_or(DEFAULT_URL).trim_end_matches('/').to_string()
+    }
+
+    /// Says on stderr which server answers when none was named: on a machine with several
+    /// services, the default port may be another one's, and a pull from it must not pass
+    /// silently as one from the server the user meant.
+    pub fn announce_default(&self) {
+        if self.url.as_deref().is_none_or(str::is_empty) {
+            eprintln!("note: no --url or KAAS_URL given: asking {DEFAULT_URL}");
+        }
+    }
 }
 
 /// A problem+json answer, or a transport failure.
@@ -56,7 +75,8 @@ impl Client {
             .build()
             .into();
         let streaming = ureq::Agent::config_builder().http_status_as_error(false).timeout_connect(Some(Duration::from_secs(10))).build().into();
-        Client { base: server.url.trim_end_matches('/').to_string(), token: server.token.clone().filter(|t| !t.is_empty()), agent, streaming }
+        server.announce_default();
+        Client { base: server.base(), token: server.token.clone().filter(|t| !t.is_empty()), agent, streaming }
     }
 
     fn url(&self, path: &str) -> String {
@@ -181,7 +201,7 @@ impl Client {
     }
 }
 
-#[derive(Debug, Clone, Args)]
+#[derive(Debug, Clone, Default, Args)]
 pub struct SubmitArgs {
     /// The kernel: its PTX, or CUDA C++ source (`.cu`, `.cuh`, `.cpp`) for the service to
     /// compile with NVRTC (entries are then kernel names or NVRTC name expressions).
@@ -311,7 +331,7 @@ pub fn submit(server: &Server, args: &SubmitArgs) -> anyhow::Result<()> {
     if status == 200 {
         eprintln!("the same submission was made before: following submission {}", v.id);
     } else {
-        eprintln!("submission {} accepted: {} job(s) queued; {}{}", v.id, v.jobs.len(), server.url.trim_end_matches('/'), v.links.self_);
+        eprintln!("submission {} accepted: {} job(s) queued; {}{}", v.id, v.jobs.len(), server.base(), v.links.self_);
     }
     let open: Vec<Option<String>> = v.jobs.iter().filter(|j| !crate::work::state::is_terminal(&j.state)).map(|j| j.device_class.clone()).collect();
     if let Some(note) = no_worker_for(&client, &open) {
@@ -321,16 +341,13 @@ pub fn submit(server: &Server, args: &SubmitArgs) -> anyhow::Result<()> {
         println!("{}", v.id);
         return Ok(());
     }
-    let bar = indicatif::ProgressBar::new(v.jobs.len() as u64);
-    bar.set_style(indicatif::ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} jobs  {wide_msg}").unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()));
-    bar.enable_steady_tick(Duration::from_millis(200));
+    let mut bar = Progress::new(v.jobs.len() as u64, "jobs");
     let done = client.follow(v.id, |s| {
         let finished = s.jobs.iter().filter(|j| crate::work::state::is_terminal(&j.state)).count();
-        bar.set_position(finished as u64);
         let current = s.jobs.iter().find(|j| j.state == "running").or_else(|| s.jobs.iter().find(|j| j.state == "queued"));
-        bar.set_message(current.map(|j| format!("{}: {}", j.path, j.stage.clone().unwrap_or_default())).unwrap_or_default());
+        bar.update(finished as u64, current.map(|j| format!("{}: {}", j.path, j.stage.clone().unwrap_or_default())).unwrap_or_default());
     })?;
-    bar.finish_and_clear();
+    bar.finish();
     if args.json {
         println!("{}", serde_json::to_string_pretty(&done)?);
     } else {
@@ -341,6 +358,52 @@ pub fn submit(server: &Server, args: &SubmitArgs) -> anyhow::Result<()> {
         bail!("{failed} of {} job(s) did not pass", done.jobs.len());
     }
     Ok(())
+}
+
+/// Where a follow stands: a bar on a terminal; piped or in a log, a line each time the
+/// status changes (indicatif draws nothing off a terminal, and a follower that prints
+/// nothing until the end looks hung).
+struct Progress {
+    bar: Option<indicatif::ProgressBar>,
+    len: u64,
+    what: &'static str,
+    last: String,
+}
+
+impl Progress {
+    fn new(len: u64, what: &'static str) -> Progress {
+        use std::io::IsTerminal as _;
+        let bar = std::io::stderr().is_terminal().then(|| {
+            let bar = indicatif::ProgressBar::new(len);
+            let template = format!("{{spinner}} [{{elapsed_precise}}] {{bar:30}} {{pos}}/{{len}} {what}  {{wide_msg}}");
+            bar.set_style(indicatif::ProgressStyle::with_template(&template).unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()));
+            bar.enable_steady_tick(Duration::from_millis(200));
+            bar
+        });
+        Progress { bar, len, what, last: String::new() }
+    }
+
+    fn update(&mut self, done: u64, message: String) {
+        match &self.bar {
+            Some(bar) => {
+                bar.set_position(done);
+                bar.set_message(message);
+            }
+            None => {
+                let line = format!("{done}/{} {} settled: {message}", self.len, self.what);
+                if line != self.last {
+                    eprintln!("{line}");
+                    self.last = line;
+                }
+            }
+        }
+    }
+
+    fn finish(self) {
+        if let Some(bar) = self.bar {
+            bar.finish_and_clear();
+        }
+    }
 }
 
 /// A note when no GPU worker the server has seen lately can run work waiting for the
@@ -440,7 +503,7 @@ pub fn request(server: &Server, args: &RequestArgs) -> anyhow::Result<()> {
         v.device_class,
         counts_text(&v),
         if status == 200 { " (nothing new queued)" } else { "" },
-        server.url.trim_end_matches('/'),
+        server.base(),
         v.links.self_
     );
     if queued > 0
@@ -452,23 +515,20 @@ pub fn request(server: &Server, args: &RequestArgs) -> anyhow::Result<()> {
         println!("{}", v.id);
         return Ok(());
     }
-    let bar = indicatif::ProgressBar::new(v.items.len() as u64);
-    bar.set_style(indicatif::ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} problems  {wide_msg}").unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()));
-    bar.enable_steady_tick(Duration::from_millis(200));
+    let mut bar = Progress::new(v.items.len() as u64, "problems");
     let mut now = v;
     loop {
         let settled = now.items.iter().filter(|i| crate::work::tune::state::is_terminal(&i.state)).count();
-        bar.set_position(settled as u64);
         let current = now.items.iter().find(|i| i.state == "verifying" || i.state == "tuning").or_else(|| now.items.iter().find(|i| i.state == "queued"));
         let at = current.map(|i| format!(" — {} {}{}", i.problem, i.state, i.queue_position.map(|p| format!(" (#{p} in the queue)")).unwrap_or_default())).unwrap_or_default();
-        bar.set_message(format!("{}{at}", counts_text(&now)));
+        bar.update(settled as u64, format!("{}{at}", counts_text(&now)));
         if now.done {
             break;
         }
         std::thread::sleep(Duration::from_secs(args.poll_secs.max(1)));
         now = client.get(&format!("/v1/tuning-requests/{}", now.id))?;
     }
-    bar.finish_and_clear();
+    bar.finish();
     if args.json {
         println!("{}", serde_json::to_string_pretty(&now)?);
     } else {
@@ -488,7 +548,14 @@ pub fn request_table(v: &TuningRequestView) -> String {
     for i in &v.items {
         let answer = match i.state.as_str() {
             "served" => format!("{}{}", i.kernel.clone().unwrap_or_default(), i.speedup.map(|x| format!(" ({x:.3}× cuBLASLt autotuned)")).unwrap_or_default()),
-            "baseline_faster" => i.use_instead.as_ref().map(|b| format!("use {} ({} layout), {:.2} µs", b.library, b.layout, b.median_us)).unwrap_or_default(),
+            "baseline_faster" => i
+                .use_instead
+                .as_ref()
+                .map(|b| {
+                    let advice = crate::problem::Problem::from_path(&i.problem).map(|p| crate::catalog::layout_advice(p.layout, &b.layout)).unwrap_or_default();
+                    format!("use {} ({} layout), {:.2} µs{advice}", b.library, b.layout, b.median_us)
+                })
+                .unwrap_or_default(),
             _ => i.reason.clone().or_else(|| i.stage.clone()).unwrap_or_default(),
         };
         let _ = writeln!(s, "{:<32} {:<28} {:<16} {answer}", i.problem, i.label.clone().unwrap_or_default(), i.state);
@@ -648,7 +715,7 @@ pub fn verify(args: &VerifyArgs) -> anyhow::Result<()> {
         keys.extend(parse_public_keys(&text).with_context(|| what)?);
     }
     if let Some(url) = &args.url {
-        let client = Client::new(&Server { url: url.clone(), token: None });
+        let client = Client::new(&Server { url: Some(url.clone()), token: None });
         let text = client.get_text("/.well-known/kaas-signing-keys")?;
         keys.extend(parse_public_keys(&text).with_context(|| format!("the keys at {url}"))?);
     }
@@ -695,10 +762,13 @@ pub fn leaderboard(server: &Server, args: &LeaderboardArgs) -> anyhow::Result<()
             }
         }
         None => {
-            let v: LeaderboardView = client.get("/v1/leaderboard")?;
-            let _ = writeln!(s, "{:>4} {:<24} {:>6} {:>8} {:>18}", "rank", "submitter", "held", "entered", "geomean ×autotune");
+            let query = ProblemArgs { problem: String::new(), acc: String::new(), layout: String::new(), arch: String::new(), device: args.device.clone() }.query();
+            let v: LeaderboardView = client.get(&format!("/v1/leaderboard{query}"))?;
+            let _ = writeln!(s, "submitters on {}", v.device_class.as_deref().unwrap_or("every device class"));
+            let _ = writeln!(s, "{:>4} {:<24} {:<18} {:>6} {:>8} {:>18}", "rank", "submitter", "device classes", "held", "entered", "geomean ×autotune");
             for r in &v.submitters {
-                let _ = writeln!(s, "{:>4} {:<24} {:>6} {:>8} {:>18}", r.rank, r.submitter, r.problems_held, r.problems_entered, f(r.geomean_speedup_vs_autotune_max, 3));
+                let classes = r.device_classes.join(",");
+                let _ = writeln!(s, "{:>4} {:<24} {:<18} {:>6} {:>8} {:>18}", r.rank, r.submitter, classes, r.problems_held, r.problems_entered, f(r.geomean_speedup_vs_autotune_max, 3));
             }
         }
     }
@@ -763,7 +833,7 @@ mod tests {
     #[test]
     fn a_rate_limited_request_is_sent_again_after_retry_after() {
         let (url, served) = canned(vec!["HTTP/1.1 429 Too Many Requests\r\nRetry-After: 1", "HTTP/1.1 200 OK"]);
-        let client = Client::new(&Server { url, token: Some("t".into()) });
+        let client = Client::new(&Server { url: Some(url), token: Some("t".into()) });
         let started = std::time::Instant::now();
         let (status, _): (u16, serde_json::Value) = client.post("/v1/submissions", &serde_json::json!({})).unwrap();
         assert_eq!(status, 200);
@@ -774,7 +844,7 @@ mod tests {
     #[test]
     fn a_quota_429_without_retry_after_is_an_error_at_once() {
         let (url, served) = canned(vec!["HTTP/1.1 429 Too Many Requests"]);
-        let client = Client::new(&Server { url, token: Some("t".into()) });
+        let client = Client::new(&Server { url: Some(url), token: Some("t".into()) });
         let err = client.get::<serde_json::Value>("/v1/x").unwrap_err();
         assert!(matches!(err, ClientError::Problem { status: 429, .. }), "{err}");
         assert_eq!(served.join().unwrap(), 1);

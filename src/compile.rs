@@ -767,7 +767,35 @@ pub fn compile_cli(args: &CompileArgs) -> anyhow::Result<()> {
     if args.json {
         eprintln!("{}", serde_json::to_string_pretty(&compiled.build)?);
     }
+    // PTX names a template's kernels by their mangled names, which a manifest for the PTX
+    // must use: write one beside it so that nobody has to know the mangling.
+    if let (Some(manifest), Some(out)) = (&args.manifest, &args.out)
+        && compiled.build.kernels.iter().any(|(expr, kernel)| expr != kernel)
+    {
+        let lowered = out.with_extension("manifest.json");
+        let text = std::fs::read_to_string(manifest).with_context(|| format!("reading {}", manifest.display()))?;
+        std::fs::write(&lowered, lowered_manifest(&text, &compiled.build.kernels)?).with_context(|| format!("writing {}", lowered.display()))?;
+        eprintln!(
+            "wrote {}: {} with each entry by its name in the PTX; submit the PTX with it: kaas submit {} --manifest {} …",
+            lowered.display(),
+            manifest.display(),
+            out.display(),
+            lowered.display()
+        );
+    }
     Ok(())
+}
+
+/// A manifest or template's text with each launch's entry, where it is a name expression
+/// NVRTC lowered, replaced by the lowered (mangled) name the PTX holds. The text is
+/// edited, not re-serialised, so that the author's layout and key order stay.
+pub fn lowered_manifest(text: &str, kernels: &std::collections::BTreeMap<String, String>) -> anyhow::Result<String> {
+    let mut out = text.to_string();
+    for (expr, kernel) in kernels.iter().filter(|(e, k)| e != k) {
+        out = out.replace(&serde_json::to_string(expr)?, &serde_json::to_string(kernel)?);
+    }
+    serde_json::from_str::<serde_json::Value>(&out)?;
+    Ok(out)
 }
 
 #[cfg(test)]

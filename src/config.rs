@@ -257,6 +257,9 @@ pub struct ServeSettings {
     pub bind: String,
     pub database_url: String,
     pub catalog: PathBuf,
+    /// Whether the catalog folder was named (flag, variable or file) rather than the
+    /// default `kernels`: a named folder that is missing is an empty catalog on purpose.
+    pub catalog_named: bool,
     pub http_threads: usize,
     /// The downloads listener's address and directory, when it is on.
     pub downloads: Option<(String, PathBuf)>,
@@ -307,6 +310,7 @@ impl ServeArgs {
         Ok(ServeSettings {
             bind: self.bind.clone().or(file.bind).unwrap_or_else(|| DEFAULT_BIND.into()),
             database_url,
+            catalog_named: self.catalog.is_some() || file.catalog.is_some(),
             catalog: self.catalog.clone().or(file.catalog).unwrap_or_else(|| DEFAULT_CATALOG.into()),
             http_threads: self
                 .http_threads

@@ -211,7 +211,13 @@ impl Manifest {
 impl Launch {
     fn validate(&self, workspace_bytes: u64, arch: crate::problem::Arch) -> Result<(), String> {
         if !is_ptx_identifier(&self.entry) {
-            return Err(format!("entry `{}` is not a PTX identifier", self.entry));
+            // The common way here: a template's name expression, meant for source.
+            let hint = if self.entry.contains(['<', '(', ':']) {
+                ": it reads as a C++ name expression, which names a kernel only in a CUDA source submission; PTX names it by its mangled name (`kaas compile SOURCE --template T -o k.ptx` writes k.manifest.json with those names)"
+            } else {
+                ""
+            };
+            return Err(format!("entry `{}` is not a PTX identifier{hint}", self.entry));
         }
         let [gx, gy, gz] = self.grid;
         if gx == 0 || gy == 0 || gz == 0 || gx > MAX_GRID_X || gy > MAX_GRID_YZ || gz > MAX_GRID_YZ {

@@ -324,6 +324,18 @@ pub async fn baselines_for<C: ConnectionTrait>(db: &C, problem_id: i32, device: 
     Ok(latest.values().map(baseline_view).collect())
 }
 
+/// What a baseline timed in another storage of B than the problem's means for a caller
+/// of the problem's layout (empty when they agree): the time holds for B as the baseline
+/// stored it, which a caller gets by storing its B transposed once, not per call.
+pub fn layout_advice(problem: crate::problem::Layout, baseline_layout: &str) -> String {
+    use crate::problem::Layout;
+    match (problem, baseline_layout) {
+        (Layout::Tn, "nn") => "; nn: that time is with B stored K×N row-major, so a tn caller (an N×K weight, as nn.Linear's) gets it by keeping the weight transposed once (W.t().contiguous()), not per call".into(),
+        (Layout::Nn, "tn") => "; tn: that time is with B stored N×K row-major, so an nn caller (a K×N B) gets it by keeping B transposed once, not per call".into(),
+        _ => String::new(),
+    }
+}
+
 /// The fastest graph-mode baseline in a table.
 pub(crate) fn fastest_baseline(table: &[BaselineView]) -> Option<BaselineView> {
     table.iter().filter(|b| b.mode == "graph").min_by(|a, b| a.median_us.total_cmp(&b.median_us)).cloned()

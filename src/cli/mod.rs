@@ -479,6 +479,15 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let lock = db::StartLock::acquire(&cfg).await.with_context(|| format!("locking {} for start-up", redact(&s.database_url)))?;
     let conn = db::open(&cfg).await.with_context(|| format!("connecting to {}", redact(&s.database_url)))?;
     db::migrate(&conn).await.with_context(|| format!("migrating {}", redact(&s.database_url)))?;
+    // Started away from the repository's root, the default `kernels` is not there: serving
+    // an empty catalog would answer every look-up `unknown_device`, which misleads.
+    if !s.catalog_named && !s.catalog.is_dir() && crate::catalog::is_empty(&conn).await? {
+        let here = std::env::current_dir().map(|d| format!(" in {}", d.display())).unwrap_or_default();
+        anyhow::bail!(
+            "no catalog to import: there is no `{}` folder{here}, and the database holds no catalog yet. Start `kaas serve` in the repository's root, where the shipped catalog is, or name it with --catalog PATH (KAAS_CATALOG); an empty folder there serves an empty catalog on purpose",
+            s.catalog.display()
+        );
+    }
     let seeded = crate::catalog::seed::seed(&conn, &s.catalog).await.with_context(|| format!("importing the shipped catalog {}", s.catalog.display()))?;
     lock.release().await;
     match seeded {
@@ -514,7 +523,9 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let admission = crate::api::conns::Admission::new("the API port", connections, limits.max_connections_per_peer);
     let port = crate::api::front::Port { name: "kaas-api", bind: s.bind.clone(), threads: s.http_threads, limits, admission };
     let api_state = state.clone();
-    let api = crate::api::front::server(port, move || create_app(api_state.clone())).with_context(|| format!("binding {}", s.bind))?;
+    let api = crate::api::front::server(port, move || create_app(api_state.clone())).with_context(|| {
+        format!("cannot listen on {} (another kaas serve, or another program, may hold it; choose another address with --bind HOST:PORT or KAAS_BIND)", s.bind)
+    })?;
     let Some(bind) = &s.health_bind else {
         api.await?;
         return Ok(());
@@ -525,7 +536,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let admission = crate::api::conns::Admission::new("the health listener", HEALTH_CONNECTIONS, HEALTH_CONNECTIONS);
     let port = crate::api::front::Port { name: "kaas-health", bind: bind.clone(), threads: 1, limits, admission };
     tracing::info!(%bind, "health listener: /v1/health, /v1/health/ready, /v1/health/live, /metrics");
-    let health = crate::api::front::server(port, move || crate::api::create_health_app(state.clone())).with_context(|| format!("binding the health listener {bind}"))?;
+    let health = crate::api::front::server(port, move || crate::api::create_health_app(state.clone())).with_context(|| format!("cannot listen on {bind} for the health listener (choose another address with --health-bind)"))?;
     tokio::try_join!(api, health)?;
     Ok(())
 }

@@ -398,7 +398,7 @@ pub fn run_cli(args: TuneArgs) -> anyhow::Result<()> {
 /// Submits every winner at or above the threshold, one submission per code and
 /// configuration ([`submission_groups`]).
 fn submit_winners(args: &TuneArgs, state: &TuneState, url: &str) -> anyhow::Result<()> {
-    let server = crate::client::Server { url: url.to_string(), token: args.token.clone() };
+    let server = crate::client::Server { url: Some(url.to_string()), token: args.token.clone() };
     let client = crate::client::Client::new(&server);
     let sm = 132;
     let groups = submission_groups(state, args.submit_threshold, args.submit_limit);

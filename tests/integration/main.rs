@@ -11,6 +11,7 @@ mod devices;
 mod h200_catalog;
 mod signing;
 mod downloads;
+mod first_hour;
 mod fleet;
 mod holes;
 mod limits;

@@ -372,3 +372,44 @@ fn the_example_sources_compile() {
     compiled.sort();
     assert_eq!(compiled, ["cute_mma_tn.cu", "simt_nn.cu", "wmma_tn.cu"]);
 }
+
+/// The README's source path with PTX in hand: `kaas compile` of a template's kernel
+/// writes, beside the PTX, the template with the entry as the PTX names it (mangled), and
+/// `kaas submit` of that PTX with it is accepted. The template itself names the kernel by
+/// its C++ expression, which no PTX holds, and the refusal says where the mangled one is.
+#[actix_web::test]
+async fn kaas_compile_writes_the_manifest_its_ptx_is_submitted_with() {
+    if let Some(why) = missing_tools(false) {
+        crate::skipped!("kaas compile: {why}");
+        return;
+    }
+    let examples = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("examples/source");
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("wmma_tn.ptx");
+    let (source, template) = (examples.join("wmma_tn.cu"), examples.join("wmma_tn.json"));
+    let args = [std::ffi::OsStr::new("compile"), source.as_os_str(), "--template".as_ref(), template.as_os_str(), "-o".as_ref(), out.as_os_str()];
+    let run = std::process::Command::new(env!("CARGO_BIN_EXE_kaas")).args(args).output().unwrap();
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "{stderr}");
+    let lowered = dir.path().join("wmma_tn.manifest.json");
+    assert!(stderr.contains(&format!("wrote {}", lowered.display())), "{stderr}");
+    let written: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&lowered).unwrap()).unwrap();
+    let entry = written["launches"][0]["entry"].as_str().unwrap().to_string();
+    assert!(entry.starts_with("_Z7wmma_tn"), "{entry}");
+    assert!(std::fs::read_to_string(&out).unwrap().contains(&format!(".entry {entry}(")));
+
+    let db = TestDb::new(Backend::Sqlite).await;
+    let app = test::init_service(create_app(state(&db, ApiSettings::default()))).await;
+    let token = auth::create_token(&db.db, "author", Role::Submitter).await.unwrap().secret;
+    let submit = |manifest: PathBuf| {
+        let args = kaas::client::SubmitArgs { ptx: out.clone(), manifest: vec![manifest], problem: vec!["1024x1024x1024".into()], ..Default::default() };
+        kaas::client::submission_request(&args).unwrap()
+    };
+    let post = |body| TestRequest::post().uri("/v1/submissions").insert_header(("Authorization", format!("Bearer {token}"))).set_json(body);
+    let accepted = call(&app, post(submit(lowered.clone()))).await;
+    assert_eq!(accepted.status, 202, "{}", String::from_utf8_lossy(&accepted.body));
+    let refused = call(&app, post(submit(examples.join("wmma_tn.json")))).await;
+    let j = refused.json();
+    assert_eq!(refused.status, 422, "{j}");
+    assert!(j["detail"].as_str().unwrap().contains("it reads as a C++ name expression") && j["detail"].as_str().unwrap().contains("k.manifest.json"), "{j}");
+}

@@ -126,6 +126,14 @@ pub(crate) async fn resolve_device(state: &State, device: &Option<String>) -> Re
     let names = if known.is_empty() { "none yet".to_string() } else { known.join(", ") };
     match crate::gpu::resolve_device_class(&asked, &known) {
         Ok(class) => Ok(Some(class)),
+        // An empty list is a service with no catalog imported and no worker yet, which
+        // is what the user needs to hear, not that their spelling is wrong.
+        Err(crate::gpu::DeviceNameError::Unknown) if known.is_empty() => Err(ApiError::UnknownDevice {
+            detail: format!(
+                "device class `{asked}` is not known here, and neither is any other: this service's catalog is empty (no bundle imported; `GET /v1/health` says from where) and no GPU worker has registered"
+            ),
+            extra: listed(),
+        }),
         Err(crate::gpu::DeviceNameError::Unknown) => Err(ApiError::UnknownDevice {
             detail: format!("device class `{asked}` is not known here; known device classes: {names} (in `known_device_classes`)"),
             extra: listed(),
@@ -235,8 +243,11 @@ async fn render_kernel(state: &State, p: Problem, device: Option<String>, fallba
                     f.note.clone()
                 }
                 None => format!(
-                    "no kernel in the catalog beats the baselines for {p} on {device_class}: use {} ({} layout, config in `use_instead`), {:.2} µs",
-                    use_instead.library, use_instead.layout, use_instead.median_us
+                    "no kernel in the catalog beats the baselines for {p} on {device_class}: use {} ({} layout, config in `use_instead`), {:.2} µs{}",
+                    use_instead.library,
+                    use_instead.layout,
+                    use_instead.median_us,
+                    catalog::layout_advice(p.layout, &use_instead.layout)
                 ),
             };
             problem_json(&ApiError::BaselineFaster { detail, extra })
@@ -247,7 +258,13 @@ async fn render_kernel(state: &State, p: Problem, device: Option<String>, fallba
                 Some((d, b)) => {
                     extra.insert("device_class".into(), d.clone().into());
                     extra.insert("use_instead".into(), serde_json::to_value(b).unwrap_or_default());
-                    format!("no kernel for {p}{on} yet: use {} ({} layout, config in `use_instead`), {:.2} µs on {d}", b.library, b.layout, b.median_us)
+                    format!(
+                        "no kernel for {p}{on} yet: use {} ({} layout, config in `use_instead`), {:.2} µs on {d}{}",
+                        b.library,
+                        b.layout,
+                        b.median_us,
+                        catalog::layout_advice(p.layout, &b.layout)
+                    )
                 }
                 None => format!("no kernel for {p}{on} yet and no baseline measured: use cuBLASLt's heuristic (cublasLtMatmul) for this shape"),
             };
