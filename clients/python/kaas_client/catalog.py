@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Iterable, Optional, Union
 
 from .bundle import has_index, read_index
+from .devices import resolve_device_class
 from .errors import IntegrityError, KaasError, NoKernelError
 from .kernel import Kernel
 from .manifest import Problem
@@ -136,6 +137,8 @@ class Catalog:
 
     entries: dict = field(default_factory=dict)  # (Problem, device class) -> CatalogEntry
     baselines: dict = field(default_factory=dict)  # (problem tuple, device class) -> {(library, layout, mode): record}
+    tunes: dict = field(default_factory=dict)  # (problem tuple, device class) -> the tune's final state
+    classes: set = field(default_factory=set)  # every device class the bundles name
     sources: list = field(default_factory=list)
 
     @classmethod
@@ -168,12 +171,24 @@ class Catalog:
             if (e.get("run") or {}).get("verdict") != "pass":
                 continue  # the service refuses such a bundle; never serve one offline
             self.entries[(problem, dc)] = CatalogEntry(problem, dc, e, p)
+            self.classes.add(dc)
         for b in index.get("baselines") or []:
             try:  # 24,000 rows a bundle: keyed by a plain tuple, no Problem objects
                 key = (_pkey(b["problem"]), b["device_class"])
                 self.baselines.setdefault(key, {})[(b["library"], b["layout"], b["mode"])] = b
             except (KeyError, TypeError) as err:
                 raise KaasError(f"{p}: a baseline is malformed ({err})") from None
+            self.classes.add(key[1])
+        # A finished tune is the class's answer as much as an entry is: one that ended
+        # `baseline_faster` makes the service answer so where no entry exists.
+        for t in index.get("tunes") or []:
+            try:
+                self.tunes[(_pkey(t["problem"]), t["device_class"])] = t["state"]
+            except (KeyError, TypeError) as err:
+                raise KaasError(f"{p}: a tune is malformed ({err})") from None
+        for d in index.get("device_classes") or []:
+            if isinstance(d, dict) and isinstance(d.get("name"), str):
+                self.classes.add(d["name"])
         self.sources.append(p)
 
     def device_classes(self) -> list[str]:
@@ -185,13 +200,36 @@ class Catalog:
         rows = [b for b in rows if _number(b.get("median_us")) is not None]
         return min(rows, key=lambda b: b["median_us"], default=None)
 
-    def lookup(self, problem: Problem, device: Optional[str] = None) -> CatalogEntry:
-        """The entry the service would serve, or NoKernelError with the code the service
-        would answer (`kernel_not_found` or `baseline_faster`) and its `use_instead`."""
-        where = "bundle:" + ",".join(str(s) for s in self.sources)
+    def device_class(self, device: Optional[str]) -> Optional[str]:
+        """The class these bundles name that `device` spells (`H100`, `h100`, `NVIDIA H100
+        80GB HBM3` -> `H100-SXM`), as the service resolves `?device=`; UnknownDeviceError
+        (`unknown_device`) for a class they never measured."""
+        if device is None:
+            return None
+        return resolve_device_class(device, self.classes, self._where())
+
+    def _where(self) -> str:
+        return "bundle:" + ",".join(str(s) for s in self.sources)
+
+    def candidates(self, problem: Union[Problem, str], device: Optional[str] = None) -> list:
+        """The merged entries for a problem (of one device class, or of any), fastest
+        graph-mode median first, unbenchmarked last: as filed, before the service's rule."""
+        problem = _problem(problem)
+        device = self.device_class(device)
         classes = [device] if device is not None else sorted({dc for _, dc in self.entries})
-        candidates = [self.entries[(problem, dc)] for dc in classes if (problem, dc) in self.entries]
-        candidates.sort(key=lambda e: (graph_median_us(e.record), e.device_class))
+        out = [self.entries[(problem, dc)] for dc in classes if (problem, dc) in self.entries]
+        out.sort(key=lambda e: (graph_median_us(e.record), e.device_class))
+        return out
+
+    def lookup(self, problem: Union[Problem, str], device: Optional[str] = None) -> CatalogEntry:
+        """The entry the service would serve, or NoKernelError with the code the service
+        would answer (`kernel_not_found` or `baseline_faster`) and its `use_instead`.
+        `problem` is a Problem or its path (`sm_90/f32/tn/4096x4096x4096`); `device` any
+        spelling the service takes."""
+        problem = _problem(problem)
+        device = self.device_class(device)
+        where = self._where()
+        candidates = self.candidates(problem, device)
         if not candidates:
             use = None
             pk = _pkey(problem.to_dict())
@@ -204,6 +242,11 @@ class Catalog:
             if best is not None:
                 use = _baseline_view(best[1])
             on = f" on {device}" if device else ""
+            tuned = [d for (p, d), state in self.tunes.items() if p == pk and state == "baseline_faster" and (device is None or d == device)]
+            if use is not None and tuned:
+                raise NoKernelError(404, {"code": "baseline_faster",
+                                          "detail": f"the tuned kernel does not beat the baselines for {problem}{on}: use {use['library']} ({use['layout']} layout)",
+                                          "use_instead": use, "device_class": best[0]}, where)
             raise NoKernelError(404, {"code": "kernel_not_found", "detail": f"no catalog kernel for {problem}{on}",
                                       "use_instead": use, "device_class": best[0] if best else device}, where)
         entry = candidates[0]
@@ -217,6 +260,7 @@ class Catalog:
 
     def served(self, device: Optional[str] = None) -> list[CatalogEntry]:
         """Every entry the rule serves (of one device class, if given)."""
+        device = self.device_class(device)
         out = []
         for problem in sorted({p for p, dc in self.entries if device is None or dc == device}, key=lambda p: p.path):
             try:
@@ -224,6 +268,15 @@ class Catalog:
             except NoKernelError:
                 pass
         return out
+
+
+def _problem(p: Union[Problem, str]) -> Problem:
+    """A Problem, or one read from its path (`sm_90/f32/tn/4096x4096x4096`)."""
+    if isinstance(p, Problem):
+        return p
+    if isinstance(p, str):
+        return Problem.parse(p)
+    raise KaasError(f"a problem is a kaas_client.Problem or its path (e.g. sm_90/f32/tn/4096x4096x4096), not {type(p).__name__}")
 
 
 def _pkey(d: dict) -> tuple:

@@ -43,7 +43,7 @@ def import_driver():
         try:
             from cuda import cuda as driver  # type: ignore[no-redef]
         except ImportError as e:
-            raise KaasError("loading a kernel needs cuda-python: pip install cuda-python") from e
+            raise KaasError("loading a kernel needs NVIDIA's CUDA Python bindings: pip install 'kaas-client[cuda]' (from a kaas checkout: pip install './clients/python[cuda]')") from e
     return driver
 
 
@@ -361,14 +361,19 @@ class Kernel:
 
     @classmethod
     def from_bundle(cls, path, *, m: int, n: int, k: int, acc: str = "f32", layout: str = "tn", arch: str = "sm_90", device: Optional[str] = None) -> "Kernel":
-        """The bundle's kernel for one problem (and device class, if given), as filed,
-        whether or not a baseline beats it (`Catalog.lookup` applies the service's rule)."""
+        """The catalog entry for one problem (and device class, if given: any spelling the
+        service takes), as the service holds it after importing the tree (`kernels/`: its
+        own bundle, then each sub-bundle in name order, a later entry replacing an earlier
+        one), whether or not a baseline beats it (`Catalog.lookup` applies the service's
+        rule). Without a device class, the fastest entry of any."""
+        from .catalog import Catalog  # the catalog reads kernels through this class
+
         want = Problem(arch, acc, layout, m, n, k)
-        for kernel in cls.bundle_entries(path, device=device):
-            if kernel.problem == want:
-                return kernel
-        on = f" on {device}" if device else ""
-        raise KaasError(f"{path}: the bundle has no kernel for {want}{on}")
+        found = Catalog.from_tree(path).candidates(want, device)
+        if not found:
+            on = f" on {device}" if device else ""
+            raise KaasError(f"{path}: the bundle has no kernel for {want}{on}")
+        return found[0].kernel()
 
     def save(self, path) -> Path:
         """Writes `kernel.ptx` and `manifest.json` (and `kernel.json`, for a pulled kernel)

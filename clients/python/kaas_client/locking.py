@@ -278,6 +278,9 @@ def resolve(problems: Iterable[Problem], source: str, device_class: Optional[str
     problems = list(dict.fromkeys(problems))
     if not is_url(source) and catalog is None:
         catalog = Catalog.from_tree(source)
+    if catalog is not None:
+        # The bundles' own name for the class (`h100` -> `H100-SXM`), as the service's.
+        lock.device_class = device_class = catalog.device_class(device_class)
     keys: list = []
     if catalog is None:
         keys = _service_keys(str(source), public_key, timeout)

@@ -44,8 +44,15 @@ import warnings
 from pathlib import Path
 from typing import Any, Optional, Union
 
-import torch
-import torch.nn.functional as F
+try:
+    import torch
+    import torch.nn.functional as F
+except ModuleNotFoundError as e:  # still a ModuleNotFoundError: callers may catch it
+    raise ModuleNotFoundError(
+        f"kaas_client.torch needs PyTorch ({e}): pip install 'kaas-client[torch]' (from a kaas checkout: pip install './clients/python[torch]'); "
+        "without torch, kaas_client itself pulls kernels, reads bundles and writes locks",
+        name=e.name,
+    ) from e
 
 from . import dispatch as dp
 from .catalog import Catalog

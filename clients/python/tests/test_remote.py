@@ -156,7 +156,7 @@ class Remote(unittest.TestCase):
         with contextlib.redirect_stderr(err):
             rc = main(["pull", self.base, "--shape", "64x64x64", "-o", "/nonexistent/never-written"])
         self.assertEqual(rc, 3)
-        self.assertIn('"library": "cublaslt_autotune"', err.getvalue())
+        self.assertIn("use instead: cublaslt_autotune (tn layout, graph mode)", err.getvalue())
         with contextlib.redirect_stderr(io.StringIO()):
             self.assertEqual(main(["pull", self.base, "--shape", "64x0x64", "-o", "/nonexistent"]), 2)
 
