@@ -8,6 +8,7 @@ mod api;
 mod breaker;
 mod bundle;
 mod devices;
+mod docs;
 mod h200_catalog;
 mod signing;
 mod downloads;
