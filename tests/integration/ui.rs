@@ -604,6 +604,13 @@ fn a_first_visit_sees_kernels_what_is_served_and_what_waits() {
     assert!(!overflows(&phone, "#workload .scroll"), "the workload table is cut off at 390 px");
     assert!(!overflows(&phone, "main"), "the page scrolls sideways at 390 px");
     phone.screenshot(&shots.join("first-workload-phone.png"));
+    // No page scrolls sideways on a phone (wide tables scroll in their own box).
+    for (path, view) in [("#/", "home"), ("#/heatmap", "heatmap"), (&format!("#/problem/{}?device={DEVICE}", "sm_90/f32/tn/4096x4096x4096") as &str, "problem"), ("#/leaderboard", "leaderboard"), ("#/workloads", "workloads"), (&format!("#/submissions/{id}"), "submissions")] {
+        open(&phone, &format!("{base}/{path}"), view);
+        let wide = phone.js("return document.documentElement.scrollWidth - innerWidth", json!([])).as_i64().unwrap();
+        let culprits = phone.js("return [...document.querySelectorAll('body *')].filter(e => e.getBoundingClientRect().right > innerWidth + 1 && !e.closest('.scroll')).slice(0, 5).map(e => e.tagName + '#' + e.id + '.' + e.className)", json!([]));
+        assert!(wide <= 0, "{path} is {wide} px wider than a 390 px phone: {culprits}");
+    }
     open(&phone, &format!("{base}/#/workloads/llama-3.1-8b?device={H200}"), "workloads");
     assert!(texts(&phone, "#stand-in-note")[0].contains(&format!("offers {DEVICE}’s kernel as a stand-in")));
     assert_eq!(b.js("return window.__errors", json!([])), json!([]), "script errors or CSP violations");
