@@ -153,6 +153,12 @@
 //                   sinking the tile order's divisions to their one use in the epilogue,
 //                   after the last wgmma wait, where they lengthened the critical path by
 //                   ~0.1–0.15 µs a tile (64x64 s4 on 64³: 2.02 → 1.88 µs).
+//   KAAS_SWAP_AB    0 (default) or 1 (entries end _sw; tn only): swap-AB. The code computes
+//                   Cᵀ = B·Aᵀ, so the launch passes the problem's B as the kernel's A and A as
+//                   its B, and N, M, K as its M, N, K: the weight's rows fill wgmma's 64-row
+//                   side and the few rows of activations (tokens) become its N (8 to 256).
+//                   The epilogue writes C transposed, straight from registers (no staging,
+//                   no TMA store). Nothing else in the kernel changes.
 //
 // ─── Launch (kaas.hgemm.v1) ─────────────────────────────────────────────────────────────
 // params: (tensor_map A, tensor_map B, ptr C, i32 M, i32 N, i32 K), in this order;
@@ -164,6 +170,8 @@
 //   A tensor map: operand A, box [64, BM/CLUSTER_N], swizzle "128B" (global dims [K, M])
 //   B tensor map, tn: operand B, box [64, BN/CLUSTER_M], swizzle "128B"  (dims [K, N])
 //   B tensor map, nn: operand B, box [64, 64/CLUSTER_M], swizzle "128B"  (dims [N, K])
+//   KAAS_SWAP_AB: (tensor_map B, box [64, BM/CLUSTER_N]; tensor_map A, box [64, BN/CLUSTER_M];
+//   ptr C, i32 N, i32 M, i32 K), and everything below with M and N exchanged.
 // block:   [128 * (KAAS_CONSUMERS + 1), 1, 1]   (warpgroup 0 = TMA producer)
 // cluster: [KAAS_CLUSTER_M * KAAS_CLUSTER_N, 1, 1]; KAAS_SPLITK=3: [S, 1, 1]
 // shared_mem_bytes (dynamic) = STAGES * (BM + BN) * BK * 2 + 1024 + (EPILOGUE && BN % 64 == 0 ? CONSUMERS * 9216 : 0)
@@ -298,6 +306,9 @@ typedef unsigned long long u64;
 #ifndef KAAS_KSPLIT
 #define KAAS_KSPLIT 0
 #endif
+#ifndef KAAS_SWAP_AB
+#define KAAS_SWAP_AB 0
+#endif
 #ifndef KAAS_COLSPLIT
 #define KAAS_COLSPLIT 0
 #endif
@@ -381,7 +392,8 @@ constexpr u32 NB_SWIZZLE = BN == 32 ? 2 : BN == 16 ? 3 : 0;
 constexpr int EPI_LD = 72;                                // halves per staged row: 64 + 8 pad (conflict-free)
 constexpr int EPI_WARP_BYTES = 16 * EPI_LD * 2;           // 2304 bytes per consumer warp
 // The staged epilogue writes 64-column pieces; narrower tiles store straight from registers.
-#define KAAS_EPI_STAGED (KAAS_EPILOGUE == 1 && KAAS_BN % 64 == 0)
+// Swap-AB codes store C transposed, straight from registers (store_pair).
+#define KAAS_EPI_STAGED (KAAS_EPILOGUE == 1 && KAAS_BN % 64 == 0 && !KAAS_SWAP_AB)
 // The TMA-store epilogue: KAAS_EPI_NB swizzled 16×64 buffers (2 KiB) per consumer warp.
 #define KAAS_EPI_TMA (KAAS_EPILOGUE == 2)
 #define KAAS_EPI_NB 2
@@ -447,6 +459,8 @@ static_assert(KAAS_GRID2D >= 0 && KAAS_GRID2D <= 2, "KAAS_GRID2D must be 0, 1 or
 static_assert(!KAAS_GRID2D || (KAAS_SPLITK == 0 && !KAAS_PINGPONG && CL == 1),
               "the 2-D grid is one tile per CTA: no split-K, no ping-pong, no cluster");
 static_assert(KAAS_STREAMK >= 0 && KAAS_STREAMK <= 2, "KAAS_STREAMK must be 0, 1 or 2");
+static_assert(!KAAS_SWAP_AB || (KAAS_LAYOUT_TN && !KAAS_EPI_TMA && KAAS_PROBE == 0),
+              "swap-AB codes are tn, and store C transposed from registers (no TMA store, no probe)");
 #if KAAS_SPLITK == 3
 // The cluster reduction stores each CTA's fp32 partial tile in its drained ring.
 static_assert(STAGES * (BM + BN) * BK * 2 >= BM * BN * 4, "the ring cannot hold the tile's fp32 partial");

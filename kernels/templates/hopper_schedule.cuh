@@ -29,6 +29,20 @@ __device__ __forceinline__ void tile_coords(int t, int num_mc, int& mc, int& nb,
 #define KAAS_TILE_COORDS(t, mc, nc) tile_coords(t, num_mc, mc, nc, num_nc)
 #endif
 
+#if KAAS_SWAP_AB
+// Swap-AB: the kernel computes Cᵀ = B·Aᵀ (its M is the problem's N, its N the problem's M),
+// and C's row `col` is Cᵀ's column `col`: element (row, col) of Cᵀ lands at col * M + row.
+// The lanes of a quad hold neighbouring columns, the quads of a warp neighbouring rows, so
+// each column's eight rows are 16 contiguous bytes of C.
+__device__ __forceinline__ void store_pair(u16* __restrict__ C, int M, int N, int row, int col, u32 v, bool fast,
+                                           bool pairs) {
+    (void)pairs;
+    if (!fast && row >= M) return;
+    u16* dst = C + (u64)col * (u64)M + (u64)row;
+    if (fast || col < N) dst[0] = (u16)(v & 0xffffu);
+    if (fast || col + 1 < N) dst[M] = (u16)(v >> 16);
+}
+#else
 __device__ __forceinline__ void store_pair(u16* __restrict__ C, int M, int N, int row, int col, u32 v, bool fast,
                                            bool pairs) {
     if (fast) {
@@ -43,6 +57,7 @@ __device__ __forceinline__ void store_pair(u16* __restrict__ C, int M, int N, in
         }
     }
 }
+#endif
 
 #if KAAS_PINGPONG
 // Ping-pong turn order: consumer cw waits on named barrier 2 + cw before its main loop and

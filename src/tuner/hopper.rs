@@ -183,6 +183,11 @@ pub struct HopperConfig {
     /// wait.
     pub early_coords: bool,
     pub grid: TileGrid,
+    /// Swap-AB (`KAAS_SWAP_AB`, tn only): the code computes Cᵀ = B·Aᵀ, so its tile's `bm`
+    /// rows run along the problem's N (the weight's rows fill wgmma's 64-row side) and its
+    /// `bn` columns along M (the tokens). Every count of tiles, clusters and grids below
+    /// reads the problem through [`HopperConfig::dims`].
+    pub swap: bool,
 }
 
 /// What tells two codes apart (one PTX each): every knob but the grid's size (persistent or
@@ -204,11 +209,12 @@ pub struct HopperKey {
     pub desc: DescMode,
     pub early_coords: bool,
     pub grid: TileGrid,
+    pub swap: bool,
 }
 
 /// The Hopper family's table, in the entry name's order (see [`axes`]). The name's
 /// positional head (tile, ring, consumers, cluster rows, group) is [`HopperConfig::entry`]'s.
-pub static AXES: [Axis<HopperConfig>; 11] = [
+pub static AXES: [Axis<HopperConfig>; 12] = [
     Axis { name: "cluster_n", values: Values::Count { tag: "_n", label: "", define: "KAAS_CLUSTER_N", allowed: &[1, 2, 4, 8] }, label_rank: 0, get: |c| c.cluster_n, set: |c, v| c.cluster_n = v },
     Axis { name: "chains", values: Values::Count { tag: "_x", label: " x", define: "KAAS_CHAINS", allowed: &[1, 2, 4] }, label_rank: 2, get: |c| c.chains, set: |c, v| c.chains = v },
     Axis { name: "reduction", values: Values::Choice(&axes::REDUCTION_KNOBS), label_rank: 4, get: |c| c.reduction as u32, set: |c, v| c.reduction = Reduction::ALL[v as usize] },
@@ -253,6 +259,7 @@ pub static AXES: [Axis<HopperConfig>; 11] = [
         get: |c| c.grid as u32,
         set: |c, v| c.grid = TileGrid::ALL[v as usize],
     },
+    Axis { name: "swap", values: Values::Choice(&[Knob::DEFAULT, Knob::flag("_sw", " swap-AB", &[("KAAS_SWAP_AB", 1)])]), label_rank: 11, get: |c| u32::from(c.swap), set: |c, v| c.swap = v != 0 },
     // Launch choices: in the label only.
     Axis { name: "persistent", values: Values::Choice(&[Knob::DEFAULT, Knob::flag("", " persistent", &[])]), label_rank: 3, get: |c| u32::from(c.persistent), set: |c, v| c.persistent = v != 0 },
     Axis { name: "l2_promotion", values: Values::Choice(&[Knob::DEFAULT, Knob::flag("", " l2-256B", &[])]), label_rank: 6, get: |c| u32::from(c.l2_256), set: |c, v| c.l2_256 = v != 0 },
@@ -310,6 +317,8 @@ struct HopperFlat {
     grid2d: bool,
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     grid_grouped: bool,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    swap_ab: bool,
 }
 
 impl From<HopperFlat> for HopperConfig {
@@ -364,6 +373,7 @@ impl From<HopperFlat> for HopperConfig {
             wait0: f.wait0,
             early_coords: f.early_coords,
             grid,
+            swap: f.swap_ab,
         }
     }
 }
@@ -396,6 +406,7 @@ impl From<HopperConfig> for HopperFlat {
             early_coords: c.early_coords,
             grid2d: c.grid == TileGrid::TwoD,
             grid_grouped: c.grid == TileGrid::Grouped,
+            swap_ab: c.swap,
         }
     }
 }
@@ -455,6 +466,7 @@ impl HopperConfig {
             wait0: false,
             early_coords: false,
             grid: TileGrid::Linear,
+            swap: false,
         }
     }
 
@@ -559,6 +571,9 @@ impl HopperConfig {
         if self.bk != BK && (!WIDE_BKS.contains(&self.bk) || self.reduction == Reduction::Cluster || self.reduction.is_stream_k() || ksplit) {
             return Err(format!("K per ring slot {} is not 64, or 128 or 256 without the cluster reduction, stream-K or K split across consumers", self.bk));
         }
+        if self.swap && self.epilogue == Epilogue::TmaStore {
+            return Err("a swap-AB code stores C transposed from registers: no TMA store".into());
+        }
         if self.grid.one_tile() && !self.takes_grid2d() {
             return Err("the 2-D grids (`TileGrid::TwoD`, `TileGrid::Grouped`) are one unsplit tile per CTA: no persistent grid, split-K, ping-pong or cluster".into());
         }
@@ -576,7 +591,14 @@ impl HopperConfig {
     /// Whether the problem has a tile row for each CTA of the cluster along M and a tile
     /// column for each along N (else some CTAs of every cluster hold only tiles past C).
     pub fn cluster_fits(&self, p: &Problem) -> bool {
-        p.m.div_ceil(self.bm) >= self.cluster_m && p.n.div_ceil(self.bn) >= self.cluster_n
+        let (m, n) = self.dims(p);
+        m.div_ceil(self.bm) >= self.cluster_m && n.div_ceil(self.bn) >= self.cluster_n
+    }
+
+    /// The problem's rows and columns as the code's tile covers them: (M, N), or with
+    /// swap-AB (N, M).
+    pub fn dims(&self, p: &Problem) -> (u32, u32) {
+        if self.swap { (p.n, p.m) } else { (p.m, p.n) }
     }
 
     pub fn threads(&self) -> u32 {
@@ -589,7 +611,7 @@ impl HopperConfig {
     pub fn shared_mem_bytes(&self) -> u32 {
         let staging = if self.epilogue == Epilogue::TmaStore {
             self.consumers * 4 * 2 * 2048
-        } else if self.bn.is_multiple_of(64) {
+        } else if self.bn.is_multiple_of(64) && !self.swap {
             self.consumers * 9216
         } else {
             0
@@ -603,7 +625,7 @@ impl HopperConfig {
     /// or, for the tiles of 8, 16 and 32 columns, in one box as wide as the tile (its rows
     /// swizzled at that width, [`HopperConfig::nn_narrow_b`]); 24, 48 and 160 are tn only.
     pub fn supports(&self, layout: Layout) -> bool {
-        layout == Layout::Tn || self.bn.is_multiple_of(64) || Self::nn_narrow_b(self.bn).is_some()
+        layout == Layout::Tn || (!self.swap && (self.bn.is_multiple_of(64) || Self::nn_narrow_b(self.bn).is_some()))
     }
 
     /// nn's B box swizzle for a tile narrower than one 64-column box: BN columns (16, 32
@@ -625,7 +647,8 @@ impl HopperConfig {
     /// Output tiles of the problem; in clusters, the tile rows and columns round up to whole
     /// clusters (the template's `roundup(ceil(M/BM), CLUSTER_M) * roundup(ceil(N/BN), CLUSTER_N)`).
     pub fn tiles(&self, p: &Problem) -> u32 {
-        p.m.div_ceil(self.bm).next_multiple_of(self.cluster_m) * p.n.div_ceil(self.bn).next_multiple_of(self.cluster_n)
+        let (m, n) = self.dims(p);
+        m.div_ceil(self.bm).next_multiple_of(self.cluster_m) * n.div_ceil(self.bn).next_multiple_of(self.cluster_n)
     }
 
     /// Split-K's workspace: one counter per tile (rounded up to 256 bytes), then every
@@ -686,8 +709,8 @@ impl HopperConfig {
 
     /// The code a configuration runs (one PTX each).
     pub fn code_key(&self) -> HopperKey {
-        let HopperConfig { bm, bn, stages, consumers, persistent: _, split: _, reduction, consumer_mode, cluster_m, cluster_n, chains, l2_256: _, epilogue, bk, desc, wait0, early_coords, grid } = *self;
-        HopperKey { bm, bn, bk, stages, consumers, cluster_m, cluster_n, chains, reduction, consumer_mode, epilogue, wait0, desc, early_coords, grid }
+        let HopperConfig { bm, bn, stages, consumers, persistent: _, split: _, reduction, consumer_mode, cluster_m, cluster_n, chains, l2_256: _, epilogue, bk, desc, wait0, early_coords, grid, swap } = *self;
+        HopperKey { bm, bn, bk, stages, consumers, cluster_m, cluster_n, chains, reduction, consumer_mode, epilogue, wait0, desc, early_coords, grid, swap }
     }
 
     /// Whether the code can take the one-tile grids ([`TileGrid::TwoD`],
@@ -700,10 +723,11 @@ impl HopperConfig {
     /// ([min(16, tile rows), tile columns, ⌈tile rows / 16⌉]) for those codes, else
     /// [`HopperConfig::grid_blocks`] blocks along x.
     pub fn launch_grid(&self, p: &Problem, sm_count: u32) -> [u32; 3] {
-        let rows = p.m.div_ceil(self.bm);
+        let (m, n) = self.dims(p);
+        let rows = m.div_ceil(self.bm);
         match self.grid {
-            TileGrid::TwoD => [p.n.div_ceil(self.bn), rows, 1],
-            TileGrid::Grouped => [rows.min(GROUP_M), p.n.div_ceil(self.bn), rows.div_ceil(GROUP_M)],
+            TileGrid::TwoD => [n.div_ceil(self.bn), rows, 1],
+            TileGrid::Grouped => [rows.min(GROUP_M), n.div_ceil(self.bn), rows.div_ceil(GROUP_M)],
             TileGrid::Linear => [self.grid_blocks(p, sm_count), 1, 1],
         }
     }
@@ -733,17 +757,20 @@ impl HopperConfig {
             (Layout::Nn, None) => ([64, self.bk / self.cluster_m], Swizzle::B128),
         };
         let l2_promotion = if self.l2_256 { L2Promotion::B256 } else { L2Promotion::B128 };
+        // Swap-AB: the kernel's A is the problem's B and its B the problem's A (both tn,
+        // K-major), and its M, N are the problem's N, M.
+        let (a, b, m, n) = if self.swap { (Operand::B, Operand::A, Dim::N, Dim::M) } else { (Operand::A, Operand::B, Dim::M, Dim::N) };
         let mut params = vec![
-            Param::TensorMap(TensorMapSpec { operand: Operand::A, box_dims: [64, self.bm / self.cluster_n], swizzle: Swizzle::B128, l2_promotion }),
-            Param::TensorMap(TensorMapSpec { operand: Operand::B, box_dims: b_box, swizzle: b_swizzle, l2_promotion }),
+            Param::TensorMap(TensorMapSpec { operand: a, box_dims: [64, self.bm / self.cluster_n], swizzle: Swizzle::B128, l2_promotion }),
+            Param::TensorMap(TensorMapSpec { operand: b, box_dims: b_box, swizzle: b_swizzle, l2_promotion }),
             if self.epilogue == Epilogue::TmaStore {
                 // 16 rows of 64 columns: one consumer warp's piece.
                 Param::TensorMap(TensorMapSpec { operand: Operand::C, box_dims: [64, 16], swizzle: Swizzle::B128, l2_promotion: L2Promotion::B128 })
             } else {
                 Param::Ptr(Buffer::C)
             },
-            Param::I32(I32Value::Dim(Dim::M)),
-            Param::I32(I32Value::Dim(Dim::N)),
+            Param::I32(I32Value::Dim(m)),
+            Param::I32(I32Value::Dim(n)),
             Param::I32(I32Value::Dim(Dim::K)),
         ];
         if self.reduction.uses_workspace() {
@@ -792,7 +819,7 @@ impl HopperConfig {
             _ => 2,
         };
         cfg.validate().ok()?;
-        (cfg.entry(acc, layout) == entry).then_some((cfg, acc, layout))
+        (cfg.supports(layout) && cfg.entry(acc, layout) == entry).then_some((cfg, acc, layout))
     }
 
     /// The configuration a launch of this family runs: the entry's code, the split count
@@ -1383,10 +1410,87 @@ pub fn narrow8_space(p: &Problem, sm_count: u32) -> Vec<HopperConfig> {
     out
 }
 
+/// Swap-AB's token tiles: the BN of a `_sw` code runs along the problem's M.
+pub const SWAP_BN: [u32; 8] = [8, 16, 24, 32, 48, 64, 128, 256];
+
+/// The largest M (tokens) that [`swap_space`] offers swap-AB codes (`kaas tune --trial swap`).
+pub const SWAP_MAX_M: u32 = 256;
+
+/// The largest M the search itself offers them ([`space_for`]): up to 48 tokens a 64-row
+/// tile wastes a quarter to seven eighths of each wgmma, which swap-AB does not; from 64 on
+/// the plain tiles waste nothing and swap-AB lost to them (2026-11-29, H200). Why: docs/tuner.md.
+pub const SEARCH_SWAP_MAX_M: u32 = 48;
+
+/// Swap-AB codes (`_sw`, tn): for each token width of [`SWAP_BN`] (a problem takes the
+/// narrowest that holds its M, [`swap_space`]), tiles of 64 and 128 weight rows with one
+/// consumer and 128 with two, each with the rings [`rings`] gives; the deepest ring also
+/// with the atomic split-K (`split` 2 stands for every count) and in a cluster of two along
+/// the weight's rows that multicasts the tokens; and two accumulator chains on the one-
+/// consumer tiles of up to 32 tokens; and stream-K, plain and hybrid, on the deepest ring
+/// (`split` 132 stands for every grid). Why: docs/tuner.md.
+pub fn swap_codes() -> Vec<HopperConfig> {
+    SWAP_BN.into_iter().flat_map(|bn| swap_width_codes(bn, 132)).collect()
+}
+
+/// [`swap_codes`] of one token width, stream-K on a grid of `sm_count`.
+fn swap_width_codes(bn: u32, sm_count: u32) -> Vec<HopperConfig> {
+    let mut out = Vec::new();
+    for (bm, consumers) in [(64, 1), (128, 1), (128, 2)] {
+        let base = HopperConfig { swap: true, ..HopperConfig::new(bm, bn, 2, consumers) };
+        let all = rings(base);
+        let Some(deepest) = all.first().copied() else { continue };
+        out.extend(all);
+        out.extend(rings(HopperConfig { split: 2, reduction: Reduction::Atomic, ..deepest }).into_iter().take(1));
+        // Stream-K balances the tiles' last wave: 32 tokens against 35840 weight rows make
+        // 280 tiles of 128 rows, 2.1 waves of 132 SMs.
+        for reduction in [Reduction::StreamK, Reduction::StreamKHybrid] {
+            out.extend(rings(HopperConfig { split: sm_count.max(2), reduction, ..deepest }).into_iter().take(1));
+        }
+        out.extend(rings(HopperConfig { cluster_m: 2, ..deepest }).into_iter().take(1));
+        if bn <= 32 && consumers == 1 {
+            out.extend(rings(HopperConfig { chains: 2, ..deepest }).into_iter().take(1));
+        }
+    }
+    out
+}
+
+/// A problem's swap-AB candidates (tn, M ≤ [`SWAP_MAX_M`]): the codes of the narrowest
+/// token tile that holds M and, from 64 tokens, of the tile half as wide (two tiles along
+/// the tokens, twice the CTAs); unsplit ones one tile per CTA and, where the tiles exceed
+/// the SMs, on the persistent grid; with fp32 accumulators, split ones at [`split_counts`]
+/// and stream-K on a grid of `sm_count`.
+pub fn swap_space(p: &Problem, sm_count: u32) -> Vec<HopperConfig> {
+    if p.layout != Layout::Tn || p.m > SWAP_MAX_M {
+        return Vec::new();
+    }
+    let fit = SWAP_BN.into_iter().find(|&w| w >= p.m).unwrap_or(SWAP_MAX_M);
+    let widths: &[u32] = if fit >= 64 { &[fit, fit / 2] } else { &[fit] };
+    let mut out = Vec::new();
+    for &bn in widths {
+        for c in swap_width_codes(bn, sm_count) {
+            if c.reduction.is_stream_k() {
+                if p.acc == Acc::F32 {
+                    out.push(c);
+                }
+            } else if c.split > 1 {
+                if p.acc == Acc::F32 {
+                    out.extend(split_counts(&c, p, sm_count));
+                }
+            } else if (c.chains == 1 || p.acc == Acc::F32) && c.cluster_fits(p) {
+                out.push(c);
+                if c.tiles(p) > sm_count {
+                    out.push(HopperConfig { persistent: true, ..c });
+                }
+            }
+        }
+    }
+    out
+}
+
 /// Every candidate for a problem: [`space`] and [`skinny_cluster_codes`] (the narrow tiles
 /// and the clusters where they suit it), then [`split_space`]; on the skinny shapes with
 /// acc=f32, two accumulator chains too, unsplit and split ([`skinny_chains_codes`],
-/// [`chains_split_space`]). Each with the L2 promotion [`wide_l2_suits`] the problem.
+/// [`chains_split_space`]); up to [`SEARCH_SWAP_MAX_M`] tokens on tn, [`swap_space`]. Each with the L2 promotion [`wide_l2_suits`] the problem.
 pub fn space_for(p: &Problem, sm_count: u32) -> Vec<HopperConfig> {
     let mut out = space();
     out.extend(skinny_cluster_codes());
@@ -1400,6 +1504,9 @@ pub fn space_for(p: &Problem, sm_count: u32) -> Vec<HopperConfig> {
     }
     if skinny(p, sm_count) {
         out.extend(chains_split_space(p, sm_count));
+    }
+    if p.m <= SEARCH_SWAP_MAX_M {
+        out.extend(swap_space(p, sm_count));
     }
     if takes_tma_store(p) {
         let twins: Vec<HopperConfig> = out.iter().filter_map(tma_store_twin).collect();
@@ -2138,6 +2245,51 @@ mod tests {
     }
 
     #[test]
+    fn swap_ab_codes_exchange_the_operands_and_count_tiles_along_the_weight() {
+        let p = |m, n, k| Problem::new(Arch::Sm90, Acc::F32, Layout::Tn, Shape::new(m, n, k).unwrap());
+        let codes = swap_codes();
+        assert!(codes.len() > 100 && codes.iter().all(|c| c.swap && c.validate().is_ok()), "{}", codes.len());
+        for c in &codes {
+            // Named `_sw`, parsed back, and tn only.
+            let entry = c.entry(Acc::F32, Layout::Tn);
+            assert!(entry.ends_with("_sw"), "{entry}");
+            let back = HopperConfig::from_entry(&entry).map(|(b, _, _)| b.code_key());
+            assert_eq!(back, Some(c.code_key()), "{entry}");
+            assert!(!c.supports(Layout::Nn) && HopperConfig::from_entry(&c.entry(Acc::F32, Layout::Nn)).is_none());
+            assert!(c.defines(Acc::F32, Layout::Tn).contains(&("KAAS_SWAP_AB".to_string(), "1".to_string())));
+        }
+        // 32 tokens against a 35840×5120 weight: 32-token tiles of 128 weight rows, 280 of
+        // them along N; the kernel's A is the weight (B), its M the problem's N.
+        let decode = p(32, 35840, 5120);
+        let space = swap_space(&decode, 132);
+        assert!(!space.is_empty() && space.iter().all(|c| c.bn == 32 && c.validate().is_ok()), "{space:?}");
+        let c = space.iter().find(|c| c.bm == 128 && c.split == 1 && c.cluster_size() == 1 && !c.persistent).unwrap();
+        assert_eq!(c.tiles(&decode), 280);
+        let m = c.manifest(&decode, 132);
+        m.validate().unwrap();
+        let l = &m.launches[0];
+        assert_eq!(l.grid, [280, 1, 1]);
+        assert!(matches!(l.params[0], Param::TensorMap(TensorMapSpec { operand: Operand::B, box_dims: [64, 128], .. })));
+        assert!(matches!(l.params[1], Param::TensorMap(TensorMapSpec { operand: Operand::A, box_dims: [64, 32], .. })));
+        assert_eq!(l.params[3..6], [Param::I32(I32Value::Dim(Dim::N)), Param::I32(I32Value::Dim(Dim::M)), Param::I32(I32Value::Dim(Dim::K))]);
+        // No staging: C is stored transposed from registers.
+        assert_eq!(l.shared_mem_bytes, c.stages * (128 + 32) * 64 * 2 + 1024);
+        assert_eq!(HopperConfig::of_launch(l, &decode).map(|(o, _, _)| o), Some(*c));
+        // Few tiles along the weight: split-K fills the SMs (down projection, 5120 rows).
+        let down = p(32, 5120, 17920);
+        assert!(swap_space(&down, 132).iter().any(|c| c.split > 2 && c.tiles(&down) * c.split <= 264));
+        // 256 tokens take tiles of 256 and of 128 tokens; 257 and nn none; fp16 no split.
+        let widths: std::collections::BTreeSet<u32> = swap_space(&p(256, 4096, 4096), 132).iter().map(|c| c.bn).collect();
+        assert_eq!(widths.into_iter().collect::<Vec<_>>(), [128, 256]);
+        assert!(swap_space(&p(257, 4096, 4096), 132).is_empty());
+        assert!(swap_space(&Problem::new(Arch::Sm90, Acc::F32, Layout::Nn, Shape::new(32, 4096, 4096).unwrap()), 132).is_empty());
+        let f16 = Problem::new(Arch::Sm90, Acc::F16, Layout::Tn, Shape::new(32, 5120, 17920).unwrap());
+        assert!(swap_space(&f16, 132).iter().all(|c| c.split == 1 && c.chains == 1));
+        // The TMA store does not build with it.
+        assert!(HopperConfig { epilogue: Epilogue::TmaStore, ..*c }.validate().is_err() && tma_store_twin(c).is_none());
+    }
+
+    #[test]
     fn entry_names_round_trip() {
         for c in space().into_iter().chain(skinny_cluster_codes()).chain(ksplit_codes()).chain(chains_codes()).chain(chains_split_tiles()) {
             for layout in Layout::ALL.into_iter().filter(|&l| c.supports(l)) {
@@ -2403,6 +2555,27 @@ mod tests {
                     let ptx = compile(&c, acc, layout).unwrap_or_else(|e| panic!("{} {layout} {tag}: {e}", c.label()));
                     assert!(ptx.contains(&format!("wgmma.mma_async.sync.aligned.m64n8k16.{tag}.f16.f16")), "{} {layout} {tag}", c.label());
                 }
+            }
+        }
+    }
+
+    /// The swap-AB codes build for both accumulators, and store C transposed: 2-byte stores,
+    /// no staged 16-byte ones, no TMA store. (Their correctness is the GPU suite's:
+    /// `swap_ab_hopper_kernels_pass_the_verifier`.)
+    #[test]
+    fn the_swap_ab_codes_compile_where_nvrtc_is_present() {
+        if let Err(why) = nvrtc::available() {
+            eprintln!("SKIP: no NVRTC ({why})");
+            return;
+        }
+        let codes = swap_codes();
+        let pick: Vec<&HopperConfig> = [8, 32, 128, 256].iter().filter_map(|&bn| codes.iter().find(|c| c.bn == bn && c.split == 1 && c.cluster_size() == 1)).collect();
+        assert_eq!(pick.len(), 4);
+        for c in pick {
+            for (acc, tag) in [(Acc::F32, "f32"), (Acc::F16, "f16")] {
+                let ptx = compile(c, acc, Layout::Tn).unwrap_or_else(|e| panic!("{} {tag}: {e}", c.label()));
+                assert!(ptx.contains(&format!("wgmma.mma_async.sync.aligned.m64n{}k16.{tag}.f16.f16", c.bn)), "{} {tag}", c.label());
+                assert!(ptx.contains("st.global.u16") && !ptx.contains("st.global.v4") && !ptx.contains("cp.async.bulk.tensor.2d.global.shared"), "{} {tag}", c.label());
             }
         }
     }

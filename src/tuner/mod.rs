@@ -173,6 +173,10 @@ pub enum Trial {
     /// alone and in multicast pairs) on every shape, fp32 only:
     /// [`hopper::stream_k_trial_codes`].
     StreamK,
+    /// Swap-AB (`_sw`, tn): the code computes Cᵀ = B·Aᵀ, the weight's rows on the tile's
+    /// 64- or 128-row side and the tokens on its BN side (8 to 256), on the problems of up
+    /// to 256 tokens: [`hopper::swap_space`].
+    Swap,
 }
 
 impl Trial {
@@ -200,6 +204,7 @@ impl Trial {
             Trial::ColSplit => hopper::col_split_codes(),
             // The entry does not carry the grid: any SM count names the same codes.
             Trial::StreamK => hopper::stream_k_trial_codes(132),
+            Trial::Swap => hopper::swap_codes(),
         };
         hopper.into_iter().map(Candidate::Hopper).collect()
     }
@@ -228,6 +233,7 @@ impl Trial {
             Trial::MulticastSplit => hopper::multicast_split_space(hopper::multicast_split_all(), p, sm_count),
             Trial::ColSplit => hopper::col_split_space(p, sm_count),
             Trial::StreamK => hopper::stream_k_trial_codes(sm_count).into_iter().filter(|c| c.cluster_fits(p)).collect(),
+            Trial::Swap => hopper::swap_space(p, sm_count),
         };
         // With the search's L2 promotion, so that they time beside it on equal terms.
         let l2_256 = hopper::wide_l2_suits(p);
@@ -340,6 +346,8 @@ pub(crate) fn codes(families: &[Family], arch: Arch, acc: Acc, layout: Layout) -
     let mut out = Vec::new();
     if families.contains(&Family::Hopper) {
         out.extend(hopper::space().into_iter().chain(hopper::skinny_cluster_codes()).chain(hopper::split_tiles()).chain(hopper::multicast_split_tiles()).map(Candidate::Hopper));
+        // The swap-AB codes of the token widths the search offers (tn only: `retain` below).
+        out.extend(hopper::swap_codes().into_iter().filter(|c| c.bn <= hopper::SEARCH_SWAP_MAX_M && (acc == Acc::F32 || c.chains == 1)).map(Candidate::Hopper));
         if acc == Acc::F32 {
             out.extend(hopper::skinny_chains_codes().into_iter().chain(hopper::chains_split_tiles()).map(Candidate::Hopper));
         }
@@ -1208,7 +1216,7 @@ mod tests {
         assert!(space_with(&nn, &hopper, &[Trial::Wide160], 132).iter().all(|c| !matches!(c, Candidate::Hopper(h) if h.bn == 160)), "tn only");
         // Every trial alone, each beside a twin trial, and all at once: each candidate has a
         // module (the twin trials twin the other trials' codes too).
-        let all = [Trial::Ksplit, Trial::Chains, Trial::Multicast, Trial::MulticastSplit, Trial::Wide160, Trial::L2, Trial::TmaStore, Trial::Bk128, Trial::Bk256, Trial::Narrow8, Trial::Du, Trial::ColSplit, Trial::StreamK];
+        let all = [Trial::Ksplit, Trial::Chains, Trial::Multicast, Trial::MulticastSplit, Trial::Wide160, Trial::L2, Trial::TmaStore, Trial::Bk128, Trial::Bk256, Trial::Narrow8, Trial::Du, Trial::ColSplit, Trial::StreamK, Trial::Swap];
         let twin_trials = [Trial::TmaStore, Trial::Bk128, Trial::Bk256, Trial::Du];
         let mut sets: Vec<Vec<Trial>> = vec![all.to_vec()];
         sets.extend(all.iter().map(|&t| vec![t]));
@@ -1226,10 +1234,16 @@ mod tests {
         }
         // A run without trials loads only the 64×8 tiles the search times, in either
         // layout, and none with fp16 accumulators.
-        let eight = |acc, layout| codes(&hopper, Arch::Sm90, acc, layout).into_iter().filter_map(|c| c.hopper().filter(|h| h.bn == 8)).collect::<Vec<_>>();
+        let eight = |acc, layout| codes(&hopper, Arch::Sm90, acc, layout).into_iter().filter_map(|c| c.hopper().filter(|h| h.bn == 8 && !h.swap)).collect::<Vec<_>>();
         let searched_eight: Vec<HopperConfig> = hopper::narrow8_search_codes().into_iter().map(hopper::searched_modes).collect();
         assert!(eight(Acc::F32, Layout::Tn) == searched_eight && eight(Acc::F32, Layout::Nn) == searched_eight);
         assert!(eight(Acc::F16, Layout::Tn).is_empty() && eight(Acc::F16, Layout::Nn).is_empty());
+        // And the swap-AB codes of up to 48 tokens, on tn only; 64 tokens and more are the trial's.
+        let swapped = |acc, layout| codes(&hopper, Arch::Sm90, acc, layout).into_iter().filter_map(|c| c.hopper().filter(|h| h.swap)).collect::<Vec<_>>();
+        let tn = swapped(Acc::F32, Layout::Tn);
+        assert!(!tn.is_empty() && tn.iter().all(|h| h.bn <= hopper::SEARCH_SWAP_MAX_M) && swapped(Acc::F32, Layout::Nn).is_empty());
+        assert!(swapped(Acc::F16, Layout::Tn).iter().all(|h| h.chains == 1 && h.split == 1));
+        assert!(codes_with(&hopper, &[Trial::Swap], Arch::Sm90, Acc::F32, Layout::Tn).iter().any(|c| matches!(c, Candidate::Hopper(h) if h.swap && h.bn == 256)));
         assert!(codes_with(&hopper, &[Trial::Narrow8, Trial::Bk256], Arch::Sm90, Acc::F32, Layout::Tn).iter().any(|c| matches!(c, Candidate::Hopper(h) if h.bn == 8 && h.bk == 256)));
         assert!(codes_with(&hopper, &[Trial::Ksplit], Arch::Sm90, Acc::F16, Layout::Tn).iter().all(|c| !matches!(c, Candidate::Hopper(h) if h.consumer_mode == ConsumerMode::KSplit)));
         // Chains come unsplit and with the split counts split-K takes on the problem.

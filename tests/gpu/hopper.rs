@@ -724,6 +724,57 @@ fn narrow_hopper_tiles_pass_the_verifier() {
     runs.assert_all_passed();
 }
 
+/// The swap-AB codes (`_sw`, tn: the kernel computes Cᵀ with the weight as its A and the
+/// tokens as its B, and stores C transposed) pass the verifier. For each token width, on a
+/// problem of that width whose M, N and K the tiles do not divide (N no multiple of 8: the
+/// transposed store's odd rows): the first unsplit code of each consumer count, one tile
+/// per CTA and on a persistent grid of 3; the atomic split-K at 3 slices; stream-K and
+/// hybrid stream-K on 7 blocks; a multicast pair; two chains; and the f16 accumulator. (The
+/// codes of a width differ in ring depth and tile rows only otherwise: one run each of every
+/// code took 290 s.)
+#[test]
+fn swap_ab_hopper_kernels_pass_the_verifier() {
+    use kaas::tuner::hopper::{self, HopperConfig, Reduction};
+    if !hopper_or_skip() {
+        return;
+    }
+    let mut runs = VerifierRuns::new("SWAP");
+    let shapes = [(1, 1000, 520), (13, 2052, 4104), (20, 3000, 1000), (30, 1000, 1000), (45, 520, 136), (61, 5000, 520), (100, 1000, 4104), (200, 700, 520)];
+    for (m, n, k) in shapes {
+        let p = Problem::new(Arch::Sm90, Acc::F32, Layout::Tn, Shape::new(m, n, k).expect("shape"));
+        let space = hopper::swap_space(&p, 132);
+        let bn = space.first().expect("swap codes").bn;
+        let kinds: [(&str, &dyn Fn(&HopperConfig) -> bool); 7] = [
+            ("c1", &|c| c.consumers == 1 && c.split == 1 && c.cluster_size() == 1 && c.chains == 1),
+            ("c2", &|c| c.consumers == 2 && c.split == 1 && c.cluster_size() == 1),
+            ("split", &|c| c.reduction == Reduction::Atomic),
+            ("stream-K", &|c| c.reduction == Reduction::StreamK),
+            ("hybrid", &|c| c.reduction == Reduction::StreamKHybrid),
+            ("pair", &|c| c.cluster_m == 2),
+            ("chains", &|c| c.chains == 2),
+        ];
+        for (kind, pick) in kinds {
+            let Some(code) = space.iter().find(|c| c.bn == bn && !c.persistent && pick(c)).copied() else {
+                println!("SWAP {p}: no {kind} code");
+                continue;
+            };
+            let ptx = hopper::compile(&code, Acc::F32, Layout::Tn).expect("compile");
+            match kind {
+                "c1" | "c2" => runs.run_grids(&p, &code, &ptx, &[None, Some(3)]),
+                "split" => runs.run_code(&p, &HopperConfig { split: 3, ..code }, &ptx),
+                "stream-K" | "hybrid" => runs.run_code(&p, &HopperConfig { split: 7, ..code }, &ptx),
+                _ => runs.run_code(&p, &code, &ptx),
+            }
+        }
+    }
+    assert!(runs.runs >= 40, "{} runs", runs.runs);
+    for code in hopper::swap_codes().iter().filter(|c| c.split == 1 && c.chains == 1 && c.cluster_size() == 1 && c.stages == 4 && c.bm == 64 && c.bn % 64 != 0) {
+        runs.run_f16_tn(code, (code.bn.min(100), 1000, 520));
+    }
+    println!("{} swap-AB runs", runs.runs);
+    runs.assert_all_passed();
+}
+
 /// The 256×160 tile (tn; two consumers of 128 rows, 160 accumulators each, C stored from
 /// registers) passes the verifier on shapes it does not divide, on both grids, a short
 /// persistent grid, and with the f16 accumulator.
