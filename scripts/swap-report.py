@@ -18,8 +18,10 @@ import sys
 def label(c: dict) -> str:
     if "consumers" not in c:
         return "mma/gemv"
-    s = f"{c['bm']}x{c['bn']} s{c['stages']} c{c['consumers']}"
-    if c.get("split", 1) > 1:
+    s = f"{c['bm']}x{c['bn']}" + (f" k{c['bk']}" if c.get("bk", 64) != 64 else "") + f" s{c['stages']} c{c['consumers']}"
+    if c.get("stream_k"):
+        s += " stream-K hybrid" if c.get("sk_hybrid") else " stream-K"
+    elif c.get("split", 1) > 1:
         s += f" split {c['split']}"
     if c.get("cluster_m", 1) > 1:
         s += f" m{c['cluster_m']}"
