@@ -181,16 +181,10 @@ fn define_flags(entries: &str) -> anyhow::Result<Vec<String>> {
         .split(',')
         .map(|e| {
             let e = e.trim();
-            let defines = if let Some((cfg, acc, layout)) = hopper::HopperConfig::from_entry(e) {
-                cfg.defines(acc, layout)
-            } else if let Some((cfg, acc, layout)) = crate::tuner::mma::MmaConfig::from_entry(e) {
-                cfg.defines(acc, layout)
-            } else if let Some((cfg, acc, layout)) = crate::tuner::gemv::GemvConfig::from_entry(e) {
-                cfg.defines(acc, layout)
-            } else {
+            let Some((cfg, acc, layout)) = Candidate::from_entry(e) else {
                 bail!("`{e}` is not an entry name the tuner writes (kaas_wgmma_<acc>_<layout>_<BM>x<BN>x<BK>_s<S>_c<C>_m<M>_g16 and the suffixes of tuner::hopper::AXES in that order, kaas_mma_…, kaas_gemv_…)")
             };
-            Ok(defines.into_iter().map(|(k, v)| format!("-D{k}={v}")).collect::<Vec<_>>().join(" "))
+            Ok(cfg.defines(acc, layout).into_iter().map(|(k, v)| format!("-D{k}={v}")).collect::<Vec<_>>().join(" "))
         })
         .collect()
 }

@@ -75,6 +75,30 @@ impl Candidate {
         self.config().label()
     }
 
+    /// The candidate, accumulator and layout an entry name of the tuner's encodes: the
+    /// family is the one whose prefix the name has, so one parser answers (none for a name
+    /// the tuner does not write).
+    pub fn from_entry(entry: &str) -> Option<(Candidate, Acc, Layout)> {
+        if entry.starts_with(hopper::ENTRY_PREFIX) {
+            hopper::HopperConfig::from_entry(entry).map(|(c, a, l)| (Candidate::Hopper(c), a, l))
+        } else if entry.starts_with(mma::ENTRY_PREFIX) {
+            mma::MmaConfig::from_entry(entry).map(|(c, a, l)| (Candidate::Mma(c), a, l))
+        } else if entry.starts_with(gemv::ENTRY_PREFIX) {
+            gemv::GemvConfig::from_entry(entry).map(|(c, a, l)| (Candidate::Gemv(c), a, l))
+        } else {
+            None
+        }
+    }
+
+    /// The template defines the tuner compiles the code with, `KAAS_ENTRY` included.
+    pub fn defines(&self, acc: Acc, layout: Layout) -> Vec<(String, String)> {
+        match self {
+            Candidate::Hopper(c) => c.defines(acc, layout),
+            Candidate::Mma(c) => c.defines(acc, layout),
+            Candidate::Gemv(c) => c.defines(acc, layout),
+        }
+    }
+
     /// The Hopper configuration, for the other family none.
     fn hopper(&self) -> Option<hopper::HopperConfig> {
         match self {
@@ -1196,6 +1220,25 @@ mod tests {
         let all: std::collections::BTreeSet<String> = entries(&loaded).union(&entries(&twins)).cloned().collect();
         assert!(all.len() > entries(&loaded).len());
         assert_eq!(entries(&codes_with(&hopper, &[Trial::Du], Arch::Sm90, Acc::F32, Layout::Tn)), all);
+    }
+
+    /// Every code the search and the trials load parses back from its entry name through
+    /// the one parser, as the same candidate; other names parse to none.
+    #[test]
+    fn every_loaded_code_parses_back_from_its_entry() {
+        let all = [Family::Hopper, Family::Mma, Family::Gemv];
+        let trials = [Trial::Swap, Trial::Narrow8, Trial::StreamK, Trial::Ksplit];
+        for layout in Layout::ALL {
+            for c in codes_with(&all, &trials, Arch::Sm90, Acc::F32, layout) {
+                let entry = c.entry(Acc::F32, layout);
+                let (back, acc, l) = Candidate::from_entry(&entry).unwrap_or_else(|| panic!("{entry} does not parse"));
+                assert_eq!((back.entry(acc, l), acc, l), (entry.clone(), Acc::F32, layout));
+                assert!(c.defines(Acc::F32, layout).contains(&("KAAS_ENTRY".to_string(), entry)));
+            }
+        }
+        for name in ["kaas_simple_hgemm_f32_tn_128x128x32_w2x4", "kaas_wgmma_f32_tn_64x64", "hgemm", ""] {
+            assert!(Candidate::from_entry(name).is_none(), "{name}");
+        }
     }
 
     #[test]
