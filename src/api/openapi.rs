@@ -24,7 +24,7 @@ use super::routes::{artifacts, catalog, overview, signing, submissions, system, 
         submissions::create, submissions::list, submissions::get, submissions::events, submissions::cancel, submissions::remove,
         tuning::create, tuning::get, tuning::events, tuning::get_tune,
     ),
-    modifiers(&BearerAuth),
+    modifiers(&BearerAuth, &SubmissionRules),
     tags(
         (name = "catalog", description = "Problems, best kernels and their PTX"),
         (name = "artifacts", description = "Content-addressed PTX"),
@@ -42,6 +42,42 @@ impl Modify for BearerAuth {
     fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
         let components = openapi.components.get_or_insert_with(Default::default);
         components.add_security_scheme("bearer", SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()));
+    }
+}
+
+/// The rules of `NewSubmission` across its fields, which the derived schema (every field
+/// optional) does not state and the server enforces (`work::submit`): exactly one kernel
+/// (`ptx`, `artifact_sha256` or `cuda_source`, a null counting as absent),
+/// `compile_options` only with `cuda_source` and `source` not with it, and exactly one of
+/// non-empty `manifests` or a `template` with non-empty `problems`. A client generated from
+/// the document then cannot build a body the server refuses for its shape.
+struct SubmissionRules;
+
+impl SubmissionRules {
+    fn rules() -> serde_json::Value {
+        use serde_json::json;
+        let given = |field: &str, ty: &str| json!({"required": [field], "properties": {field: {"type": ty}}});
+        let manifests = json!({"required": ["manifests"], "properties": {"manifests": {"type": "array", "minItems": 1}}});
+        let template = given("template", "object");
+        json!([
+            {"oneOf": [given("ptx", "string"), given("artifact_sha256", "string"), given("cuda_source", "string")]},
+            {"anyOf": [given("cuda_source", "string"), {"not": given("compile_options", "object")}]},
+            {"not": {"allOf": [given("cuda_source", "string"), given("source", "string")]}},
+            {"oneOf": [
+                {"allOf": [manifests, {"not": template}, {"properties": {"problems": {"type": "array", "maxItems": 0}}}]},
+                {"allOf": [template, {"not": manifests}, {"required": ["problems"], "properties": {"problems": {"type": "array", "minItems": 1}}}]},
+            ]},
+        ])
+    }
+}
+
+impl Modify for SubmissionRules {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::{RefOr, schema::Schema};
+        let Some(RefOr::T(Schema::Object(o))) = openapi.components.as_mut().and_then(|c| c.schemas.get_mut("NewSubmission")) else { return };
+        // One key (`allOf`): the extensions map is a HashMap, so a second key would print
+        // in no fixed order and the committed document would drift.
+        o.extensions.get_or_insert_with(Default::default).insert("allOf".into(), Self::rules());
     }
 }
 

@@ -14,7 +14,7 @@ use crate::gpu::Gpu;
 use crate::problem::{Acc, Arch, Layout, Problem, Shape};
 use crate::tuner::search::UcbSettings;
 use crate::tuner::{
-    Candidate, Family, Modules, REPORT_SM_COUNT, Scope, Timing, Trial, TuneState, autotuned_algos, catalog_twins, codes_with, efficiency_report, hopper, kinds_report,
+    Candidate, Family, Modules, REPORT_SM_COUNT, Scope, Timing, Trial, TuneState, autotuned_algos, catalog_twins, codes_with, efficiency_report, kinds_report,
     missing_codes, order_seed, priors_for, ptx_for, retime_note, space_with, submission_groups, summary, tune_one,
 };
 
@@ -112,7 +112,7 @@ pub struct TuneArgs {
     pub twins_of: Option<PathBuf>,
     /// Print the template's defines for these entry names (comma-separated; Hopper, mma or
     /// gemv), one line of `-DNAME=VALUE` flags each, and exit: the hopper-probe harness
-    /// builds its kernels from them, so the name grammar lives in one table ([`hopper::AXES`]).
+    /// builds its kernels from them, so the name grammar lives in one table ([`crate::tuner::hopper::AXES`]).
     #[arg(long, value_name = "ENTRIES")]
     pub defines: Option<String>,
 }
@@ -433,7 +433,7 @@ mod tests {
             assert!(flags[0].split(' ').any(|f| f == want), "{want} missing from {}", flags[0]);
         }
         // The same code as the tuner compiles it.
-        let (cfg, acc, layout) = hopper::HopperConfig::from_entry("kaas_wgmma_f32_tn_64x256x64_s4_c2_m1_g16_pp_du").unwrap();
+        let (cfg, acc, layout) = HopperConfig::from_entry("kaas_wgmma_f32_tn_64x256x64_s4_c2_m1_g16_pp_du").unwrap();
         assert_eq!(flags[0], cfg.defines(acc, layout).into_iter().map(|(k, v)| format!("-D{k}={v}")).collect::<Vec<_>>().join(" "));
         assert_eq!(define_flags("kaas_wgmma_f32_tn_64x64x64_s4_c1_m1_g16,kaas_wgmma_f16_nn_64x64x64_s4_c1_m1_g16").unwrap().len(), 2);
         // Suffixes out of the table's order, or unknown ones, are not names the tuner writes.

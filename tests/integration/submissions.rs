@@ -561,6 +561,80 @@ async fn event_streams_are_capped_per_client(backend: Backend) {
     db.cleanup().await;
 }
 
+/// The OpenAPI document states the submission's cross-field rules (`NewSubmission`'s
+/// `allOf`): each body below is checked against the served document (Python's jsonschema,
+/// draft 2020-12) and posted to the server, and the two agree on every rule of shape. The
+/// data rules (an unknown artifact, PTX that does not parse) stay the server's: those
+/// bodies are schema-valid and refused with 404/422.
+#[actix_web::test]
+async fn the_document_states_the_submission_rules_the_server_enforces() {
+    let db = TestDb::new(Backend::Sqlite).await;
+    let app = test::init_service(create_app(state(&db, ApiSettings::default()))).await;
+    let t = auth::create_token(&db.db, "alice", Role::Submitter).await.unwrap().secret;
+    let ok = body("a", &[(256, 256, 256)]);
+    let with = |f: &dyn Fn(&mut serde_json::Value)| {
+        let mut b = ok.clone();
+        f(&mut b);
+        b
+    };
+    let sha = "0".repeat(64);
+    // (what, body, schema-valid, the server's status)
+    let cases: Vec<(&str, serde_json::Value, bool, u16)> = vec![
+        ("a PTX submission", ok.clone(), true, 202),
+        ("ptx: null beside an artifact", with(&|b| { b["ptx"] = serde_json::Value::Null; b["artifact_sha256"] = sha.clone().into() }), true, 404),
+        ("ptx and an artifact", with(&|b| b["artifact_sha256"] = sha.clone().into()), false, 400),
+        ("no kernel", with(&|b| { b.as_object_mut().unwrap().remove("ptx"); }), false, 400),
+        ("compile options without source", with(&|b| b["compile_options"] = serde_json::json!({})), false, 400),
+        ("source text and cuda_source", serde_json::json!({"cuda_source": "__global__ void k() {}", "source": "x", "manifests": ok["manifests"].clone()}), false, 400),
+        ("no manifest", with(&|b| b["manifests"] = serde_json::json!([])), false, 422),
+        ("problems without a template", with(&|b| b["problems"] = serde_json::json!(["64x64x64"])), false, 422),
+        ("a template beside manifests", with(&|b| b["template"] = serde_json::json!({"abi": "kaas.hgemm.v1", "arch": "sm_90", "acc": "f32", "layout": "tn", "launches": []})), false, 422),
+        ("a template without problems", with(&|b| { b["manifests"] = serde_json::json!([]); b["template"] = serde_json::json!({"abi": "kaas.hgemm.v1", "arch": "sm_90", "acc": "f32", "layout": "tn", "launches": []}) }), false, 422),
+        ("PTX that is not PTX", with(&|b| b["ptx"] = "not ptx".into()), true, 422),
+    ];
+    for (what, b, _, status) in &cases {
+        let r = call(&app, submit_req(&t, b.clone())).await;
+        assert_eq!(r.status, *status, "{what}: {}", String::from_utf8_lossy(&r.body));
+    }
+    let doc = get(&app, "/openapi.json").await.json();
+    let check = r##"
+import json, sys
+try:
+    import jsonschema
+except ImportError:
+    print("NO_JSONSCHEMA"); sys.exit(0)
+doc, bodies = json.load(sys.stdin)
+root = {"$schema": "https://json-schema.org/draft/2020-12/schema", "$ref": "#/components/schemas/NewSubmission", "components": doc["components"]}
+v = jsonschema.Draft202012Validator(root)
+print(json.dumps([v.is_valid(b) for b in bodies]))
+"##;
+    let input = serde_json::json!([doc, cases.iter().map(|c| c.1.clone()).collect::<Vec<_>>()]).to_string();
+    let out = std::process::Command::new("python3")
+        .args(["-c", check])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .and_then(|mut child| {
+            use std::io::Write as _;
+            child.stdin.take().unwrap().write_all(input.as_bytes())?;
+            child.wait_with_output()
+        });
+    let Ok(out) = out else {
+        crate::skipped!("no python3 to check bodies against the document");
+        return db.cleanup().await;
+    };
+    let text = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    if text == "NO_JSONSCHEMA" {
+        crate::skipped!("python3 has no jsonschema to check bodies against the document");
+        return db.cleanup().await;
+    }
+    let valid: Vec<bool> = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text} {}", String::from_utf8_lossy(&out.stderr)));
+    for ((what, _, want, _), got) in cases.iter().zip(valid) {
+        assert_eq!(got, *want, "{what}: the document says {}", if got { "valid" } else { "invalid" });
+    }
+    db.cleanup().await;
+}
+
 both_backends!(
     bad_submissions_are_refused_with_the_first_fault_and_write_nothing,
     accepted_work_is_one_job_per_problem_and_device_class,
