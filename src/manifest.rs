@@ -12,6 +12,7 @@ use crate::problem::{Problem, ProblemError};
 pub const ABI: &str = "kaas.hgemm.v1";
 
 /// Limits that hold on every supported device; the harness checks the device's own.
+/// (The schemas' `max_items` of `launches` say 8 too.)
 pub const MAX_LAUNCHES: usize = 8;
 pub const MAX_PARAMS: usize = 32;
 pub const MAX_THREADS_PER_BLOCK: u64 = 1024;
@@ -30,7 +31,8 @@ pub struct Manifest {
     /// Bytes of zero-initialised device scratch passed as `{"ptr": "workspace"}`.
     #[serde(default)]
     pub workspace_bytes: u64,
-    /// Run in order on one stream.
+    /// Run in order on one stream; 1 to `MAX_LAUNCHES` (8).
+    #[schema(min_items = 1, max_items = 8)]
     pub launches: Vec<Launch>,
 }
 

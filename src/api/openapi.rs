@@ -24,7 +24,7 @@ use super::routes::{artifacts, catalog, overview, signing, submissions, system, 
         submissions::create, submissions::list, submissions::get, submissions::events, submissions::cancel, submissions::remove,
         tuning::create, tuning::get, tuning::events, tuning::get_tune,
     ),
-    modifiers(&BearerAuth, &SubmissionRules),
+    modifiers(&BearerAuth, &BodyRules),
     tags(
         (name = "catalog", description = "Problems, best kernels and their PTX"),
         (name = "artifacts", description = "Content-addressed PTX"),
@@ -45,39 +45,61 @@ impl Modify for BearerAuth {
     }
 }
 
-/// The rules of `NewSubmission` across its fields, which the derived schema (every field
-/// optional) does not state and the server enforces (`work::submit`): exactly one kernel
-/// (`ptx`, `artifact_sha256` or `cuda_source`, a null counting as absent),
+/// The rules across a request body's fields, which the derived schemas (every field
+/// optional) do not state and the server enforces, so that a client generated from the
+/// document cannot build a body the server refuses for its shape. `NewSubmission`
+/// (`work::submit`): exactly one kernel (`ptx`, `artifact_sha256` or `cuda_source`),
 /// `compile_options` only with `cuda_source` and `source` not with it, and exactly one of
-/// non-empty `manifests` or a `template` with non-empty `problems`. A client generated from
-/// the document then cannot build a body the server refuses for its shape.
-struct SubmissionRules;
+/// non-empty `manifests` or a `template` with non-empty `problems`. `NewTuningRequest`
+/// (`work::tune`): exactly one of non-empty `problems` or a `workload`, `tokens` only with
+/// a `workload`. A null counts as absent, as serde reads it.
+struct BodyRules;
 
-impl SubmissionRules {
-    fn rules() -> serde_json::Value {
+impl BodyRules {
+    fn given(field: &str) -> serde_json::Value {
+        serde_json::json!({"required": [field], "properties": {field: {"not": {"type": "null"}}}})
+    }
+
+    fn non_empty(field: &str) -> serde_json::Value {
+        serde_json::json!({"required": [field], "properties": {field: {"type": "array", "minItems": 1}}})
+    }
+
+    fn submission() -> serde_json::Value {
         use serde_json::json;
-        let given = |field: &str, ty: &str| json!({"required": [field], "properties": {field: {"type": ty}}});
-        let manifests = json!({"required": ["manifests"], "properties": {"manifests": {"type": "array", "minItems": 1}}});
-        let template = given("template", "object");
+        let given = Self::given;
+        let (manifests, template) = (Self::non_empty("manifests"), given("template"));
         json!([
-            {"oneOf": [given("ptx", "string"), given("artifact_sha256", "string"), given("cuda_source", "string")]},
-            {"anyOf": [given("cuda_source", "string"), {"not": given("compile_options", "object")}]},
-            {"not": {"allOf": [given("cuda_source", "string"), given("source", "string")]}},
+            {"oneOf": [given("ptx"), given("artifact_sha256"), given("cuda_source")]},
+            {"anyOf": [given("cuda_source"), {"not": given("compile_options")}]},
+            {"not": {"allOf": [given("cuda_source"), given("source")]}},
             {"oneOf": [
-                {"allOf": [manifests, {"not": template}, {"properties": {"problems": {"type": "array", "maxItems": 0}}}]},
-                {"allOf": [template, {"not": manifests}, {"required": ["problems"], "properties": {"problems": {"type": "array", "minItems": 1}}}]},
+                {"allOf": [manifests, {"not": template}, {"not": Self::non_empty("problems")}]},
+                {"allOf": [template, {"not": manifests}, Self::non_empty("problems")]},
             ]},
         ])
     }
+
+    fn tuning_request() -> serde_json::Value {
+        use serde_json::json;
+        let (problems, workload) = (Self::non_empty("problems"), Self::given("workload"));
+        json!([{"oneOf": [
+            {"allOf": [problems, {"not": workload}, {"not": Self::given("tokens")}]},
+            {"allOf": [workload, {"not": problems}]},
+        ]}])
+    }
 }
 
-impl Modify for SubmissionRules {
+impl Modify for BodyRules {
     fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
         use utoipa::openapi::{RefOr, schema::Schema};
-        let Some(RefOr::T(Schema::Object(o))) = openapi.components.as_mut().and_then(|c| c.schemas.get_mut("NewSubmission")) else { return };
-        // One key (`allOf`): the extensions map is a HashMap, so a second key would print
-        // in no fixed order and the committed document would drift.
-        o.extensions.get_or_insert_with(Default::default).insert("allOf".into(), Self::rules());
+        let Some(schemas) = openapi.components.as_mut().map(|c| &mut c.schemas) else { return };
+        for (name, rules) in [("NewSubmission", Self::submission()), ("NewTuningRequest", Self::tuning_request())] {
+            if let Some(RefOr::T(Schema::Object(o))) = schemas.get_mut(name) {
+                // One key (`allOf`): the extensions map is a HashMap, so a second key would
+                // print in no fixed order and the committed document would drift.
+                o.extensions.get_or_insert_with(Default::default).insert("allOf".into(), rules);
+            }
+        }
     }
 }
 

@@ -114,6 +114,8 @@ pub struct ManifestTemplate {
     #[serde(default = "zero")]
     #[schema(value_type = Object)]
     pub workspace_bytes: Expr,
+    /// 1 to 8, as a manifest's.
+    #[schema(min_items = 1, max_items = 8)]
     pub launches: Vec<LaunchTemplate>,
 }
 

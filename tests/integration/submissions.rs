@@ -561,11 +561,12 @@ async fn event_streams_are_capped_per_client(backend: Backend) {
     db.cleanup().await;
 }
 
-/// The OpenAPI document states the submission's cross-field rules (`NewSubmission`'s
-/// `allOf`): each body below is checked against the served document (Python's jsonschema,
-/// draft 2020-12) and posted to the server, and the two agree on every rule of shape. The
-/// data rules (an unknown artifact, PTX that does not parse) stay the server's: those
-/// bodies are schema-valid and refused with 404/422.
+/// The OpenAPI document states the cross-field rules of a submission and of a tuning
+/// request (`NewSubmission`'s and `NewTuningRequest`'s `allOf`): each body below is checked
+/// against the served document (Python's jsonschema, draft 2020-12) and posted to the
+/// server, and the two agree on every rule of shape. The data rules (an unknown artifact,
+/// PTX that does not parse) stay the server's: those bodies are schema-valid and refused
+/// with 404/422.
 #[actix_web::test]
 async fn the_document_states_the_submission_rules_the_server_enforces() {
     let db = TestDb::new(Backend::Sqlite).await;
@@ -578,6 +579,18 @@ async fn the_document_states_the_submission_rules_the_server_enforces() {
         b
     };
     let sha = "0".repeat(64);
+    let tune = |b: serde_json::Value| TestRequest::post().uri("/v1/tuning-requests").insert_header(("Authorization", format!("Bearer {t}"))).set_json(b);
+    let tunes: Vec<(&str, serde_json::Value, bool, u16)> = vec![
+        ("a tuning request", serde_json::json!({"problems": ["tn:64x64x64"]}), true, 201),
+        ("a workload's", serde_json::json!({"workload": "llama-3.1-8b", "tokens": [1]}), true, 201),
+        ("nothing to tune", serde_json::json!({"problems": []}), false, 400),
+        ("problems and a workload", serde_json::json!({"problems": ["tn:64x64x64"], "workload": "llama-3.1-8b"}), false, 400),
+        ("tokens without a workload", serde_json::json!({"problems": ["tn:64x64x64"], "tokens": [1]}), false, 400),
+    ];
+    for (what, b, _, status) in &tunes {
+        let r = call(&app, tune(b.clone())).await;
+        assert_eq!(r.status, *status, "{what}: {}", String::from_utf8_lossy(&r.body));
+    }
     // (what, body, schema-valid, the server's status)
     let cases: Vec<(&str, serde_json::Value, bool, u16)> = vec![
         ("a PTX submission", ok.clone(), true, 202),
@@ -603,12 +616,14 @@ try:
     import jsonschema
 except ImportError:
     print("NO_JSONSCHEMA"); sys.exit(0)
-doc, bodies = json.load(sys.stdin)
-root = {"$schema": "https://json-schema.org/draft/2020-12/schema", "$ref": "#/components/schemas/NewSubmission", "components": doc["components"]}
-v = jsonschema.Draft202012Validator(root)
-print(json.dumps([v.is_valid(b) for b in bodies]))
+doc, cases = json.load(sys.stdin)
+def valid(name, body):
+    root = {"$schema": "https://json-schema.org/draft/2020-12/schema", "$ref": "#/components/schemas/" + name, "components": doc["components"]}
+    return jsonschema.Draft202012Validator(root).is_valid(body)
+print(json.dumps([valid(name, b) for name, b in cases]))
 "##;
-    let input = serde_json::json!([doc, cases.iter().map(|c| c.1.clone()).collect::<Vec<_>>()]).to_string();
+    let named = cases.iter().map(|c| ("NewSubmission", c)).chain(tunes.iter().map(|c| ("NewTuningRequest", c)));
+    let input = serde_json::json!([doc, named.clone().map(|(n, c)| serde_json::json!([n, c.1])).collect::<Vec<_>>()]).to_string();
     let out = std::process::Command::new("python3")
         .args(["-c", check])
         .stdin(std::process::Stdio::piped())
@@ -629,7 +644,7 @@ print(json.dumps([v.is_valid(b) for b in bodies]))
         return db.cleanup().await;
     }
     let valid: Vec<bool> = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text} {}", String::from_utf8_lossy(&out.stderr)));
-    for ((what, _, want, _), got) in cases.iter().zip(valid) {
+    for ((_, (what, _, want, _)), got) in named.zip(valid) {
         assert_eq!(got, *want, "{what}: the document says {}", if got { "valid" } else { "invalid" });
     }
     db.cleanup().await;
