@@ -305,9 +305,10 @@ pub fn from_actix(err: &actix_web::Error, what: &str) -> ApiError {
 ///
 /// A number with no fractional part written as a float (`256.0`, as some JSON encoders
 /// write every number) is an integer to JSON Schema, so to the OpenAPI document; serde's
-/// integer types refuse it. When that is the only fault, the body is read again with such
-/// numbers as integers: the document and the server agree (schemathesis's "schema-valid
-/// request rejected"). `256.5` is still refused, naming its field.
+/// integer types refuse it, directly or, inside an untagged enum (`ProblemSpec`), as "no
+/// variant matched". When a body that fails holds such numbers, it is read again with them
+/// as integers: the document and the server agree (schemathesis's "schema-valid request
+/// rejected"). `256.5` is still refused, naming its field.
 pub fn from_json_body<T: serde::de::DeserializeOwned>(body: &[u8], what: &str) -> Result<T, ApiError> {
     let named = |path: String, inner: &dyn std::fmt::Display| {
         if path == "." { ApiError::InvalidBody(format!("not {what}: {inner}")) } else { ApiError::InvalidBody(format!("not {what}: field `{path}`: {inner}")) }
@@ -315,29 +316,50 @@ pub fn from_json_body<T: serde::de::DeserializeOwned>(body: &[u8], what: &str) -
     let mut de = serde_json::Deserializer::from_slice(body);
     let value: T = match serde_path_to_error::deserialize(&mut de) {
         Ok(v) => v,
-        Err(e) if e.inner().to_string().starts_with("invalid type: floating point") => {
-            let mut tree: serde_json::Value = serde_json::from_slice(body).map_err(|e| ApiError::InvalidBody(format!("not {what}: {e}")))?;
-            integral_floats_as_integers(&mut tree);
+        Err(e) => {
+            let first = named(e.path().to_string(), e.inner());
+            let Ok(mut tree) = serde_json::from_slice::<serde_json::Value>(body) else { return Err(first) };
+            if !integral_floats_as_integers(&mut tree) {
+                return Err(first);
+            }
             return serde_path_to_error::deserialize(tree).map_err(|e| named(e.path().to_string(), e.inner()));
         }
-        Err(e) => return Err(named(e.path().to_string(), e.inner())),
     };
     de.end().map_err(|e| ApiError::InvalidBody(format!("not {what}: {e}")))?;
     Ok(value)
 }
 
 /// Rewrites every float with no fractional part that an `i64` or `u64` holds exactly
-/// (|x| ≤ 2^53) as that integer.
-fn integral_floats_as_integers(v: &mut serde_json::Value) {
+/// (|x| ≤ 2^53) as that integer; whether it rewrote any.
+fn integral_floats_as_integers(v: &mut serde_json::Value) -> bool {
     use serde_json::Value;
     match v {
         Value::Number(n) => {
-            if let Some(f) = n.as_f64().filter(|f| n.is_f64() && f.fract() == 0.0 && f.abs() <= 9_007_199_254_740_992.0) {
-                *v = if f < 0.0 { Value::from(f as i64) } else { Value::from(f as u64) };
-            }
+            let Some(f) = n.as_f64().filter(|f| n.is_f64() && f.fract() == 0.0 && f.abs() <= 9_007_199_254_740_992.0) else { return false };
+            *v = if f < 0.0 { Value::from(f as i64) } else { Value::from(f as u64) };
+            true
         }
-        Value::Array(items) => items.iter_mut().for_each(integral_floats_as_integers),
-        Value::Object(fields) => fields.values_mut().for_each(integral_floats_as_integers),
-        _ => {}
+        // Every element visited (no short-circuit): `|`, not `||`.
+        Value::Array(items) => items.iter_mut().fold(false, |any, x| integral_floats_as_integers(x) | any),
+        Value::Object(fields) => fields.values_mut().fold(false, |any, x| integral_floats_as_integers(x) | any),
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::work::tune::{NewTuningRequest, ProblemSpec};
+
+    /// Whole numbers written as floats are integers, inside untagged enums too; a fraction
+    /// is refused with its field named, and a body without floats fails as it did.
+    #[test]
+    fn whole_floats_are_integers_wherever_they_are() {
+        let r: NewTuningRequest = from_json_body(br#"{"problems": [{"layout": "tn", "m": 64.0, "n": 128, "k": 256.0}]}"#, "a tuning request").unwrap();
+        assert!(matches!(&r.problems[0], ProblemSpec::Fields(f) if (f.m, f.k) == (64, 256)), "{:?}", r.problems);
+        let err = from_json_body::<NewTuningRequest>(br#"{"problems": [{"layout": "tn", "m": 64.5, "n": 128, "k": 256}]}"#, "a tuning request").unwrap_err();
+        assert!(err.to_string().contains("problems[0]"), "{err}");
+        let err = from_json_body::<NewTuningRequest>(br#"{"problems": [{"m": 64, "n": 128, "k": 256}]}"#, "a tuning request").unwrap_err();
+        assert!(err.to_string().contains("problems[0]"), "{err}");
     }
 }

@@ -52,7 +52,8 @@ impl Modify for BearerAuth {
 /// `compile_options` only with `cuda_source` and `source` not with it, and exactly one of
 /// non-empty `manifests` or a `template` with non-empty `problems`. `NewTuningRequest`
 /// (`work::tune`): exactly one of non-empty `problems` or a `workload`, `tokens` only with
-/// a `workload`. A null counts as absent, as serde reads it.
+/// a `workload`. A null counts as absent, as serde reads it. And a kernel parameter
+/// (`Param`) is an object of one key.
 struct BodyRules;
 
 impl BodyRules {
@@ -93,6 +94,14 @@ impl Modify for BodyRules {
     fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
         use utoipa::openapi::{RefOr, schema::Schema};
         let Some(schemas) = openapi.components.as_mut().map(|c| &mut c.schemas) else { return };
+        // A kernel parameter is one key (`{"ptr": "A"}`): serde refuses a map with two.
+        if let Some(RefOr::T(Schema::OneOf(one))) = schemas.get_mut("Param") {
+            for item in &mut one.items {
+                if let RefOr::T(Schema::Object(o)) = item {
+                    o.additional_properties = Some(Box::new(utoipa::openapi::schema::AdditionalProperties::FreeForm(false)));
+                }
+            }
+        }
         for (name, rules) in [("NewSubmission", Self::submission()), ("NewTuningRequest", Self::tuning_request())] {
             if let Some(RefOr::T(Schema::Object(o))) = schemas.get_mut(name) {
                 // One key (`allOf`): the extensions map is a HashMap, so a second key would
