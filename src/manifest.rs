@@ -147,6 +147,7 @@ impl L2Promotion {
 pub struct TensorMapSpec {
     pub operand: Operand,
     #[serde(rename = "box")]
+    #[schema(min_items = 2, max_items = 2)]
     pub box_dims: [u32; 2],
     pub swizzle: Swizzle,
     #[serde(default, skip_serializing_if = "L2Promotion::is_default")]

@@ -124,10 +124,12 @@ pub struct ManifestTemplate {
 pub struct LaunchTemplate {
     pub entry: String,
     /// Three expressions of M, N, K, e.g. `[{"ceil_div": ["N", 128]}, {"ceil_div": ["M", 128]}, 1]`.
-    #[schema(value_type = Vec<Object>)]
+    #[schema(value_type = Vec<Object>, min_items = 3, max_items = 3)]
     pub grid: [Expr; 3],
+    #[schema(min_items = 3, max_items = 3)]
     pub block: [u32; 3],
     #[serde(default = "no_cluster")]
+    #[schema(min_items = 3, max_items = 3)]
     pub cluster: [u32; 3],
     #[serde(default)]
     pub shared_mem_bytes: u32,
