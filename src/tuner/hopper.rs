@@ -1468,13 +1468,10 @@ pub fn swap_space(p: &Problem, sm_count: u32) -> Vec<HopperConfig> {
     let mut out = Vec::new();
     for &bn in widths {
         for c in swap_width_codes(bn, sm_count) {
-            if c.reduction.is_stream_k() {
+            if c.split > 1 {
+                // fp32 partials only; stream-K's count is its grid, the others' the waves.
                 if p.acc == Acc::F32 {
-                    out.push(c);
-                }
-            } else if c.split > 1 {
-                if p.acc == Acc::F32 {
-                    out.extend(split_counts(&c, p, sm_count));
+                    if c.reduction.is_stream_k() { out.push(c) } else { out.extend(split_counts(&c, p, sm_count)) }
                 }
             } else if (c.chains == 1 || p.acc == Acc::F32) && c.cluster_fits(p) {
                 out.push(c);
@@ -1490,7 +1487,8 @@ pub fn swap_space(p: &Problem, sm_count: u32) -> Vec<HopperConfig> {
 /// Every candidate for a problem: [`space`] and [`skinny_cluster_codes`] (the narrow tiles
 /// and the clusters where they suit it), then [`split_space`]; on the skinny shapes with
 /// acc=f32, two accumulator chains too, unsplit and split ([`skinny_chains_codes`],
-/// [`chains_split_space`]); up to [`SEARCH_SWAP_MAX_M`] tokens on tn, [`swap_space`]. Each with the L2 promotion [`wide_l2_suits`] the problem.
+/// [`chains_split_space`]); up to [`SEARCH_SWAP_MAX_M`] tokens on tn, [`swap_space`]. Each
+/// with the L2 promotion [`wide_l2_suits`] the problem.
 pub fn space_for(p: &Problem, sm_count: u32) -> Vec<HopperConfig> {
     let mut out = space();
     out.extend(skinny_cluster_codes());
