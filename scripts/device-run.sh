@@ -470,33 +470,44 @@ stage_nvrtc() {
     local repo; repo="$(cd "$here/.." && pwd)"; cd "$repo"
     eval "$(bash "$here/cuda-tools.sh" 2>/dev/null)"
     local lib; lib="$(dirname "$KAAS_PTXAS")/../../cuda_nvrtc/lib"
-    rm -rf .dev/nvrtc; mkdir -p .dev/nvrtc
-    xz -T0 -9 -c "$lib/libnvrtc.so.12" > .dev/nvrtc/libnvrtc.so.12.xz
-    gzip -c "$lib"/libnvrtc-builtins.so.12.? > .dev/nvrtc/libnvrtc-builtins.so.12.gz
-    tar czf .dev/nvrtc/headers.tgz -C .dev/cuda cutlass/cutlass_library/source/include/cute \
+    # Two folders, each carried by a call of its own: the tree (kernels/ grows with every
+    # catalog batch) and all of NVRTC no longer fit one carry's 64 MiB. The library is cut
+    # into parts; `nvrtc` there keeps each part it is given and unpacks once it has all.
+    rm -rf .dev/nvrtc .dev/nvrtc-1 .dev/nvrtc-2; mkdir -p .dev/nvrtc-1 .dev/nvrtc-2
+    xz -T0 -9 -c "$lib/libnvrtc.so.12" | split -b 20M -d -a 1 - .dev/nvrtc-1/libnvrtc.so.12.xz.part
+    mv .dev/nvrtc-1/libnvrtc.so.12.xz.part[1-9] .dev/nvrtc-2/
+    ls .dev/nvrtc-[12]/libnvrtc.so.12.xz.part* | wc -l | tr -d ' ' > .dev/nvrtc-2/parts
+    gzip -c "$lib"/libnvrtc-builtins.so.12.? > .dev/nvrtc-2/libnvrtc-builtins.so.12.gz
+    tar czf .dev/nvrtc-2/headers.tgz -C .dev/cuda cutlass/cutlass_library/source/include/cute \
         cutlass/cutlass_library/source/include/cutlass cccl/nvidia/cuda_cccl/include nvidia/cuda_runtime/include nvidia/cuda_nvcc/include/crt
-    echo "$KAAS_HEADER_SET" > .dev/nvrtc/header_set
-    du -sh .dev/nvrtc
+    echo "$KAAS_HEADER_SET" > .dev/nvrtc-2/header_set
+    du -sh .dev/nvrtc-1 .dev/nvrtc-2
 }
 
 # NVRTC 12.9 and the header set for compiling CUDA source on the device: unpacked once per
 # machine from the carried .dev/nvrtc into .dev/nvrtc12 (ignored, so it stays between
 # calls), then exported as the service's compile environment.
 nvrtc12() {
-    local repo dst; repo="$(repo_root)"; dst="$repo/.dev/nvrtc12"
+    local repo dst keep; repo="$(repo_root)"; dst="$repo/.dev/nvrtc12"; keep="$repo/.dev/nvrtc-kept"
     if [[ ! -e "$dst/lib/libnvrtc.so.12" ]]; then
-        [[ -f "$repo/.dev/nvrtc/libnvrtc.so.12.xz" ]] || { echo "no NVRTC 12 here: stage-nvrtc, then carry .dev/nvrtc" >&2; return 1; }
+        # What this call carried joins what earlier calls of the same warm machine left.
+        mkdir -p "$keep"
+        for d in "$repo/.dev/nvrtc-1" "$repo/.dev/nvrtc-2"; do [[ -d "$d" ]] && cp -f "$d"/* "$keep"/; done
+        local have; have=$(ls "$keep"/libnvrtc.so.12.xz.part* 2>/dev/null | wc -l)
+        if [[ ! -f "$keep/parts" || "$have" -lt "$(cat "$keep/parts")" ]]; then
+            echo "NVRTC 12: $have part(s) here of $(cat "$keep/parts" 2>/dev/null || echo '?'): carry .dev/nvrtc-1 in one call and .dev/nvrtc-2 in the next (stage-nvrtc)" >&2
+            return 1
+        fi
         mkdir -p "$dst/lib"
-        python3 -c 'import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], "wb"))' \
-            "$repo/.dev/nvrtc/libnvrtc.so.12.xz" "$dst/lib/libnvrtc.so.12.tmp"
+        cat "$keep"/libnvrtc.so.12.xz.part* | python3 -c 'import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.stdin.buffer), open(sys.argv[1], "wb"))' \
+            "$dst/lib/libnvrtc.so.12.tmp"
         mv "$dst/lib/libnvrtc.so.12.tmp" "$dst/lib/libnvrtc.so.12"
-        gunzip -c "$repo/.dev/nvrtc/libnvrtc-builtins.so.12.gz" > "$dst/lib/libnvrtc-builtins.so.12.9"
+        gunzip -c "$keep/libnvrtc-builtins.so.12.gz" > "$dst/lib/libnvrtc-builtins.so.12.9"
         ln -sf libnvrtc.so.12 "$dst/lib/libnvrtc.so"
-        # The headers serve CUDA source submissions only; the tuner's templates include
-        # none. Carrying just the two libraries keeps the tree and NVRTC under one carry.
-        if [[ -f "$repo/.dev/nvrtc/headers.tgz" ]]; then
-            tar xzf "$repo/.dev/nvrtc/headers.tgz" -C "$dst"
-            cp "$repo/.dev/nvrtc/header_set" "$dst/header_set"
+        # The headers serve CUDA source submissions only; the tuner's templates include none.
+        if [[ -f "$keep/headers.tgz" ]]; then
+            tar xzf "$keep/headers.tgz" -C "$dst"
+            cp "$keep/header_set" "$dst/header_set"
         else
             echo "none (templates only)" > "$dst/header_set"
         fi
@@ -703,10 +714,10 @@ for kind in ("alone", "busy"):
 PY
 }
 
-# Tuning on demand, as a user asks for it (NVRTC first, in a call of its own that carries
-# only .dev/nvrtc/libnvrtc.so.12.xz and .dev/nvrtc/libnvrtc-builtins.so.12.gz and runs
-# `bash scripts/device-run.sh nvrtc`; then, within the warm machine's 30 s, this mode
-# carrying .dev/gpu: the tree, NVRTC and `kaas` exceed one carry): a worker per GPU (with NVRTC 12.9, since the
+# Tuning on demand, as a user asks for it (NVRTC first, in two calls of their own that
+# carry .dev/nvrtc-1, then .dev/nvrtc-2, each running `bash scripts/device-run.sh nvrtc`;
+# then, within the warm machine's 30 s, this mode carrying .dev/run: the tree, NVRTC and
+# `kaas` exceed one carry): a worker per GPU (with NVRTC 12.9, since the
 # tune job compiles the tuner's templates), `kaas request --workload $1 --tokens $2` (and
 # KAAS_REQUEST_PROBLEMS, a problem list) as
 # an admin with a search budget of $3 ms per problem, at most $4 seconds; the table of
