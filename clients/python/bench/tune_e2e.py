@@ -175,13 +175,13 @@ def load_json(path: Path, default):
     return json.loads(path.read_text()) if path.is_file() else default
 
 
-def bench_model(name: str, model, points: list, context: int, locks: dict, dc: str, reps: tuple) -> list:
+def bench_model(name: str, model, points: list, context: int, locks: dict, dc: str, reps: tuple, cache: Path) -> list:
     """Each point (phase, tokens) with each kernel set (before, after): plain and patched
     captured as two graphs and replayed in alternation. Graphs are timed and freed before
     the next kernel set is loaded, so no graph outlives the kernels it captured."""
     rows = []
     for which, lock in locks.items():
-        n = kt.use(lock=lock, device_class=dc)
+        n = kt.use(lock=lock, device_class=dc, cache=cache)  # where kt.use(service=...) put the PTX
         for phase, t in points:
             step = hf_layers.Step(model, t, 1, context) if phase == "decode" else hf_layers.Step(model, 1, t, 0)
             inner = inner_for(t, False)
@@ -352,7 +352,7 @@ def main() -> int:
     locks = {"before": state / "before.lock", "after": state / "after.lock"}
     rows = []
     for name in names:
-        rows += bench_model(name, models[name], points, args.context, locks, dc, reps)
+        rows += bench_model(name, models[name], points, args.context, locks, dc, reps, cache)
     print_table(rows, timing)
     result = {"device": gpu, "device_class": dc, "torch": torch.__version__,
               "transformers": __import__("transformers").__version__, "models": names, "layers": args.layers,
