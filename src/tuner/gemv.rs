@@ -9,6 +9,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::kernels::axes::{self, Axis, Knob, Names, Values, head_field};
 use crate::gpu::{GpuError, nvrtc};
 use crate::manifest::{ABI, Launch, Manifest};
 use crate::problem::{Acc, Arch, Layout, Problem};
@@ -19,6 +20,28 @@ pub const TC_TEMPLATE: &str = include_str!("../../kernels/templates/gemv_mma_hge
 pub const TC_TEMPLATE_NAME: &str = "gemv_mma_hgemm.cu";
 /// The entry names' prefix.
 pub const ENTRY_PREFIX: &str = "kaas_gemv_";
+/// The family's table (see [`crate::kernels::axes`]): the `tc` codes' vectors per lane, then the
+/// kernel (FMA or tensor cores: another template, so no define).
+pub static AXES: [Axis<GemvConfig>; 2] = [
+    Axis { name: "vec", values: Values::Count { tag: "_v", label: " v", define: "KAAS_VEC", allowed: &[1, 2, 4] }, label_rank: 1, get: |c| c.vec, set: |c, v| c.vec = v },
+    Axis { name: "tc", values: Values::Choice(&[Knob::DEFAULT, Knob::flag("_tc", " tc", &[])]), label_rank: 0, get: |c| u32::from(c.tc), set: |c, v| c.tc = v != 0 },
+];
+
+/// The family's names: `kaas_gemv_f32_tn_m1_r2_w4_u4`, then the rows of [`AXES`]. Each
+/// head field is one of the template's defines.
+pub static NAMES: Names<GemvConfig> = Names {
+    prefix: ENTRY_PREFIX,
+    head: &[
+        head_field!("m", "KAAS_MT" => mt),
+        head_field!("r", "KAAS_ROWS" => rows),
+        head_field!("w", "KAAS_KWARPS" => kwarps),
+        head_field!("u", "KAAS_UNROLL" => unroll),
+    ],
+    axes: &AXES,
+    // tn and fp32 accumulators only: the templates read neither.
+    acc_layout_defines: false,
+};
+
 /// Problems up to this many rows of A get the family's candidates: past 16 the weight's
 /// bytes are no longer what bounds the time, and the tensor-core families take over.
 pub const MAX_M: u32 = 16;
@@ -123,37 +146,18 @@ impl GemvConfig {
     }
 
     pub fn entry(&self, acc: Acc, layout: Layout) -> String {
-        let vec = if self.vec == 1 { String::new() } else { format!("_v{}", self.vec) };
-        let tc = if self.tc { "_tc" } else { "" };
-        format!("{ENTRY_PREFIX}{}_{}_m{}_r{}_w{}_u{}{vec}{tc}", acc.as_str(), layout.as_str(), self.mt, self.rows, self.kwarps, self.unroll)
+        NAMES.entry(self, acc, layout)
     }
 
     /// The configuration, accumulator and layout an entry name encodes.
     pub fn from_entry(entry: &str) -> Option<(GemvConfig, Acc, Layout)> {
-        let parts: Vec<&str> = entry.strip_prefix(ENTRY_PREFIX)?.split('_').collect();
-        let (tc, parts) = match parts[..] {
-            [ref head @ .., "tc"] => (true, head),
-            ref all => (false, all),
-        };
-        let num = |s: &str, tag: char| s.strip_prefix(tag)?.parse::<u32>().ok();
-        let (vec, parts) = match parts {
-            [head @ .., v] if v.starts_with('v') => (num(v, 'v')?, head),
-            all => (1, all),
-        };
-        let [acc, layout, mt, rows, kwarps, unroll] = parts[..] else { return None };
-        let cfg = GemvConfig { mt: num(mt, 'm')?, rows: num(rows, 'r')?, kwarps: num(kwarps, 'w')?, unroll: num(unroll, 'u')?, tc, vec };
-        let (acc, layout): (Acc, Layout) = (acc.parse().ok()?, layout.parse().ok()?);
+        let (cfg, acc, layout) = NAMES.parse(entry, GemvConfig { mt: 0, rows: 0, kwarps: 0, unroll: 0, tc: false, vec: 1 })?;
         cfg.validate().ok()?;
         (cfg.entry(acc, layout) == entry).then_some((cfg, acc, layout))
     }
 
     pub fn defines(&self, acc: Acc, layout: Layout) -> Vec<(String, String)> {
-        [("KAAS_MT", self.mt), ("KAAS_ROWS", self.rows), ("KAAS_KWARPS", self.kwarps), ("KAAS_UNROLL", self.unroll)]
-            .into_iter()
-            .chain(self.tc.then_some(("KAAS_VEC", self.vec)))
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .chain([("KAAS_ENTRY".to_string(), self.entry(acc, layout))])
-            .collect()
+        NAMES.defines(self, acc, layout)
     }
 
     pub fn threads(&self) -> u32 {
@@ -176,11 +180,9 @@ impl GemvConfig {
         }
     }
 
-    /// Short label, e.g. `gemv m1 r2 w4 u4`, `gemv-tc m8 r16 w4 u4`.
+    /// Short label, e.g. `gemv m1 r2 w4 u4`, `gemv m8 r16 w4 u4 tc v2`.
     pub fn label(&self) -> String {
-        let tc = if self.tc { "-tc" } else { "" };
-        let vec = if self.vec == 1 { String::new() } else { format!(" v{}", self.vec) };
-        format!("gemv{tc} m{} r{} w{} u{}{vec}", self.mt, self.rows, self.kwarps, self.unroll)
+        format!("gemv m{} r{} w{} u{}{}", self.mt, self.rows, self.kwarps, self.unroll, axes::label(&AXES, self, 1))
     }
 
     /// The template this configuration compiles, and its name.
@@ -266,6 +268,14 @@ mod tests {
 
     fn p(m: u32, n: u32, k: u32) -> Problem {
         Problem::new(Arch::Sm90, Acc::F32, Layout::Tn, Shape::new(m, n, k).unwrap())
+    }
+
+    /// The names and defines are data the two templates read (see [`axes::check_names`]).
+    #[test]
+    fn the_names_are_data_the_templates_read() {
+        let base = GemvConfig { mt: 1, rows: 1, kwarps: 1, unroll: 1, tc: false, vec: 1 };
+        let problems = axes::check_names(&NAMES, base, &[TEMPLATE, TC_TEMPLATE], &[]);
+        assert!(problems.is_empty(), "{problems:#?}");
     }
 
     #[test]

@@ -14,8 +14,8 @@ use std::sync::LazyLock;
 
 use serde::{Deserialize, Serialize};
 
-use super::axes::{self, Axis, Knob, Values};
-pub use super::axes::Reduction;
+use crate::kernels::axes::{self, Axis, Field, Knob, Names, Values, head_field};
+pub use crate::kernels::axes::Reduction;
 use crate::gpu::{GpuError, nvrtc};
 use crate::manifest::{ABI, Buffer, Dim, I32Value, L2Promotion, Launch, Manifest, Operand, Param, Swizzle, TensorMapSpec};
 use crate::problem::{Acc, Layout, Problem};
@@ -191,26 +191,8 @@ pub struct HopperConfig {
 }
 
 /// What tells two codes apart (one PTX each): every knob but the grid's size (persistent or
-/// not), the split count and the L2 promotion.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct HopperKey {
-    pub bm: u32,
-    pub bn: u32,
-    pub bk: u32,
-    pub stages: u32,
-    pub consumers: u32,
-    pub cluster_m: u32,
-    pub cluster_n: u32,
-    pub chains: u32,
-    pub reduction: Reduction,
-    pub consumer_mode: ConsumerMode,
-    pub epilogue: Epilogue,
-    pub wait0: bool,
-    pub desc: DescMode,
-    pub early_coords: bool,
-    pub grid: TileGrid,
-    pub swap: bool,
-}
+/// not), the split count and the L2 promotion, as the entry name (see [`NAMES`]) holds them.
+pub type HopperKey = axes::CodeKey;
 
 /// The Hopper family's table, in the entry name's order (see [`axes`]). The name's
 /// positional head (tile, ring, consumers, cluster rows, group) is [`HopperConfig::entry`]'s.
@@ -265,8 +247,21 @@ pub static AXES: [Axis<HopperConfig>; 12] = [
     Axis { name: "l2_promotion", values: Values::Choice(&[Knob::DEFAULT, Knob::flag("", " l2-256B", &[])]), label_rank: 6, get: |c| u32::from(c.l2_256), set: |c, v| c.l2_256 = v != 0 },
 ];
 
-/// The defines of the name's positional head, which no row of [`AXES`] sets.
-pub const HEAD_DEFINES: [&str; 9] = ["KAAS_BM", "KAAS_BN", "KAAS_BK", "KAAS_STAGES", "KAAS_CONSUMERS", "KAAS_CLUSTER_M", "KAAS_GROUP_M", "KAAS_ACC_F32", "KAAS_LAYOUT_TN"];
+/// The family's names: `kaas_wgmma_f32_tn_128x256x64_s4_c2_m1_g16`, then the rows of
+/// [`AXES`]. The head is the tile, the ring's slots, the consumers, the cluster's rows and
+/// the tile order's group (a constant of the template).
+pub static NAMES: Names<HopperConfig> = Names {
+    prefix: ENTRY_PREFIX,
+    head: &[
+        head_field!("", "KAAS_BM" => bm, "KAAS_BN" => bn, "KAAS_BK" => bk),
+        head_field!("s", "KAAS_STAGES" => stages),
+        head_field!("c", "KAAS_CONSUMERS" => consumers),
+        head_field!("m", "KAAS_CLUSTER_M" => cluster_m),
+        Field { tag: "g", defines: &["KAAS_GROUP_M"], get: |_| vec![GROUP_M], set: |_, v| v == [GROUP_M] },
+    ],
+    axes: &AXES,
+    acc_layout_defines: true,
+};
 
 /// The serialized form of [`HopperConfig`]: one field per knob, the on/off ones omitted when
 /// off, as tune state files since the first have it.
@@ -681,36 +676,17 @@ impl HopperConfig {
     /// The PTX entry: the positional head, then each row of [`AXES`] that is not at its
     /// default. The grid's size, the split count and the L2 promotion are not in it.
     pub fn entry(&self, acc: Acc, layout: Layout) -> String {
-        format!(
-            "{ENTRY_PREFIX}{}_{}_{}x{}x{}_s{}_c{}_m{}_g{GROUP_M}{}",
-            acc.as_str(),
-            layout.as_str(),
-            self.bm,
-            self.bn,
-            self.bk,
-            self.stages,
-            self.consumers,
-            self.cluster_m,
-            axes::suffixes(&AXES, self)
-        )
+        NAMES.entry(self, acc, layout)
     }
 
     /// The template's defines: the head's, then each row's, and the entry name.
     pub fn defines(&self, acc: Acc, layout: Layout) -> Vec<(String, String)> {
-        let head = [self.bm, self.bn, self.bk, self.stages, self.consumers, self.cluster_m, GROUP_M, u32::from(acc == Acc::F32), u32::from(layout == Layout::Tn)];
-        HEAD_DEFINES
-            .into_iter()
-            .zip(head)
-            .chain(axes::defines(&AXES, self))
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .chain([("KAAS_ENTRY".to_string(), self.entry(acc, layout))])
-            .collect()
+        NAMES.defines(self, acc, layout)
     }
 
     /// The code a configuration runs (one PTX each).
     pub fn code_key(&self) -> HopperKey {
-        let HopperConfig { bm, bn, stages, consumers, persistent: _, split: _, reduction, consumer_mode, cluster_m, cluster_n, chains, l2_256: _, epilogue, bk, desc, wait0, early_coords, grid, swap } = *self;
-        HopperKey { bm, bn, bk, stages, consumers, cluster_m, cluster_n, chains, reduction, consumer_mode, epilogue, wait0, desc, early_coords, grid, swap }
+        NAMES.code_key(self)
     }
 
     /// Whether the code can take the one-tile grids ([`TileGrid::TwoD`],
@@ -798,20 +774,7 @@ impl HopperConfig {
     /// parameter (or the cluster size): a split-K entry comes back with `split` 2, stream-K
     /// with one unit per cluster CTA, see [`HopperConfig::of_launch`]).
     pub fn from_entry(entry: &str) -> Option<(HopperConfig, Acc, Layout)> {
-        let mut cfg = HopperConfig::new(0, 0, 0, 0);
-        let head = axes::strip_suffixes(&AXES, entry.strip_prefix(ENTRY_PREFIX)?, &mut cfg)?;
-        let [acc, layout, tile, stages, consumers, cluster_m, group] = head.split('_').collect::<Vec<_>>()[..] else { return None };
-        let acc: Acc = acc.parse().ok()?;
-        let layout: Layout = layout.parse().ok()?;
-        let dims: Vec<u32> = tile.split('x').map(|d| d.parse().ok()).collect::<Option<_>>()?;
-        let [bm, bn, bk] = dims[..] else { return None };
-        (cfg.bm, cfg.bn, cfg.bk) = (bm, bn, bk);
-        cfg.stages = stages.strip_prefix('s')?.parse().ok()?;
-        cfg.consumers = consumers.strip_prefix('c')?.parse().ok()?;
-        cfg.cluster_m = cluster_m.strip_prefix('m')?.parse().ok()?;
-        if group != format!("g{GROUP_M}") {
-            return None;
-        }
+        let (mut cfg, acc, layout) = NAMES.parse(entry, HopperConfig::new(0, 0, 0, 0))?;
         cfg.split = match cfg.reduction {
             Reduction::None => 1,
             // Stream-K's grid is a launch parameter; whole clusters of it.
@@ -2763,23 +2726,7 @@ mod tests {
     /// Adding a knob is a row of [`AXES`] and its use in the template.
     #[test]
     fn the_table_is_data_a_name_can_carry() {
-        let problems = axes::check_table(&AXES, HopperConfig::new(64, 64, 4, 1));
-        assert!(problems.is_empty(), "{problems:#?}");
-        let rows: Vec<&str> = AXES.iter().flat_map(|a| a.define_names()).collect();
-        for d in HEAD_DEFINES {
-            assert!(!rows.contains(&d), "{d} is the head's and a row's");
-        }
-        for d in rows.iter().chain(HEAD_DEFINES.iter()) {
-            assert!(TEMPLATE.contains(&format!("#ifndef {d}\n")), "the template does not read {d}");
-        }
-        // And the template reads nothing else from outside but the entry name and the
-        // probe's own switches.
-        for line in TEMPLATE.lines().filter_map(|l| l.strip_prefix("#ifndef KAAS_")) {
-            let d = format!("KAAS_{line}");
-            assert!(rows.contains(&d.as_str()) || HEAD_DEFINES.contains(&d.as_str()) || ["KAAS_ENTRY", "KAAS_PROBE", "KAAS_MC_ARRIVE_CTA"].contains(&d.as_str()), "{d} is in no row");
-        }
-        // The mma family's table is the reduction's first four values.
-        let problems = axes::check_table(&crate::tuner::mma::AXES, crate::tuner::mma::space()[0]);
+        let problems = axes::check_names(&NAMES, HopperConfig::new(64, 64, 4, 1), &[TEMPLATE.as_str()], &["KAAS_PROBE", "KAAS_MC_ARRIVE_CTA"]);
         assert!(problems.is_empty(), "{problems:#?}");
     }
 

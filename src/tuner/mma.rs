@@ -9,8 +9,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::axes::{self, Axis, Knob, REDUCTION_KNOBS, Values};
-pub use super::axes::Reduction;
+use crate::kernels::axes::{self, Axis, Knob, Names, REDUCTION_KNOBS, Values, head_field};
+pub use crate::kernels::axes::Reduction;
 use crate::gpu::{GpuError, nvrtc};
 use crate::manifest::{ABI, Buffer, I32Value, Launch, Manifest, Param};
 use crate::problem::{Acc, Arch, Layout, Problem};
@@ -92,7 +92,7 @@ impl PartialOrd for MmaConfig {
     }
 }
 
-/// The family's table (see [`super::axes`]): the reduction, as the Hopper family names it.
+/// The family's table (see [`crate::kernels::axes`]): the reduction, as the Hopper family names it.
 pub static AXES: [Axis<MmaConfig>; 1] = [Axis {
     name: "reduction",
     values: Values::Choice(REDUCTIONS),
@@ -106,6 +106,18 @@ const REDUCTIONS: &[Knob] = REDUCTION_KNOBS.split_at(4).0;
 
 /// The entry names' prefix.
 pub const ENTRY_PREFIX: &str = "kaas_mma_";
+
+/// The family's names: `kaas_mma_f32_tn_64x64x64_w2x2_s4`, then the rows of [`AXES`].
+pub static NAMES: Names<MmaConfig> = Names {
+    prefix: ENTRY_PREFIX,
+    head: &[
+        head_field!("", "KAAS_BM" => bm, "KAAS_BN" => bn, "KAAS_BK" => bk),
+        head_field!("w", "KAAS_WARPS_M" => warps_m, "KAAS_WARPS_N" => warps_n),
+        head_field!("s", "KAAS_STAGES" => stages),
+    ],
+    axes: &AXES,
+    acc_layout_defines: true,
+};
 
 /// Units (output tiles × slices) the split counts aim at, in waves of one block per SM:
 /// half, one, two and four (small blocks share an SM, so more than one wave still runs at once).
@@ -169,36 +181,11 @@ impl MmaConfig {
     /// The PTX entry, e.g. `kaas_mma_f32_tn_64x64x64_w2x2_s4`, then the rows of [`AXES`]
     /// (the reduction's suffix with split-K).
     pub fn entry(&self, acc: Acc, layout: Layout) -> String {
-        format!(
-            "{ENTRY_PREFIX}{}_{}_{}x{}x{}_w{}x{}_s{}{}",
-            acc.as_str(),
-            layout.as_str(),
-            self.bm,
-            self.bn,
-            self.bk,
-            self.warps_m,
-            self.warps_n,
-            self.stages,
-            axes::suffixes(&AXES, self)
-        )
+        NAMES.entry(self, acc, layout)
     }
 
     pub fn defines(&self, acc: Acc, layout: Layout) -> Vec<(String, String)> {
-        [
-            ("KAAS_BM", self.bm),
-            ("KAAS_BN", self.bn),
-            ("KAAS_BK", self.bk),
-            ("KAAS_WARPS_M", self.warps_m),
-            ("KAAS_WARPS_N", self.warps_n),
-            ("KAAS_STAGES", self.stages),
-            ("KAAS_ACC_F32", u32::from(acc == Acc::F32)),
-            ("KAAS_LAYOUT_TN", u32::from(layout == Layout::Tn)),
-        ]
-        .into_iter()
-        .chain(axes::defines(&AXES, self))
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .chain([("KAAS_ENTRY".to_string(), self.entry(acc, layout))])
-        .collect()
+        NAMES.defines(self, acc, layout)
     }
 
     /// The same code with another split count.
@@ -230,17 +217,9 @@ impl MmaConfig {
     /// The configuration, accumulator and layout an entry name encodes; a split-K entry
     /// comes back with `split` 2 (the count is a launch parameter, see [`MmaConfig::of_launch`]).
     pub fn from_entry(entry: &str) -> Option<(MmaConfig, Acc, Layout)> {
-        let mut cfg = MmaConfig { bm: 0, bn: 0, bk: 0, warps_m: 0, warps_n: 0, stages: 0, split: 1, reduction: Reduction::None };
-        let rest = axes::strip_suffixes(&AXES, entry.strip_prefix(ENTRY_PREFIX)?, &mut cfg)?;
-        let [acc, layout, tile, warps, stages] = rest.split('_').collect::<Vec<_>>()[..] else { return None };
-        let acc: Acc = acc.parse().ok()?;
-        let layout: Layout = layout.parse().ok()?;
-        let dims: Vec<u32> = tile.split('x').map(|d| d.parse().ok()).collect::<Option<_>>()?;
-        let w: Vec<u32> = warps.strip_prefix('w')?.split('x').map(|d| d.parse().ok()).collect::<Option<_>>()?;
-        let [bm, bn, bk] = dims[..] else { return None };
-        let [warps_m, warps_n] = w[..] else { return None };
-        let split = if cfg.reduction == Reduction::None { 1 } else { 2 };
-        let cfg = MmaConfig { bm, bn, bk, warps_m, warps_n, stages: stages.strip_prefix('s')?.parse().ok()?, split, ..cfg };
+        let blank = MmaConfig { bm: 0, bn: 0, bk: 0, warps_m: 0, warps_n: 0, stages: 0, split: 1, reduction: Reduction::None };
+        let (mut cfg, acc, layout) = NAMES.parse(entry, blank)?;
+        cfg.split = if cfg.reduction == Reduction::None { 1 } else { 2 };
         cfg.validate().ok()?;
         (cfg.entry(acc, layout) == entry).then_some((cfg, acc, layout))
     }
@@ -514,6 +493,14 @@ mod tests {
             c.manifest(&prob).validate().unwrap();
             assert_eq!(MmaConfig::from_entry(&c.entry(Acc::F32, Layout::Tn)), Some((c, Acc::F32, Layout::Tn)));
         }
+    }
+
+    /// The names and defines are data the template reads (see [`axes::check_names`]); the
+    /// table is the reduction's first four values.
+    #[test]
+    fn the_names_are_data_the_template_reads() {
+        let problems = axes::check_names(&NAMES, space()[0], &[TEMPLATE], &["KAAS_GROUP_M"]);
+        assert!(problems.is_empty(), "{problems:#?}");
     }
 
     #[test]

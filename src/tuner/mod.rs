@@ -13,7 +13,6 @@
 //! workers verify them and benchmark them side by side with every baseline: the tuner's
 //! own timings only rank candidates, they are never served.
 
-pub mod axes;
 pub mod family;
 pub mod gemv;
 pub mod hopper;

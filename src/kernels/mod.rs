@@ -6,16 +6,31 @@
 //! shape and both layouts and accumulators. Plain pointers, no tensor maps: it runs on
 //! any sm_80+ device. Correctness first; speed is the tuner's business.
 
+pub mod axes;
+
+use self::axes::{Names, head_field};
 use crate::gpu::{GpuError, nvrtc};
 use crate::manifest::{ABI, Launch, Manifest};
 use crate::problem::{Acc, Layout, Problem};
 
 /// The template source, compiled into the binary so a worker needs no files beside it.
-pub const SIMPLE_HGEMM_TEMPLATE: &str = include_str!("../kernels/templates/simple_hgemm.cu");
+pub const SIMPLE_HGEMM_TEMPLATE: &str = include_str!("../../kernels/templates/simple_hgemm.cu");
 
 /// The PTX target the simple kernel is built for: sm_80 code runs on sm_80 and later
 /// (the driver JIT-compiles it for the device).
 pub const SIMPLE_HGEMM_TARGET: &str = "compute_80";
+
+/// The simple kernel's names: `kaas_simple_hgemm_f32_tn_128x128x32_w2x4`, a head and no
+/// rows (see [`axes`]).
+pub static SIMPLE_NAMES: Names<SimpleConfig> = Names {
+    prefix: "kaas_simple_hgemm_",
+    head: &[
+        head_field!("", "KAAS_BM" => bm, "KAAS_BN" => bn, "KAAS_BK" => bk),
+        head_field!("w", "KAAS_WARPS_M" => warps_m, "KAAS_WARPS_N" => warps_n),
+    ],
+    axes: &[],
+    acc_layout_defines: true,
+};
 
 /// Tile shape of the simple kernel: a `bm × bn` block tile of C, K advancing `bk` at a
 /// time, `warps_m × warps_n` warps per block.
@@ -76,39 +91,19 @@ impl SimpleConfig {
 
     /// The entry name, e.g. `kaas_simple_hgemm_f32_tn_128x128x32_w2x4`.
     pub fn entry(&self, acc: Acc, layout: Layout) -> String {
-        format!(
-            "kaas_simple_hgemm_{acc}_{layout}_{}x{}x{}_w{}x{}",
-            self.bm, self.bn, self.bk, self.warps_m, self.warps_n
-        )
+        SIMPLE_NAMES.entry(self, acc, layout)
     }
 
     /// The configuration, accumulator and layout an entry name encodes (the inverse of
     /// [`SimpleConfig::entry`]); `None` for any other name or a configuration that does not tile.
     pub fn from_entry(entry: &str) -> Option<(SimpleConfig, Acc, Layout)> {
-        let rest = entry.strip_prefix("kaas_simple_hgemm_")?;
-        let [acc, layout, tile, warps] = rest.split('_').collect::<Vec<_>>()[..] else { return None };
-        let acc: Acc = acc.parse().ok()?;
-        let layout: Layout = layout.parse().ok()?;
-        let dims: Vec<u32> = tile.split('x').map(|d| d.parse().ok()).collect::<Option<_>>()?;
-        let w: Vec<u32> = warps.strip_prefix('w')?.split('x').map(|d| d.parse().ok()).collect::<Option<_>>()?;
-        let [bm, bn, bk] = <[u32; 3]>::try_from(dims).ok()?;
-        let [warps_m, warps_n] = <[u32; 2]>::try_from(w).ok()?;
-        let cfg = SimpleConfig { bm, bn, bk, warps_m, warps_n };
+        let (cfg, acc, layout) = SIMPLE_NAMES.parse(entry, SimpleConfig::LARGE)?;
         cfg.validate(layout).ok()?;
         (cfg.entry(acc, layout) == entry).then_some((cfg, acc, layout))
     }
 
     fn defines(&self, acc: Acc, layout: Layout) -> Vec<(String, String)> {
-        vec![
-            ("KAAS_ENTRY".into(), self.entry(acc, layout)),
-            ("KAAS_ACC_F32".into(), u8::from(acc == Acc::F32).to_string()),
-            ("KAAS_LAYOUT_TN".into(), u8::from(layout == Layout::Tn).to_string()),
-            ("KAAS_BM".into(), self.bm.to_string()),
-            ("KAAS_BN".into(), self.bn.to_string()),
-            ("KAAS_BK".into(), self.bk.to_string()),
-            ("KAAS_WARPS_M".into(), self.warps_m.to_string()),
-            ("KAAS_WARPS_N".into(), self.warps_n.to_string()),
-        ]
+        SIMPLE_NAMES.defines(self, acc, layout)
     }
 }
 
@@ -171,6 +166,13 @@ mod tests {
         assert!(bad.validate(Layout::Tn).is_err());
         let bad = SimpleConfig { bk: 8, ..SimpleConfig::LARGE };
         assert!(bad.validate(Layout::Nn).is_err());
+    }
+
+    /// The names and defines are data the template reads (see [`axes::check_names`]).
+    #[test]
+    fn the_names_are_data_the_template_reads() {
+        let problems = axes::check_names(&SIMPLE_NAMES, SimpleConfig::LARGE, &[SIMPLE_HGEMM_TEMPLATE], &[]);
+        assert!(problems.is_empty(), "{problems:#?}");
     }
 
     #[test]

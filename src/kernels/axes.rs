@@ -1,13 +1,17 @@
 //! The configuration space as data: each template family's knobs are rows of one table
-//! ([`Axis`]), and the entry name's suffixes, their parsing, the template's `KAAS_*` defines
-//! and the label's words are all derived from it. A new knob is one row here (and its
-//! field in the configuration), and its use in the template: nothing else names it.
+//! ([`Axis`]), its always-present dimensions the fields of a positional head ([`Field`]),
+//! and the entry name, its parsing, the template's `KAAS_*` defines and the label's words
+//! are all derived from the two ([`Names`]). A new knob is one row here (and its field in
+//! the configuration), and its use in the template: nothing else names it.
 //!
-//! An entry name is `<prefix><positional head><suffix of each row, in table order>`, where
-//! a row at its default value adds nothing; parsing strips the rows' suffixes from the end,
-//! last row first, and a name parses only if printing the result gives the same name back.
-//! The label reads the rows in `label_rank` order (the name's order is fixed by the shipped
-//! catalog; the label's by the tuner's reports).
+//! An entry name is `<prefix><acc>_<layout>_<field>_<field>…<suffix of each row, in table
+//! order>`, where a row at its default value adds nothing; parsing strips the rows' suffixes
+//! from the end, last row first, then reads the head's fields in order, and a name parses
+//! only if printing the result gives the same name back. The label reads the rows in
+//! `label_rank` order (the name's order is fixed by the shipped catalog; the label's by
+//! the tuner's reports).
+
+use crate::problem::{Acc, Layout};
 
 /// Split-K's reduction across a tile's K-slices. Every value but `None` needs a split count
 /// of 2 or more (the slices), and `None` a count of 1.
@@ -221,6 +225,111 @@ pub fn label<C>(axes: &[Axis<C>], cfg: &C, split: u32) -> String {
     rows.iter().map(|a| a.label((a.get)(cfg), split)).collect()
 }
 
+/// One field of an entry name's positional head: `tag`, then its values joined by `x`
+/// (`128x128x32`, `w2x4`, `s4`), each value with the template define it sets.
+pub struct Field<C> {
+    pub tag: &'static str,
+    /// One per value, in order.
+    pub defines: &'static [&'static str],
+    pub get: fn(&C) -> Vec<u32>,
+    /// Sets the values (as many as `defines`); false where the field takes no such values
+    /// (a constant field, such as the Hopper family's tile group, takes only its own).
+    pub set: fn(&mut C, &[u32]) -> bool,
+}
+
+/// A code's identity within its family: see [`Names::code_key`].
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct CodeKey(Vec<u32>);
+
+/// A head [`Field`] of plain `u32` fields of the configuration, each with its define:
+/// `head_field!("w", "KAAS_WARPS_M" => warps_m, "KAAS_WARPS_N" => warps_n)`.
+macro_rules! head_field {
+    ($tag:literal, $($define:literal => $f:ident),+) => {
+        $crate::kernels::axes::Field {
+            tag: $tag,
+            defines: &[$($define),+],
+            get: |c| vec![$(c.$f),+],
+            set: |c, v| {
+                let &[$($f),+] = v else { return false };
+                $(c.$f = $f;)+
+                true
+            },
+        }
+    };
+}
+pub(crate) use head_field;
+
+/// A family's names and defines: its prefix, its head's fields and its table of rows.
+pub struct Names<C: 'static> {
+    pub prefix: &'static str,
+    pub head: &'static [Field<C>],
+    pub axes: &'static [Axis<C>],
+    /// Whether the template reads `KAAS_ACC_F32` and `KAAS_LAYOUT_TN` (a family that builds
+    /// one accumulator and layout only reads neither).
+    pub acc_layout_defines: bool,
+}
+
+impl<C: Copy> Names<C> {
+    /// The entry name of a configuration.
+    pub fn entry(&self, cfg: &C, acc: Acc, layout: Layout) -> String {
+        let mut name = format!("{}{}_{}", self.prefix, acc.as_str(), layout.as_str());
+        for f in self.head {
+            let values: Vec<String> = (f.get)(cfg).iter().map(u32::to_string).collect();
+            name.push('_');
+            name.push_str(f.tag);
+            name.push_str(&values.join("x"));
+        }
+        name.push_str(&suffixes(self.axes, cfg));
+        name
+    }
+
+    /// The configuration (the rest of it from `base`), accumulator and layout a name
+    /// encodes, before the family's own checks: the caller validates the configuration and
+    /// that it prints the same name back.
+    pub fn parse(&self, entry: &str, mut cfg: C) -> Option<(C, Acc, Layout)> {
+        let head = strip_suffixes(self.axes, entry.strip_prefix(self.prefix)?, &mut cfg)?;
+        let parts: Vec<&str> = head.split('_').collect();
+        let [acc, layout, fields @ ..] = &parts[..] else { return None };
+        if fields.len() != self.head.len() {
+            return None;
+        }
+        for (f, text) in self.head.iter().zip(fields) {
+            let values: Vec<u32> = text.strip_prefix(f.tag)?.split('x').map(|d| d.parse().ok()).collect::<Option<_>>()?;
+            if values.len() != f.defines.len() || !(f.set)(&mut cfg, &values) {
+                return None;
+            }
+        }
+        Some((cfg, acc.parse().ok()?, layout.parse().ok()?))
+    }
+
+    /// The template's defines: the head's, the accumulator and layout (where the template
+    /// reads them), each row's, and the entry name.
+    pub fn defines(&self, cfg: &C, acc: Acc, layout: Layout) -> Vec<(String, String)> {
+        let acc_layout = [("KAAS_ACC_F32", u32::from(acc == Acc::F32)), ("KAAS_LAYOUT_TN", u32::from(layout == Layout::Tn))];
+        self.head
+            .iter()
+            .flat_map(|f| f.defines.iter().copied().zip((f.get)(cfg)))
+            .chain(acc_layout.into_iter().filter(|_| self.acc_layout_defines))
+            .chain(defines(self.axes, cfg))
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .chain([("KAAS_ENTRY".to_string(), self.entry(cfg, acc, layout))])
+            .collect()
+    }
+
+    /// What tells two codes apart (one PTX each, for one accumulator and layout): the
+    /// head's values and every named row's, so a launch choice is not in it.
+    pub fn code_key(&self, cfg: &C) -> CodeKey {
+        let head = self.head.iter().flat_map(|f| (f.get)(cfg));
+        CodeKey(head.chain(self.axes.iter().filter(|a| a.named()).map(|a| (a.get)(cfg))).collect())
+    }
+
+    /// Every define the head sets, the accumulator's and layout's included where read.
+    pub fn head_define_names(&self) -> Vec<&'static str> {
+        let acc_layout = ["KAAS_ACC_F32", "KAAS_LAYOUT_TN"].into_iter().filter(|_| self.acc_layout_defines);
+        self.head.iter().flat_map(|f| f.defines.iter().copied()).chain(acc_layout).collect()
+    }
+}
+
 /// Checks that a table is data a name can carry: no two values of any rows share a
 /// suffix, no define is set by two rows, and every value's suffix parses back to it.
 #[cfg(test)]
@@ -260,6 +369,34 @@ pub fn check_table<C: Copy>(axes: &[Axis<C>], base: C) -> Vec<String> {
                 problems.push(format!("define {d} of {} is also set by {other}", a.name));
             }
             defines.push((d, a.name));
+        }
+    }
+    problems
+}
+
+/// Checks a family's names as [`check_table`] checks its rows, and its defines against its
+/// templates: no define is both the head's and a row's, every one is read by one of the
+/// templates (`#ifndef KAAS_…`), and the templates read nothing else from outside but the
+/// entry name and `extra` (switches no configuration sets, such as diagnostics).
+#[cfg(test)]
+pub fn check_names<C: Copy>(names: &Names<C>, base: C, templates: &[&str], extra: &[&str]) -> Vec<String> {
+    let mut problems = check_table(names.axes, base);
+    let head = names.head_define_names();
+    let rows: Vec<&str> = names.axes.iter().flat_map(|a| a.define_names()).collect();
+    for d in &head {
+        if rows.contains(d) {
+            problems.push(format!("{d} is the head's and a row's"));
+        }
+    }
+    for d in head.iter().chain(&rows) {
+        if !templates.iter().any(|t| t.contains(&format!("#ifndef {d}\n"))) {
+            problems.push(format!("no template reads {d}"));
+        }
+    }
+    for line in templates.iter().flat_map(|t| t.lines()).filter_map(|l| l.strip_prefix("#ifndef KAAS_")) {
+        let d = format!("KAAS_{}", line.trim());
+        if !(head.contains(&d.as_str()) || rows.contains(&d.as_str()) || d == "KAAS_ENTRY" || extra.contains(&d.as_str())) {
+            problems.push(format!("a template reads {d}, which no field or row sets"));
         }
     }
     problems
