@@ -1386,7 +1386,8 @@ pub const SEARCH_SWAP_MAX_M: u32 = 48;
 
 /// Swap-AB codes (`_sw`, tn): for each token width of [`SWAP_BN`] (a problem takes the
 /// narrowest that holds its M, [`swap_space`]), tiles of 64 and 128 weight rows with one
-/// consumer and 128 with two, each with the rings [`rings`] gives; the deepest ring also
+/// consumer and 128 and 256 with two (cuBLASLt's own swap-AB kernels stream up to 384 rows
+/// a slot at 32 tokens), each with the rings [`rings`] gives; the deepest ring also
 /// with the atomic split-K (`split` 2 stands for every count) and in a cluster of two along
 /// the weight's rows that multicasts the tokens; and two accumulator chains on the one-
 /// consumer tiles of up to 32 tokens; and stream-K, plain and hybrid, on the deepest ring
@@ -1398,7 +1399,7 @@ pub fn swap_codes() -> Vec<HopperConfig> {
 /// [`swap_codes`] of one token width, stream-K on a grid of `sm_count`.
 fn swap_width_codes(bn: u32, sm_count: u32) -> Vec<HopperConfig> {
     let mut out = Vec::new();
-    for (bm, consumers) in [(64, 1), (128, 1), (128, 2)] {
+    for (bm, consumers) in [(64, 1), (128, 1), (128, 2), (256, 2)] {
         let base = HopperConfig { swap: true, ..HopperConfig::new(bm, bn, 2, consumers) };
         let all = rings(base);
         let Some(deepest) = all.first().copied() else { continue };
@@ -2248,6 +2249,22 @@ mod tests {
         assert!(swap_space(&f16, 132).iter().all(|c| c.split == 1 && c.chains == 1));
         // The TMA store does not build with it.
         assert!(HopperConfig { epilogue: Epilogue::TmaStore, ..*c }.validate().is_err() && tma_store_twin(c).is_none());
+        // 256 weight rows with two consumers at every width up to 128 tokens (256 would hold
+        // 256 accumulators a thread), in each of the kinds the GPU suite runs
+        // (`swap_ab_256_row_tiles_pass_the_verifier`).
+        for bn in SWAP_BN {
+            let wide: Vec<&HopperConfig> = codes.iter().filter(|c| c.bm == 256 && c.bn == bn).collect();
+            let kinds = [
+                wide.iter().any(|c| c.consumers == 2 && c.split == 1 && c.cluster_size() == 1 && c.chains == 1),
+                wide.iter().any(|c| c.reduction == Reduction::Atomic),
+                wide.iter().any(|c| c.reduction == Reduction::StreamK),
+                wide.iter().any(|c| c.reduction == Reduction::StreamKHybrid),
+                wide.iter().any(|c| c.cluster_m == 2),
+            ];
+            // The pair shares whole 8-row slices of the tokens: half the width a multiple of 8.
+            let fits = bn <= 128;
+            assert_eq!(kinds, [fits, fits, fits, fits, fits && bn % 16 == 0], "256-row codes {bn} tokens wide");
+        }
     }
 
     #[test]

@@ -746,7 +746,7 @@ fn swap_ab_hopper_kernels_pass_the_verifier() {
         let bn = space.first().expect("swap codes").bn;
         let kinds: [(&str, &dyn Fn(&HopperConfig) -> bool); 7] = [
             ("c1", &|c| c.consumers == 1 && c.split == 1 && c.cluster_size() == 1 && c.chains == 1),
-            ("c2", &|c| c.consumers == 2 && c.split == 1 && c.cluster_size() == 1),
+            ("c2", &|c| c.consumers == 2 && c.bm == 128 && c.split == 1 && c.cluster_size() == 1),
             ("split", &|c| c.reduction == Reduction::Atomic),
             ("stream-K", &|c| c.reduction == Reduction::StreamK),
             ("hybrid", &|c| c.reduction == Reduction::StreamKHybrid),
@@ -772,6 +772,40 @@ fn swap_ab_hopper_kernels_pass_the_verifier() {
         runs.run_f16_tn(code, (code.bn.min(100), 1000, 520));
     }
     println!("{} swap-AB runs", runs.runs);
+    runs.assert_all_passed();
+}
+
+/// Swap-AB's 256-row weight tiles (two consumers of 128 rows): unsplit on both grids, the
+/// atomic split, stream-K (plain and hybrid) and the multicast pair, on token counts the
+/// tile does not divide (8 to 128 wide) and weights of 520 to 2052 rows. The codes are the family's own
+/// ([`swap_codes`](kaas::tuner::hopper::swap_codes)) at each problem's token width, also
+/// where the problem's search would not offer a split (three K-tiles, three weight tiles).
+#[test]
+fn swap_ab_256_row_tiles_pass_the_verifier() {
+    use kaas::tuner::hopper::{self, HopperConfig, Reduction};
+    if !hopper_or_skip() {
+        return;
+    }
+    let mut runs = VerifierRuns::new("SWAP256");
+    let codes: Vec<HopperConfig> = hopper::swap_codes().into_iter().filter(|c| c.bm == 256).collect();
+    // 256 rows by 256 tokens would hold 256 accumulators a thread: the widest is 128.
+    for (m, n, k) in [(13, 2052, 4104), (30, 1000, 1000), (45, 520, 136), (100, 700, 520)] {
+        let p = Problem::new(Arch::Sm90, Acc::F32, Layout::Tn, Shape::new(m, n, k).expect("shape"));
+        let bn = hopper::swap_space(&p, 132).first().expect("swap codes").bn;
+        let of_256 = |pick: &dyn Fn(&HopperConfig) -> bool| codes.iter().find(|c| c.bn == bn && pick(c)).copied();
+        let unsplit = of_256(&|c| c.split == 1 && c.cluster_size() == 1 && c.chains == 1).expect("a 256-row code");
+        let ptx = hopper::compile(&unsplit, Acc::F32, Layout::Tn).expect("compile");
+        runs.run_grids(&p, &unsplit, &ptx, &[None, Some(3)]);
+        for (reduction, split) in [(Reduction::Atomic, 3), (Reduction::StreamK, 7), (Reduction::StreamKHybrid, 7)] {
+            let code = of_256(&|c| c.reduction == reduction).expect("a 256-row split code");
+            let ptx = hopper::compile(&code, Acc::F32, Layout::Tn).expect("compile");
+            runs.run_code(&p, &HopperConfig { split, ..code }, &ptx);
+        }
+        let pair = of_256(&|c| c.cluster_m == 2).expect("a 256-row pair");
+        let ptx = hopper::compile(&pair, Acc::F32, Layout::Tn).expect("compile");
+        runs.run_code(&p, &pair, &ptx);
+    }
+    assert!(runs.runs >= 24, "{} runs", runs.runs);
     runs.assert_all_passed();
 }
 
