@@ -24,7 +24,7 @@ use super::routes::{artifacts, catalog, overview, signing, submissions, system, 
         submissions::create, submissions::list, submissions::get, submissions::events, submissions::cancel, submissions::remove,
         tuning::create, tuning::get, tuning::events, tuning::get_tune,
     ),
-    modifiers(&BearerAuth, &BodyRules),
+    modifiers(&BearerAuth, &BodyRules, &ExprSchema),
     tags(
         (name = "catalog", description = "Problems, best kernels and their PTX"),
         (name = "artifacts", description = "Content-addressed PTX"),
@@ -52,8 +52,8 @@ impl Modify for BearerAuth {
 /// `compile_options` only with `cuda_source` and `source` not with it, and exactly one of
 /// non-empty `manifests` or a `template` with non-empty `problems`. `NewTuningRequest`
 /// (`work::tune`): exactly one of non-empty `problems` or a `workload`, `tokens` only with
-/// a `workload`. A null counts as absent, as serde reads it. And a kernel parameter
-/// (`Param`) is an object of one key.
+/// a `workload`. A null counts as absent, as serde reads it. A kernel parameter (`Param`)
+/// is an object of one key, and a define's name and value are the words `-D` takes.
 struct BodyRules;
 
 impl BodyRules {
@@ -102,12 +102,77 @@ impl Modify for BodyRules {
                 }
             }
         }
+        // A define is `-D NAME=VALUE`: NAME a C identifier, VALUE a short plain word
+        // (`compile::nvrtc_options`).
+        let defines = serde_json::json!({
+            "type": "object",
+            "description": "`-D NAME=VALUE`: NAME a C identifier, VALUE letters, digits and `_ . + -` (may be empty); at most 64 each.",
+            "propertyNames": {"type": "string", "pattern": "^[A-Za-z_][A-Za-z0-9_]{0,63}$"},
+            "additionalProperties": {"type": "string", "pattern": "^[A-Za-z0-9_.+-]{0,64}$"},
+        });
+        if let (Some(RefOr::T(Schema::Object(o))), Ok(defines)) = (schemas.get_mut("CompileOptions"), serde_json::from_value::<Schema>(defines)) {
+            o.properties.insert("defines".into(), RefOr::T(defines));
+        }
         for (name, rules) in [("NewSubmission", Self::submission()), ("NewTuningRequest", Self::tuning_request())] {
             if let Some(RefOr::T(Schema::Object(o))) = schemas.get_mut(name) {
                 // One key (`allOf`): the extensions map is a HashMap, so a second key would
                 // print in no fixed order and the committed document would drift.
                 o.extensions.get_or_insert_with(Default::default).insert("allOf".into(), rules);
             }
+        }
+    }
+}
+
+/// A manifest template's expression of M, N and K (`manifest::template::Expr`), which the
+/// generator cannot write (it recurses): a non-negative integer, `"M"`, `"N"` or `"K"`, or an
+/// object of one operator over expressions (`ceil_div` of two, `product`, `sum`, `min`,
+/// `max` of one or more), as the component `Expr`; the template's `workspace_bytes` and
+/// grid point to it. The depth limit (8) and the arithmetic's range are the server's.
+struct ExprSchema;
+
+impl ExprSchema {
+    fn schema() -> serde_json::Value {
+        use serde_json::json;
+        let of = |op: &str, min: u32, max: Option<u32>| {
+            let mut list = json!({"type": "array", "items": {"$ref": "#/components/schemas/Expr"}, "minItems": min});
+            if let Some(max) = max {
+                list["maxItems"] = max.into();
+            }
+            json!({"type": "object", "required": [op], "properties": {op: list}, "additionalProperties": false})
+        };
+        json!({
+            "description": "An expression of M, N and K: a non-negative integer, `M`, `N` or `K`, or one operator over expressions (`{\"ceil_div\": [a, b]}`, `product`, `sum`, `min`, `max` of one or more), nested at most 8 deep.",
+            "oneOf": [
+                {"type": "integer", "minimum": 0},
+                {"type": "string", "enum": ["M", "N", "K"]},
+                of("ceil_div", 2, Some(2)), of("product", 1, None), of("sum", 1, None), of("min", 1, None), of("max", 1, None),
+            ]
+        })
+    }
+}
+
+impl Modify for ExprSchema {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::schema::{ArrayBuilder, Schema};
+        use utoipa::openapi::{Ref, RefOr};
+        let Some(schemas) = openapi.components.as_mut().map(|c| &mut c.schemas) else { return };
+        let Ok(expr) = serde_json::from_value::<Schema>(Self::schema()) else { return };
+        schemas.insert("Expr".into(), RefOr::T(expr));
+        let expr_ref = |description: &str| {
+            let mut r = Ref::from_schema_name("Expr");
+            r.description = description.into();
+            RefOr::Ref(r)
+        };
+        if let Some(RefOr::T(Schema::Object(o))) = schemas.get_mut("ManifestTemplate") {
+            o.properties.insert("workspace_bytes".into(), expr_ref("An expression of M, N, K (default 0)."));
+        }
+        if let Some(RefOr::T(Schema::Object(o))) = schemas.get_mut("LaunchTemplate") {
+            let grid = ArrayBuilder::new()
+                .items(expr_ref(""))
+                .min_items(Some(3))
+                .max_items(Some(3))
+                .description(Some("Three expressions of M, N, K, e.g. `[{\"ceil_div\": [\"N\", 128]}, {\"ceil_div\": [\"M\", 128]}, 1]`."));
+            o.properties.insert("grid".into(), RefOr::T(Schema::Array(grid.build())));
         }
     }
 }

@@ -30,11 +30,12 @@ use crate::problem::{Acc, Arch, Layout, Problem, Shape};
 /// Deepest nesting an expression may have.
 const MAX_DEPTH: usize = 8;
 
-/// An expression of M, N and K (see the module docs). In the OpenAPI document it is an
-/// untyped value: JSON Schema cannot say "integer, `M`/`N`/`K`, or an operator object"
-/// without recursion that the generator does not handle.
+/// An expression of M, N and K (see the module docs). The OpenAPI document's `Expr` is
+/// written by hand (`api::openapi`): the generator does not handle the recursion. An
+/// operator object has exactly one key: `{"min": [1, 2], "max": [1]}` is refused, not
+/// read as its first operator.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(untagged)]
+#[serde(untagged, deny_unknown_fields)]
 pub enum Expr {
     Const(u64),
     Dim(Dim),

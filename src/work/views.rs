@@ -40,9 +40,13 @@ pub struct NewSubmission {
     /// Device classes to run on; the classes of the workers seen lately when absent.
     #[serde(default)]
     pub device_classes: Option<Vec<String>>,
+    /// No control characters but newline and tab.
     #[serde(default)]
+    #[schema(pattern = "^[^\\u0000-\\u0008\\u000B-\\u001F\\u007F-\\u009F]*$")]
     pub name: Option<String>,
+    /// No control characters but newline and tab.
     #[serde(default)]
+    #[schema(pattern = "^[^\\u0000-\\u0008\\u000B-\\u001F\\u007F-\\u009F]*$")]
     pub description: Option<String>,
     /// The CUDA C++ source, shown with the kernel (never compiled by the service).
     #[serde(default)]

@@ -579,6 +579,16 @@ async fn the_document_states_the_submission_rules_the_server_enforces() {
         b
     };
     let sha = "0".repeat(64);
+    // The PTX submission's manifest as a template for its one problem, with another grid.
+    let grid = ok["manifests"][0]["launches"][0]["grid"].clone();
+    let template = |b: &mut serde_json::Value, grid: serde_json::Value| {
+        let m = b.as_object_mut().unwrap().remove("manifests").unwrap()[0].clone();
+        let mut launch = m["launches"][0].clone();
+        launch["grid"] = grid;
+        let p = &m["problem"];
+        b["template"] = serde_json::json!({"abi": m["abi"], "arch": p["arch"], "acc": p["acc"], "layout": p["layout"], "workspace_bytes": m["workspace_bytes"], "launches": [launch]});
+        b["problems"] = serde_json::json!([format!("{}x{}x{}", p["m"], p["n"], p["k"])]);
+    };
     let tune = |b: serde_json::Value| TestRequest::post().uri("/v1/tuning-requests").insert_header(("Authorization", format!("Bearer {t}"))).set_json(b);
     let tunes: Vec<(&str, serde_json::Value, bool, u16)> = vec![
         ("a tuning request", serde_json::json!({"problems": ["tn:64x64x64"]}), true, 201),
@@ -604,6 +614,14 @@ async fn the_document_states_the_submission_rules_the_server_enforces() {
         ("a template beside manifests", with(&|b| b["template"] = serde_json::json!({"abi": "kaas.hgemm.v1", "arch": "sm_90", "acc": "f32", "layout": "tn", "launches": []})), false, 422),
         ("a template without problems", with(&|b| { b["manifests"] = serde_json::json!([]); b["template"] = serde_json::json!({"abi": "kaas.hgemm.v1", "arch": "sm_90", "acc": "f32", "layout": "tn", "launches": []}) }), false, 422),
         ("PTX that is not PTX", with(&|b| b["ptx"] = "not ptx".into()), true, 422),
+        ("a description with a control character", with(&|b| b["description"] = "one\u{1}two".into()), false, 400),
+        // Newline and tab are text (the same kernel and problem as the first: 200).
+        ("a description of lines", with(&|b| b["description"] = "one\n\ttwo".into()), true, 200),
+        // A template's grid holds integers, `M`/`N`/`K` and operator objects, nested (the
+        // same kernel and problem as the first: the submission it made, 200).
+        ("a template", with(&|b| template(b, serde_json::json!([{"min": [{"sum": [grid[0], 0]}, "M"]}, {"product": [grid[1], 1]}, grid[2]]))), true, 200),
+        ("a template's empty product", with(&|b| template(b, serde_json::json!([{"product": []}, grid[1], grid[2]]))), false, 422),
+        ("a template's operator of two keys", with(&|b| template(b, serde_json::json!([{"min": [1, 2], "max": [1]}, grid[1], grid[2]]))), false, 400),
     ];
     for (what, b, _, status) in &cases {
         let r = call(&app, submit_req(&t, b.clone())).await;
