@@ -7,6 +7,8 @@ use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 
+use super::error::ProblemDetails;
+
 /// Why a connection was not admitted: its status (429 over the per-address cap, 503 over
 /// the total), stable code and detail.
 #[derive(Debug, Clone, PartialEq)]
@@ -20,7 +22,7 @@ impl Refused {
     /// The whole problem+json response, with `Retry-After` on a 503.
     pub fn response(&self) -> String {
         let extra = if self.status == 503 { "retry-after: 1\r\n" } else { "" };
-        super::downloads::problem_text(self.status, self.code, &self.detail, true, extra)
+        problem_text(self.status, self.code, &self.detail, true, extra)
     }
 }
 
@@ -87,6 +89,26 @@ impl Drop for Slot {
             }
         }
     }
+}
+
+/// A whole problem+json response written to a socket by hand (a refused connection, a
+/// head the front or the downloads listener cannot read), in the API's `ProblemDetails` shape.
+pub(super) fn problem_text(status: u16, code: &str, detail: &str, close: bool, headers: &str) -> String {
+    let reason = actix_web::http::StatusCode::from_u16(status).ok().and_then(|s| s.canonical_reason()).unwrap_or("Error");
+    let details = ProblemDetails {
+        type_: format!("urn:kaas:error:{code}"),
+        title: reason.to_string(),
+        status,
+        detail: detail.to_string(),
+        code: code.to_string(),
+        extra: Default::default(),
+    };
+    let body = serde_json::to_string(&details).unwrap_or_default();
+    let connection = if close { "close" } else { "keep-alive" };
+    format!(
+        "HTTP/1.1 {status} {reason}\r\ncontent-type: application/problem+json\r\ncontent-length: {}\r\nconnection: {connection}\r\n{headers}\r\n{body}",
+        body.len()
+    )
 }
 
 #[cfg(test)]

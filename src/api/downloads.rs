@@ -37,8 +37,7 @@ use tokio::io::AsyncReadExt;
 use tokio::net::{TcpListener, TcpStream};
 
 use super::cache::ArtifactBody;
-use super::conns::Admission;
-use super::error::ProblemDetails;
+use super::conns::{Admission, problem_text};
 
 /// Starts a resolver's error when the database is unavailable (the rest says why): the
 /// listener answers 503 with `Retry-After`, as the API does, instead of 500.
@@ -433,24 +432,6 @@ async fn problem_with(stream: &mut TcpStream, d: &Downloads, status: u16, code: 
     write_all(stream, d, problem_text(status, code, detail, close, headers).as_bytes(), false).await
 }
 
-/// A whole problem+json response.
-pub(super) fn problem_text(status: u16, code: &str, detail: &str, close: bool, headers: &str) -> String {
-    let reason = actix_web::http::StatusCode::from_u16(status).ok().and_then(|s| s.canonical_reason()).unwrap_or("Error");
-    let details = ProblemDetails {
-        type_: format!("urn:kaas:error:{code}"),
-        title: reason.to_string(),
-        status,
-        detail: detail.to_string(),
-        code: code.to_string(),
-        extra: Default::default(),
-    };
-    let body = serde_json::to_string(&details).unwrap_or_default();
-    let connection = if close { "close" } else { "keep-alive" };
-    format!(
-        "HTTP/1.1 {status} {reason}\r\ncontent-type: application/problem+json\r\ncontent-length: {}\r\nconnection: {connection}\r\n{headers}\r\n{body}",
-        body.len()
-    )
-}
 
 #[cfg(test)]
 mod tests {

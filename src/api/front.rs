@@ -235,7 +235,7 @@ async fn first_head(io: &mut TcpStream, config: &ServiceConfig) -> Option<BytesM
 
 /// Writes a problem+json answer and closes; a client that does not read it loses it.
 async fn answer(io: &mut TcpStream, status: u16, code: &str, detail: &str) {
-    let text = super::downloads::problem_text(status, code, detail, true, "");
+    let text = super::conns::problem_text(status, code, detail, true, "");
     let _ = tokio::time::timeout(Duration::from_secs(1), async {
         io.write_all(text.as_bytes()).await?;
         io.shutdown().await

@@ -29,7 +29,7 @@ from typing import Any, Iterable, Optional, Union
 from .catalog import AUTOTUNE_MAX, LEGACY_REGIME, Catalog, bundle_dirs, graph_speedups
 from .errors import IntegrityError, LockError, ManifestError, NoKernelError, run_cli
 from .kernel import Kernel, sha256_hex
-from .manifest import Manifest, Problem, parse_shape
+from .manifest import Manifest, Problem, parse_problem
 from .models import MODELS, model as model_config
 
 FORMAT = "kaas.lock.v1"
@@ -40,16 +40,6 @@ def default_cache() -> Path:
     """`$KAAS_CACHE`, else `~/.cache/kaas/ptx`."""
     env = os.environ.get("KAAS_CACHE")
     return Path(env) if env else Path.home() / ".cache" / "kaas" / "ptx"
-
-
-def parse_problem(text: str, arch: str = "sm_90", acc: str = "f32") -> Problem:
-    """`tn/64x4096x4096` (arch and acc from the arguments) or a full
-    `sm_90/f32/tn/64x4096x4096`."""
-    parts = text.strip("/").split("/")
-    if len(parts) == 2:
-        m, n, k = parse_shape(parts[1])
-        return Problem(arch, acc, parts[0], m, n, k)
-    return Problem.parse(text)
 
 
 def is_url(source: str) -> bool:

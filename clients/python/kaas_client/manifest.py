@@ -151,6 +151,16 @@ def parse_shape(s: str) -> tuple[int, int, int]:
     return tuple(out)  # type: ignore[return-value]
 
 
+def parse_problem(text: str, arch: str = "sm_90", acc: str = "f32") -> Problem:
+    """`tn/64x4096x4096` (arch and acc from the arguments) or a full
+    `sm_90/f32/tn/64x4096x4096`."""
+    parts = text.strip("/").split("/")
+    if len(parts) == 2:
+        m, n, k = parse_shape(parts[1])
+        return Problem(arch, acc, parts[0], m, n, k)
+    return Problem.parse(text)
+
+
 # --------------------------------------------------------------------------------------
 # Params
 

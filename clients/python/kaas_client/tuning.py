@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Optional, Union
 
 from .errors import ApiError, KaasError
-from .manifest import Problem
+from .manifest import Problem, parse_problem
 from .remote import request
 
 # The states of a request's item (src/work/tune.rs): settled ones no longer change.
@@ -119,8 +119,6 @@ class TuneReport:
 def as_problems(problems: Iterable[ProblemLike], arch: str = "sm_90", acc: str = "f32") -> list:
     """Problems, from Problems or text (`tn/MxNxK`, `tn:MxNxK` or `sm_90/f32/tn/MxNxK`),
     deduplicated in order."""
-    from .locking import parse_problem
-
     out: dict = {}
     for p in problems:
         q = p if isinstance(p, Problem) else parse_problem(str(p).replace(":", "/", 1), arch, acc)
