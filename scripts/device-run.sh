@@ -82,7 +82,7 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 mode="${1:-stage}"; shift || true
 
 # Only `kaas` (gzipped) and these scripts: enough for e2e-free modes (source, fleet,
-# interfere) and small enough to travel beside .dev/pg or .dev/nvrtc.
+# interfere) and small enough to travel beside .dev/pg or a part of NVRTC (.dev/nvrtc-1, -2).
 stage_lite() {
     local repo; repo="$(cd "$here/.." && pwd)"; cd "$repo"
     cargo build --release --bin kaas
@@ -484,9 +484,10 @@ stage_nvrtc() {
     du -sh .dev/nvrtc-1 .dev/nvrtc-2
 }
 
-# NVRTC 12.9 and the header set for compiling CUDA source on the device: unpacked once per
-# machine from the carried .dev/nvrtc into .dev/nvrtc12 (ignored, so it stays between
-# calls), then exported as the service's compile environment.
+# NVRTC 12.9 and the header set for compiling CUDA source on the device: the parts that
+# calls carried (.dev/nvrtc-1, .dev/nvrtc-2) gathered in .dev/nvrtc-kept, unpacked once per
+# machine into .dev/nvrtc12 (ignored, so both stay between calls), then exported as the
+# service's compile environment.
 nvrtc12() {
     local repo dst keep; repo="$(repo_root)"; dst="$repo/.dev/nvrtc12"; keep="$repo/.dev/nvrtc-kept"
     if [[ ! -e "$dst/lib/libnvrtc.so.12" ]]; then

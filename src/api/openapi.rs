@@ -153,26 +153,28 @@ impl ExprSchema {
 
 impl Modify for ExprSchema {
     fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
-        use utoipa::openapi::schema::{ArrayBuilder, Schema};
+        use utoipa::openapi::schema::{ArrayItems, Schema};
         use utoipa::openapi::{Ref, RefOr};
         let Some(schemas) = openapi.components.as_mut().map(|c| &mut c.schemas) else { return };
         let Ok(expr) = serde_json::from_value::<Schema>(Self::schema()) else { return };
         schemas.insert("Expr".into(), RefOr::T(expr));
-        let expr_ref = |description: &str| {
+        // The derived properties (`value_type = Object`) keep their descriptions and bounds;
+        // only what they hold becomes the component.
+        let expr_ref = |description: String| {
             let mut r = Ref::from_schema_name("Expr");
-            r.description = description.into();
+            r.description = description;
             RefOr::Ref(r)
         };
         if let Some(RefOr::T(Schema::Object(o))) = schemas.get_mut("ManifestTemplate") {
-            o.properties.insert("workspace_bytes".into(), expr_ref("An expression of M, N, K (default 0)."));
+            if let Some(RefOr::T(Schema::Object(w))) = o.properties.get("workspace_bytes") {
+                let description = w.description.clone().unwrap_or_default();
+                o.properties.insert("workspace_bytes".into(), expr_ref(description));
+            }
         }
         if let Some(RefOr::T(Schema::Object(o))) = schemas.get_mut("LaunchTemplate") {
-            let grid = ArrayBuilder::new()
-                .items(expr_ref(""))
-                .min_items(Some(3))
-                .max_items(Some(3))
-                .description(Some("Three expressions of M, N, K, e.g. `[{\"ceil_div\": [\"N\", 128]}, {\"ceil_div\": [\"M\", 128]}, 1]`."));
-            o.properties.insert("grid".into(), RefOr::T(Schema::Array(grid.build())));
+            if let Some(RefOr::T(Schema::Array(grid))) = o.properties.get_mut("grid") {
+                grid.items = ArrayItems::RefOrSchema(Box::new(expr_ref(String::new())));
+            }
         }
     }
 }

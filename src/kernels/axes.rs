@@ -284,8 +284,8 @@ impl<C: Copy> Names<C> {
     }
 
     /// The configuration (the rest of it from `base`), accumulator and layout a name
-    /// encodes, before the family's own checks: the caller validates the configuration and
-    /// that it prints the same name back.
+    /// encodes, if it prints the same name back (one spelling per code); the caller adds
+    /// its family's own checks (`validate`).
     pub fn parse(&self, entry: &str, mut cfg: C) -> Option<(C, Acc, Layout)> {
         let head = strip_suffixes(self.axes, entry.strip_prefix(self.prefix)?, &mut cfg)?;
         let parts: Vec<&str> = head.split('_').collect();
@@ -299,7 +299,8 @@ impl<C: Copy> Names<C> {
                 return None;
             }
         }
-        Some((cfg, acc.parse().ok()?, layout.parse().ok()?))
+        let (acc, layout) = (acc.parse().ok()?, layout.parse().ok()?);
+        (self.entry(&cfg, acc, layout) == entry).then_some((cfg, acc, layout))
     }
 
     /// The template's defines: the head's, the accumulator and layout (where the template

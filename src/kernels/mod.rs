@@ -99,7 +99,7 @@ impl SimpleConfig {
     pub fn from_entry(entry: &str) -> Option<(SimpleConfig, Acc, Layout)> {
         let (cfg, acc, layout) = SIMPLE_NAMES.parse(entry, SimpleConfig::LARGE)?;
         cfg.validate(layout).ok()?;
-        (cfg.entry(acc, layout) == entry).then_some((cfg, acc, layout))
+        Some((cfg, acc, layout))
     }
 
     fn defines(&self, acc: Acc, layout: Layout) -> Vec<(String, String)> {

@@ -153,7 +153,7 @@ impl GemvConfig {
     pub fn from_entry(entry: &str) -> Option<(GemvConfig, Acc, Layout)> {
         let (cfg, acc, layout) = NAMES.parse(entry, GemvConfig { mt: 0, rows: 0, kwarps: 0, unroll: 0, tc: false, vec: 1 })?;
         cfg.validate().ok()?;
-        (cfg.entry(acc, layout) == entry).then_some((cfg, acc, layout))
+        Some((cfg, acc, layout))
     }
 
     pub fn defines(&self, acc: Acc, layout: Layout) -> Vec<(String, String)> {

@@ -782,7 +782,7 @@ impl HopperConfig {
             _ => 2,
         };
         cfg.validate().ok()?;
-        (cfg.supports(layout) && cfg.entry(acc, layout) == entry).then_some((cfg, acc, layout))
+        cfg.supports(layout).then_some((cfg, acc, layout))
     }
 
     /// The configuration a launch of this family runs: the entry's code, the split count

@@ -221,7 +221,7 @@ impl MmaConfig {
         let (mut cfg, acc, layout) = NAMES.parse(entry, blank)?;
         cfg.split = if cfg.reduction == Reduction::None { 1 } else { 2 };
         cfg.validate().ok()?;
-        (cfg.entry(acc, layout) == entry).then_some((cfg, acc, layout))
+        Some((cfg, acc, layout))
     }
 
     /// The configuration a launch of this family runs (the split count from its params).

@@ -777,9 +777,9 @@ fn swap_ab_hopper_kernels_pass_the_verifier() {
 
 /// Swap-AB's 256-row weight tiles (two consumers of 128 rows): unsplit on both grids, the
 /// atomic split, stream-K (plain and hybrid) and the multicast pair, on token counts the
-/// tile does not divide (8 to 128 wide) and weights of 520 to 2052 rows. The codes are the family's own
-/// ([`swap_codes`](kaas::tuner::hopper::swap_codes)) at each problem's token width, also
-/// where the problem's search would not offer a split (three K-tiles, three weight tiles).
+/// tile does not divide (16 to 128 wide) and weights of 520 to 2052 rows. The codes are the
+/// family's own ([`swap_codes`](kaas::tuner::hopper::swap_codes)) at each problem's token
+/// width, also where the problem's search would not offer a split (three K-tiles).
 #[test]
 fn swap_ab_256_row_tiles_pass_the_verifier() {
     use kaas::tuner::hopper::{self, HopperConfig, Reduction};
@@ -793,17 +793,15 @@ fn swap_ab_256_row_tiles_pass_the_verifier() {
         let p = Problem::new(Arch::Sm90, Acc::F32, Layout::Tn, Shape::new(m, n, k).expect("shape"));
         let bn = hopper::swap_space(&p, 132).first().expect("swap codes").bn;
         let of_256 = |pick: &dyn Fn(&HopperConfig) -> bool| codes.iter().find(|c| c.bn == bn && pick(c)).copied();
+        let ptx = |c: &HopperConfig| hopper::compile(c, Acc::F32, Layout::Tn).expect("compile");
         let unsplit = of_256(&|c| c.split == 1 && c.cluster_size() == 1 && c.chains == 1).expect("a 256-row code");
-        let ptx = hopper::compile(&unsplit, Acc::F32, Layout::Tn).expect("compile");
-        runs.run_grids(&p, &unsplit, &ptx, &[None, Some(3)]);
+        runs.run_grids(&p, &unsplit, &ptx(&unsplit), &[None, Some(3)]);
         for (reduction, split) in [(Reduction::Atomic, 3), (Reduction::StreamK, 7), (Reduction::StreamKHybrid, 7)] {
             let code = of_256(&|c| c.reduction == reduction).expect("a 256-row split code");
-            let ptx = hopper::compile(&code, Acc::F32, Layout::Tn).expect("compile");
-            runs.run_code(&p, &HopperConfig { split, ..code }, &ptx);
+            runs.run_code(&p, &HopperConfig { split, ..code }, &ptx(&code));
         }
         let pair = of_256(&|c| c.cluster_m == 2).expect("a 256-row pair");
-        let ptx = hopper::compile(&pair, Acc::F32, Layout::Tn).expect("compile");
-        runs.run_code(&p, &pair, &ptx);
+        runs.run_code(&p, &pair, &ptx(&pair));
     }
     assert!(runs.runs >= 24, "{} runs", runs.runs);
     runs.assert_all_passed();

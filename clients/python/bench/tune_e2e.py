@@ -100,7 +100,7 @@ def service_env() -> dict:
         header_set = nvrtc / "header_set"
         env["KAAS_HEADER_SET"] = header_set.read_text().strip() if header_set.is_file() else "none (templates only)"
     else:
-        print("note: no NVRTC 12 in .dev/nvrtc12 (carry .dev/nvrtc and run `bash scripts/device-run.sh nvrtc` first): "
+        print("note: no NVRTC 12 in .dev/nvrtc12 (carry .dev/nvrtc-1, then .dev/nvrtc-2, each with `bash scripts/device-run.sh nvrtc`, first): "
               "tune jobs may fail to compile", file=sys.stderr)
     env["LD_LIBRARY_PATH"] = ":".join(libs + [env.get("LD_LIBRARY_PATH", "")]).rstrip(":")
     if os.access("/usr/local/cuda/bin/ptxas", os.X_OK):
