@@ -11,6 +11,9 @@
 #                                          `bash .dev/run/gpu-check.sh remote [FILTER…]`)
 #   scripts/device-run.sh stage-lite       (here) only the release `kaas` (gzipped) and the
 #                                          scripts, for source, fleet and interfere
+#   scripts/device-run.sh stage-tune-ptx   (here, after stage-lite) the tune jobs' PTX,
+#                                          .dev/run/tune-ptx.tar.xz (2 MB): `h200` with
+#                                          TUNE_S > 0 then tunes without NVRTC
 #   bash .dev/run/device-run.sh e2e        (device) `kaas serve --workers auto` on SQLite,
 #                                          then `kaas submit` (a correct kernel, one that
 #                                          writes only part of C, a manifest template),
@@ -89,6 +92,19 @@ stage_lite() {
     rm -rf .dev/run; mkdir -p .dev/run
     cp "${CARGO_TARGET_DIR:-$repo/target}/release/kaas" .dev/run/kaas
     cp "$here/device-run.sh" "$here/source-report.py" "$here/request-report.py" "$here/recheck.py" "$here/remeasure-report.py" .dev/run/
+}
+
+# The tune jobs' PTX for workers without NVRTC (`kaas serve --tune-ptx-dir`): every code of
+# the families a tune job searches, for tn and nn with fp32 accumulators (the grid's and the
+# presets'), stamped with this binary's templates. xz: 37 MB of PTX in 2 MB (gzip: 6).
+stage_tune_ptx() {
+    local repo; repo="$(cd "$here/.." && pwd)"; cd "$repo"
+    [[ -d .dev/run ]] || { echo "stage-lite first: .dev/run is what the call carries" >&2; exit 1; }
+    cargo build --release --bin kaas
+    rm -rf .dev/run/tune-ptx
+    "${CARGO_TARGET_DIR:-$repo/target}/release/kaas" tune --emit-ptx .dev/run/tune-ptx --layouts tn,nn --families hopper,mma,gemv --acc f32 2>"${TMPDIR:-/tmp}/kaas-emit-ptx.log" \
+      || { tail -n 20 "${TMPDIR:-/tmp}/kaas-emit-ptx.log" >&2; exit 1; }
+    tar cJf .dev/run/tune-ptx.tar.xz -C .dev/run tune-ptx && rm -rf .dev/run/tune-ptx && du -sh .dev/run/tune-ptx.tar.xz
 }
 
 stage() {
@@ -172,12 +188,16 @@ setup_device() {
 }
 
 ptx_dir() {  # sets PTX_DIR: the tuner's PTX, which travels compressed, unpacked once per machine
-    PTX_DIR="$here/tune-ptx"
-    if [[ ! -d "$PTX_DIR" && -f "$here/tune-ptx.tar.gz" ]]; then
+    local dir="$here" packed
+    [[ -e "$dir/tune-ptx" || -e "$dir/tune-ptx.tar.xz" || -e "$dir/tune-ptx.tar.gz" ]] || dir="$(repo_root)/.dev/run"
+    PTX_DIR="$dir/tune-ptx"
+    for packed in "$dir/tune-ptx.tar.xz" "$dir/tune-ptx.tar.gz"; do
+        [[ ! -d "$PTX_DIR" && -f "$packed" ]] || continue
         PTX_DIR=/tmp/kaas-tune-ptx
-        [[ -d "$PTX_DIR/tune-ptx" ]] || { mkdir -p "$PTX_DIR" && tar xzf "$here/tune-ptx.tar.gz" -C "$PTX_DIR"; }
+        # Python's tarfile reads both (a machine may lack the xz tool).
+        [[ -d "$PTX_DIR/tune-ptx" ]] || { mkdir -p "$PTX_DIR" && python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' "$packed" "$PTX_DIR"; }
         PTX_DIR="$PTX_DIR/tune-ptx"
-    fi
+    done
 }
 
 start_server() {  # $1 database file, $2 bench budget ms, then more `kaas serve` options
@@ -849,8 +869,15 @@ h200_catalog() {
     [[ -n "${CUDA_VISIBLE_DEVICES:-}" ]] && gpus="$(tr ',' '\n' <<<"$CUDA_VISIBLE_DEVICES" | grep -c .)"
     local batch=/tmp/kaas-h200-batch cat=/tmp/kaas-h200-catalog db=/tmp/kaas-h200.db helper="$repo/scripts/h200-catalog.py"
     rm -rf "$batch" "$cat" "$db"* /tmp/kaas-h200-full; mkdir -p "$cat"
-    [[ "$tune" != 0 ]] && nvrtc12
-    python3 "$helper" plan --catalog "$repo/kernels" --gpus "$gpus" --seconds "$seconds" --job-seconds "$job" --tune-seconds "$tune" --out "$batch" | tee "$OUT/plan.txt"
+    # Tunes compile the tuner's templates: with PTX staged beforehand (stage-tune-ptx) the
+    # workers read it, else NVRTC (`nvrtc` in the same warm machine first).
+    local tune_ptx=()
+    if [[ "$tune" != 0 ]]; then
+        ptx_dir
+        if [[ -f "$PTX_DIR/templates.sha256" ]]; then tune_ptx=(--tune-ptx-dir "$PTX_DIR"); else nvrtc12; fi
+    fi
+    python3 "$helper" plan --catalog "$repo/kernels" --gpus "$gpus" --seconds "$seconds" --job-seconds "$job" --tune-seconds "$tune" --out "$batch" \
+        --exclude /tmp/kaas-h200-planned.txt | tee "$OUT/plan.txt"
     # The server imports only what the batch needs: the template kernels and kernels/h200
     # (its answers, and the tunes' seeds). The H100 catalog and the baseline tables would
     # cost the start most of a minute for nothing: every run times its own baselines.
@@ -859,7 +886,7 @@ h200_catalog() {
     # One local client submits hundreds of jobs: no per-token rate limit. Tunes search
     # for KAAS_H200_TUNE_BUDGET_MS, as kernels/h100-workloads' were.
     start_server "$db" "$bench" --catalog "$cat" --rate-limit-per-minute 1000000 --rate-limit-burst 1000000 \
-        --tune-budget-ms "${KAAS_H200_TUNE_BUDGET_MS:-20000}"
+        --tune-budget-ms "${KAAS_H200_TUNE_BUDGET_MS:-20000}" "${tune_ptx[@]}"
     # The workers' class, once they have announced it (their GPU probe follows readiness).
     for _ in $(seq 1 120); do
         class="$(curl -fs "$KAAS_URL/v1/health" | python3 -c 'import json,sys; print(" ".join(sorted({w["device_class"] for w in json.load(sys.stdin)["workers"] if w["device_class"]})))')"
@@ -894,6 +921,7 @@ case "$mode" in
     pairs) pairs "$@" ;;
     submit) submit "$@" ;;
     stage-nvrtc) stage_nvrtc ;;
+    stage-tune-ptx) stage_tune_ptx ;;
     nvrtc) nvrtc12 && echo "NVRTC 12 ready: $(ls -la "$(repo_root)/.dev/nvrtc12/lib")" ;;
     source) source_run "$@" ;;
     fleet) fleet "$@" ;;

@@ -74,7 +74,7 @@ def key(p):
 
 
 def grid_problems():
-    """The grid (GRID_DIMS in src/bench/baselines.rs, as kernels/h100 and
+    """The grid (GRID_DIMS in src/harness/baselines.rs, as kernels/h100 and
     kernels/baselines-h200 cover it): every (layout, M, N, K), f32 accumulation, sm_90."""
     return [(l, m, n, k) for l in ("tn", "nn") for m in GRID for n in GRID for k in GRID]
 
@@ -187,6 +187,11 @@ def problem_dict(k):
     return {"arch": "sm_90", "acc": "f32", "layout": layout, "m": m, "n": n, "k": kk}
 
 
+def path_of(k):
+    """A grid problem's path, as the service names it."""
+    return "sm_90/f32/{}/{}x{}x{}".format(*k)
+
+
 def work_left(cat):
     """(the H100 entries to measure on an H200, the problems to tune): for every grid
     problem without an H200 answer, its H100 kernel unless that failed on an H200, else a
@@ -209,6 +214,14 @@ def work_left(cat):
 def plan(a):
     cat = Catalog(a.catalog)
     kernels, tunes = work_left(cat)
+    # Problems an earlier call of this machine submitted whose batch has not been adopted
+    # into the carried tree yet: planned again, they would be measured twice.
+    if a.exclude and os.path.exists(a.exclude):
+        with open(a.exclude) as f:
+            done = {line.strip() for line in f if line.strip()}
+        kernels = [e for e in kernels if path_of(key(e["problem"])) not in done]
+        tunes = [k for k in tunes if path_of(k) not in done]
+        print(f"excluded: {len(done)} problem(s) this machine submitted before (--exclude {a.exclude})")
     # The H100 winners first: they are what H200 clients are offered as stand-ins until
     # measured there, and where a win on the H200 is likeliest. The entries that lost on
     # the H100 follow; measured on an H200 they answer their problem too, for a fraction
@@ -239,7 +252,11 @@ def plan(a):
             shutil.copy(src, os.path.join(a.out, "ptx", e["artifact"] + ".ptx"))
             jobs.append({k: e[k] for k in ("problem", "artifact", "name", "description", "manifest")})
         with open(os.path.join(a.out, "plan.json"), "w") as f:
-            json.dump({"kernels": jobs, "tunes": ["sm_90/f32/{}/{}x{}x{}".format(*k) for k in batch_t]}, f)
+            json.dump({"kernels": jobs, "tunes": [path_of(k) for k in batch_t]}, f)
+        if a.exclude:
+            with open(a.exclude, "a") as f:
+                f.writelines(path_of(key(e["problem"])) + "\n" for e in batch_k)
+                f.writelines(path_of(k) + "\n" for k in batch_t)
         print(f"written to {a.out}")
 
 
@@ -529,6 +546,7 @@ def main():
     p.add_argument("--job-seconds", type=float, default=4.2, help="GPU seconds per H100-kernel job (verification and benchmark)")
     p.add_argument("--tune-seconds", type=float, default=0.0, help="GPU seconds per tune job; 0 plans none")
     p.add_argument("--out", help="write the batch here (plan.json, ptx/) for `submit`")
+    p.add_argument("--exclude", help="a file of problem paths planned before and not yet adopted: left out, and this batch's appended")
     s = sub.add_parser("status", help="what is answered and what is left")
     s.add_argument("--catalog", default=KERNELS)
     s.add_argument("--batch", help="a returned batch folder (its figures alone)")

@@ -164,6 +164,11 @@ pub struct WorkerFlags {
     /// Time budget of the side-by-side benchmark rounds per job, in ms; 0 verifies without timing [default: 3000].
     #[arg(long, env = "KAAS_BENCH_BUDGET_MS")]
     pub bench_budget_ms: Option<u64>,
+    /// PTX of the tuner's templates compiled beforehand (`kaas tune --emit-ptx DIR`), which tune
+    /// jobs use before compiling with NVRTC: a GPU host without NVRTC still tunes. Built by a
+    /// binary with the same templates (its `templates.sha256` is checked when the worker starts).
+    #[arg(long, env = "KAAS_TUNE_PTX_DIR")]
+    pub tune_ptx_dir: Option<PathBuf>,
 }
 
 /// Resolved worker settings.
@@ -173,17 +178,24 @@ pub struct WorkerSettings {
     pub poll: Duration,
     pub max_attempts: i32,
     pub bench_budget_ms: u64,
+    pub tune_ptx_dir: Option<PathBuf>,
 }
 
 impl WorkerFlags {
-    /// Flags first, then `file`, then defaults.
-    pub fn resolve(&self, file: &WorkerFlags) -> WorkerSettings {
-        WorkerSettings {
+    /// Flags first, then `file`, then defaults; a `--tune-ptx-dir` not built from this
+    /// binary's templates is an error here, before any worker starts.
+    pub fn resolve(&self, file: &WorkerFlags) -> anyhow::Result<WorkerSettings> {
+        let tune_ptx_dir = self.tune_ptx_dir.clone().or_else(|| file.tune_ptx_dir.clone());
+        if let Some(dir) = &tune_ptx_dir {
+            crate::tuner::check_ptx_dir(dir).map_err(|e| anyhow::anyhow!("--tune-ptx-dir: {e:#}"))?;
+        }
+        Ok(WorkerSettings {
             lease: Duration::from_secs(self.lease_secs.or(file.lease_secs).unwrap_or(30).max(1)),
             poll: Duration::from_millis(self.poll_ms.or(file.poll_ms).unwrap_or(1000).max(10)),
             max_attempts: self.max_attempts.or(file.max_attempts).unwrap_or(3).max(1),
             bench_budget_ms: self.bench_budget_ms.or(file.bench_budget_ms).unwrap_or(3000),
-        }
+            tune_ptx_dir,
+        })
     }
 }
 
@@ -373,7 +385,7 @@ impl ServeArgs {
                 },
             },
             workers: self.workers.clone().or(file.workers).map(|w| w.parse::<WorkerCount>()).transpose().map_err(anyhow::Error::msg)?.unwrap_or(WorkerCount::Fixed(0)),
-            worker: self.worker.resolve(&file.worker),
+            worker: self.worker.resolve(&file.worker)?,
         })
     }
 }

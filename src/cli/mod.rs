@@ -291,7 +291,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Run(args) => tokio::task::spawn_blocking(move || run::run_cli(args)).await?,
         Command::Worker(args) => {
             let conn = args.db.connect_existing().await?;
-            let settings = args.flags.resolve(&Default::default());
+            let settings = args.flags.resolve(&Default::default())?;
             let probe = crate::work::worker::probe(crate::sandbox::SandboxCommand::from_env()?).await;
             let cfg = worker_config(&probe, args.gpu, &settings)?;
             let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -371,6 +371,7 @@ fn worker_config(probe: &crate::sandbox::Probe, gpu: u32, s: &crate::config::Wor
         poll: s.poll,
         max_attempts: s.max_attempts,
         bench,
+        tune_ptx_dir: s.tune_ptx_dir.clone(),
     })
 }
 

@@ -221,6 +221,7 @@ fn emit_ptx(args: &TuneArgs, dir: &Path) -> anyhow::Result<()> {
             emitted.push(Emitted { entry, target, ptx });
         }
     }
+    std::fs::write(dir.join(crate::tuner::TEMPLATES_STAMP), crate::tuner::templates_digest() + "\n")?;
     println!("{} PTX files in {}", done.len(), dir.display());
     match crate::ptx::ptxas::locate() {
         Ok(ptxas) => assemble_emitted(&ptxas, dir, &emitted),
@@ -301,6 +302,9 @@ pub fn run_cli(args: TuneArgs) -> anyhow::Result<()> {
     }
     if let Some(dir) = &args.emit_ptx {
         return emit_ptx(&args, dir);
+    }
+    if let Some(dir) = &args.ptx_dir {
+        crate::tuner::check_ptx_dir(dir)?;
     }
     let mut state = TuneState::load(&args.state)?;
     if args.report {

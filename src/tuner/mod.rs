@@ -516,7 +516,9 @@ pub(crate) fn priors_for(p: &Problem, state: &TuneState, space: &[Candidate]) ->
     out
 }
 
-/// A code's PTX: `<entry>.ptx` from `ptx_dir` where it is there, else compiled.
+/// A code's PTX: `<entry>.ptx` from `ptx_dir` where it is there, else compiled. The
+/// directory must have passed [`check_ptx_dir`]: an entry name names a code only within
+/// one revision of the templates.
 pub(crate) fn ptx_for(ptx_dir: Option<&Path>, cfg: &Candidate, arch: Arch, acc: Acc, layout: Layout) -> anyhow::Result<String> {
     let entry = cfg.entry(acc, layout);
     if let Some(dir) = ptx_dir {
@@ -526,6 +528,40 @@ pub(crate) fn ptx_for(ptx_dir: Option<&Path>, cfg: &Candidate, arch: Arch, acc: 
         }
     }
     Ok(cfg.compile(arch, acc, layout)?)
+}
+
+/// The file `kaas tune --emit-ptx` writes beside the PTX: [`templates_digest`] of the
+/// binary that compiled it.
+pub const TEMPLATES_STAMP: &str = "templates.sha256";
+
+/// The sha256 of every template source the tuner compiles, headers spliced in: two
+/// binaries whose digests agree build the same PTX for the same entry name.
+pub fn templates_digest() -> String {
+    use sha2::Digest;
+    let mut h = sha2::Sha256::new();
+    for text in [hopper::TEMPLATE.as_str(), mma::TEMPLATE, gemv::TEMPLATE, gemv::TC_TEMPLATE, crate::kernels::SIMPLE_HGEMM_TEMPLATE] {
+        h.update((text.len() as u64).to_le_bytes());
+        h.update(text.as_bytes());
+    }
+    hex::encode(h.finalize())
+}
+
+/// Whether `dir` holds PTX this binary may use in place of compiling: its
+/// [`TEMPLATES_STAMP`] names this binary's templates. PTX built from another revision
+/// would run another code under the same entry name, so such a directory is refused, not
+/// used in part.
+pub fn check_ptx_dir(dir: &Path) -> anyhow::Result<()> {
+    let stamp = dir.join(TEMPLATES_STAMP);
+    let theirs = std::fs::read_to_string(&stamp)
+        .with_context(|| format!("{} has no {TEMPLATES_STAMP}: PTX compiled beforehand must come from `kaas tune --emit-ptx`", dir.display()))?;
+    let ours = templates_digest();
+    anyhow::ensure!(
+        theirs.trim() == ours,
+        "the PTX in {} was compiled from other templates (its {TEMPLATES_STAMP} is {}, this binary's {ours}): emit it again with this binary",
+        dir.display(),
+        theirs.trim()
+    );
+    Ok(())
 }
 
 /// Buffer sets each contender's inputs rotate over while `kaas tune` times it, and the
@@ -1047,6 +1083,24 @@ mod tests {
         Problem::new(Arch::Sm90, Acc::F32, Layout::Tn, Shape::new(m, n, k).unwrap())
     }
 
+
+    #[test]
+    fn a_ptx_dir_is_used_only_with_this_binarys_templates_stamp() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let e = check_ptx_dir(dir.path()).expect_err("no stamp");
+        assert!(format!("{e:#}").contains("has no templates.sha256"), "{e:#}");
+        std::fs::write(dir.path().join(TEMPLATES_STAMP), "0".repeat(64)).expect("write");
+        let e = check_ptx_dir(dir.path()).expect_err("another revision");
+        assert!(format!("{e:#}").contains("compiled from other templates"), "{e:#}");
+        std::fs::write(dir.path().join(TEMPLATES_STAMP), templates_digest() + "\n").expect("write");
+        check_ptx_dir(dir.path()).expect("this binary's stamp");
+        // An entry found there is read, not compiled (no NVRTC needed); one not there is compiled.
+        let c = Candidate::Hopper(HopperConfig::new(128, 128, 4, 2));
+        std::fs::write(dir.path().join(format!("{}.ptx", c.entry(Acc::F32, Layout::Tn))), "// prebuilt").expect("write");
+        assert_eq!(ptx_for(Some(dir.path()), &c, Arch::Sm90, Acc::F32, Layout::Tn).expect("read"), "// prebuilt");
+        assert_eq!(templates_digest(), templates_digest(), "deterministic");
+        assert_eq!(templates_digest().len(), 64);
+    }
 
     #[test]
     fn neighbours_seed_the_bandit_by_closeness() {

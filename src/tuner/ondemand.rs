@@ -64,6 +64,10 @@ pub struct TuneJob {
     /// The side-by-side benchmark's settings, as a verify job's `bench`.
     #[serde(default)]
     pub bench: Option<serde_json::Value>,
+    /// PTX compiled beforehand, `<entry>.ptx` (the worker's `--tune-ptx-dir`, checked
+    /// against this binary's templates when it started); what it lacks is compiled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ptx_dir: Option<std::path::PathBuf>,
 }
 
 /// A catalog entry near the problem, whose code the search tries first.
@@ -326,7 +330,7 @@ fn search(gpu: &Gpu, job: &TuneJob, trace: &mut Trace) -> Result<Ranked, String>
         };
         let cfg = space[i];
         let module = modules.entry(i).or_insert_with(|| {
-            let ptx = cfg.compile(p.arch, p.acc, p.layout).map_err(|e| format!("compile: {e}"))?;
+            let ptx = super::ptx_for(job.ptx_dir.as_deref(), &cfg, p.arch, p.acc, p.layout).map_err(|e| format!("compile: {e:#}"))?;
             let loaded = gpu.load_ptx(&ptx).map_err(|e| format!("load: {e}"))?;
             Ok((loaded, ptx))
         });
@@ -509,6 +513,30 @@ mod tests {
         assert!(candidates_for(&p(Arch::Sm90, 4096, 4096, 4096), 132).iter().all(|c| !matches!(c, Candidate::Mma(_))), "aligned and large: the TMA family only");
     }
 
+    /// A worker's `--tune-ptx-dir` comes from `kaas tune --emit-ptx --families
+    /// hopper,mma,gemv`: those codes must hold every candidate a tune job searches on the
+    /// grid's problems, or a worker without NVRTC fails pulls it should have timed.
+    #[test]
+    fn the_emitted_codes_hold_the_tune_jobs_space_on_the_grid() {
+        use std::collections::BTreeSet;
+        let families = [Family::Hopper, Family::Mma, Family::Gemv];
+        for layout in [Layout::Tn, Layout::Nn] {
+            let codes: BTreeSet<String> = super::super::codes_with(&families, &[], Arch::Sm90, Acc::F32, layout).iter().map(|c| c.entry(Acc::F32, layout)).collect();
+            let mut searched = 0;
+            // The grid, and the token counts of decoding and short prefills on model shapes.
+            let models = [1, 8, 16, 32, 48, 64, 128, 512].into_iter().flat_map(|m| [(4096, 4096), (14336, 4096), (4096, 14336), (35840, 5120), (5120, 17920)].map(|(n, k)| Shape { m, n, k }));
+            for s in crate::harness::baselines::grid_shapes().into_iter().chain(models) {
+                let prob = Problem { layout, ..p(Arch::Sm90, s.m, s.n, s.k) };
+                for c in candidates_for(&prob, 132) {
+                    let entry = c.entry(prob.acc, prob.layout);
+                    assert!(codes.contains(&entry), "{prob}: {entry} is searched but not emitted");
+                    searched += 1;
+                }
+            }
+            assert!(searched > 10_000, "{layout:?}: {searched} candidates over the grid");
+        }
+    }
+
     #[test]
     fn seeds_become_priors_only_for_codes_in_the_space() {
         let prob = p(Arch::Sm90, 256, 4096, 4096);
@@ -525,7 +553,7 @@ mod tests {
 
     #[test]
     fn a_tune_job_round_trips_and_refuses_unknown_fields() {
-        let job = TuneJob { problem: p(Arch::Sm90, 16, 4096, 4096), seeds: vec![], budget_ms: 60_000, max_pulls: None, secret_seed: u64::MAX, watchdog_ms: None, bench: None };
+        let job = TuneJob { problem: p(Arch::Sm90, 16, 4096, 4096), seeds: vec![], budget_ms: 60_000, max_pulls: None, secret_seed: u64::MAX, watchdog_ms: None, bench: None, ptx_dir: None };
         let text = serde_json::to_string(&job).expect("json");
         assert_eq!(serde_json::from_str::<TuneJob>(&text).expect("back"), job);
         let mut v: serde_json::Value = serde_json::from_str(&text).expect("value");

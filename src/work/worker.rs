@@ -31,6 +31,9 @@ pub struct WorkerConfig {
     pub max_attempts: i32,
     /// Benchmark settings for every passing kernel; `None` verifies only.
     pub bench: Option<BenchSettings>,
+    /// The tuner's PTX compiled beforehand, checked against this binary's templates
+    /// (`--tune-ptx-dir`); tune jobs compile what it lacks.
+    pub tune_ptx_dir: Option<std::path::PathBuf>,
 }
 
 impl WorkerConfig {
@@ -184,7 +187,7 @@ async fn tune_on(db: &DatabaseConnection, cfg: &WorkerConfig, j: &crate::db::ent
         Some(b) => Some(serde_json::to_value(b)?),
         None => None,
     };
-    let job = TuneJob { problem, seeds, budget_ms: tune.budget_ms.max(0) as u64, max_pulls: None, secret_seed: rand::random(), watchdog_ms: None, bench };
+    let job = TuneJob { problem, seeds, budget_ms: tune.budget_ms.max(0) as u64, max_pulls: None, secret_seed: rand::random(), watchdog_ms: None, bench, ptx_dir: cfg.tune_ptx_dir.clone() };
     let wall = crate::tuner::ondemand::wall_limit(&job);
     let cancel = Arc::new(AtomicBool::new(false));
     let progress: Progress = Arc::new(std::sync::Mutex::new(None));
