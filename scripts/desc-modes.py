@@ -9,22 +9,26 @@ faster), by kind of code, and per problem the best code of each mode.
 """
 import collections, gzip, json, math, statistics, sys
 
+import tune_code  # beside this script
+
 path = sys.argv[1]
 state = json.load(gzip.open(path) if path.endswith(".gz") else open(path))
 
 
 def mode(c):
-    return "dr" if c.get("desc_step") else "du" if c.get("desc_uniform") else "plain"
+    tags = tune_code.hopper(c)[6]
+    return "dr" if "dr" in tags else "du" if "du" in tags else "plain"
 
 
 def kind(c):
-    k = f"{c['bm']}x{c['bn']}"
+    bm, bn, _, _, _, cluster_m, tags = tune_code.hopper(c)
+    k = f"{bm}x{bn}"
     if c.get("split", 1) > 1:
         k += " split-K"
-    for flag, tag in (("pingpong", " pp"), ("ksplit", " kw"), ("col_split", " cs")):
-        if c.get(flag):
-            k += tag
-    if c.get("cluster_m", 1) * c.get("cluster_n", 1) > 1:
+    for tag in ("pp", "kw", "cs"):
+        if tag in tags:
+            k += " " + tag
+    if cluster_m * tune_code.count(tags, "n") > 1:
         k += " pair+"
     return k
 
@@ -38,12 +42,13 @@ best = []
 for key, r in sorted(state["results"].items()):
     codes = collections.defaultdict(dict)  # code without its descriptor mode -> mode -> median reward
     for cand, samples in r.get("exhaustive", []):
-        if "consumers" not in cand:
+        if tune_code.hopper(cand) is None:
             continue  # the mma family has no descriptors
         ok = [s for s in samples if s > 0]
         if not ok:
             continue
-        base = json.dumps({k: v for k, v in cand.items() if k not in ("desc_uniform", "desc_step")}, sort_keys=True)
+        # The code without its descriptor mode's tag.
+        base = json.dumps({**cand, "code": "_".join(t for t in cand["code"].split("_") if t not in ("du", "dr"))}, sort_keys=True)
         codes[base][mode(cand)] = statistics.median(ok)
     per_mode = collections.defaultdict(float)
     for base, modes in codes.items():

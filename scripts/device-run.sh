@@ -91,7 +91,8 @@ stage_lite() {
     cargo build --release --bin kaas
     rm -rf .dev/run; mkdir -p .dev/run
     cp "${CARGO_TARGET_DIR:-$repo/target}/release/kaas" .dev/run/kaas
-    cp "$here/device-run.sh" "$here/source-report.py" "$here/request-report.py" "$here/recheck.py" "$here/remeasure-report.py" .dev/run/
+    cp "$here/device-run.sh" "$here/source-report.py" "$here/request-report.py" "$here/recheck.py" "$here/remeasure-report.py" \
+        "$here/swap-report.py" "$here/desc-modes.py" "$here/tune_code.py" .dev/run/
 }
 
 # The tune jobs' PTX for workers without NVRTC (`kaas serve --tune-ptx-dir`): every code of

@@ -5,7 +5,7 @@
 
 For each problem: cuBLASLt's heuristic pick (the tuner's reference, timed before the
 search), the winner, and the best mean reward the bandit measured among the swap-AB codes
-(`swap_ab`) and among the others. Rewards are speedups over that reference in the tuner's
+(`_sw` codes) and among the others. Rewards are speedups over that reference in the tuner's
 regime (graph replays over rotating buffer sets); the served figures are the workers'.
 """
 
@@ -14,22 +14,33 @@ import json
 import math
 import sys
 
+import tune_code  # beside this script
+
 
 def label(c: dict) -> str:
-    if "consumers" not in c:
+    h = tune_code.hopper(c)
+    if h is None:
         return "mma/gemv"
-    s = f"{c['bm']}x{c['bn']}" + (f" k{c['bk']}" if c.get("bk", 64) != 64 else "") + f" s{c['stages']} c{c['consumers']}"
-    if c.get("stream_k"):
-        s += " stream-K hybrid" if c.get("sk_hybrid") else " stream-K"
+    bm, bn, bk, stages, consumers, cluster_m, tags = h
+    s = f"{bm}x{bn}" + (f" k{bk}" if bk != 64 else "") + f" s{stages} c{consumers}"
+    if "skh" in tags:
+        s += " stream-K hybrid"
+    elif "sks" in tags:
+        s += " stream-K"
     elif c.get("split", 1) > 1:
         s += f" split {c['split']}"
-    if c.get("cluster_m", 1) > 1:
-        s += f" m{c['cluster_m']}"
-    if c.get("chains", 1) > 1:
-        s += f" x{c['chains']}"
+    if cluster_m > 1:
+        s += f" m{cluster_m}"
+    if tune_code.count(tags, "x") > 1:
+        s += f" x{tune_code.count(tags, 'x')}"
     if c.get("persistent"):
         s += " persistent"
-    return s + (" swap" if c.get("swap_ab") else "")
+    return s + (" swap" if is_swap(c) else "")
+
+
+def is_swap(c: dict) -> bool:
+    h = tune_code.hopper(c)
+    return h is not None and "sw" in h[6]
 
 
 def main() -> int:
@@ -40,8 +51,8 @@ def main() -> int:
     rows, swap_logs, best_logs = [], [], []
     for key, r in sorted(state["results"].items(), key=lambda kv: (kv[1]["problem"]["n"], kv[1]["problem"]["k"], kv[1]["problem"]["m"])):
         arms = r.get("arms", [])
-        swap = max((a[1] for a in arms if a[0].get("swap_ab")), default=float("nan"))
-        other = max((a[1] for a in arms if not a[0].get("swap_ab")), default=float("nan"))
+        swap = max((a[1] for a in arms if is_swap(a[0])), default=float("nan"))
+        other = max((a[1] for a in arms if not is_swap(a[0])), default=float("nan"))
         p = r["problem"]
         rows.append((f"{p['m']}x{p['n']}x{p['k']}", r["reference_us"], r["winner_us"], r["reward"], label(r["winner"]), swap, other))
         if not math.isnan(swap) and not math.isnan(other):

@@ -331,6 +331,101 @@ impl<C: Copy> Names<C> {
     }
 }
 
+/// The serialized form of a table-driven family's configuration (tune state files): the
+/// code's part of its entry name, the split count (a launch parameter, 1 omitted) and each
+/// launch choice's row (the rows not in the name) under the row's name, omitted at its
+/// default; an on/off row as a bool. Derived from [`Names`] alone, so a new row needs no
+/// edit here or in the family: `{"code":"128x256x64_s4_c2_m1_g16_dr_ec","persistent":true}`.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct CodeForm {
+    pub code: String,
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub split: u32,
+    #[serde(flatten)]
+    pub launch: std::collections::BTreeMap<String, serde_json::Value>,
+}
+
+fn one() -> u32 {
+    1
+}
+
+fn is_one(v: &u32) -> bool {
+    *v == 1
+}
+
+/// A family's serde through [`CodeForm`]: `code_form!(MmaConfig, NAMES, blank)` for a
+/// configuration with a `split` field and a `validate()` (the family's checks, applied to
+/// every form read), `blank` the configuration the name's values are set into.
+macro_rules! code_form {
+    ($config:ty, $names:expr, $blank:expr) => {
+        impl From<$config> for $crate::kernels::axes::CodeForm {
+            fn from(c: $config) -> Self {
+                $names.to_form(&c, c.split)
+            }
+        }
+
+        impl TryFrom<$crate::kernels::axes::CodeForm> for $config {
+            type Error = String;
+            fn try_from(f: $crate::kernels::axes::CodeForm) -> Result<Self, String> {
+                let (mut cfg, split) = $names.from_form(&f, $blank)?;
+                cfg.split = split;
+                cfg.validate()?;
+                Ok(cfg)
+            }
+        }
+    };
+}
+pub(crate) use code_form;
+
+/// The name every code's part of an entry name is printed and parsed under (the code does
+/// not depend on them).
+const FORM_ACC_LAYOUT: &str = "f32_tn_";
+
+impl<C: Copy> Names<C> {
+    /// The serialized form of a configuration with its split count.
+    pub fn to_form(&self, cfg: &C, split: u32) -> CodeForm {
+        let entry = self.entry(cfg, Acc::F32, Layout::Tn);
+        let code = entry[self.prefix.len() + FORM_ACC_LAYOUT.len()..].to_string();
+        let launch = self
+            .axes
+            .iter()
+            .filter(|a| !a.named())
+            .filter_map(|a| {
+                let v = (a.get)(cfg);
+                match a.values {
+                    Values::Choice(knobs) if knobs.len() == 2 => (v != 0).then(|| (a.name.to_string(), serde_json::Value::Bool(true))),
+                    Values::Choice(_) => (v != 0).then(|| (a.name.to_string(), v.into())),
+                    Values::Count { .. } => (v != 1).then(|| (a.name.to_string(), v.into())),
+                }
+            })
+            .collect();
+        CodeForm { code, split, launch }
+    }
+
+    /// The configuration (the rest of it from `base`) and split count a form holds; the
+    /// caller adds its family's checks (`validate`).
+    pub fn from_form(&self, form: &CodeForm, base: C) -> Result<(C, u32), String> {
+        let entry = format!("{}{FORM_ACC_LAYOUT}{}", self.prefix, form.code);
+        let (mut cfg, _, _) = self.parse(&entry, base).ok_or_else(|| format!("`{}` is not a code of {}…", form.code, self.prefix))?;
+        for a in self.axes.iter().filter(|a| !a.named()) {
+            let default = if matches!(a.values, Values::Count { .. }) { 1 } else { 0 };
+            (a.set)(&mut cfg, default);
+        }
+        for (key, value) in &form.launch {
+            let a = self.axes.iter().find(|a| !a.named() && a.name == key).ok_or_else(|| format!("`{key}` is not a launch choice of {}…", self.prefix))?;
+            let v = match value {
+                serde_json::Value::Bool(b) => u32::from(*b),
+                other => other.as_u64().and_then(|v| u32::try_from(v).ok()).ok_or_else(|| format!("`{key}`: {other} is not a value"))?,
+            };
+            if !a.all_values().iter().any(|(x, _)| *x == v) {
+                return Err(format!("`{key}`: {v} is not one of its values"));
+            }
+            (a.set)(&mut cfg, v);
+        }
+        Ok((cfg, form.split))
+    }
+}
+
 /// Checks that a table is data a name can carry: no two values of any rows share a
 /// suffix, no define is set by two rows, and every value's suffix parses back to it.
 #[cfg(test)]

@@ -25,9 +25,10 @@ const SMEM_LIMIT: u32 = 232_448;
 /// this family take 1024³ in 11.0 µs where cuBLASLt takes 5.6).
 pub const ELIGIBLE_MACS: u64 = 1 << 31;
 
-/// One point of the family's search space. Serialized as the flat form of [`MmaFlat`].
+/// One point of the family's search space. Serialized as its code's name and split count
+/// ([`axes::CodeForm`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(from = "MmaFlat", into = "MmaFlat")]
+#[serde(try_from = "axes::CodeForm", into = "axes::CodeForm")]
 pub struct MmaConfig {
     pub bm: u32,
     pub bn: u32,
@@ -43,46 +44,13 @@ pub struct MmaConfig {
     pub reduction: Reduction,
 }
 
-/// The serialized form of [`MmaConfig`], as tune state files have it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
-struct MmaFlat {
-    bm: u32,
-    bn: u32,
-    bk: u32,
-    warps_m: u32,
-    warps_n: u32,
-    stages: u32,
-    #[serde(default = "super::hopper::one", skip_serializing_if = "super::hopper::is_one")]
-    split: u32,
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    atomic: bool,
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    cluster: bool,
-}
+/// The serialized form is the one every table-driven family has ([`axes::CodeForm`]).
+axes::code_form!(MmaConfig, NAMES, MmaConfig { bm: 0, bn: 0, bk: 0, warps_m: 0, warps_n: 0, stages: 0, split: 1, reduction: Reduction::None });
 
-impl From<MmaFlat> for MmaConfig {
-    fn from(f: MmaFlat) -> Self {
-        let reduction = match (f.cluster, f.atomic) {
-            (true, _) => Reduction::Cluster,
-            (false, true) => Reduction::Atomic,
-            _ if f.split > 1 => Reduction::InOrder,
-            _ => Reduction::None,
-        };
-        MmaConfig { bm: f.bm, bn: f.bn, bk: f.bk, warps_m: f.warps_m, warps_n: f.warps_n, stages: f.stages, split: f.split, reduction }
-    }
-}
-
-impl From<MmaConfig> for MmaFlat {
-    fn from(c: MmaConfig) -> Self {
-        let MmaConfig { bm, bn, bk, warps_m, warps_n, stages, split, reduction } = c;
-        MmaFlat { bm, bn, bk, warps_m, warps_n, stages, split, atomic: reduction == Reduction::Atomic, cluster: reduction == Reduction::Cluster }
-    }
-}
-
-/// Ordered as the serialized form orders.
+/// Ordered as the serialized form orders: by code, then the split count.
 impl Ord for MmaConfig {
     fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        MmaFlat::from(*self).cmp(&MmaFlat::from(*other)).then_with(|| self.reduction.cmp(&other.reduction))
+        (NAMES.code_key(self), self.split).cmp(&(NAMES.code_key(other), other.split))
     }
 }
 

@@ -1457,15 +1457,17 @@ mod tests {
     }
 
     #[test]
-    fn candidates_of_both_families_round_trip_and_old_states_load() {
-        for c in [Candidate::Hopper(hopper::space()[3]), Candidate::Mma(mma::space()[5]), Candidate::Mma(mma::split_space(&p(64, 64, 4096), 132)[0])] {
+    fn candidates_of_every_family_round_trip() {
+        let gemv = gemv::space_for(&p(1, 4096, 4096), 132);
+        for c in [Candidate::Hopper(hopper::space()[3]), Candidate::Mma(mma::space()[5]), Candidate::Mma(mma::split_space(&p(64, 64, 4096), 132)[0]), Candidate::Gemv(gemv[0])] {
             let json = serde_json::to_string(&c).unwrap();
             assert_eq!(serde_json::from_str::<Candidate>(&json).unwrap(), c, "{json}");
         }
-        // What states written before the mma family hold: bare Hopper configurations.
-        let old = r#"{"bm":128,"bn":256,"stages":4,"consumers":2,"persistent":true}"#;
-        let want = HopperConfig { persistent: true, ..HopperConfig::new(128, 256, 4, 2) };
-        assert_eq!(serde_json::from_str::<Candidate>(old).unwrap(), Candidate::Hopper(want));
+        // The two code forms never overlap: each family's names parse only its own codes.
+        let mma_json = serde_json::to_string(&Candidate::Mma(mma::space()[5])).unwrap();
+        assert!(serde_json::from_str::<HopperConfig>(&mma_json).is_err(), "{mma_json}");
+        let hopper_json = serde_json::to_string(&Candidate::Hopper(hopper::space()[3])).unwrap();
+        assert!(serde_json::from_str::<MmaConfig>(&hopper_json).is_err(), "{hopper_json}");
         // Small problems get both families, large ones only the Hopper family.
         let both = space_for(&p(256, 256, 256), &[Family::Hopper, Family::Mma], 132);
         assert!(both.iter().any(|c| matches!(c, Candidate::Mma(_))) && both.iter().any(|c| matches!(c, Candidate::Hopper(_))));
