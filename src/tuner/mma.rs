@@ -44,7 +44,7 @@ pub struct MmaConfig {
     pub reduction: Reduction,
 }
 
-/// The serialized form is the one every table-driven family has ([`axes::CodeForm`]).
+// The serialized form is the one every table-driven family has ([`axes::CodeForm`]).
 axes::code_form!(MmaConfig, NAMES, MmaConfig { bm: 0, bn: 0, bk: 0, warps_m: 0, warps_n: 0, stages: 0, split: 1, reduction: Reduction::None });
 
 /// Ordered as the serialized form orders: by code, then the split count.

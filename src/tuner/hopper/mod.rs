@@ -266,8 +266,8 @@ pub static NAMES: Names<HopperConfig> = Names {
     acc_layout_defines: true,
 };
 
-/// The serialized form is the one every table-driven family has ([`axes::CodeForm`]): the
-/// code's part of the entry name, the split count and the launch choices.
+// The serialized form is the one every table-driven family has ([`axes::CodeForm`]): the
+// code's part of the entry name, the split count and the launch choices.
 axes::code_form!(HopperConfig, NAMES, HopperConfig::new(0, 0, 0, 0));
 
 /// Ordered as the serialized form orders: by code, then the launch choices.
