@@ -51,7 +51,7 @@ fn main() -> anyhow::Result<()> {
         }
         ptx.insert(rec.sha256.clone(), text);
         entries.push(EntryRecord {
-            device_class: device_class.clone(),
+            device_class: device_class.as_str().into(),
             problem: p,
             artifact: rec.sha256,
             submitter: "kaas".into(),

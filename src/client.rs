@@ -15,6 +15,7 @@ use crate::manifest::Manifest;
 use crate::manifest::template::ManifestTemplate;
 use crate::work::tune::TuningRequestView;
 use crate::work::{NewSubmission, SubmissionView};
+use crate::problem::DeviceClass;
 
 /// The server a command talks to when neither `--url` nor `KAAS_URL` names one.
 pub const DEFAULT_URL: &str = "http://127.0.0.1:8080";
@@ -333,7 +334,7 @@ pub fn submit(server: &Server, args: &SubmitArgs) -> anyhow::Result<()> {
     } else {
         eprintln!("submission {} accepted: {} job(s) queued; {}{}", v.id, v.jobs.len(), server.base(), v.links.self_);
     }
-    let open: Vec<Option<String>> = v.jobs.iter().filter(|j| !crate::work::state::is_terminal(&j.state)).map(|j| j.device_class.clone()).collect();
+    let open: Vec<Option<DeviceClass>> = v.jobs.iter().filter(|j| !crate::work::state::is_terminal(&j.state)).map(|j| j.device_class.clone()).collect();
     if let Some(note) = no_worker_for(&client, &open) {
         eprintln!("{note}");
     }
@@ -410,7 +411,7 @@ impl Progress {
 /// device classes `wanted` (`None`: any GPU): it waits in the queue until one starts, and
 /// a follower would otherwise spin without saying why. `None` when one can, or when the
 /// server cannot say.
-fn no_worker_for(client: &Client, wanted: &[Option<String>]) -> Option<String> {
+fn no_worker_for(client: &Client, wanted: &[Option<DeviceClass>]) -> Option<String> {
     if wanted.is_empty() {
         return None;
     }
@@ -427,7 +428,7 @@ fn no_worker_for(client: &Client, wanted: &[Option<String>]) -> Option<String> {
             Some(c) => !classes.contains(&c.as_str()),
             None => classes.is_empty(),
         })
-        .map(|c| c.clone().unwrap_or_else(|| "any GPU".into()))
+        .map(|c| c.as_ref().map_or("any GPU".to_string(), DeviceClass::to_string))
         .collect();
     if unserved.is_empty() {
         return None;
@@ -767,7 +768,7 @@ pub fn leaderboard(server: &Server, args: &LeaderboardArgs) -> anyhow::Result<()
             let _ = writeln!(s, "submitters on {}", v.device_class.as_deref().unwrap_or("every device class"));
             let _ = writeln!(s, "{:>4} {:<24} {:<18} {:>6} {:>8} {:>18}", "rank", "submitter", "device classes", "held", "entered", "geomean ×autotune");
             for r in &v.submitters {
-                let classes = r.device_classes.join(",");
+                let classes = DeviceClass::list(&r.device_classes);
                 let _ = writeln!(s, "{:>4} {:<24} {:<18} {:>6} {:>8} {:>18}", r.rank, r.submitter, classes, r.problems_held, r.problems_entered, f(r.geomean_speedup_vs_autotune_max, 3));
             }
         }

@@ -9,6 +9,7 @@ use clap::Args;
 use serde::Deserialize;
 
 use crate::api::ApiSettings;
+use crate::problem::DeviceClass;
 
 pub const DEFAULT_BIND: &str = "127.0.0.1:8080";
 pub const DEFAULT_DATABASE: &str = "sqlite://kaas.db?mode=rwc";
@@ -120,7 +121,7 @@ pub struct ServeArgs {
     pub max_event_streams_per_client: Option<usize>,
     /// Device class a tuning request that names none is tuned on [default: H100-SXM].
     #[arg(long, env = "KAAS_TUNE_DEVICE_CLASS")]
-    pub tune_device_class: Option<String>,
+    pub tune_device_class: Option<DeviceClass>,
     /// The tune job's search budget per problem, in ms (verification and benchmark come after it) [default: 60000].
     #[arg(long, env = "KAAS_TUNE_BUDGET_MS")]
     pub tune_budget_ms: Option<u64>,
@@ -251,7 +252,7 @@ pub struct FileSettings {
     pub max_queued_jobs: Option<u64>,
     pub max_stored_bytes_per_submitter: Option<u64>,
     pub max_event_streams_per_client: Option<usize>,
-    pub tune_device_class: Option<String>,
+    pub tune_device_class: Option<DeviceClass>,
     pub tune_budget_ms: Option<u64>,
     pub max_open_tunes: Option<u64>,
     pub tune_on_miss: Option<bool>,

@@ -29,6 +29,107 @@ pub enum ProblemError {
     Path(String),
 }
 
+/// A device class: the GPU model, and its form factor where one model comes in several,
+/// that timings belong to (`H100-SXM`, `H100-PCIe`, `H200`), named as the workers name
+/// their GPUs.
+// Canonical by construction: workers name their GPUs through `gpu::device_class`, and a
+// user's spelling becomes a known class through `gpu::resolve_device_class`. Stored and
+// serialized as its text.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Default, Serialize, Deserialize, ToSchema, sea_orm::DeriveValueType)]
+#[serde(transparent)]
+#[schema(value_type = String, example = "H200")]
+pub struct DeviceClass(String);
+
+impl DeviceClass {
+    /// A class by its canonical name; callers name classes the workers reported, a
+    /// bundle holds or the operator configured.
+    pub fn new(name: impl Into<String>) -> Self {
+        DeviceClass(name.into())
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// Classes as a reader sees a list of them: `H100-SXM, H200`.
+    pub fn list(classes: &[DeviceClass]) -> String {
+        classes.iter().map(DeviceClass::as_str).collect::<Vec<_>>().join(", ")
+    }
+}
+
+impl fmt::Display for DeviceClass {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::ops::Deref for DeviceClass {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl PartialEq<str> for DeviceClass {
+    fn eq(&self, other: &str) -> bool {
+        self.0 == other
+    }
+}
+
+impl PartialEq<&str> for DeviceClass {
+    fn eq(&self, other: &&str) -> bool {
+        self.0 == *other
+    }
+}
+
+impl PartialEq<String> for DeviceClass {
+    fn eq(&self, other: &String) -> bool {
+        &self.0 == other
+    }
+}
+
+impl PartialEq<DeviceClass> for String {
+    fn eq(&self, other: &DeviceClass) -> bool {
+        self == &other.0
+    }
+}
+
+impl From<&str> for DeviceClass {
+    fn from(s: &str) -> Self {
+        DeviceClass(s.to_string())
+    }
+}
+
+impl From<&DeviceClass> for sea_orm::Value {
+    fn from(c: &DeviceClass) -> Self {
+        c.0.as_str().into()
+    }
+}
+
+impl From<DeviceClass> for serde_json::Value {
+    fn from(c: DeviceClass) -> Self {
+        c.0.into()
+    }
+}
+
+impl From<DeviceClass> for String {
+    fn from(c: DeviceClass) -> Self {
+        c.0
+    }
+}
+
+impl From<&String> for DeviceClass {
+    fn from(s: &String) -> Self {
+        DeviceClass(s.clone())
+    }
+}
+
+impl From<String> for DeviceClass {
+    fn from(s: String) -> Self {
+        DeviceClass(s)
+    }
+}
+
 /// The PTX target family a kernel is verified for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, ToSchema)]
 pub enum Arch {

@@ -22,6 +22,7 @@ use crate::db::entities::{artifact, baseline, catalog_entry, device_class, manif
 use crate::manifest::Manifest;
 use crate::signing::sha256_hex;
 use crate::problem::Problem;
+use crate::problem::DeviceClass;
 
 pub const FORMAT: &str = "kaas.catalog.v1";
 /// Largest `index.json` accepted.
@@ -49,7 +50,7 @@ pub struct Index {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TuneRecord {
-    pub device_class: String,
+    pub device_class: DeviceClass,
     pub problem: Problem,
     pub state: String,
     pub budget_ms: i64,
@@ -84,7 +85,7 @@ pub struct ArtifactRecord {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct EntryRecord {
-    pub device_class: String,
+    pub device_class: DeviceClass,
     pub problem: Problem,
     pub artifact: String,
     pub submitter: String,
@@ -115,7 +116,7 @@ pub struct RunRecord {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct BaselineRecord {
-    pub device_class: String,
+    pub device_class: DeviceClass,
     pub problem: Problem,
     pub library: String,
     pub layout: String,
@@ -262,7 +263,7 @@ pub fn read_tree(dir: &Path) -> Result<Vec<ReadBundle>, BundleError> {
 
 /// Writes bundles read by [`read_tree`] inside the caller's transaction, in order.
 /// Catalog entries whose (problem id, device class) is in `keep` are left as they are.
-pub(crate) async fn write_tree<C: ConnectionTrait>(db: &C, bundles: &[ReadBundle], keep: &BTreeSet<(i32, String)>) -> Result<ImportReport, BundleError> {
+pub(crate) async fn write_tree<C: ConnectionTrait>(db: &C, bundles: &[ReadBundle], keep: &BTreeSet<(i32, DeviceClass)>) -> Result<ImportReport, BundleError> {
     let mut total = ImportReport::default();
     for b in bundles {
         let r = write_index(db, &b.index, &b.ptx, keep).await?;
@@ -472,7 +473,7 @@ async fn write_index<C: ConnectionTrait>(
     db: &C,
     index: &Index,
     ptx: &BTreeMap<String, String>,
-    keep: &BTreeSet<(i32, String)>,
+    keep: &BTreeSet<(i32, DeviceClass)>,
 ) -> Result<ImportReport, BundleError> {
     let now = Utc::now();
     let mut report = ImportReport::default();
@@ -498,7 +499,7 @@ async fn write_index<C: ConnectionTrait>(
     for p in &index.problems {
         problem_ids.insert(*p, ensure_problem(db, p, &mut report.problems).await?);
     }
-    let current: BTreeMap<(i32, String), i32> =
+    let current: BTreeMap<(i32, DeviceClass), i32> =
         current_entries(db).await?.into_iter().map(|e| ((e.problem_id, e.device_class), e.run_id)).collect();
     for e in &index.entries {
         let problem_id = problem_ids[&e.problem];
@@ -595,7 +596,7 @@ async fn write_index<C: ConnectionTrait>(
     let mut batch = Vec::new();
     for b in &index.baselines {
         let problem_id = problem_ids[&b.problem];
-        let key = (problem_id, b.device_class.clone(), b.library.clone(), b.layout.clone(), b.mode.clone(), b.measured_at.timestamp_micros());
+        let key = (problem_id, b.device_class.to_string(), b.library.clone(), b.layout.clone(), b.mode.clone(), b.measured_at.timestamp_micros());
         if !stored.insert(key) {
             continue;
         }
@@ -635,7 +636,7 @@ async fn write_index<C: ConnectionTrait>(
     }
     for t in &index.tunes {
         let problem_id = problem_ids[&t.problem];
-        if !tuned.insert((problem_id, t.device_class.clone())) {
+        if !tuned.insert((problem_id, t.device_class.to_string())) {
             continue;
         }
         tune::ActiveModel {
@@ -708,7 +709,7 @@ pub async fn snapshot(db: &DatabaseConnection) -> Result<(Index, BTreeMap<String
         });
     }
     // Latest baseline per (problem, device, library, layout, mode).
-    let mut latest: BTreeMap<(Problem, String, String, String, String), baseline::Model> = BTreeMap::new();
+    let mut latest: BTreeMap<(Problem, DeviceClass, String, String, String), baseline::Model> = BTreeMap::new();
     for b in baseline::Entity::find().all(db).await? {
         let p = *problems.get(&b.problem_id).ok_or_else(|| CatalogError::Corrupt(format!("baseline {}: problem", b.id)))?;
         let key = (p, b.device_class.clone(), b.library.clone(), b.layout.clone(), b.mode.clone());
@@ -755,7 +756,7 @@ pub async fn snapshot(db: &DatabaseConnection) -> Result<(Index, BTreeMap<String
         .all(db)
         .await?
         .into_iter()
-        .filter(|d| used_devices.contains(&d.name))
+        .filter(|d| used_devices.contains(&DeviceClass::new(d.name.as_str())))
         .map(|d| DeviceClassRecord { name: d.name, model: d.model, compute_capability: d.compute_capability, sm_count: d.sm_count })
         .collect::<BTreeSet<_>>();
     let artifacts = data

@@ -17,6 +17,7 @@ use crate::bench::stats::geomean;
 use crate::manifest::Manifest;
 use crate::problem::{Acc, Arch, Layout, Problem};
 use crate::signing::{RECORD_FORMAT, Record};
+use crate::problem::DeviceClass;
 pub use views::*;
 
 /// Who a tune job's kernel belongs to: the service, as for the kernels it ships.
@@ -51,9 +52,9 @@ pub enum KernelLookup {
     Kernel(Box<KernelView>),
     /// Kernels exist, but a baseline is faster: use it instead. `fallback` is set when the
     /// kernel compared is another class's (its time there against `use_instead`'s here).
-    BaselineFaster { device_class: String, use_instead: BaselineView, fallback: Option<Box<FallbackView>> },
+    BaselineFaster { device_class: DeviceClass, use_instead: BaselineView, fallback: Option<Box<FallbackView>> },
     /// No catalog entry at all; the fastest known baseline, if any was measured.
-    None { use_instead: Option<(String, BaselineView)> },
+    None { use_instead: Option<(DeviceClass, BaselineView)> },
 }
 
 pub(crate) fn problem_of(p: &problem::Model) -> Result<Problem, CatalogError> {
@@ -203,7 +204,7 @@ pub(crate) async fn current_entries_of<C: ConnectionTrait>(db: &C, problem_id: i
 
 /// Keeps the last row per (problem, device class) of rows ordered by id.
 fn newest_entries(rows: Vec<catalog_entry::Model>) -> Vec<catalog_entry::Model> {
-    let mut newest: BTreeMap<(i32, String), catalog_entry::Model> = BTreeMap::new();
+    let mut newest: BTreeMap<(i32, DeviceClass), catalog_entry::Model> = BTreeMap::new();
     for r in rows {
         newest.insert((r.problem_id, r.device_class.clone()), r);
     }
@@ -361,15 +362,15 @@ pub enum Fallback {
 /// The device classes this service knows, with their compute capability where
 /// registered: every class a bundle import or a worker's run registered, and those of
 /// workers seen (a worker may announce a class before its first run).
-pub async fn known_device_classes<C: ConnectionTrait>(db: &C) -> Result<BTreeMap<String, Option<(u32, u32)>>, DbErr> {
-    let mut known: BTreeMap<String, Option<(u32, u32)>> = BTreeMap::new();
+pub async fn known_device_classes<C: ConnectionTrait>(db: &C) -> Result<BTreeMap<DeviceClass, Option<(u32, u32)>>, DbErr> {
+    let mut known: BTreeMap<DeviceClass, Option<(u32, u32)>> = BTreeMap::new();
     for w in worker::Entity::find().all(db).await? {
         if let Some(c) = w.device_class {
             known.insert(c, None);
         }
     }
     for c in device_class::Entity::find().all(db).await? {
-        known.insert(c.name, crate::gpu::parse_compute_capability(&c.compute_capability));
+        known.insert(DeviceClass::new(c.name), crate::gpu::parse_compute_capability(&c.compute_capability));
     }
     Ok(known)
 }
@@ -435,7 +436,7 @@ async fn stand_in_kernel(
     db: &DatabaseConnection,
     p: &Problem,
     device: &str,
-    no_kernel: &Option<(String, BaselineView)>,
+    no_kernel: &Option<(DeviceClass, BaselineView)>,
 ) -> Result<Option<KernelLookup>, CatalogError> {
     let Some((_, stand_ins)) = STAND_INS.iter().find(|(asking, _)| *asking == device) else { return Ok(None) };
     let cc = device_class::Entity::find_by_id(device.to_string())
@@ -479,7 +480,7 @@ async fn stand_in_kernel(
         };
         let mut offered = FallbackView {
             requested_device: device.to_string(),
-            measured_on: stand_in.to_string(),
+            measured_on: DeviceClass::new(*stand_in),
             note: String::new(),
             beats_on_measured_device: std::mem::take(&mut view.beats),
             requested_device_baseline: here.clone(),
@@ -489,7 +490,7 @@ async fn stand_in_kernel(
             offered.note = format!(
                 "no kernel has been measured on {device} for {p} as its catalog entry; the {stand_in} kernel {time_there}, and {about_here}: use the baseline.{run_here_words}"
             );
-            return Ok(Some(KernelLookup::BaselineFaster { device_class: device.to_string(), use_instead: b.clone(), fallback: Some(Box::new(offered)) }));
+            return Ok(Some(KernelLookup::BaselineFaster { device_class: device.into(), use_instead: b.clone(), fallback: Some(Box::new(offered)) }));
         }
         offered.note = format!(
             "no kernel has been measured on {device} for {p} as its catalog entry: this is the {stand_in} catalog entry, offered because its PTX \
@@ -513,7 +514,7 @@ async fn measured_kernel(db: &DatabaseConnection, p: &Problem, device: Option<&s
         return Ok(KernelLookup::None { use_instead: None });
     };
     let entries = current_entries_of(db, prow.id).await?;
-    let all_devices: Vec<String> = entries.iter().map(|e| e.device_class.clone()).collect();
+    let all_devices: Vec<DeviceClass> = entries.iter().map(|e| e.device_class.clone()).collect();
     let candidates: Vec<&catalog_entry::Model> =
         entries.iter().filter(|e| device.is_none_or(|d| e.device_class == d)).collect();
     let data = EntryData::load(db, candidates.iter().map(|e| e.run_id).collect()).await?;
@@ -526,9 +527,9 @@ async fn measured_kernel(db: &DatabaseConnection, p: &Problem, device: Option<&s
     views.sort_by(|a, b| a.2.total_cmp(&b.2).then_with(|| a.0.device_class.cmp(&b.0.device_class)));
     let Some((entry, r, _)) = views.first() else {
         // No kernel: point at the fastest baseline measured on the asked device (or any).
-        let mut best: Option<(String, BaselineView)> = None;
-        let devices: Vec<String> = match device {
-            Some(d) => vec![d.to_string()],
+        let mut best: Option<(DeviceClass, BaselineView)> = None;
+        let devices: Vec<DeviceClass> = match device {
+            Some(d) => vec![d.into()],
             None => baseline_devices(db, prow.id).await?,
         };
         for d in devices {
@@ -573,8 +574,8 @@ async fn measured_kernel(db: &DatabaseConnection, p: &Problem, device: Option<&s
     })))
 }
 
-async fn baseline_devices<C: ConnectionTrait>(db: &C, problem_id: i32) -> Result<Vec<String>, DbErr> {
-    let mut v: Vec<String> = baseline::Entity::find()
+async fn baseline_devices<C: ConnectionTrait>(db: &C, problem_id: i32) -> Result<Vec<DeviceClass>, DbErr> {
+    let mut v: Vec<DeviceClass> = baseline::Entity::find()
         .filter(baseline::Column::ProblemId.eq(problem_id))
         .all(db)
         .await?
@@ -606,7 +607,7 @@ pub async fn problem_leaderboard(
     let runs = q.all(db).await?;
     let data = EntryData::load(db, runs.iter().map(|r| r.id).collect()).await?;
     // Best run per (submitter, device class).
-    let mut best: HashMap<(i32, String), (f64, &run::Model)> = HashMap::new();
+    let mut best: HashMap<(i32, DeviceClass), (f64, &run::Model)> = HashMap::new();
     for r in &runs {
         let Some(sub) = r.submission_id.and_then(|id| data.submissions.get(&id)) else { continue };
         let Some(median) = graph_figures(&run_view(r)).0 else { continue };
@@ -637,7 +638,7 @@ pub async fn problem_leaderboard(
         a.device_class.cmp(&b.device_class).then(a.median_us.total_cmp(&b.median_us)).then(a.run_id.cmp(&b.run_id))
     });
     let mut rank = 0;
-    let mut last_device = String::new();
+    let mut last_device = DeviceClass::default();
     for row in &mut rows {
         if row.device_class != last_device {
             rank = 0;
@@ -655,12 +656,12 @@ pub async fn global_leaderboard(db: &DatabaseConnection, device: Option<&str>) -
     let on_class = |d: &str| device.is_none_or(|want| want == d);
     let entries: Vec<_> = current_entries(db).await?.into_iter().filter(|e| on_class(&e.device_class)).collect();
     let all_runs = run::Entity::find().filter(run::Column::Verdict.eq("pass")).all(db).await?;
-    let device_classes: Vec<String> = all_runs.iter().map(|r| r.device_class.clone()).collect::<BTreeSet<_>>().into_iter().collect();
+    let device_classes: Vec<DeviceClass> = all_runs.iter().map(|r| r.device_class.clone()).collect::<BTreeSet<_>>().into_iter().collect();
     let runs: Vec<run::Model> = all_runs.into_iter().filter(|r| on_class(&r.device_class)).collect();
     let data = EntryData::load(db, runs.iter().map(|r| r.id).collect()).await?;
     let submitter_of = |r: &run::Model| r.submission_id.and_then(|id| data.submissions.get(&id)).map(|s| s.submitter_id);
     let mut held: HashMap<i32, u32> = HashMap::new();
-    let mut classes: HashMap<i32, BTreeSet<String>> = HashMap::new();
+    let mut classes: HashMap<i32, BTreeSet<DeviceClass>> = HashMap::new();
     for e in &entries {
         if let Some(who) = data.runs.get(&e.run_id).and_then(submitter_of) {
             *held.entry(who).or_default() += 1;
@@ -668,7 +669,7 @@ pub async fn global_leaderboard(db: &DatabaseConnection, device: Option<&str>) -
         }
     }
     // Best speedup per (submitter, device class, problem).
-    let mut best: HashMap<(i32, String, i32), Option<f64>> = HashMap::new();
+    let mut best: HashMap<(i32, DeviceClass, i32), Option<f64>> = HashMap::new();
     for r in &runs {
         let Some(who) = submitter_of(r) else { continue };
         let view = run_view(r);
@@ -718,7 +719,7 @@ pub async fn global_leaderboard(db: &DatabaseConnection, device: Option<&str>) -
     for (i, s) in standings.iter_mut().enumerate() {
         s.rank = i as u32 + 1;
     }
-    Ok(LeaderboardView { device_class: device.map(str::to_string), device_classes, submitters: standings })
+    Ok(LeaderboardView { device_class: device.map(DeviceClass::from), device_classes, submitters: standings })
 }
 
 /// True when the database holds no catalog entries and no baselines.

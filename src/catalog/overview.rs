@@ -17,6 +17,7 @@ use utoipa::ToSchema;
 use super::{AUTOTUNE_MAX, CatalogError, EntryData, beats_all, current_entries, geomean, graph_figures, problem_of, run_view};
 use crate::db::entities::{baseline, device_class, job, problem, run, tune};
 use crate::problem::{Acc, Arch, Layout, Problem};
+use crate::problem::DeviceClass;
 
 /// What the heatmap is asked for; every field left out is chosen by the service.
 #[derive(Debug, Clone, Default)]
@@ -81,14 +82,14 @@ pub struct HeatmapView {
     pub acc: Option<Acc>,
     pub layout: Option<Layout>,
     pub k: Option<u32>,
-    pub device_class: Option<String>,
+    pub device_class: Option<DeviceClass>,
     pub archs: Vec<Arch>,
     pub accs: Vec<Acc>,
     pub layouts: Vec<Layout>,
     /// K values of the problems with the chosen arch, acc and layout.
     pub ks: Vec<u32>,
     /// Device classes with catalog entries or baselines.
-    pub device_classes: Vec<String>,
+    pub device_classes: Vec<DeviceClass>,
     /// Classes whose kernels the kernel endpoint offers, labelled, for `device_class`'s
     /// problems without an answer of their own (`STAND_INS`); the grid shows only what
     /// was measured on `device_class`, so the page says so.
@@ -159,14 +160,14 @@ pub async fn heatmap(db: &DatabaseConnection, q: &HeatmapQuery) -> Result<Heatma
     }
     // Device classes: those registered, and any that hold entries or baselines.
     let entries = current_entries(db).await?;
-    let mut held: BTreeMap<String, usize> = BTreeMap::new();
+    let mut held: BTreeMap<DeviceClass, usize> = BTreeMap::new();
     for e in &entries {
         *held.entry(e.device_class.clone()).or_default() += 1;
     }
-    let mut devices: BTreeSet<String> = device_class::Entity::find().all(db).await?.into_iter().map(|d| d.name).collect();
+    let mut devices: BTreeSet<DeviceClass> = device_class::Entity::find().all(db).await?.into_iter().map(|d| DeviceClass::new(d.name)).collect();
     devices.extend(held.keys().cloned());
     // The busiest device class by default, the first by name among equals.
-    let device = q.device.clone().or_else(|| {
+    let device = q.device.as_deref().map(DeviceClass::from).or_else(|| {
         devices.iter().max_by(|a, b| held.get(*a).unwrap_or(&0).cmp(held.get(*b).unwrap_or(&0)).then(b.cmp(a))).cloned()
     });
     // The problems that device holds entries for, to choose a selection with kernels.
@@ -284,7 +285,7 @@ pub struct ExampleEntry {
     pub problem: Problem,
     /// `{arch}/{acc}/{layout}/{m}x{n}x{k}`.
     pub path: String,
-    pub device_class: String,
+    pub device_class: DeviceClass,
 }
 
 /// `GET /v1/stats`: headline figures of the catalog as it is now.
@@ -299,7 +300,7 @@ pub struct CatalogStats {
     /// Distinct PTX artifacts among the catalog entries.
     pub kernels: u32,
     /// Device classes holding catalog entries.
-    pub device_classes: Vec<String>,
+    pub device_classes: Vec<DeviceClass>,
     /// Entries timed side by side with the baselines (graph mode).
     pub benchmarked_entries: u32,
     /// Geometric mean over benchmarked entries of the graph-mode speedup over
@@ -320,7 +321,7 @@ pub async fn stats(db: &DatabaseConnection) -> Result<CatalogStats, CatalogError
     let mut devices = BTreeSet::new();
     let mut speedups = Vec::new();
     // (served rank, speedup) of the best example so far: beats baselines > unbenchmarked.
-    let mut example: Option<((u8, f64), i32, String)> = None;
+    let mut example: Option<((u8, f64), i32, DeviceClass)> = None;
     for e in &entries {
         let Some(r) = data.runs.get(&e.run_id) else { continue };
         covered.insert(e.problem_id);

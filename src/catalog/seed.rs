@@ -81,7 +81,7 @@ pub async fn seed(db: &DatabaseConnection, dir: &Path) -> Result<Seeded, BundleE
     names.extend(bundles.iter().map(|b| name_of(&b.dir)));
     tracing::info!(catalog = %dir.display(), bundles = bundles.len(), "importing the shipped catalog in one transaction");
     let txn = crate::db::begin_write(db).await?;
-    let keep: BTreeSet<(i32, String)> = super::current_entries(&txn).await?.into_iter().map(|e| (e.problem_id, e.device_class)).collect();
+    let keep: BTreeSet<(i32, crate::problem::DeviceClass)> = super::current_entries(&txn).await?.into_iter().map(|e| (e.problem_id, e.device_class)).collect();
     let added = bundle::write_tree(&txn, &bundles, &keep).await?;
     let record = SeedRecord { source: dir.display().to_string(), bundles: names, added, completed_at: Utc::now() };
     let value = serde_json::to_string(&record).map_err(|e| DbErr::Custom(e.to_string()))?;

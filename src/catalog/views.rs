@@ -9,6 +9,7 @@ use utoipa::ToSchema;
 use crate::manifest::Manifest;
 use crate::problem::Problem;
 use crate::signing::{Record, RecordSignature};
+use crate::problem::DeviceClass;
 
 /// The content-addressed PTX of a kernel.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
@@ -27,7 +28,7 @@ pub struct ArtifactView {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct RunView {
     pub id: i32,
-    pub device_class: String,
+    pub device_class: DeviceClass,
     /// `pass` or the failing verdict.
     pub verdict: String,
     pub message: String,
@@ -75,11 +76,11 @@ pub struct BaselineView {
 pub struct KernelView {
     pub problem: Problem,
     /// The device class of the catalog entry served: where it was measured.
-    pub device_class: String,
+    pub device_class: DeviceClass,
     /// The device class every timing, speedup, `beats` and `baselines` in this answer was
     /// measured on (always `device_class`; named so that a fallback answer reads plainly).
     #[serde(default)]
-    pub measured_on: String,
+    pub measured_on: DeviceClass,
     /// Set only when the device class asked for has no entry for this problem and this
     /// is another class's kernel offered instead (`?fallback=none` turns that off).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -96,7 +97,7 @@ pub struct KernelView {
     /// The device class's baseline table for this problem.
     pub baselines: Vec<BaselineView>,
     /// Other device classes with a catalog entry for this problem.
-    pub other_device_classes: Vec<String>,
+    pub other_device_classes: Vec<DeviceClass>,
     /// What the service vouches for about this kernel's run (docs/signing.md).
     pub record: Record,
     /// The service's Ed25519 signature over `record`; the HTTP API always sets it.
@@ -111,7 +112,7 @@ pub struct FallbackView {
     /// The device class asked for (canonical name), which has no entry for the problem.
     pub requested_device: String,
     /// The device class the kernel was verified and timed on.
-    pub measured_on: String,
+    pub measured_on: DeviceClass,
     /// The above in words, for people.
     pub note: String,
     /// The baselines it beat on `measured_on` (graph mode): evidence about that class
@@ -138,7 +139,7 @@ pub struct ProblemView {
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct BestSummary {
-    pub device_class: String,
+    pub device_class: DeviceClass,
     pub artifact_sha256: String,
     pub submitter: String,
     /// Graph-mode median, when benchmarked.
@@ -158,7 +159,7 @@ pub struct LeaderboardRow {
     pub submitter: String,
     pub submission_id: i32,
     pub run_id: i32,
-    pub device_class: String,
+    pub device_class: DeviceClass,
     pub median_us: f64,
     pub tflops: Option<f64>,
     /// Speedup over cuBLASLt-autotune-max (graph mode), when measured.
@@ -184,14 +185,14 @@ pub struct SubmitterStanding {
     /// Geometric mean of the best speedup over cuBLASLt-autotune-max per problem entered.
     pub geomean_speedup_vs_autotune_max: Option<f64>,
     /// The device classes of the entries held and the problems entered counted here.
-    pub device_classes: Vec<String>,
+    pub device_classes: Vec<DeviceClass>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct LeaderboardView {
     /// The device class the standings count (`?device=`); every class when null.
-    pub device_class: Option<String>,
+    pub device_class: Option<DeviceClass>,
     /// The device classes with passing runs, to filter by.
-    pub device_classes: Vec<String>,
+    pub device_classes: Vec<DeviceClass>,
     pub submitters: Vec<SubmitterStanding>,
 }

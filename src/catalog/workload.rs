@@ -9,6 +9,7 @@ use utoipa::ToSchema;
 use super::{CatalogError, Fallback, KernelLookup, best_kernel};
 use crate::problem::{Acc, Arch, Problem};
 use crate::workloads::{Linear, ModelConfig};
+use crate::problem::DeviceClass;
 
 /// The speedup a row reports: graph mode, against the faster layout of cuBLASLt's
 /// autotuned choice (the catalog's headline baseline).
@@ -36,7 +37,7 @@ pub struct WorkloadRow {
     pub path: String,
     pub state: WorkloadState,
     /// The device class the figures were measured on.
-    pub device_class: Option<String>,
+    pub device_class: Option<DeviceClass>,
     /// The served kernel's graph-mode median (µs).
     pub kernel_median_us: Option<f64>,
     /// The served kernel's graph-mode speedup over cuBLASLt autotuned (the faster layout).

@@ -314,7 +314,7 @@ fn canonical(records: &mut [BaselineRecord]) {
 
 fn device_record(facts: &DeviceFacts) -> DeviceClassRecord {
     DeviceClassRecord {
-        name: facts.device_class.clone(),
+        name: facts.device_class.to_string(),
         model: facts.name.clone(),
         compute_capability: format!("{}.{}", facts.compute_capability.0, facts.compute_capability.1),
         sm_count: Some(facts.sm_count as i32),
@@ -343,7 +343,7 @@ pub fn merge_bundles(dirs: &[PathBuf]) -> anyhow::Result<Index> {
         baselines.extend(index.baselines);
     }
     // Where two bundles time the same thing, the later measurement wins.
-    let mut latest: BTreeMap<(Problem, String, String, String, String), BaselineRecord> = BTreeMap::new();
+    let mut latest: BTreeMap<(Problem, crate::problem::DeviceClass, String, String, String), BaselineRecord> = BTreeMap::new();
     for b in baselines {
         let key = (b.problem, b.device_class.clone(), b.library.clone(), b.layout.clone(), b.mode.clone());
         if latest.get(&key).is_none_or(|old| old.measured_at <= b.measured_at) {

@@ -17,6 +17,7 @@ use crate::auth::Role;
 use crate::catalog::bundle;
 use crate::config::{DEFAULT_DATABASE, ServeArgs};
 use crate::db::{self, DbConfig};
+use crate::problem::DeviceClass;
 
 #[derive(Debug, Parser)]
 #[command(name = "kaas", version, about = "HGEMM kernels as a service: verified, benchmarked half-precision GEMM kernels per GPU and shape")]
@@ -51,7 +52,7 @@ pub enum Command {
     Remeasure {
         /// The device class whose entries to queue (the jobs run on it).
         #[arg(long, default_value = "H100-SXM")]
-        device_class: String,
+        device_class: DeviceClass,
         /// Every N-th entry in (layout, acc, M·N·K) order.
         #[arg(long, default_value_t = 1)]
         every: usize,

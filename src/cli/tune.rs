@@ -485,7 +485,7 @@ mod tests {
         let mut s = TuneState { device_class: "H100-SXM".into(), ..Default::default() };
         s.save(&path).unwrap();
         assert_eq!(TuneState::load(&path).unwrap().device_class, "H100-SXM");
-        s.device_class.clear();
+        s.device_class = Default::default();
         assert!(TuneState::load(&dir.path().join("missing.json")).unwrap().results.is_empty());
         let args = TuneArgs {
             problems: "4096x4096x4096,64x64x64".into(),

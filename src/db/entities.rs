@@ -3,6 +3,8 @@
 
 pub mod artifact {
     use sea_orm::entity::prelude::*;
+    #[allow(unused_imports)]
+    use crate::problem::DeviceClass;
 
     #[sea_orm::model]
     #[derive(Clone, Debug, PartialEq, DeriveEntityModel, Eq)]
@@ -26,6 +28,8 @@ pub mod artifact {
 
 pub mod problem {
     use sea_orm::entity::prelude::*;
+    #[allow(unused_imports)]
+    use crate::problem::DeviceClass;
 
     #[sea_orm::model]
     #[derive(Clone, Debug, PartialEq, DeriveEntityModel, Eq)]
@@ -46,6 +50,8 @@ pub mod problem {
 
 pub mod device_class {
     use sea_orm::entity::prelude::*;
+    #[allow(unused_imports)]
+    use crate::problem::DeviceClass;
 
     #[sea_orm::model]
     #[derive(Clone, Debug, PartialEq, DeriveEntityModel, Eq)]
@@ -63,6 +69,8 @@ pub mod device_class {
 
 pub mod submitter {
     use sea_orm::entity::prelude::*;
+    #[allow(unused_imports)]
+    use crate::problem::DeviceClass;
 
     #[sea_orm::model]
     #[derive(Clone, Debug, PartialEq, DeriveEntityModel, Eq)]
@@ -80,6 +88,8 @@ pub mod submitter {
 
 pub mod api_token {
     use sea_orm::entity::prelude::*;
+    #[allow(unused_imports)]
+    use crate::problem::DeviceClass;
 
     #[sea_orm::model]
     #[derive(Clone, Debug, PartialEq, DeriveEntityModel, Eq)]
@@ -101,6 +111,8 @@ pub mod api_token {
 
 pub mod submission {
     use sea_orm::entity::prelude::*;
+    #[allow(unused_imports)]
+    use crate::problem::DeviceClass;
 
     #[sea_orm::model]
     #[derive(Clone, Debug, PartialEq, DeriveEntityModel, Eq)]
@@ -133,6 +145,8 @@ pub mod submission {
 
 pub mod manifest {
     use sea_orm::entity::prelude::*;
+    #[allow(unused_imports)]
+    use crate::problem::DeviceClass;
 
     #[sea_orm::model]
     #[derive(Clone, Debug, PartialEq, DeriveEntityModel, Eq)]
@@ -153,6 +167,8 @@ pub mod manifest {
 
 pub mod run {
     use sea_orm::entity::prelude::*;
+    #[allow(unused_imports)]
+    use crate::problem::DeviceClass;
 
     #[sea_orm::model]
     #[derive(Clone, Debug, PartialEq, DeriveEntityModel, Eq)]
@@ -163,7 +179,7 @@ pub mod run {
         pub submission_id: Option<i32>,
         pub manifest_id: i32,
         pub problem_id: i32,
-        pub device_class: String,
+        pub device_class: DeviceClass,
         pub verdict: String,
         #[sea_orm(column_type = "Text")]
         pub message: String,
@@ -190,6 +206,8 @@ pub mod run {
 
 pub mod baseline {
     use sea_orm::entity::prelude::*;
+    #[allow(unused_imports)]
+    use crate::problem::DeviceClass;
 
     #[sea_orm::model]
     #[derive(Clone, Debug, PartialEq, DeriveEntityModel)]
@@ -198,7 +216,7 @@ pub mod baseline {
         #[sea_orm(primary_key)]
         pub id: i32,
         pub problem_id: i32,
-        pub device_class: String,
+        pub device_class: DeviceClass,
         pub library: String,
         pub layout: String,
         pub mode: String,
@@ -215,6 +233,8 @@ pub mod baseline {
 
 pub mod catalog_entry {
     use sea_orm::entity::prelude::*;
+    #[allow(unused_imports)]
+    use crate::problem::DeviceClass;
 
     #[sea_orm::model]
     #[derive(Clone, Debug, PartialEq, DeriveEntityModel, Eq)]
@@ -222,7 +242,7 @@ pub mod catalog_entry {
     pub struct Model {
         #[sea_orm(primary_key)]
         pub id: i32,
-        pub device_class: String,
+        pub device_class: DeviceClass,
         pub problem_id: i32,
         pub run_id: i32,
         pub created_at: DateTimeUtc,
@@ -233,6 +253,8 @@ pub mod catalog_entry {
 
 pub mod job {
     use sea_orm::entity::prelude::*;
+    #[allow(unused_imports)]
+    use crate::problem::DeviceClass;
 
     #[sea_orm::model]
     #[derive(Clone, Debug, PartialEq, DeriveEntityModel, Eq)]
@@ -245,7 +267,7 @@ pub mod job {
         /// The manifest a `verify` job runs; null for a `tune` job (its kernel is found by it).
         pub manifest_id: Option<i32>,
         pub problem_id: i32,
-        pub device_class: Option<String>,
+        pub device_class: Option<DeviceClass>,
         pub state: String,
         pub priority: i32,
         pub attempts: i32,
@@ -272,6 +294,8 @@ pub mod job {
 
 pub mod tune {
     use sea_orm::entity::prelude::*;
+    #[allow(unused_imports)]
+    use crate::problem::DeviceClass;
 
     /// One (problem, device class) asked to be tuned; unique on that pair, so every
     /// request for it, from anyone, shares this row and its one job.
@@ -282,7 +306,7 @@ pub mod tune {
         #[sea_orm(primary_key)]
         pub id: i32,
         pub problem_id: i32,
-        pub device_class: String,
+        pub device_class: DeviceClass,
         /// `queued`, `tuning`, `verifying`, `served`, `baseline_faster` or `failed`.
         pub state: String,
         pub priority: i32,
@@ -314,6 +338,8 @@ pub mod tune {
 
 pub mod tuning_request {
     use sea_orm::entity::prelude::*;
+    #[allow(unused_imports)]
+    use crate::problem::DeviceClass;
 
     #[sea_orm::model]
     #[derive(Clone, Debug, PartialEq, DeriveEntityModel, Eq)]
@@ -324,7 +350,7 @@ pub mod tuning_request {
         /// Null for a request the kernel route made for an anonymous miss.
         pub submitter_id: Option<i32>,
         pub workload: Option<String>,
-        pub device_class: String,
+        pub device_class: DeviceClass,
         pub created_at: DateTimeUtc,
     }
 
@@ -333,6 +359,8 @@ pub mod tuning_request {
 
 pub mod tuning_request_item {
     use sea_orm::entity::prelude::*;
+    #[allow(unused_imports)]
+    use crate::problem::DeviceClass;
 
     #[sea_orm::model]
     #[derive(Clone, Debug, PartialEq, DeriveEntityModel, Eq)]
@@ -357,6 +385,8 @@ pub mod tuning_request_item {
 
 pub mod worker {
     use sea_orm::entity::prelude::*;
+    #[allow(unused_imports)]
+    use crate::problem::DeviceClass;
 
     #[sea_orm::model]
     #[derive(Clone, Debug, PartialEq, DeriveEntityModel, Eq)]
@@ -364,7 +394,7 @@ pub mod worker {
     pub struct Model {
         #[sea_orm(primary_key, auto_increment = false)]
         pub id: String,
-        pub device_class: Option<String>,
+        pub device_class: Option<DeviceClass>,
         pub gpu_name: Option<String>,
         pub compute_capability: Option<String>,
         pub state: String,
@@ -380,6 +410,8 @@ pub mod worker {
 
 pub mod autotune_choice {
     use sea_orm::entity::prelude::*;
+    #[allow(unused_imports)]
+    use crate::problem::DeviceClass;
 
     #[sea_orm::model]
     #[derive(Clone, Debug, PartialEq, DeriveEntityModel)]
@@ -387,7 +419,7 @@ pub mod autotune_choice {
     pub struct Model {
         #[sea_orm(primary_key)]
         pub id: i32,
-        pub device_class: String,
+        pub device_class: DeviceClass,
         pub driver_version: String,
         pub cublas_version: String,
         pub arch: String,
@@ -410,6 +442,8 @@ pub mod autotune_choice {
 
 pub mod service_state {
     use sea_orm::entity::prelude::*;
+    #[allow(unused_imports)]
+    use crate::problem::DeviceClass;
 
     #[sea_orm::model]
     #[derive(Clone, Debug, PartialEq, DeriveEntityModel, Eq)]
@@ -427,6 +461,8 @@ pub mod service_state {
 
 pub mod signing_key {
     use sea_orm::entity::prelude::*;
+    #[allow(unused_imports)]
+    use crate::problem::DeviceClass;
 
     /// Public keys the service has signed with, and the database-kept key used when no
     /// key file is configured (`name` = `generated`, the only row with a `seed`).

@@ -2,6 +2,7 @@
 //! about itself, and the *device class* that timings belong to.
 
 use serde::{Deserialize, Serialize};
+use crate::problem::DeviceClass;
 
 /// The device a run took place on. Serialised into every benchmark result.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -10,7 +11,7 @@ pub struct DeviceFacts {
     /// As the driver names it, e.g. `NVIDIA H100 80GB HBM3`.
     pub name: String,
     /// The class timings belong to, e.g. `H100-SXM` (see [`device_class`]).
-    pub device_class: String,
+    pub device_class: DeviceClass,
     pub compute_capability: (u32, u32),
     pub sm_count: u32,
     /// The most shared memory one block may ask for after opting in.
@@ -45,7 +46,7 @@ impl DeviceFacts {
 /// `NVIDIA H100 NVL` → `H100-NVL`, `NVIDIA H200` → `H200`, `NVIDIA A100-SXM4-80GB` →
 /// `A100-SXM`; anything else becomes a slug of its name (`NVIDIA GeForce RTX 4090` →
 /// `GeForce-RTX-4090`).
-pub fn device_class(name: &str) -> String {
+pub fn device_class(name: &str) -> DeviceClass {
     let upper = name.to_ascii_uppercase();
     let words: Vec<&str> = upper.split(|c: char| !c.is_ascii_alphanumeric()).filter(|w| !w.is_empty()).collect();
     let has = |w: &str| words.contains(&w);
@@ -63,12 +64,12 @@ pub fn device_class(name: &str) -> String {
         } else {
             None
         };
-        return match form {
+        return DeviceClass::new(match form {
             Some(f) => format!("{model}-{f}"),
             None => model.to_string(),
-        };
+        });
     }
-    slug(name.trim_start_matches("NVIDIA").trim())
+    DeviceClass::new(slug(name.trim_start_matches("NVIDIA").trim()))
 }
 
 /// Why a device class asked for (`?device=`) names none of the known ones.
@@ -77,7 +78,7 @@ pub enum DeviceNameError {
     /// No known class matches the spelling.
     Unknown,
     /// A bare model (`H100`) matches several known form factors; these.
-    Ambiguous(Vec<String>),
+    Ambiguous(Vec<DeviceClass>),
 }
 
 /// The known device class a user's spelling names: the class itself in any case
@@ -87,7 +88,7 @@ pub enum DeviceNameError {
 ///
 /// The spelling goes through [`device_class`], the same mapping the workers apply to the
 /// names their GPUs report, so that a client may send what `nvidia-smi` prints.
-pub fn resolve_device_class(asked: &str, known: &[String]) -> Result<String, DeviceNameError> {
+pub fn resolve_device_class(asked: &str, known: &[DeviceClass]) -> Result<DeviceClass, DeviceNameError> {
     let find = |name: &str| known.iter().find(|k| k.eq_ignore_ascii_case(name)).cloned();
     let asked = asked.trim();
     if let Some(k) = find(asked) {
@@ -100,9 +101,9 @@ pub fn resolve_device_class(asked: &str, known: &[String]) -> Result<String, Dev
     // A bare model: the known classes of that model (`H100` → `H100-SXM`, `H100-PCIe`).
     // Two form factors of one model time differently, so several is an error, not a guess.
     let model = class.split('-').next().unwrap_or_default();
-    if model == class {
+    if class == model {
         let prefix = format!("{model}-");
-        let of_model: Vec<String> = known
+        let of_model: Vec<DeviceClass> = known
             .iter()
             // `get`, not slicing: a class imported from a bundle may hold any UTF-8, and
             // a cut inside a character must not panic a request.
@@ -199,21 +200,22 @@ mod tests {
 
     #[test]
     fn spellings_resolve_to_known_classes() {
-        let known = vec!["H100-SXM".to_string(), "H200".to_string()];
+        let classes = |names: &[&str]| names.iter().map(|n| DeviceClass::new(*n)).collect::<Vec<_>>();
+        let known = classes(&["H100-SXM", "H200"]);
         for s in ["H100", "h100", "H100-SXM", "h100-sxm", "H100 SXM", "NVIDIA H100 80GB HBM3", " H100_SXM5 "] {
-            assert_eq!(resolve_device_class(s, &known), Ok("H100-SXM".to_string()), "{s}");
+            assert_eq!(resolve_device_class(s, &known), Ok(DeviceClass::new("H100-SXM")), "{s}");
         }
         for s in ["H200", "h200", "H200-SXM", "H200 SXM", "NVIDIA H200", "nvidia h200 141gb hbm3e"] {
-            assert_eq!(resolve_device_class(s, &known), Ok("H200".to_string()), "{s}");
+            assert_eq!(resolve_device_class(s, &known), Ok(DeviceClass::new("H200")), "{s}");
         }
         for s in ["A100", "H100-PCIe", "H20", "GeForce RTX 4090", "", "SXM"] {
             assert_eq!(resolve_device_class(s, &known), Err(DeviceNameError::Unknown), "{s}");
         }
-        let two = vec!["H100-PCIe".to_string(), "H100-SXM".to_string()];
+        let two = classes(&["H100-PCIe", "H100-SXM"]);
         assert_eq!(resolve_device_class("H100", &two), Err(DeviceNameError::Ambiguous(two.clone())));
-        assert_eq!(resolve_device_class("H100 PCIe", &two), Ok("H100-PCIe".to_string()));
+        assert_eq!(resolve_device_class("H100 PCIe", &two), Ok(DeviceClass::new("H100-PCIe")));
         // Known names from a bundle may be any UTF-8: no panic on a cut inside a character.
-        let odd = vec!["H10é-x".to_string(), "H100é".to_string()];
+        let odd = classes(&["H10é-x", "H100é"]);
         assert_eq!(resolve_device_class("H100", &odd), Err(DeviceNameError::Unknown));
     }
 

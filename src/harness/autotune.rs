@@ -22,6 +22,7 @@ use crate::bench::stats;
 use crate::db::entities::autotune_choice;
 use crate::gpu::{DeviceFacts, Gpu, GpuError, GraphTimer, LtAlgoConfig, LtGemm, Operands};
 use crate::problem::Problem;
+use crate::problem::DeviceClass;
 
 /// How the search spends its time.
 #[derive(Debug, Clone)]
@@ -149,7 +150,7 @@ pub fn autotune<'a>(gpu: &Gpu, ops: &'a Operands, opts: &AutotuneOptions) -> Res
 /// same problem (layout and accumulator included).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AutotuneKey {
-    pub device_class: String,
+    pub device_class: DeviceClass,
     pub driver_version: String,
     pub cublas_version: String,
     pub problem: Problem,

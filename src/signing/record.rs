@@ -6,6 +6,7 @@ use utoipa::ToSchema;
 
 use crate::manifest::Manifest;
 use crate::problem::Problem;
+use crate::problem::DeviceClass;
 
 /// `format` of every record; a verifier refuses others.
 pub const RECORD_FORMAT: &str = "kaas.record.v1";
@@ -24,7 +25,7 @@ pub struct Record {
     /// The launch manifest the run used (`manifest.json` of `kaas pull`).
     pub manifest: Manifest,
     pub problem: Problem,
-    pub device_class: String,
+    pub device_class: DeviceClass,
     /// `pass` or the failing verdict.
     pub verdict: String,
     pub message: String,

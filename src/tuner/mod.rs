@@ -36,6 +36,7 @@ use hopper::{ConsumerMode, DescMode, Epilogue, HopperConfig};
 use hopper::{Reduction, TileGrid};
 use mma::MmaConfig;
 use search::{Ucb, UcbSettings};
+use crate::problem::DeviceClass;
 
 /// One candidate kernel: a configuration of one of the template families. Untagged, so a
 /// search state written before the mma family (bare Hopper configurations) still loads;
@@ -464,7 +465,7 @@ pub struct ProblemResult {
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct TuneState {
-    pub device_class: String,
+    pub device_class: DeviceClass,
     pub gpu: String,
     pub results: BTreeMap<String, ProblemResult>,
 }

@@ -283,7 +283,7 @@ pub(crate) async fn insert_run<C: ConnectionTrait>(
         submission_id: Set(j.submission_id),
         manifest_id: Set(manifest_id),
         problem_id: Set(j.problem_id),
-        device_class: Set(class.to_string()),
+        device_class: Set(class.into()),
         verdict: Set(verdict.as_str().to_string()),
         message: Set(message.to_string()),
         timings: Set(measured.timings.as_ref().map(|v| v.to_string())),
@@ -468,7 +468,7 @@ pub(crate) async fn promote_if_faster<C: ConnectionTrait>(db: &C, class: &str, p
         },
     };
     if wins {
-        catalog_entry::ActiveModel { device_class: Set(class.to_string()), problem_id: Set(problem_id), run_id: Set(run_id), created_at: Set(now), ..Default::default() }
+        catalog_entry::ActiveModel { device_class: Set(class.into()), problem_id: Set(problem_id), run_id: Set(run_id), created_at: Set(now), ..Default::default() }
             .insert(db)
             .await?;
     }
@@ -543,7 +543,7 @@ pub(crate) async fn store_baselines<C: ConnectionTrait>(db: &C, problem_id: i32,
         };
         baseline::ActiveModel {
             problem_id: Set(problem_id),
-            device_class: Set(class.to_string()),
+            device_class: Set(class.into()),
             library: Set(library.to_string()),
             layout: Set(layout.to_string()),
             mode: Set(mode.to_string()),

@@ -13,6 +13,7 @@ use sea_orm::{ActiveModelTrait, ActiveValue::Set, ColumnTrait, DatabaseConnectio
 
 use super::{queue, state};
 use crate::db::entities::{job, problem, run};
+use crate::problem::DeviceClass;
 
 /// Below every submitter's jobs (admins 0, others 10): re-measuring fills idle GPUs.
 pub const PRIORITY: i32 = 20;
@@ -21,7 +22,7 @@ pub const PRIORITY: i32 = 20;
 #[derive(Debug, Clone)]
 pub struct Selection {
     /// Only this device class's entries (the jobs run on it).
-    pub device_class: String,
+    pub device_class: DeviceClass,
     /// Every `every`-th entry, from `offset`, in (layout, acc, M·N·K, M) order.
     pub every: usize,
     pub offset: usize,

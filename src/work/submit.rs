@@ -20,6 +20,7 @@ use crate::db::entities::{artifact, catalog_entry, device_class, job, manifest, 
 use crate::manifest::Manifest;
 use crate::problem::{Problem, Shape};
 use crate::ptx::StaticLimits;
+use crate::problem::DeviceClass;
 
 /// Limits on what one submitter may ask for.
 #[derive(Debug, Clone)]
@@ -359,31 +360,31 @@ pub(crate) async fn check_storage<C: ConnectionTrait>(txn: &C, caller: &Caller, 
 /// The device classes to queue jobs for: those asked for (each must be known), or every
 /// class with a worker seen lately that can run the arches; `[None]` (any worker) when
 /// no worker was seen.
-async fn device_classes_for(db: &DatabaseConnection, asked: Option<&[String]>, manifests: &[Manifest]) -> Result<Vec<Option<String>>, WorkError> {
+async fn device_classes_for(db: &DatabaseConnection, asked: Option<&[String]>, manifests: &[Manifest]) -> Result<Vec<Option<DeviceClass>>, WorkError> {
     let cutoff = Utc::now() - chrono::Duration::seconds(WORKER_FRESH_SECS);
     let workers = worker::Entity::find().filter(worker::Column::LastSeenAt.gt(cutoff)).all(db).await?;
     if let Some(asked) = asked {
         if asked.is_empty() {
             return Err(WorkError::InvalidRequest("`device_classes` is empty; leave it out to run on every class with a worker".into()));
         }
-        let known: BTreeSet<String> = device_class::Entity::find()
+        let known: BTreeSet<DeviceClass> = device_class::Entity::find()
             .all(db)
             .await?
             .into_iter()
-            .map(|d| d.name)
+            .map(|d| DeviceClass::new(d.name))
             .chain(workers.iter().filter_map(|w| w.device_class.clone()))
             .collect();
         let mut out = BTreeSet::new();
         for c in asked {
-            if !known.contains(c) {
-                return Err(WorkError::InvalidRequest(format!("device class `{c}` is not known here; known: {}", known.iter().cloned().collect::<Vec<_>>().join(", "))));
+            if !known.iter().any(|k| k == c) {
+                return Err(WorkError::InvalidRequest(format!("device class `{c}` is not known here; known: {}", DeviceClass::list(&known.iter().cloned().collect::<Vec<_>>()))));
             }
-            out.insert(c.clone());
+            out.insert(DeviceClass::new(c.as_str()));
         }
         return Ok(out.into_iter().map(Some).collect());
     }
     let arches: BTreeSet<_> = manifests.iter().map(|m| m.problem.arch).collect();
-    let classes: BTreeSet<String> = workers
+    let classes: BTreeSet<DeviceClass> = workers
         .iter()
         .filter(|w| {
             let cc = w.compute_capability.as_deref().and_then(parse_cc);

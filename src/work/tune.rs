@@ -36,6 +36,7 @@ use crate::gpu::DeviceFacts;
 use crate::problem::{Acc, Arch, Layout, Problem, Shape};
 use crate::tuner::ondemand::{Seed, Trace, TuneOutcome};
 use crate::verify::Verdict;
+use crate::problem::DeviceClass;
 
 /// Tune states (`super::tune_state`), under the name callers know them by.
 pub use super::tune_state as state;
@@ -54,7 +55,7 @@ pub struct TuneLimits {
     /// Problems of more than 2^this FLOP (2·M·N·K) are outside the limits.
     pub max_flops_log2: f64,
     /// The device class tuned for when a request names none.
-    pub device_class: String,
+    pub device_class: DeviceClass,
     /// Whether a kernel lookup that misses queues a tune itself (anonymous).
     pub on_miss: bool,
     /// Tunes misses may queue per minute, all replicas together.
@@ -220,7 +221,7 @@ pub struct TuningRequestView {
     /// Who asked; null for a tune a kernel lookup queued.
     pub submitter: Option<String>,
     pub workload: Option<String>,
-    pub device_class: String,
+    pub device_class: DeviceClass,
     pub created_at: DateTime<Utc>,
     /// True when no item will change any more.
     pub done: bool,
@@ -243,7 +244,7 @@ pub struct TuneView {
     pub id: i32,
     pub problem: Problem,
     pub path: String,
-    pub device_class: String,
+    pub device_class: DeviceClass,
     pub state: String,
     pub stage: Option<String>,
     pub message: Option<String>,
@@ -451,7 +452,7 @@ pub async fn create(db: &DatabaseConnection, who: Asker<'_>, req: &NewTuningRequ
     let request = tuning_request::ActiveModel {
         submitter_id: Set(requester),
         workload: Set(req.workload.clone()),
-        device_class: Set(device.to_string()),
+        device_class: Set(device.into()),
         created_at: Set(now),
         ..Default::default()
     }
@@ -528,7 +529,7 @@ pub async fn create(db: &DatabaseConnection, who: Asker<'_>, req: &NewTuningRequ
 async fn ensure_tune<C: ConnectionTrait>(db: &C, pid: i32, class: &str, priority: i32, budget: i64, requester: Option<i32>, now: DateTime<Utc>) -> Result<(tune::Model, bool), DbErr> {
     let inserted = tune::Entity::insert(tune::ActiveModel {
         problem_id: Set(pid),
-        device_class: Set(class.to_string()),
+        device_class: Set(class.into()),
         state: Set(state::QUEUED.into()),
         priority: Set(priority),
         budget_ms: Set(budget),
@@ -582,7 +583,7 @@ async fn ensure_tune<C: ConnectionTrait>(db: &C, pid: i32, class: &str, priority
         submission_id: Set(None),
         manifest_id: Set(None),
         problem_id: Set(pid),
-        device_class: Set(Some(class.to_string())),
+        device_class: Set(Some(class.into())),
         state: Set(super::state::QUEUED.into()),
         priority: Set(priority),
         attempts: Set(0),

@@ -10,6 +10,7 @@ use crate::manifest::template::ManifestTemplate;
 use crate::problem::Problem;
 use crate::signing::{Record, RecordSignature};
 use crate::verify::Verdict;
+use crate::problem::DeviceClass;
 
 /// `POST /v1/submissions`: a PTX artifact and what to run it on.
 ///
@@ -69,7 +70,7 @@ pub struct JobView {
     /// `{arch}/{acc}/{layout}/{m}x{n}x{k}`.
     pub path: String,
     /// `null`: the first worker able to run the arch takes it.
-    pub device_class: Option<String>,
+    pub device_class: Option<DeviceClass>,
     /// `queued`, `running`, `done`, `failed` or `cancelled`.
     pub state: String,
     /// What it is doing now, e.g. `running on worker host/gpu0`.
@@ -153,7 +154,7 @@ pub struct SubmissionSummary {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct WorkerView {
     pub id: String,
-    pub device_class: Option<String>,
+    pub device_class: Option<DeviceClass>,
     pub gpu_name: Option<String>,
     /// `idle`, `busy`, `stopped` or `no_gpu`.
     pub state: String,

@@ -14,6 +14,7 @@ use crate::api::{ApiError, State, accepts_gzip};
 use crate::catalog::{self, KernelLookup, ProblemFilter};
 use crate::problem::Problem;
 use crate::work::error::WorkError;
+use crate::problem::DeviceClass;
 
 /// Reads `{arch}/{acc}/{layout}/{m}x{n}x{k}` path parameters; a fault is a bad path (400).
 pub fn parse_problem(arch: &str, acc: &str, layout: &str, shape: &str) -> Result<Problem, ApiError> {
@@ -101,10 +102,10 @@ pub(crate) fn checked_device(device: &Option<String>) -> Result<Option<String>, 
 
 /// The known device classes and their compute capabilities, from the catalog cache (it
 /// is dropped on every catalog change and ages out, so a new worker's class shows soon).
-async fn known_devices(state: &State) -> Result<Vec<String>, ApiError> {
+async fn known_devices(state: &State) -> Result<Vec<DeviceClass>, ApiError> {
     let db = state.db.clone();
     let r = cached(state, "device_classes".into(), || async move {
-        let known: Vec<String> = catalog::known_device_classes(&db).await?.into_keys().collect();
+        let known: Vec<DeviceClass> = catalog::known_device_classes(&db).await?.into_keys().collect();
         json(&known)
     })
     .await?;
@@ -114,7 +115,7 @@ async fn known_devices(state: &State) -> Result<Vec<String>, ApiError> {
 /// The `device` query parameter as the canonical name of a known device class
 /// (`h100`, `H100 SXM`, `NVIDIA H100 80GB HBM3` → `H100-SXM`). Every route that takes a
 /// device goes through this, so answers and cache keys name the class one way only.
-pub(crate) async fn resolve_device(state: &State, device: &Option<String>) -> Result<Option<String>, ApiError> {
+pub(crate) async fn resolve_device(state: &State, device: &Option<String>) -> Result<Option<DeviceClass>, ApiError> {
     let Some(asked) = checked_device(device)? else { return Ok(None) };
     let known = known_devices(state).await?;
     let listed = || {
@@ -123,7 +124,7 @@ pub(crate) async fn resolve_device(state: &State, device: &Option<String>) -> Re
         extra.insert("known_device_classes".into(), known.clone().into());
         extra
     };
-    let names = if known.is_empty() { "none yet".to_string() } else { known.join(", ") };
+    let names = if known.is_empty() { "none yet".to_string() } else { DeviceClass::list(&known) };
     match crate::gpu::resolve_device_class(&asked, &known) {
         Ok(class) => Ok(Some(class)),
         // An empty list is a service with no catalog imported and no worker yet, which
@@ -139,7 +140,7 @@ pub(crate) async fn resolve_device(state: &State, device: &Option<String>) -> Re
             extra: listed(),
         }),
         Err(crate::gpu::DeviceNameError::Ambiguous(of_model)) => Err(ApiError::AmbiguousDevice {
-            detail: format!("device `{asked}` could be any of {}, which time differently: name one (known device classes: {names})", of_model.join(", ")),
+            detail: format!("device `{asked}` could be any of {}, which time differently: name one (known device classes: {names})", DeviceClass::list(&of_model)),
             extra: listed(),
         }),
     }
@@ -217,7 +218,7 @@ pub async fn list_problems(state: State, q: web::Query<ProblemQuery>) -> Result<
         layout: q.layout.as_deref().map(str::parse).transpose().map_err(bad)?,
         device: q.device.clone(),
     };
-    let filter = ProblemFilter { device: resolve_device(&state, &filter.device).await?, ..filter };
+    let filter = ProblemFilter { device: resolve_device(&state, &filter.device).await?.map(String::from), ..filter };
     let key = format!("problems|{:?}|{:?}|{:?}|{:?}", filter.arch, filter.acc, filter.layout, filter.device);
     let db = state.db.clone();
     let r = cached(&state, key, || async move { json(&catalog::list_problems(&db, &filter).await?) }).await?;
@@ -225,7 +226,7 @@ pub async fn list_problems(state: State, q: web::Query<ProblemQuery>) -> Result<
 }
 
 /// The lookup rendered as the kernel endpoint answers it, its run record signed.
-async fn render_kernel(state: &State, p: Problem, device: Option<String>, fallback: catalog::Fallback) -> Result<Rendered, ApiError> {
+async fn render_kernel(state: &State, p: Problem, device: Option<DeviceClass>, fallback: catalog::Fallback) -> Result<Rendered, ApiError> {
     let lookup = catalog::best_kernel(&state.db, &p, device.as_deref(), fallback).await?;
     let on = device.as_deref().map(|d| format!(" on {d}")).unwrap_or_default();
     Ok(match lookup {
@@ -291,7 +292,7 @@ async fn kernel_answer(state: &State, p: Problem, q: &KernelQuery) -> Result<Arc
 /// request that asks for it. A tune that ended `baseline_faster` makes the answer
 /// `baseline_faster` with the measured baseline. With `--tune-on-miss`, a problem never
 /// asked for is queued here, within the miss limits.
-async fn with_tuning(state: &State, p: Problem, device: Option<String>, r: Arc<Rendered>) -> Result<Arc<Rendered>, ApiError> {
+async fn with_tuning(state: &State, p: Problem, device: Option<DeviceClass>, r: Arc<Rendered>) -> Result<Arc<Rendered>, ApiError> {
     use crate::work::tune::{self, Asker, NewTuningRequest, ProblemSpec};
     let Ok(mut body) = serde_json::from_slice::<serde_json::Value>(&r.body) else { return Ok(r) };
     if body.get("code").and_then(|c| c.as_str()) != Some("kernel_not_found") {

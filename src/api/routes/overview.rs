@@ -46,7 +46,7 @@ pub async fn get_heatmap(state: State, q: web::Query<HeatmapParams>) -> Result<s
         acc: q.acc.as_deref().map(str::parse).transpose().map_err(bad)?,
         layout: q.layout.as_deref().map(str::parse).transpose().map_err(bad)?,
         k: q.k,
-        device: resolve_device(&state, &q.device).await?,
+        device: resolve_device(&state, &q.device).await?.map(String::from),
     };
     if let Some(k) = query.k
         && !(1..=crate::problem::MAX_DIM).contains(&k)

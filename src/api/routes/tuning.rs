@@ -8,6 +8,7 @@ use super::catalog::{DeviceQuery, ProblemPath, resolve_device};
 use crate::api::{ApiError, State};
 use crate::auth::Caller;
 use crate::work::tune::{self, Asker, NewTuningRequest, TuneView, TuningRequestView};
+use crate::problem::DeviceClass;
 
 fn id_of(raw: &str) -> Result<i32, ApiError> {
     raw.parse::<i32>().ok().filter(|v| *v > 0).ok_or_else(|| ApiError::InvalidPath(format!("`{raw}` is not a tuning request id (a positive integer)")))
@@ -15,7 +16,7 @@ fn id_of(raw: &str) -> Result<i32, ApiError> {
 
 /// The device class a request or lookup is about: the one named (resolved as the kernel
 /// routes resolve it), or the service's tuning class.
-pub(crate) async fn tuning_class(state: &State, device: &Option<String>) -> Result<String, ApiError> {
+pub(crate) async fn tuning_class(state: &State, device: &Option<String>) -> Result<DeviceClass, ApiError> {
     Ok(match resolve_device(state, device).await? {
         Some(c) => c,
         None => state.settings.tune.device_class.clone(),
