@@ -26,7 +26,7 @@ def _kernels(path: str, problem: str | None, device_class: str | None) -> list[K
         cat = Catalog.from_tree(path)
         device = cat.device_class(device_class)
         found = sorted((e for (_, dc), e in cat.entries.items() if device is None or dc == device), key=lambda e: (e.problem.path, e.device_class))
-        kernels = [e.kernel() for e in found]
+        kernels = [Kernel.from_entry(e) for e in found]
     if problem:
         want = Problem.parse(problem)
         kernels = [k for k in kernels if k.problem == want]

@@ -26,7 +26,6 @@ from typing import Any, Iterable, Optional, Union
 from .bundle import has_index, read_index
 from .devices import resolve_device_class
 from .errors import IntegrityError, KaasError, NoKernelError
-from .kernel import Kernel
 from .manifest import Problem
 
 # The speedup key kaas ranks against (AUTOTUNE_MAX in src/catalog/mod.rs).
@@ -119,16 +118,13 @@ class CatalogEntry:
         vals = [v for v in (_number(x) for x in s.values()) if v is not None] if s else []
         return min(vals) if vals else None
 
-    def kernel(self):
-        """The entry as a Kernel, its PTX read from the bundle and checked against the
-        sha256 it is filed under."""
-        from .manifest import Manifest
-
+    def read_ptx(self) -> str:
+        """The entry's PTX as the bundle files it (`Kernel.from_entry` checks it against
+        the sha256 it is filed under)."""
         try:
-            ptx = self.ptx_path.read_text(encoding="utf-8")
+            return self.ptx_path.read_text(encoding="utf-8")
         except OSError as e:
             raise KaasError(f"{self.ptx_path}: {e.strerror or e}") from None
-        return Kernel(Manifest.from_dict(self.record["manifest"]), ptx, sha256=self.sha256, view=self.record, source=str(self.ptx_path))
 
 
 @dataclass

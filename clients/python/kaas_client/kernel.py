@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Optional
 
 from .bundle import read_index
+from .catalog import Catalog, CatalogEntry
 from .errors import CudaError, IntegrityError, KaasError, LaunchError, ManifestError
 from .manifest import (
     Launch,
@@ -366,14 +367,18 @@ class Kernel:
         own bundle, then each sub-bundle in name order, a later entry replacing an earlier
         one), whether or not a baseline beats it (`Catalog.lookup` applies the service's
         rule). Without a device class, the fastest entry of any."""
-        from .catalog import Catalog  # the catalog reads kernels through this class
-
         want = Problem(arch, acc, layout, m, n, k)
         found = Catalog.from_tree(path).candidates(want, device)
         if not found:
             on = f" on {device}" if device else ""
             raise KaasError(f"{path}: the bundle has no kernel for {want}{on}")
-        return found[0].kernel()
+        return cls.from_entry(found[0])
+
+    @classmethod
+    def from_entry(cls, entry: CatalogEntry) -> "Kernel":
+        """A catalog entry (`Catalog.lookup`, `Catalog.served`) as a Kernel, its PTX read from
+        the bundle and checked against the sha256 it is filed under."""
+        return cls(Manifest.from_dict(entry.record["manifest"]), entry.read_ptx(), sha256=entry.sha256, view=entry.record, source=str(entry.ptx_path))
 
     def save(self, path) -> Path:
         """Writes `kernel.ptx` and `manifest.json` (and `kernel.json`, for a pulled kernel)

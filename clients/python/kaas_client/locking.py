@@ -281,7 +281,7 @@ def resolve(problems: Iterable[Problem], source: str, device_class: Optional[str
         try:
             if catalog is not None:
                 entry = catalog.lookup(p, device_class)
-                kernel = entry.kernel()
+                kernel = Kernel.from_entry(entry)
                 dc, speedups, name = entry.device_class, entry.speedups, entry.record.get("name", "")
                 run = entry.record.get("run") or {}
             else:

@@ -183,7 +183,7 @@ def use(*, lock: Optional[PathLike] = None, bundle: Optional[PathLike] = None, s
         source = str(lock)
     else:
         catalog = Catalog.from_tree(bundle)  # type: ignore[arg-type]
-        loaded = {e.problem: e.kernel() for e in catalog.served(here)}
+        loaded = {e.problem: Kernel.from_entry(e) for e in catalog.served(here)}
         source = str(bundle)
         if not loaded:
             msg = (f"{bundle} serves no kernel for {here} (cuda:{index}); it has {', '.join(catalog.device_classes()) or 'none'}"

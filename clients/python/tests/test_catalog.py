@@ -42,7 +42,7 @@ class Rule(unittest.TestCase):
         e = c.lookup(PROB, "H100-SXM")
         self.assertEqual(e.speedup, 1.1)
         self.assertEqual(e.worst_speedup, 1.1)
-        k = e.kernel()
+        k = Kernel.from_entry(e)
         self.assertEqual(k.problem, PROB)
 
     def test_a_kernel_a_baseline_beats_is_refused_naming_the_fastest_graph_baseline(self):
@@ -84,7 +84,7 @@ class Rule(unittest.TestCase):
         self.assertEqual([d.name for d in bundle_dirs(self.tmp / "t")], ["t", "a-baselines", "b-kernels"])
         c = Catalog.from_tree(self.tmp / "t")
         e = c.lookup(PROB, "H100-SXM")
-        self.assertEqual(e.kernel().manifest.entries(), ["k_new"])
+        self.assertEqual(Kernel.from_entry(e).manifest.entries(), ["k_new"])
         self.assertEqual(c.fastest_baseline(PROB, "H100-SXM")["median_us"], 50.0)
 
     def test_without_a_device_class_the_fastest_median_wins(self):
@@ -100,7 +100,7 @@ class Rule(unittest.TestCase):
         path = c.lookup(PROB).ptx_path
         path.write_text(t.replace("ret;", "ret; "))
         with self.assertRaises(IntegrityError):
-            c.lookup(PROB).kernel()
+            Kernel.from_entry(c.lookup(PROB))
 
     def test_unreadable_indexes_are_named(self):
         d = self.tmp / "bad"
