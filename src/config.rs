@@ -424,6 +424,25 @@ mod tests {
     }
 
     #[test]
+    fn a_tune_ptx_dir_from_other_templates_stops_the_start() {
+        let dir = tempfile::tempdir().unwrap();
+        let from_file = |text: &str| {
+            let path = dir.path().join("kaas.toml");
+            std::fs::write(&path, text).unwrap();
+            ServeArgs { config: Some(path), ..Default::default() }.resolve()
+        };
+        let ptx = dir.path().join("ptx");
+        std::fs::create_dir(&ptx).unwrap();
+        let table = format!("[worker]\ntune_ptx_dir = \"{}\"\n", ptx.display());
+        let e = from_file(&table).expect_err("no stamp");
+        assert!(format!("{e:#}").contains("--tune-ptx-dir") && format!("{e:#}").contains("templates.sha256"), "{e:#}");
+        std::fs::write(ptx.join(crate::tuner::TEMPLATES_STAMP), "f".repeat(64)).unwrap();
+        assert!(format!("{:#}", from_file(&table).expect_err("another revision")).contains("compiled from other templates"));
+        std::fs::write(ptx.join(crate::tuner::TEMPLATES_STAMP), crate::tuner::templates_digest()).unwrap();
+        assert_eq!(from_file(&table).expect("this binary's").worker.tune_ptx_dir, Some(ptx.clone()));
+    }
+
+    #[test]
     fn the_signing_key_comes_from_its_file_and_a_bad_one_is_named() {
         let dir = tempfile::tempdir().unwrap();
         let key = crate::signing::KeyPair::generate();
