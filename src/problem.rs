@@ -118,12 +118,6 @@ impl From<DeviceClass> for String {
     }
 }
 
-impl From<&String> for DeviceClass {
-    fn from(s: &String) -> Self {
-        DeviceClass(s.clone())
-    }
-}
-
 impl From<String> for DeviceClass {
     fn from(s: String) -> Self {
         DeviceClass(s)

@@ -1099,7 +1099,6 @@ mod tests {
         let c = Candidate::Hopper(HopperConfig::new(128, 128, 4, 2));
         std::fs::write(dir.path().join(format!("{}.ptx", c.entry(Acc::F32, Layout::Tn))), "// prebuilt").expect("write");
         assert_eq!(ptx_for(Some(dir.path()), &c, Arch::Sm90, Acc::F32, Layout::Tn).expect("read"), "// prebuilt");
-        assert_eq!(templates_digest(), templates_digest(), "deterministic");
         assert_eq!(templates_digest().len(), 64);
     }
 
