@@ -201,6 +201,14 @@ ptx_dir() {  # sets PTX_DIR: the tuner's PTX, which travels compressed, unpacked
     done
 }
 
+# What tune jobs compile with: the PTX staged beforehand (stage-tune-ptx), which the workers
+# read (TUNE_PTX holds the `kaas serve` option), else NVRTC 12 (`nvrtc` in the same warm
+# machine first: the device's own NVRTC is another version).
+tune_compiler() {
+    ptx_dir
+    if [[ -f "$PTX_DIR/templates.sha256" ]]; then TUNE_PTX=(--tune-ptx-dir "$PTX_DIR"); else TUNE_PTX=(); nvrtc12; fi
+}
+
 start_server() {  # $1 database file, $2 bench budget ms, then more `kaas serve` options
     export KAAS_DATABASE_URL="sqlite://$1?mode=rwc"
     local bench="$2"; shift 2
@@ -746,7 +754,7 @@ PY
 # scripts/request-report.py last, and the request's part of the catalog as a bundle in
 # $OUT/request/bundle.
 request_run() {
-    setup_device; nvrtc12
+    setup_device; tune_compiler
     local workloads="$1" tokens="$2" budget="${3:-20000}" seconds="${4:-480}" bench="${5:-800}" w ids=()
     local top="$OUT/request"; mkdir -p "$top"; OUT="$top"
     rm -f /tmp/kaas-request.db*
@@ -776,7 +784,7 @@ PY
     fi
     # KAAS_REQUEST_CATALOG: another catalog tree (e.g. one without the shipped workload
     # bundle, to tune its problems again).
-    start_server /tmp/kaas-request.db "$bench" --tune-budget-ms "$budget" ${KAAS_REQUEST_CATALOG:+--catalog "$KAAS_REQUEST_CATALOG"}
+    start_server /tmp/kaas-request.db "$bench" --tune-budget-ms "$budget" ${KAAS_REQUEST_CATALOG:+--catalog "$KAAS_REQUEST_CATALOG"} "${TUNE_PTX[@]}"
     export KAAS_TOKEN="$("$K" token create --name ml-engineer --role admin 2>/dev/null)"
     # KAAS_REQUEST_PROBLEMS: first, a request of, a list of problems (`sm_90/f16/tn/MxNxK,…`),
     # queued before the workloads and reported as "problems".
@@ -872,11 +880,8 @@ h200_catalog() {
     rm -rf "$batch" "$cat" "$db"* /tmp/kaas-h200-full; mkdir -p "$cat"
     # Tunes compile the tuner's templates: with PTX staged beforehand (stage-tune-ptx) the
     # workers read it, else NVRTC (`nvrtc` in the same warm machine first).
-    local tune_ptx=()
-    if [[ "$tune" != 0 ]]; then
-        ptx_dir
-        if [[ -f "$PTX_DIR/templates.sha256" ]]; then tune_ptx=(--tune-ptx-dir "$PTX_DIR"); else nvrtc12; fi
-    fi
+    TUNE_PTX=()
+    [[ "$tune" != 0 ]] && tune_compiler
     python3 "$helper" plan --catalog "$repo/kernels" --gpus "$gpus" --seconds "$seconds" --job-seconds "$job" --tune-seconds "$tune" --out "$batch" \
         --exclude /tmp/kaas-h200-planned.txt | tee "$OUT/plan.txt"
     # The server imports only what the batch needs: the template kernels and kernels/h200
@@ -887,7 +892,7 @@ h200_catalog() {
     # One local client submits hundreds of jobs: no per-token rate limit. Tunes search
     # for KAAS_H200_TUNE_BUDGET_MS, as kernels/h100-workloads' were.
     start_server "$db" "$bench" --catalog "$cat" --rate-limit-per-minute 1000000 --rate-limit-burst 1000000 \
-        --tune-budget-ms "${KAAS_H200_TUNE_BUDGET_MS:-20000}" "${tune_ptx[@]}"
+        --tune-budget-ms "${KAAS_H200_TUNE_BUDGET_MS:-20000}" "${TUNE_PTX[@]}"
     # The workers' class, once they have announced it (their GPU probe follows readiness).
     for _ in $(seq 1 120); do
         class="$(curl -fs "$KAAS_URL/v1/health" | python3 -c 'import json,sys; print(" ".join(sorted({w["device_class"] for w in json.load(sys.stdin)["workers"] if w["device_class"]})))')"
