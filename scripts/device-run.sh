@@ -307,6 +307,87 @@ for path in sorted(glob.glob(os.path.join(sys.argv[1], "*.json"))):
 PY
 }
 
+# A template change proven against the template before it: stage-ab here builds
+# .dev/run/ab/{old,new}, the same codes (NAME.ptx + NAME.json) compiled from each, on a
+# sample of a bundle's served Hopper entries; `ab` there runs every pair through the
+# verifier and the side-by-side benchmark, old and new in turn ($2 rounds, the order
+# swapped each round), and prints each code's new/old time (graph mode, L2-cold, each run's
+# median) and verdicts, then their geometric mean.
+stage_ab() {  # $1 the old template's PTX, $2 the new one's (`kaas tune --twins-of BUNDLE --emit-ptx`), $3 BUNDLE, $4 codes
+    local repo; repo="$(cd "$here/.." && pwd)"
+    rm -rf "$repo/.dev/run/ab" && mkdir -p "$repo/.dev/run/ab/old" "$repo/.dev/run/ab/new"
+    python3 - "$1" "$2" "$3" "${4:-40}" "$repo/.dev/run/ab" "$here" <<'PY'
+import collections, json, os, shutil, sys
+sys.path.insert(0, sys.argv[6])
+import catalog_index
+old, new, bundle, n, out = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5]
+served = catalog_index.served_entries(catalog_index.load_bundle(bundle)).values()
+# Hopper entries that win, spread over layouts and FLOP buckets (round robin), those both
+# templates compiled.
+groups = collections.defaultdict(list)
+for e in sorted(served, key=lambda e: (e["problem"]["m"], e["problem"]["n"], e["problem"]["k"])):
+    entry = e["manifest"]["launches"][0]["entry"]
+    if entry.startswith("kaas_wgmma_") and all(os.path.exists(os.path.join(d, entry + ".ptx")) for d in (old, new)):
+        p = e["problem"]
+        groups[(p["layout"], catalog_index.bucket(2 * p["m"] * p["n"] * p["k"]))].append(e)
+picked, i = [], 0
+while len(picked) < n and any(groups.values()):
+    for g in sorted(groups):
+        if groups[g] and len(picked) < n:
+            picked.append(groups[g].pop(len(groups[g]) // 2 if i % 2 else 0))
+    i += 1
+for e in picked:
+    p, entry = e["problem"], e["manifest"]["launches"][0]["entry"]
+    name = f"{p['layout']}_{p['m']}x{p['n']}x{p['k']}_{entry}"
+    for side, d in (("old", old), ("new", new)):
+        shutil.copy(os.path.join(d, entry + ".ptx"), os.path.join(out, side, name + ".ptx"))
+        with open(os.path.join(out, side, name + ".json"), "w") as f:
+            json.dump(e["manifest"], f)
+print(f"{len(picked)} codes in {out}/old and {out}/new")
+PY
+}
+
+ab() {  # $1 folder with old/ and new/, $2 rounds, $3 bench budget ms
+    setup_device; mkdir -p "$OUT/ab"
+    local dir="$1" rounds="${2:-2}" budget="${3:-300}" m name r side
+    for m in "$dir"/new/*.json; do
+        name="$(basename "$m" .json)"
+        for r in $(seq 1 "$rounds"); do
+            for side in $( (( r % 2 )) && echo old new || echo new old); do
+                "$K" run --ptx "$dir/$side/$name.ptx" --manifest "$dir/$side/$name.json" --bench --budget-ms "$budget" --modes graph --json \
+                    >"$OUT/ab/$name.$side.$r.json" 2>"$OUT/ab/$name.$side.$r.err" || true
+            done
+        done
+    done
+    python3 - "$OUT/ab" <<'PY' | tee "$OUT/ab.txt"
+import collections, glob, json, math, os, statistics, sys
+runs = collections.defaultdict(lambda: {"old": [], "new": []})
+for path in glob.glob(os.path.join(sys.argv[1], "*.json")):
+    name, side, _ = os.path.basename(path)[:-5].rsplit(".", 2)
+    try:
+        o = json.load(open(path))
+    except ValueError:
+        o = {"verdict": "unreadable"}
+    us = ((o.get("bench") or {}).get("timings", {}).get("graph", {}) or {}).get("median_us")
+    runs[name][side].append((o.get("verdict"), us))
+print(f"{'code':<84} {'old µs':>8} {'new µs':>8} {'new/old':>8}  verdicts")
+ratios = []
+for name in sorted(runs):
+    o, n = runs[name]["old"], runs[name]["new"]
+    ou = [u for v, u in o if v == "pass" and u]; nu = [u for v, u in n if v == "pass" and u]
+    verdicts = "old " + ",".join(str(v) for v, _ in o) + " new " + ",".join(str(v) for v, _ in n)
+    if ou and nu:
+        r = statistics.median(nu) / statistics.median(ou); ratios.append(r)
+        print(f"{name:<84} {statistics.median(ou):8.2f} {statistics.median(nu):8.2f} {r:8.3f}  {verdicts}")
+    else:
+        print(f"{name:<84} {'-':>8} {'-':>8} {'-':>8}  {verdicts}")
+if ratios:
+    g = math.exp(sum(map(math.log, ratios)) / len(ratios))
+    print(f"new/old time over {len(ratios)} codes: geomean {g:.4f}, best {min(ratios):.3f}, worst {max(ratios):.3f}; "
+          f"within 1% or faster: {sum(r <= 1.01 for r in ratios)}")
+PY
+}
+
 verify() {  # $1 state file, $2 seconds, $3 bench budget ms, then `kaas tune` submit options
     setup_device
     local state="$1" seconds="$2" bench="${3:-1000}"; shift 3 || shift $#
@@ -925,6 +1006,8 @@ case "$mode" in
     verify) verify "$@" ;;
     whole) whole "$@" ;;
     pairs) pairs "$@" ;;
+    stage-ab) stage_ab "$@" ;;
+    ab) ab "$@" ;;
     submit) submit "$@" ;;
     stage-nvrtc) stage_nvrtc ;;
     stage-tune-ptx) stage_tune_ptx ;;
