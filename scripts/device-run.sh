@@ -941,6 +941,8 @@ remeasure() {
 
 # The H200 grid catalog (kernels/h200), one batch a call; the next call continues where
 # the adopted batches left it (scripts/h200-catalog.py, which plans, submits and exports).
+# Once every problem is answered, the tunes go to the problems an H100 kernel answers
+# without winning (retunes).
 # The batch: the H100 catalog's kernels (PTX and concrete manifests) for the grid problems
 # without an H200 answer, spread over layouts and FLOP buckets, as many as this machine's
 # GPUs (a worker each) finish in $1 seconds at $2 GPU seconds a job; with $4 > 0, tunes of
@@ -969,7 +971,12 @@ h200_catalog() {
     # (its answers, and the tunes' seeds). The H100 catalog and the baseline tables would
     # cost the start most of a minute for nothing: every run times its own baselines.
     cp "$repo/kernels/index.json" "$cat/" && cp -r "$repo/kernels/ptx" "$cat/"
-    [[ -d "$repo/kernels/h200" ]] && ln -s "$repo/kernels/h200" "$cat/h200"
+    # A batch with retunes: kernels/h200 without their problems, which it would answer.
+    if python3 -c 'import json,sys; sys.exit(0 if json.load(open(sys.argv[1])).get("retunes") else 1)' "$batch/plan.json"; then
+        python3 "$helper" without "$batch" "$cat/h200" --catalog "$repo/kernels" | tee -a "$OUT/plan.txt"
+    elif [[ -d "$repo/kernels/h200" ]]; then
+        ln -s "$repo/kernels/h200" "$cat/h200"
+    fi
     # One local client submits hundreds of jobs: no per-token rate limit. Tunes search
     # for KAAS_H200_TUNE_BUDGET_MS, as kernels/h100-workloads' were.
     start_server "$db" "$bench" --catalog "$cat" --rate-limit-per-minute 1000000 --rate-limit-burst 1000000 \

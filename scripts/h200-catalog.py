@@ -193,10 +193,14 @@ def path_of(k):
 
 
 def work_left(cat):
-    """(the H100 entries to measure on an H200, the problems to tune): for every grid
-    problem without an H200 answer, its H100 kernel unless that failed on an H200, else a
-    tune."""
+    """(the H100 entries to measure on an H200, the problems to tune, the problems to tune
+    again): for every grid problem without an H200 answer, its H100 kernel unless that
+    failed on an H200, else a tune; and every problem answered by an entry that does not
+    win (an H100 kernel that lost on the H200) and not yet tuned on an H200, a retune: the
+    H100 tuner's winner is not the H200's."""
     ans = cat.answers()
+    tuned = {key(t["problem"]) for t in cat.h200.get("tunes", []) if t["device_class"] == CLASS}
+    retunes = [k for k in grid_problems() if ans.get(k) == "baseline" and k not in tuned]
     h100 = {k: e for k, e in catalog_index.served_entries(cat.h100).items() if on_grid(e["problem"])}
     failed = failed_keys(cat.failed)
     kernels, tunes = [], []
@@ -208,12 +212,12 @@ def work_left(cat):
             kernels.append(e)
         else:
             tunes.append(k)
-    return kernels, tunes
+    return kernels, tunes, retunes
 
 
 def plan(a):
     cat = Catalog(a.catalog)
-    kernels, tunes = work_left(cat)
+    kernels, tunes, retunes = work_left(cat)
     # Problems an earlier call of this machine submitted whose batch has not been adopted
     # into the carried tree yet: planned again, they would be measured twice.
     if a.exclude and os.path.exists(a.exclude):
@@ -221,6 +225,7 @@ def plan(a):
             done = {line.strip() for line in f if line.strip()}
         kernels = [e for e in kernels if path_of(key(e["problem"])) not in done]
         tunes = [k for k in tunes if path_of(k) not in done]
+        retunes = [k for k in retunes if path_of(k) not in done]
         print(f"excluded: {len(done)} problem(s) this machine submitted before (--exclude {a.exclude})")
     # The H100 winners first: they are what H200 clients are offered as stand-ins until
     # measured there, and where a win on the H200 is likeliest. The entries that lost on
@@ -229,19 +234,24 @@ def plan(a):
     won = [e for e in kernels if beats_all(graph_speedups(e["run"]))]
     lost = [e for e in kernels if not beats_all(graph_speedups(e["run"]))]
     kernels = spread(won, lambda e: e["problem"]) + spread(lost, lambda e: e["problem"])
-    tunes = spread(tunes, problem_dict)
+    # Unanswered problems first; then the retunes, where a win moves the served figure:
+    # those under 2^36 FLOP before the larger ones, where no kernel of ours wins on the
+    # H200 or on the H100 (both catalogs' served figure there is 1.000).
+    n_first = len(tunes)
+    small = [k for k in retunes if 2 * k[1] * k[2] * k[3] < 2**36]
+    tunes = spread(tunes, problem_dict) + spread(small, problem_dict) + spread([k for k in retunes if k not in small], problem_dict)
     capacity = a.gpus * a.seconds
     n_kernels = min(len(kernels), int(capacity // a.job_seconds))
     left = capacity - n_kernels * a.job_seconds
     n_tunes = min(len(tunes), int(left // a.tune_seconds)) if a.tune_seconds > 0 else 0
-    batch_k, batch_t = kernels[:n_kernels], tunes[:n_tunes]
-    print(f"left: {len(kernels)} H100 kernels to measure on an H200, {len(tunes)} problems to tune; "
+    batch_k, batch_t, batch_r = kernels[:n_kernels], tunes[:min(n_tunes, n_first)], tunes[n_first:n_tunes]
+    print(f"left: {len(kernels)} H100 kernels to measure on an H200, {n_first} problems to tune, {len(retunes)} to tune again; "
           f"capacity {a.gpus} GPUs x {a.seconds:.0f} s = {capacity:.0f} GPU s")
     print(f"batch: {len(batch_k)} H100 kernels at {a.job_seconds} s"
-          + (f", {len(batch_t)} tunes at {a.tune_seconds} s" if a.tune_seconds > 0 else " (no tunes: --tune-seconds 0)")
-          + f" = {len(batch_k) * a.job_seconds + len(batch_t) * a.tune_seconds:.0f} GPU s")
+          + (f", {len(batch_t)} tunes and {len(batch_r)} retunes at {a.tune_seconds} s" if a.tune_seconds > 0 else " (no tunes: --tune-seconds 0)")
+          + f" = {len(batch_k) * a.job_seconds + (len(batch_t) + len(batch_r)) * a.tune_seconds:.0f} GPU s")
     per = collections.Counter((e["problem"]["layout"], bucket(2 * e["problem"]["m"] * e["problem"]["n"] * e["problem"]["k"])) for e in batch_k)
-    per_t = collections.Counter((k[0], bucket(2 * k[1] * k[2] * k[3])) for k in batch_t)
+    per_t = collections.Counter((k[0], bucket(2 * k[1] * k[2] * k[3])) for k in batch_t + batch_r)
     for g in sorted(set(per) | set(per_t), key=lambda g: (g[0], catalog_index.BUCKETS.index(g[1]))):
         print(f"  {g[0]} {g[1]}: {per[g]} kernels" + (f", {per_t[g]} tunes" if per_t[g] else ""))
     if a.out:
@@ -252,11 +262,11 @@ def plan(a):
             shutil.copy(src, os.path.join(a.out, "ptx", e["artifact"] + ".ptx"))
             jobs.append({k: e[k] for k in ("problem", "artifact", "name", "description", "manifest")})
         with open(os.path.join(a.out, "plan.json"), "w") as f:
-            json.dump({"kernels": jobs, "tunes": [path_of(k) for k in batch_t]}, f)
+            json.dump({"kernels": jobs, "tunes": [path_of(k) for k in batch_t], "retunes": [path_of(k) for k in batch_r]}, f)
         if a.exclude:
             with open(a.exclude, "a") as f:
                 f.writelines(path_of(key(e["problem"])) + "\n" for e in batch_k)
-                f.writelines(path_of(k) + "\n" for k in batch_t)
+                f.writelines(path_of(k) + "\n" for k in batch_t + batch_r)
         print(f"written to {a.out}")
 
 
@@ -296,13 +306,35 @@ def submit(a):
                 bad += 1
                 print(f"submit {prob['layout']} {prob['m']}x{prob['n']}x{prob['k']}: {status} {json.dumps(answer)[:300]}")
     print(f"submitted: {len(p['kernels']) - bad} of {len(p['kernels'])} H100 kernels")
-    for i in range(0, len(p["tunes"]), TUNE_REQUEST_PROBLEMS):
-        chunk = p["tunes"][i:i + TUNE_REQUEST_PROBLEMS]
+    tunes = p["tunes"] + p.get("retunes", [])
+    for i in range(0, len(tunes), TUNE_REQUEST_PROBLEMS):
+        chunk = tunes[i:i + TUNE_REQUEST_PROBLEMS]
         body = {"problems": chunk, "device": a.device}
         if a.tune_budget_ms:
             body["budget_ms"] = a.tune_budget_ms
         status, answer = post(a.url + "/v1/tuning-requests", token, body)
         print(f"tuning request of {len(chunk)} problems: {status}" + ("" if status in (200, 201) else f" {json.dumps(answer)[:300]}"))
+
+
+def without(a):
+    """(device) kernels/h200 without the figures and tunes of the batch's retunes, for the
+    server the batch runs on: a problem answered there is not tuned again."""
+    p = json.load(open(os.path.join(a.batch, "plan.json")))
+    drop = set(p.get("retunes", []))
+    src = os.path.join(a.catalog, "h200")
+    idx = load_dir(src)
+    keep = lambda x: path_of(key(x["problem"])) not in drop
+    for part in ("entries", "baselines", "tunes"):
+        if part in idx:
+            idx[part] = [x for x in idx[part] if keep(x)]
+    idx["problems"] = [x for x in idx["problems"] if path_of(key(x)) not in drop]
+    used = {e["artifact"] for e in idx["entries"]}
+    idx["artifacts"] = [x for x in idx["artifacts"] if x["sha256"] in used]
+    os.makedirs(a.out)
+    with open(os.path.join(a.out, "index.json"), "w") as f:
+        json.dump(idx, f)
+    os.symlink(os.path.abspath(os.path.join(src, "ptx")), os.path.join(a.out, "ptx"))
+    print(f"kernels/h200 for the server: {len(drop)} retuned problems left out, {len(idx['entries'])} entries kept")
 
 
 def export(a):
@@ -447,7 +479,9 @@ def adopt(a):
             with open(os.path.join(current, "index.json"), "w") as f:
                 json.dump(dict(empty_index(), device_classes=[]), f)
         merged = os.path.join(tmp, "merged")
-        workload_adopt().main(merged, None, current, sources, best=True, takes=improves)
+        # A retune that found nothing faster keeps the problem's entry and joins it as
+        # its tune (the search the problem's page shows, and what plans count as tuned).
+        workload_adopt().main(merged, None, current, sources, best=True, takes=improves, later_tunes=True)
         # Canonical, as every shipped bundle is (docs/bundles.md): import into a fresh
         # database, export again.
         kaas = find_kaas(a.kaas)
@@ -507,7 +541,7 @@ def status(a):
     idx = load_dir(a.batch) if a.batch else cat.h200
     what = f"batch {a.batch}" if a.batch else "kernels/h200"
     ans = answers(idx)
-    kernels, tunes = work_left(cat)
+    kernels, tunes, retunes = work_left(cat)
     left_k = collections.Counter((e["problem"]["layout"], bucket(2 * e["problem"]["m"] * e["problem"]["n"] * e["problem"]["k"])) for e in kernels)
     left_t = collections.Counter((k[0], bucket(2 * k[1] * k[2] * k[3])) for k in tunes)
     total = collections.Counter((k[0], bucket(2 * k[1] * k[2] * k[3])) for k in grid_problems())
@@ -516,7 +550,7 @@ def status(a):
         kinds[(k[0], bucket(2 * k[1] * k[2] * k[3]))][how] += 1
     print(f"{what}: {len(ans)} of {len(grid_problems())} grid problems answered on {CLASS}"
           + ("" if a.batch else f"; left: {len(kernels)} H100 kernels to measure, {len(tunes)} problems to tune"
-             f" ({len(cat.failed)} H100 kernels failed on an H200)"))
+             f", {len(retunes)} to tune again ({len(cat.failed)} H100 kernels failed on an H200)"))
     print("| layout | FLOP bucket | problems | answered | kernel wins | baseline faster (entry) | baseline faster (tune) |"
           + ("" if a.batch else " left: H100 kernel | left: tune |"))
     print("|---|---|---:|---:|---:|---:|---:|" + ("" if a.batch else "---:|---:|"))
@@ -560,6 +594,10 @@ def main():
     u.add_argument("--device", default=CLASS)
     u.add_argument("--parallel", type=int, default=8, help="submissions in flight at once")
     u.add_argument("--tune-budget-ms", type=int, help="the tunes' search budget (admins), else the server's")
+    w = sub.add_parser("without", help="(device) kernels/h200 without a batch's retuned problems")
+    w.add_argument("batch")
+    w.add_argument("out")
+    w.add_argument("--catalog", required=True, help="the catalog tree kernels/h200 is in")
     e = sub.add_parser("export", help="(device) the batch's part of a server's export")
     e.add_argument("full", help="`kaas export` of the server's database")
     e.add_argument("db", help="the server's SQLite file ('-': none, no failed runs recorded)")
@@ -569,7 +607,7 @@ def main():
     e.add_argument("--wall-seconds", type=float, help="seconds from the first submission to the drained queue")
     e.add_argument("--gpus", type=int, help="the workers that ran the batch")
     a = ap.parse_args()
-    {"plan": plan, "status": status, "adopt": adopt, "submit": submit, "export": export}[a.cmd](a)
+    {"plan": plan, "status": status, "adopt": adopt, "submit": submit, "without": without, "export": export}[a.cmd](a)
 
 
 if __name__ == "__main__":

@@ -50,10 +50,12 @@ def served_speedup(entries):
     return max([e["run"]["speedups"]["graph"]["cublaslt_autotune_max"] for e in entries], default=1.0)
 
 
-def main(out, grid_dir, workload_dir, request_dirs, best=False, takes=None):
+def main(out, grid_dir, workload_dir, request_dirs, best=False, takes=None, later_tunes=False):
     """`grid_dir` None: no problem is left to a grid bundle. `takes(new_entries,
     current_entries)`: with `best`, whether a later source takes a problem an earlier one
-    measured (default: its served kernel is at least as fast, `served_speedup`)."""
+    measured (default: its served kernel is at least as fast, `served_speedup`).
+    `later_tunes`: with `best`, a later source's tune that served no kernel
+    (baseline_faster or failed) joins a problem whose figures stay an earlier source's."""
     # A grid problem with an entry is the grid's; one without (answered by the baseline
     # table until a tune measured it) takes the tune's baselines and trace here.
     on_grid = {key(e["problem"]) for e in load(grid_dir)["entries"]} if grid_dir else set()
@@ -72,7 +74,7 @@ def main(out, grid_dir, workload_dir, request_dirs, best=False, takes=None):
         figures.update({k: (d, idx, *mine[k]) for k in taken})
         for t in tunes_of(d, idx):
             k = key(t["problem"])
-            if k not in on_grid and (not best or k in taken or k not in figures):
+            if k not in on_grid and (not best or k in taken or k not in figures or (later_tunes and t["state"] != "served")):
                 tune[k] = t
     entries, baselines, tunes, problems, artifacts = [], [], [], {}, {}
     os.makedirs(os.path.join(out, "ptx"), exist_ok=True)
