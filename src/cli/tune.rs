@@ -110,6 +110,12 @@ pub struct TuneArgs {
     /// out. With `--emit-ptx`, compiles the entries and their twins.
     #[arg(long, value_name = "BUNDLE_DIR")]
     pub twins_of: Option<PathBuf>,
+    /// With `--emit-ptx`: compile the code of every entry of these catalog bundles
+    /// (comma-separated; any family the tuner writes) instead of a search space, and
+    /// report which rebuild their shipped artifact byte for byte (`rebuild.tsv`): the
+    /// catalog's PTX is immutable, and this says which template revision it comes from.
+    #[arg(long, value_name = "BUNDLE_DIR", value_delimiter = ',', requires = "emit_ptx")]
+    pub entries_of: Vec<PathBuf>,
     /// Print the template's defines for these entry names (comma-separated; Hopper, mma or
     /// gemv), one line of `-DNAME=VALUE` flags each, and exit: the hopper-probe harness
     /// builds its kernels from them, so the name grammar lives in one table ([`crate::tuner::hopper::AXES`]).
@@ -194,6 +200,9 @@ fn define_flags(entries: &str) -> anyhow::Result<Vec<String>> {
 /// whose entry contains its text), as `<entry>.ptx`.
 fn emit_ptx(args: &TuneArgs, dir: &Path) -> anyhow::Result<()> {
     std::fs::create_dir_all(dir)?;
+    if !args.entries_of.is_empty() {
+        return rebuild_entries(&args.entries_of, dir);
+    }
     let acc: Acc = args.acc.parse().map_err(|e| anyhow::anyhow!("{e}"))?;
     let arch: Arch = args.arch.parse().map_err(|e| anyhow::anyhow!("{e}"))?;
     let mut done = std::collections::BTreeSet::new();
@@ -230,6 +239,53 @@ fn emit_ptx(args: &TuneArgs, dir: &Path) -> anyhow::Result<()> {
             Ok(())
         }
     }
+}
+
+/// `--emit-ptx DIR --entries-of BUNDLE,…`: each distinct (entry, artifact) of the bundles
+/// whose entry name the tuner writes, compiled from this binary's templates into DIR, and
+/// compared with the artifact: `rebuild.tsv` lists every artifact and whether its bytes
+/// came back. Entries of names no family parses (a submitter's own kernels) are counted
+/// apart.
+fn rebuild_entries(bundles: &[PathBuf], dir: &Path) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    let mut artifacts: std::collections::BTreeMap<(String, String), Problem> = std::collections::BTreeMap::new();
+    let mut foreign = 0usize;
+    for b in bundles {
+        let (index, _) = crate::catalog::bundle::read_bundle(b).with_context(|| format!("reading the bundle {}", b.display()))?;
+        for e in &index.entries {
+            let [launch] = &e.manifest.launches[..] else {
+                foreign += 1;
+                continue;
+            };
+            if Candidate::from_entry(&launch.entry).is_none() {
+                foreign += 1;
+                continue;
+            }
+            artifacts.entry((launch.entry.clone(), e.artifact.clone())).or_insert(e.problem);
+        }
+    }
+    let mut compiled: HashMap<String, String> = HashMap::new();
+    let (mut same, mut table) = (0usize, String::from("entry\tartifact\trebuilt_sha256\tsame\n"));
+    for ((entry, artifact), p) in &artifacts {
+        if !compiled.contains_key(entry) {
+            let (c, acc, layout) = Candidate::from_entry(entry).expect("parsed above");
+            let ptx = c.compile(p.arch, acc, layout).with_context(|| format!("compiling {entry}"))?;
+            std::fs::write(dir.join(format!("{entry}.ptx")), &ptx)?;
+            compiled.insert(entry.clone(), crate::signing::sha256_hex(ptx.as_bytes()));
+        }
+        let rebuilt = &compiled[entry];
+        same += usize::from(rebuilt == artifact);
+        table += &format!("{entry}\t{artifact}\t{rebuilt}\t{}\n", rebuilt == artifact);
+    }
+    std::fs::write(dir.join("rebuild.tsv"), table)?;
+    println!(
+        "{same} of {} artifacts rebuild byte for byte from these templates ({} codes compiled into {}; rebuild.tsv){}",
+        artifacts.len(),
+        compiled.len(),
+        dir.display(),
+        if foreign > 0 { format!("; {foreign} entries are no family's") } else { String::new() }
+    );
+    Ok(())
 }
 
 /// One code `--emit-ptx` wrote, and the target it runs as.
@@ -478,6 +534,42 @@ mod tests {
         assert!(err.contains("refused 1 code") && err.contains("kaas_broken"), "{err}");
     }
 
+    /// `--entries-of` compiles each entry's code and says whether its artifact's bytes came
+    /// back: an entry whose artifact this template built does, one whose artifact is another
+    /// code's PTX does not (as a catalog built by an older template would read).
+    #[test]
+    fn entries_of_a_bundle_rebuild_or_say_they_do_not() {
+        if let Err(why) = crate::gpu::nvrtc::available() {
+            return eprintln!("SKIP: no NVRTC ({why})");
+        }
+        use crate::catalog::bundle::{describe_ptx, read_bundle, write_bundle};
+        let shipped = Path::new(env!("CARGO_MANIFEST_DIR")).join("kernels/h100");
+        let (index, _) = read_bundle(&shipped).unwrap();
+        let hopper: Vec<_> = index.entries.iter().filter(|e| e.manifest.launches[0].entry.starts_with("kaas_wgmma_f32_tn_")).collect();
+        let first = hopper[0];
+        let second = hopper.iter().find(|e| e.manifest.launches[0].entry != first.manifest.launches[0].entry).unwrap();
+        let (c, acc, layout) = Candidate::from_entry(&first.manifest.launches[0].entry).unwrap();
+        let ptx = c.compile(first.problem.arch, acc, layout).unwrap();
+        let art = describe_ptx(ptx.as_bytes()).unwrap();
+        let entries = vec![crate::catalog::bundle::EntryRecord { artifact: art.sha256.clone(), ..first.clone() }, crate::catalog::bundle::EntryRecord { artifact: art.sha256.clone(), ..(*second).clone() }];
+        let small = crate::catalog::bundle::Index {
+            problems: vec![first.problem, second.problem],
+            artifacts: vec![art.clone()],
+            entries,
+            baselines: vec![],
+            tunes: vec![],
+            ..index.clone()
+        };
+        let dir = tempfile::tempdir().unwrap();
+        write_bundle(&dir.path().join("b"), &small, &[(art.sha256.clone(), ptx)].into_iter().collect()).unwrap();
+        rebuild_entries(&[dir.path().join("b")], &dir.path().join("out")).unwrap();
+        let table = std::fs::read_to_string(dir.path().join("out/rebuild.tsv")).unwrap();
+        let same: Vec<(&str, &str)> = table.lines().skip(1).map(|l| l.split('\t').collect::<Vec<_>>()).map(|r| (r[0], r[3])).collect();
+        assert_eq!(same.len(), 2, "{table}");
+        assert!(same.contains(&(first.manifest.launches[0].entry.as_str(), "true")), "{table}");
+        assert!(same.contains(&(second.manifest.launches[0].entry.as_str(), "false")), "{table}");
+    }
+
     #[test]
     fn the_state_survives_a_round_trip_and_problems_sort_small_first() {
         let dir = tempfile::tempdir().unwrap();
@@ -512,6 +604,7 @@ mod tests {
             report: false,
             reference_bundle: None,
             twins_of: None,
+            entries_of: vec![],
             defines: None,
         };
         let ps = parse_problems(&args).unwrap();
