@@ -953,6 +953,7 @@ remeasure() {
 # for `python3 scripts/h200-catalog.py adopt`, the plan and the batch's figures
 # (report.txt), and the server's log.
 h200_catalog() {
+    T_CALL=$SECONDS
     setup_device
     local seconds="${1:-420}" job="${2:-4.2}" bench="${3:-600}" tune="${4:-0}" repo gpus class
     repo="$(repo_root)"; gpus="$(nvidia-smi -L | wc -l)"
@@ -991,7 +992,16 @@ h200_catalog() {
     export KAAS_TOKEN="$("$K" token create --name kaas-tuner --role admin 2>/dev/null)"
     local t0=$SECONDS
     python3 "$helper" submit "$batch" --url "$KAAS_URL" --device "$class" | tee -a "$OUT/plan.txt"
-    drain $(( ${seconds%.*} + ${KAAS_H200_SLACK:-60} ))
+    # KAAS_CALL_LIMIT: the device call's limit in seconds (its limit_s, less than asked for
+    # when little device time is left). The drain ends early enough for the export and
+    # the packing (about a minute) to finish inside it: a batch killed before its export
+    # returns nothing.
+    local drain_s=$(( ${seconds%.*} + ${KAAS_H200_SLACK:-60} ))
+    if [[ -n "${KAAS_CALL_LIMIT:-}" ]]; then
+        local room=$(( KAAS_CALL_LIMIT - (SECONDS - T_CALL) - 75 ))
+        (( room < drain_s )) && { echo "drain cut to ${room} s by KAAS_CALL_LIMIT=${KAAS_CALL_LIMIT}" | tee -a "$OUT/plan.txt"; drain_s=$room; }
+    fi
+    drain "$drain_s"
     local wall=$((SECONDS - t0))
     curl -fs "$KAAS_URL/v1/health" | python3 -c 'import json,sys; print("queue left:", json.load(sys.stdin)["queue"])' | tee -a "$OUT/plan.txt"
     kill "$SERVER"; wait "$SERVER" 2>/dev/null || true
