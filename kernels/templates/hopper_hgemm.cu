@@ -129,7 +129,7 @@
 //   KAAS_ENTRY      the entry's name, e.g. kaas_wgmma_f32_tn_128x256x64_s4_c2_m1_g16: a
 //                   head of the tile, ring, consumers, cluster rows and group, then one
 //                   suffix per knob not at its default, in the order of the tuner's table
-//                   (src/tuner/hopper.rs, AXES; docs/tuner.md), which passes it.
+//                   (src/tuner/hopper/mod.rs, AXES; docs/tuner.md), which passes it.
 //   KAAS_WAIT0      0 (default) or 1 (not with KAAS_KSPLIT): each consumer waits for a
 //                   K-tile's wgmmas right after issuing them and frees its slot at once,
 //                   instead of keeping one K-tile in flight and freeing the slot one K-tile
@@ -193,11 +193,21 @@
 // Split-K: unit u = tile * S + slice (the slices of a tile are neighbours in the grid).
 //
 // ─── Structure ──────────────────────────────────────────────────────────────────────────
-// Warpgroup 0 (setmaxnreg 24 when CONSUMERS=2): one thread issues TMA loads of A and B into
-// a STAGES-deep ring, guarded by full (expect_tx) and empty mbarriers. Warpgroups 1..C
-// (setmaxnreg 240 when CONSUMERS=2): wait full, issue BK/16 × MI wgmma m64nBNk16 on
-// 128B-swizzled descriptors, keep one wgmma group in flight (wait_group 1) and release the
-// previous slot. A and tn-B are K-major (rows of 64 fp16 = 128 B, SBO 1024); nn-B is N-major
+// The defines become one configuration type, Cfg; every part is a template on it, and
+// `if constexpr` on a knob compiles only the code of its value. The entry packs its
+// parameters into Params and calls gemm<Cfg>, which sets up the ring's mbarriers (full:
+// expect_tx; empty: one arrival per consumer warp of every CTA of the cluster) and composes:
+//   Scheduler<C> (hopper_schedule.cuh): the tile raster, and each role's walk over its units
+//     (tile t, K-tiles [kb, ke)): one tile per CTA, persistent, 2-D grids, split-K,
+//     stream-K, ping-pong's alternate tiles;
+//   producer<C>, warpgroup 0 (setmaxnreg 24 when CONSUMERS=2): one thread waits for each
+//     slot's empty barrier and issues its TMA loads (load_a, load_b) on its full one;
+//   consumer<C>, warpgroups 1..C (setmaxnreg 240 when CONSUMERS=2), per unit: Mainloop<C>
+//     (wait full, BK/16 × MI wgmma m64nWNk16 with descriptors of one mode, Descriptors<C,
+//     DESC>, one K-tile kept in flight with wait_group 1 and the previous slot released),
+//     then a reduction where the tile's K is split (ksplit_reduce, cluster_reduce,
+//     splitk_reduce), then an epilogue (epilogue_tma, epilogue_staged, epilogue_direct).
+// A and tn-B are K-major (rows of 64 fp16 = 128 B, SBO 1024); nn-B is N-major
 // (rows of 64 n-values per k, LBO = BK*128 between 64-wide n chunks, SBO 1024, trans-b = 1).
 //
 // ─── Known limits (measured on H100 SXM, see scripts/hopper-probe) ───────────────────────
@@ -333,9 +343,6 @@ typedef unsigned long long u64;
 #ifndef KAAS_PROBE
 #define KAAS_PROBE 0
 #endif
-#define KAAS_PROBE_MATH (KAAS_PROBE != 1 && KAAS_PROBE != 3 && KAAS_PROBE != 5)
-#define KAAS_PROBE_LOADS (KAAS_PROBE != 2 && KAAS_PROBE != 3 && KAAS_PROBE != 5)
-#define KAAS_PROBE_SYNC (KAAS_PROBE != 5)
 
 #ifndef KAAS_DESC_UNIFORM
 #define KAAS_DESC_UNIFORM 0
@@ -350,187 +357,588 @@ typedef unsigned long long u64;
 #define KAAS_EARLY_COORDS 0
 #endif
 // The entry's name: the tuner derives it from the same table as these defines
-// (src/tuner/hopper.rs, AXES) and passes it, so the name is spelt in one place.
+// (src/tuner/hopper/mod.rs, AXES) and passes it, so the name is spelt in one place.
 #ifndef KAAS_ENTRY
 #error "KAAS_ENTRY (the entry's name) is not defined"
 #endif
 
-constexpr int BM = KAAS_BM, BN = KAAS_BN, BK = KAAS_BK, STAGES = KAAS_STAGES;
-// The cluster: CLM tile rows (sharing B columns) by CLN tile columns (sharing A rows), CL
-// CTAs. (CLM and CLN are macros: the PTX of the codes without them stays as it was.)
-#define CLM KAAS_CLUSTER_M
-#define CLN KAAS_CLUSTER_N
-constexpr int CONSUMERS = KAAS_CONSUMERS, CL = CLM * CLN, GROUP_M = KAAS_GROUP_M;
-constexpr int THREADS = 128 * (CONSUMERS + 1);
-// Rows of a tile per consumer warpgroup: cooperative, the consumers split the tile's rows;
-// ping-pong, each consumer owns whole tiles (alternate tiles of the CTA).
-// (KAAS_WHOLE_TILE: each consumer owns whole tiles, ping-pong or K split across consumers.)
-#define KAAS_WHOLE_TILE (KAAS_PINGPONG || KAAS_KSPLIT)
-constexpr int WG_M = KAAS_WHOLE_TILE || KAAS_COLSPLIT ? BM : BM / CONSUMERS;
-// Columns of a tile per consumer (a literal, for the wgmma's name): BN, or its half when the
-// consumers split the columns; this consumer's first row and column in the tile.
-#if KAAS_COLSPLIT && KAAS_BN == 128
-#define KAAS_WN 64
-#elif KAAS_COLSPLIT && KAAS_BN == 256
-#define KAAS_WN 128
-#else
-#define KAAS_WN KAAS_BN
-#endif
-#define KAAS_ROW_CW (KAAS_WHOLE_TILE || KAAS_COLSPLIT ? 0 : cw * WG_M)
-#define KAAS_COL_CW (KAAS_COLSPLIT ? cw * KAAS_WN : 0)
-constexpr int MI = WG_M / 64;         // m64 wgmmas per consumer per k16 step
-constexpr int A_STAGE_BYTES = BM * BK * 2;
-constexpr int B_STAGE_BYTES = BN * BK * 2;
-constexpr u32 STAGE_TX = A_STAGE_BYTES + B_STAGE_BYTES;  // bytes TMA lands per stage per CTA
-// nn with a tile narrower than one 64-column box: B's rows are BN * 2 bytes (see smem_desc_nb).
-// (Macros and constants of these codes only: the other codes' PTX stays as it was.)
-#define KAAS_NN_NARROW (!KAAS_LAYOUT_TN && KAAS_BN < 64)
-#if KAAS_NN_NARROW
-constexpr u32 NB_ROW = BN * 2;
-constexpr u32 NB_SWIZZLE = BN == 32 ? 2 : BN == 16 ? 3 : 0;
-#endif
-constexpr int EPI_LD = 72;                                // halves per staged row: 64 + 8 pad (conflict-free)
-constexpr int EPI_WARP_BYTES = 16 * EPI_LD * 2;           // 2304 bytes per consumer warp
-// The staged epilogue writes 64-column pieces; narrower tiles store straight from registers.
-// Swap-AB codes store C transposed, straight from registers (store_pair).
-#define KAAS_EPI_STAGED (KAAS_EPILOGUE == 1 && KAAS_BN % 64 == 0 && !KAAS_SWAP_AB)
-// The TMA-store epilogue: KAAS_EPI_NB swizzled 16×64 buffers (2 KiB) per consumer warp.
-#define KAAS_EPI_TMA (KAAS_EPILOGUE == 2)
-#define KAAS_EPI_NB 2
-constexpr int EPI_BYTES = KAAS_EPI_STAGED ? CONSUMERS * 4 * EPI_WARP_BYTES : KAAS_EPI_TMA ? CONSUMERS * 4 * KAAS_EPI_NB * 2048 : 0;
-// K split across consumers: consumer 1's fp32 partial tile (a macro, so that the other codes'
-// PTX, which lists namespace-scope constants, stays as it was).
-#define KAAS_RED_BYTES (KAAS_KSPLIT ? BM * BN * 4 : 0)
-constexpr int SMEM_BYTES = STAGES * (BM + BN) * BK * 2 + 1024 + EPI_BYTES + KAAS_RED_BYTES;  // the launch's dynamic smem
-#if KAAS_ACC_F32
-constexpr int ACC_REGS = KAAS_WN / 2;  // per thread per m64 tile
-#else
-constexpr int ACC_REGS = KAAS_WN / 4;
-#endif
+// ─── The configuration ──────────────────────────────────────────────────────────────────
+// The defines as one type. Every part below is a template on it (C, instantiated with Cfg),
+// so an `if constexpr` on a knob compiles only the code of the knob's value.
+template <bool B, class T, class F>
+struct Pick {
+    typedef T type;
+};
+template <class T, class F>
+struct Pick<false, T, F> {
+    typedef F type;
+};
 
-static_assert(BK == 64 || BK == 128 || BK == 256, "KAAS_BK must be 64, 128 or 256 (one, two or four 128B swizzle atoms of fp16)");
-static_assert(CONSUMERS == 1 || CONSUMERS == 2, "KAAS_CONSUMERS must be 1 or 2");
-static_assert(BM % CONSUMERS == 0 && (WG_M == 64 || WG_M == 128),
-              "BM / CONSUMERS (cooperative) or BM (ping-pong) must be 64 or 128");
-static_assert(KAAS_CHAINS == 1 || KAAS_CHAINS == 2 || KAAS_CHAINS == 4, "KAAS_CHAINS must be 1, 2 or 4");
-static_assert(KAAS_CHAINS == 1 || KAAS_ACC_F32, "accumulator chains are summed in fp32: acc=f32 only");
-static_assert(MI * ACC_REGS * KAAS_CHAINS <= (CONSUMERS == 2 ? 160 : 128), "the chains' accumulators would not fit the consumer register budget");
-#if KAAS_KSPLIT
-static_assert(CONSUMERS == 2 && !KAAS_PINGPONG && KAAS_SPLITK == 0,
-              "K split across consumers needs two consumers, no ping-pong, no split-K");
-static_assert(KAAS_ACC_F32, "K split across consumers adds fp32 partials: acc=f32 only");
-static_assert(STAGES % 2 == 0, "K split across consumers: each takes the slots of one parity");
-#endif
-#if KAAS_COLSPLIT
-static_assert(CONSUMERS == 2 && (BN == 128 || BN == 256) && !KAAS_PINGPONG && !KAAS_KSPLIT,
-              "consumers split the columns of 128 or 256: two consumers, no ping-pong, no K split across them");
-static_assert(KAAS_SPLITK == 0 || (KAAS_SPLITK == 2 && !KAAS_STREAMK), "consumers split the columns without split-K or with the atomic one");
-#endif
-static_assert(!(KAAS_WAIT0 && KAAS_KSPLIT), "K split across consumers frees its slots its own way");
-#if KAAS_PINGPONG
-static_assert(CONSUMERS == 2, "ping-pong needs two consumer warpgroups");
-static_assert(KAAS_SPLITK == 0, "ping-pong runs without split-K");
-#endif
-static_assert(BN == 8 || BN == 16 || BN == 24 || BN == 32 || BN == 48 || BN == 64 || BN == 128 || BN == 160 || BN == 192 || BN == 256,
-              "KAAS_BN must be 8, 16, 24, 32, 48, 64, 128, 160, 192 or 256");
-static_assert(KAAS_LAYOUT_TN || BN % 64 == 0 || BN == 8 || BN == 16 || BN == 32,
-              "nn loads B in 64-column boxes, or one box of 8, 16 or 32 columns: KAAS_BN must be a multiple of 64, or 8, 16 or 32");
-static_assert((CLM == 1 || CLM == 2 || CLM == 4 || CLM == 8) && (CLN == 1 || CLN == 2 || CLN == 4 || CLN == 8) && CL <= 8,
-              "KAAS_CLUSTER_M and KAAS_CLUSTER_N must be 1, 2, 4 or 8, and their product at most 8");
-static_assert((BM / CLN) % 8 == 0, "multicast A slices must be whole 8-row swizzle atoms");
-static_assert(BM <= 256, "a TMA box is at most 256 rows");
-static_assert(STAGES >= 2 && STAGES <= 16, "KAAS_STAGES must be 2..16");
-static_assert(GROUP_M >= 1, "KAAS_GROUP_M must be >= 1");
-#if KAAS_SPLITK
-static_assert(CL == 1 || KAAS_SPLITK == 2, "split-K in a multicast cluster is the atomic one (or stream-K)");
-static_assert(KAAS_ACC_F32, "split-K partials are fp32: acc=f32 only");
-static_assert(KAAS_SPLITK >= 1 && KAAS_SPLITK <= 3, "KAAS_SPLITK must be 0, 1, 2 or 3");
-#endif
-static_assert(KAAS_PROBE >= 0 && KAAS_PROBE <= 9, "KAAS_PROBE must be 0..9");
-static_assert(KAAS_EPILOGUE >= 0 && KAAS_EPILOGUE <= 2, "KAAS_EPILOGUE must be 0, 1 or 2");
-static_assert(!KAAS_EPI_TMA || (KAAS_BN % 64 == 0 && KAAS_SPLITK == 0),
-              "the TMA-store epilogue stores 64-column pieces of unsplit tiles");
-static_assert(KAAS_PROBE == 0 || (KAAS_SPLITK == 0 && CL == 1 && !KAAS_PINGPONG && !KAAS_KSPLIT),
-              "KAAS_PROBE variants are plain one-CTA codes");
-static_assert((KAAS_PROBE != 8 && KAAS_PROBE != 9) || KAAS_EPI_STAGED,
-              "KAAS_PROBE 8 and 9 take the staged epilogue apart: KAAS_EPILOGUE=1, BN a multiple of 64");
-static_assert(KAAS_STREAMK == 0 || KAAS_SPLITK == 2, "stream-K reduces with the atomic split-K (KAAS_SPLITK=2)");
-static_assert(KAAS_GRID2D >= 0 && KAAS_GRID2D <= 2, "KAAS_GRID2D must be 0, 1 or 2");
-static_assert(!KAAS_GRID2D || (KAAS_SPLITK == 0 && !KAAS_PINGPONG && CL == 1),
-              "the 2-D grid is one tile per CTA: no split-K, no ping-pong, no cluster");
-static_assert(KAAS_STREAMK >= 0 && KAAS_STREAMK <= 2, "KAAS_STREAMK must be 0, 1 or 2");
-static_assert(!KAAS_SWAP_AB || (KAAS_LAYOUT_TN && !KAAS_EPI_TMA && KAAS_PROBE == 0),
-              "swap-AB codes are tn, and store C transposed from registers (no TMA store, no probe)");
-#if KAAS_SPLITK == 3
-// The cluster reduction stores each CTA's fp32 partial tile in its drained ring.
-static_assert(STAGES * (BM + BN) * BK * 2 >= BM * BN * 4, "the ring cannot hold the tile's fp32 partial");
-#endif
-static_assert(SMEM_BYTES <= 232448, "shared memory exceeds 227 KiB");
-static_assert(MI * ACC_REGS <= (CONSUMERS == 2 ? 160 : 128), "accumulators would not fit the consumer register budget");
-#if KAAS_LAYOUT_TN
-static_assert((BN / CLM) % 8 == 0, "multicast B slices must be whole 8-row swizzle atoms");
-#else
-static_assert((BK / CLM) % 8 == 0, "multicast B slices must be whole 8-row swizzle atoms");
-#endif
+struct Cfg {
+    // The tile, K per ring slot, the ring's depth, the consumer warpgroups.
+    static constexpr int BM = KAAS_BM, BN = KAAS_BN, BK = KAAS_BK, STAGES = KAAS_STAGES;
+    static constexpr int CONSUMERS = KAAS_CONSUMERS, THREADS = 128 * (CONSUMERS + 1);
+    // The cluster: CLM tile rows (sharing B columns) by CLN tile columns (sharing A rows), CL
+    // CTAs.
+    static constexpr int CLM = KAAS_CLUSTER_M, CLN = KAAS_CLUSTER_N, CL = CLM * CLN;
+    static constexpr int GROUP_M = KAAS_GROUP_M;
+    static constexpr bool ACC_F32 = KAAS_ACC_F32, TN = KAAS_LAYOUT_TN;
+    // The axes (one value each; the header above says what each does).
+    static constexpr int SPLITK = KAAS_SPLITK, STREAMK = KAAS_STREAMK, CHAINS = KAAS_CHAINS;
+    static constexpr bool PINGPONG = KAAS_PINGPONG, KSPLIT = KAAS_KSPLIT, COLSPLIT = KAAS_COLSPLIT;
+    static constexpr int EPILOGUE = KAAS_EPILOGUE, DESC = KAAS_DESC_UNIFORM, GRID2D = KAAS_GRID2D;
+    static constexpr bool WAIT0 = KAAS_WAIT0, EARLY_COORDS = KAAS_EARLY_COORDS, SWAP_AB = KAAS_SWAP_AB;
+    static constexpr bool MC_ARRIVE_CTA = KAAS_MC_ARRIVE_CTA;
+    // Diagnostics: the paths a KAAS_PROBE variant keeps.
+    static constexpr int PROBE = KAAS_PROBE;
+    static constexpr bool PROBE_MATH = PROBE != 1 && PROBE != 3 && PROBE != 5;
+    static constexpr bool PROBE_LOADS = PROBE != 2 && PROBE != 3 && PROBE != 5;
+    static constexpr bool PROBE_SYNC = PROBE != 5;
+
+    // What a consumer warpgroup owns: cooperative, BM / CONSUMERS rows of the tile; ping-pong
+    // or K split across the consumers, whole tiles (WHOLE_TILE); column split, all BM rows
+    // and BN / 2 columns.
+    static constexpr bool WHOLE_TILE = PINGPONG || KSPLIT;
+    static constexpr int WG_M = WHOLE_TILE || COLSPLIT ? BM : BM / CONSUMERS;
+    static constexpr int WN = COLSPLIT ? BN / 2 : BN;  // the wgmma's N
+    static constexpr int MI = WG_M / 64;                // m64 wgmmas per consumer per k16 step
+    static constexpr int ACC_REGS = ACC_F32 ? WN / 2 : WN / 4;  // per thread per m64 tile
+    typedef Pick<ACC_F32, float, u32>::type acc_t;
+
+    static constexpr int A_STAGE_BYTES = BM * BK * 2;
+    static constexpr int B_STAGE_BYTES = BN * BK * 2;
+    static constexpr u32 STAGE_TX = A_STAGE_BYTES + B_STAGE_BYTES;  // bytes TMA lands per stage per CTA
+    // nn with a tile narrower than one 64-column box: B's slot is one box of BN columns, its
+    // rows NB_ROW bytes, swizzled at that width (smem_desc_nb).
+    static constexpr bool NN_NARROW = !TN && BN < 64;
+    static constexpr u32 NB_ROW = BN * 2;
+    static constexpr u32 NB_SWIZZLE = BN == 32 ? 2 : BN == 16 ? 3 : 0;
+
+    // The staged epilogue writes 64-column pieces; narrower tiles store straight from
+    // registers, and so do the swap-AB codes (C transposed, store_pair_t).
+    static constexpr bool EPI_STAGED = EPILOGUE == 1 && BN % 64 == 0 && !SWAP_AB;
+    static constexpr int EPI_LD = 72;                       // halves per staged row: 64 + 8 pad (conflict-free)
+    static constexpr int EPI_WARP_BYTES = 16 * EPI_LD * 2;  // 2304 bytes per consumer warp
+    // The TMA-store epilogue: EPI_NB swizzled 16×64 buffers (2 KiB) per consumer warp.
+    static constexpr bool EPI_TMA = EPILOGUE == 2;
+    static constexpr int EPI_NB = 2;
+    static constexpr int EPI_BYTES = EPI_STAGED ? CONSUMERS * 4 * EPI_WARP_BYTES : EPI_TMA ? CONSUMERS * 4 * EPI_NB * 2048 : 0;
+    // K split across consumers: consumer 1's fp32 partial tile, after the staging.
+    static constexpr int RED_BYTES = KSPLIT ? BM * BN * 4 : 0;
+    static constexpr int SMEM_BYTES = STAGES * (BM + BN) * BK * 2 + 1024 + EPI_BYTES + RED_BYTES;  // the launch's dynamic smem
+
+    static_assert(BK == 64 || BK == 128 || BK == 256, "KAAS_BK must be 64, 128 or 256 (one, two or four 128B swizzle atoms of fp16)");
+    static_assert(CONSUMERS == 1 || CONSUMERS == 2, "KAAS_CONSUMERS must be 1 or 2");
+    static_assert(BM % CONSUMERS == 0 && (WG_M == 64 || WG_M == 128),
+                  "BM / CONSUMERS (cooperative) or BM (ping-pong) must be 64 or 128");
+    static_assert(CHAINS == 1 || CHAINS == 2 || CHAINS == 4, "KAAS_CHAINS must be 1, 2 or 4");
+    static_assert(CHAINS == 1 || ACC_F32, "accumulator chains are summed in fp32: acc=f32 only");
+    static_assert(MI * ACC_REGS * CHAINS <= (CONSUMERS == 2 ? 160 : 128), "the chains' accumulators would not fit the consumer register budget");
+    static_assert(!KSPLIT || (CONSUMERS == 2 && !PINGPONG && SPLITK == 0),
+                  "K split across consumers needs two consumers, no ping-pong, no split-K");
+    static_assert(!KSPLIT || ACC_F32, "K split across consumers adds fp32 partials: acc=f32 only");
+    static_assert(!KSPLIT || STAGES % 2 == 0, "K split across consumers: each takes the slots of one parity");
+    static_assert(!COLSPLIT || (CONSUMERS == 2 && (BN == 128 || BN == 256) && !PINGPONG && !KSPLIT),
+                  "consumers split the columns of 128 or 256: two consumers, no ping-pong, no K split across them");
+    static_assert(!COLSPLIT || SPLITK == 0 || (SPLITK == 2 && !STREAMK), "consumers split the columns without split-K or with the atomic one");
+    static_assert(!(WAIT0 && KSPLIT), "K split across consumers frees its slots its own way");
+    static_assert(!PINGPONG || CONSUMERS == 2, "ping-pong needs two consumer warpgroups");
+    static_assert(!PINGPONG || SPLITK == 0, "ping-pong runs without split-K");
+    static_assert(BN == 8 || BN == 16 || BN == 24 || BN == 32 || BN == 48 || BN == 64 || BN == 128 || BN == 160 || BN == 192 || BN == 256,
+                  "KAAS_BN must be 8, 16, 24, 32, 48, 64, 128, 160, 192 or 256");
+    static_assert(TN || BN % 64 == 0 || BN == 8 || BN == 16 || BN == 32,
+                  "nn loads B in 64-column boxes, or one box of 8, 16 or 32 columns: KAAS_BN must be a multiple of 64, or 8, 16 or 32");
+    static_assert((CLM == 1 || CLM == 2 || CLM == 4 || CLM == 8) && (CLN == 1 || CLN == 2 || CLN == 4 || CLN == 8) && CL <= 8,
+                  "KAAS_CLUSTER_M and KAAS_CLUSTER_N must be 1, 2, 4 or 8, and their product at most 8");
+    static_assert((BM / CLN) % 8 == 0, "multicast A slices must be whole 8-row swizzle atoms");
+    static_assert(((TN ? BN : BK) / CLM) % 8 == 0, "multicast B slices must be whole 8-row swizzle atoms");
+    static_assert(BM <= 256, "a TMA box is at most 256 rows");
+    static_assert(STAGES >= 2 && STAGES <= 16, "KAAS_STAGES must be 2..16");
+    static_assert(GROUP_M >= 1, "KAAS_GROUP_M must be >= 1");
+    static_assert(SPLITK >= 0 && SPLITK <= 3, "KAAS_SPLITK must be 0, 1, 2 or 3");
+    static_assert(!SPLITK || CL == 1 || SPLITK == 2, "split-K in a multicast cluster is the atomic one (or stream-K)");
+    static_assert(!SPLITK || ACC_F32, "split-K partials are fp32: acc=f32 only");
+    // The cluster reduction stores each CTA's fp32 partial tile in its drained ring.
+    static_assert(SPLITK != 3 || STAGES * (BM + BN) * BK * 2 >= BM * BN * 4, "the ring cannot hold the tile's fp32 partial");
+    static_assert(PROBE >= 0 && PROBE <= 9, "KAAS_PROBE must be 0..9");
+    static_assert(EPILOGUE >= 0 && EPILOGUE <= 2, "KAAS_EPILOGUE must be 0, 1 or 2");
+    static_assert(!EPI_TMA || (BN % 64 == 0 && SPLITK == 0), "the TMA-store epilogue stores 64-column pieces of unsplit tiles");
+    static_assert(PROBE == 0 || (SPLITK == 0 && CL == 1 && !PINGPONG && !KSPLIT), "KAAS_PROBE variants are plain one-CTA codes");
+    static_assert((PROBE != 8 && PROBE != 9) || EPI_STAGED,
+                  "KAAS_PROBE 8 and 9 take the staged epilogue apart: KAAS_EPILOGUE=1, BN a multiple of 64");
+    static_assert(STREAMK == 0 || SPLITK == 2, "stream-K reduces with the atomic split-K (KAAS_SPLITK=2)");
+    static_assert(STREAMK >= 0 && STREAMK <= 2, "KAAS_STREAMK must be 0, 1 or 2");
+    static_assert(GRID2D >= 0 && GRID2D <= 2, "KAAS_GRID2D must be 0, 1 or 2");
+    static_assert(!GRID2D || (SPLITK == 0 && !PINGPONG && CL == 1), "the 2-D grid is one tile per CTA: no split-K, no ping-pong, no cluster");
+    static_assert(DESC >= 0 && DESC <= 2, "KAAS_DESC_UNIFORM must be 0, 1 or 2");
+    static_assert(!SWAP_AB || (TN && !EPI_TMA && PROBE == 0),
+                  "swap-AB codes are tn, and store C transposed from registers (no TMA store, no probe)");
+    static_assert(SMEM_BYTES <= 232448, "shared memory exceeds 227 KiB");
+    static_assert(MI * ACC_REGS <= (CONSUMERS == 2 ? 160 : 128), "accumulators would not fit the consumer register budget");
+};
 
 // A CUtensorMap passed by value (128 bytes, 64-byte aligned), opaque to the kernel.
 struct __align__(64) TensorMap128 {
     u64 v[16];
 };
 
+// The helpers serve every configuration; those a code does not call emit nothing, and are
+// not worth a warning each (177: declared but never referenced).
+#pragma nv_diag_suppress 177
 #include "hopper_ptx.cuh"
 
 #include "hopper_wgmma.cuh"
 
-#if KAAS_ACC_F32
-typedef float acc_t;
-#define KAAS_WGMMA_(n) wgmma_f32_n##n
-#else
-typedef u32 acc_t;
-#define KAAS_WGMMA_(n) wgmma_f16_n##n
-#endif
-#define KAAS_WGMMA(n) KAAS_WGMMA_(n)
-
 #include "hopper_schedule.cuh"
+#pragma nv_diag_default 177
 
-// The kernel's phases as functions: the ring's set-up, and the reductions that only
-// unsearched codes compile (K split across the consumers, the cluster split-K, the in-order
-// split-K). The other phases stay inline, because the shipped PTX's sha256 names it: the
-// order NVVM gives loop-carried registers (on the two-chain codes, the producer's ring slot
-// and phase) follows the number of the kernel's locals, and an inlined function's parameters
-// count among them. One local more or fewer renumbers some shipped codes; a function with
-// more parameters than the kernel has locals to spare would too.
+// The entry's parameters in one struct; those a code does not take are null.
+struct Params {
+    const TensorMap128* tmA;
+    const TensorMap128* tmB;
+    const TensorMap128* tmC;  // the TMA-store epilogue's C
+    u16* C;                   // the other epilogues' C
+    int M, N, K;
+    unsigned char* ws;  // split-K (1, 2) and stream-K: the workspace and the split count
+    int S;
+};
+
+// ─── The ring ───────────────────────────────────────────────────────────────────────────
+// Dynamic shared memory: STAGES slots of A, then STAGES of B, then the epilogue's staging
+// (EPI_BYTES) and consumer 1's partial (RED_BYTES); each slot's full and empty mbarriers are
+// static shared memory, 8 bytes apart.
+template <class C>
+struct Ring {
+    unsigned char* raw;  // the dynamic shared memory (generic address)
+    u32 sA, sB, sE;
+    u32 full0, empty0;
+
+    __device__ __forceinline__ Ring(unsigned char* smem, u64* full, u64* empty) {
+        raw = smem;
+        // 128B-swizzled TMA boxes and wgmma atoms need 1024-byte aligned stage buffers.
+        sA = (smem_u32(smem) + 1023u) & ~1023u;
+        sB = sA + C::STAGES * C::A_STAGE_BYTES;
+        sE = sB + C::STAGES * C::B_STAGE_BYTES;
+        full0 = smem_u32(full);
+        empty0 = smem_u32(empty);
+    }
+};
+
+// A position in the ring: slot s, in the phase of parity ph.
+template <int STAGES>
+struct RingPos {
+    int s;
+    u32 ph;
+    __device__ __forceinline__ void advance() {
+        if (++s == STAGES) {
+            s = 0;
+            ph ^= 1u;
+        }
+    }
+};
 
 // Sets up the ring's barriers (one thread): a full barrier completes on the producer's
 // arrival with the slot's bytes, an empty one on one arrival per warp of the slot's
 // consumer(s) in every CTA of the cluster. The fence releases the inits to the cluster; the
 // caller's barrier orders them before any wait.
+template <class C>
 static __device__ __forceinline__ void ring_init(u32 full0, u32 empty0) {
 #pragma unroll
-    for (int s = 0; s < STAGES; ++s) {
+    for (int s = 0; s < C::STAGES; ++s) {
         mbar_init(full0 + 8 * s, 1);
-        mbar_init(empty0 + 8 * s, (KAAS_WHOLE_TILE ? 1 : CONSUMERS) * 4 * CL);
+        mbar_init(empty0 + 8 * s, (C::WHOLE_TILE ? 1 : C::CONSUMERS) * 4 * C::CL);
     }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
 }
 
-#if KAAS_KSPLIT
-// K split across the consumers, after both have drained their wgmmas on tile t: consumer 1
-// stores its fp32 partial in the region at sR and returns false (it writes nothing); consumer
-// 0 waits for it, adds it into its accumulators and returns true (it writes C). `first`: the
-// CTA's first tile (consumer 1 need not wait for the region to be taken); `more`: another
-// tile follows (consumer 0 hands the region back). Named barriers 4 and 5 (hopper_schedule.cuh).
-static __device__ __forceinline__ bool ksplit_reduce(float (&acc)[MI][ACC_REGS], u32 sR, int tid, int cw, bool first,
+// Releases a ring slot: arrives on the slot's empty barrier in every CTA of the cluster
+// (each CTA's producer may multicast into this CTA's copy of the slot).
+template <class C>
+static __device__ __forceinline__ void slot_release(u32 bar) {
+    if constexpr (C::CL > 1) {
+#pragma unroll
+        for (u32 r = 0; r < (u32)C::CL; ++r) mbar_arrive_cluster<!C::MC_ARRIVE_CTA>(bar, r);
+    } else {
+        mbar_arrive(bar);
+    }
+}
+
+// ─── The producer ───────────────────────────────────────────────────────────────────────
+// A's part of a slot: BK/64 swizzle atoms along K, atom `at` holding K [k0 + 64at, +64) of
+// the tile's BM rows. With CLN > 1, A's rows are shared along the cluster's row: this CTA
+// loads slice rn into every CTA with its rm (`mask`).
+template <class C>
+static __device__ __forceinline__ void load_a(const TensorMap128* tm, u32 dst, int k0, int m0, u32 fb, int rn, u16 mask) {
+    constexpr int SLICE = C::BM / C::CLN;
+#pragma unroll
+    for (int at = 0; at < C::BK / 64; ++at) {
+        if constexpr (C::CLN > 1) {
+            tma_load_mc(dst + at * C::BM * 128 + rn * SLICE * 128, tm, k0 + 64 * at, m0 + rn * SLICE, fb, mask);
+        } else {
+            tma_load(dst + at * C::BM * 128, tm, k0 + 64 * at, m0, fb);
+        }
+    }
+}
+
+// B's part of a slot. tn: BK/64 atoms of the tile's BN rows (K-major), as A's; nn: BN/64
+// boxes of 64 columns by the slot's BK rows (N-major); nn narrow: one box of all BN columns
+// by the BK rows (BN * 2 bytes a row). With CLM > 1 this CTA loads slice rm (of the rows of
+// a box) into every CTA of its tile column (`mask`).
+template <class C>
+static __device__ __forceinline__ void load_b(const TensorMap128* tm, u32 dst, int k0, int n0, u32 fb, int rm, u16 mask) {
+    if constexpr (C::TN) {
+        constexpr int SLICE = C::BN / C::CLM;
+#pragma unroll
+        for (int at = 0; at < C::BK / 64; ++at) {
+            if constexpr (C::CLM > 1) {
+                tma_load_mc(dst + at * C::BN * 128 + rm * SLICE * 128, tm, k0 + 64 * at, n0 + rm * SLICE, fb, mask);
+            } else {
+                tma_load(dst + at * C::BN * 128, tm, k0 + 64 * at, n0, fb);
+            }
+        }
+    } else if constexpr (C::NN_NARROW) {
+        constexpr int SLICE = C::BK / C::CLM;
+        if constexpr (C::CLM > 1) {
+            tma_load_mc(dst + rm * SLICE * C::NB_ROW, tm, n0, k0 + rm * SLICE, fb, mask);
+        } else {
+            tma_load(dst, tm, n0, k0, fb);
+        }
+    } else {
+        constexpr int SLICE = C::BK / C::CLM;
+#pragma unroll
+        for (int c = 0; c < C::BN / 64; ++c) {
+            if constexpr (C::CLM > 1) {
+                tma_load_mc(dst + c * C::BK * 128 + rm * SLICE * 128, tm, n0 + 64 * c, k0 + rm * SLICE, fb, mask);
+            } else {
+                tma_load(dst + c * C::BK * 128, tm, n0 + 64 * c, k0, fb);
+            }
+        }
+    }
+}
+
+// Warpgroup 0: one thread fills the ring in the walk's order, waiting for each slot's empty
+// barrier and landing the slot's bytes on its full one.
+template <class C>
+static __device__ __forceinline__ void producer(const Params& p, const Ring<C>& ring, const Scheduler<C>& sch, int tid) {
+    if constexpr (C::CONSUMERS == 2) asm volatile("setmaxnreg.dec.sync.aligned.u32 24;");
+    if (tid == 0) {
+        prefetch_tensormap(p.tmA);
+        prefetch_tensormap(p.tmB);
+        // Multicast masks: A goes to the CTAs of this tile row (rank rm + CLM*j), B to
+        // those of this tile column (ranks CLM*rn .. CLM*rn + CLM-1).
+        u16 mask_a = 0, mask_b = 0;
+#pragma unroll
+        for (int j = 0; j < C::CLN; ++j) mask_a |= (u16)(1u << (sch.rm + C::CLM * j));
+#pragma unroll
+        for (int i = 0; i < C::CLM; ++i) mask_b |= (u16)(1u << (i + C::CLM * sch.rn));
+        RingPos<C::STAGES> pos{0, 0u};
+        for (auto w = sch.walk(-1); sch.more(w); sch.advance(w)) {
+            const auto u = sch.unit(w);
+            int mc, nc;
+            sch.tile_coords(u.t, mc, nc);
+            const int m0 = (mc * C::CLM + sch.rm) * C::BM;
+            const int n0 = (nc * C::CLN + sch.rn) * C::BN;
+            for (int kt = u.kb; kt < u.ke; ++kt) {
+                // The 2-D grids' one tile: the ring's first pass finds every slot empty.
+                if (!C::GRID2D || kt >= C::STAGES) mbar_wait(ring.empty0 + 8 * pos.s, pos.ph ^ 1u);
+                const u32 fb = ring.full0 + 8 * pos.s;
+                if constexpr (C::PROBE_LOADS) {
+                    mbar_expect_tx(fb, C::STAGE_TX);
+                    load_a<C>(p.tmA, ring.sA + pos.s * C::A_STAGE_BYTES, kt * C::BK, m0, fb, sch.rn, mask_a);
+                    load_b<C>(p.tmB, ring.sB + pos.s * C::B_STAGE_BYTES, kt * C::BK, n0, fb, sch.rm, mask_b);
+                } else {
+                    mbar_arrive(fb);  // diagnostics: the slot completes without its loads
+                }
+                pos.advance();
+            }
+        }
+        if constexpr (C::CL > 1) {
+            // Producer tail: wait until the consumers of every CTA of the cluster have
+            // released each slot's last use, so no peer arrives on this CTA's barriers after
+            // it exits. (A release cluster barrier here waited for every C store in flight.)
+            for (int i = 0; i < C::STAGES; ++i) {
+                mbar_wait(ring.empty0 + 8 * pos.s, pos.ph ^ 1u);
+                pos.advance();
+            }
+        }
+    }
+    if constexpr (C::SPLITK == 3) cluster_sync_relaxed();  // the consumers' first cluster barrier: every partial is stored
+}
+
+// ─── The mainloop ───────────────────────────────────────────────────────────────────────
+// wgmma m64nNk16 with the accumulators' type: the wrapper of hopper_wgmma.cuh for N.
+template <int N, int TRANS_B>
+static __device__ __forceinline__ void wgmma(float (&d)[N / 2], u64 da, u64 db) {
+    if constexpr (N == 8) wgmma_f32_n8<TRANS_B>(d, da, db);
+    else if constexpr (N == 16) wgmma_f32_n16<TRANS_B>(d, da, db);
+    else if constexpr (N == 24) wgmma_f32_n24<TRANS_B>(d, da, db);
+    else if constexpr (N == 32) wgmma_f32_n32<TRANS_B>(d, da, db);
+    else if constexpr (N == 48) wgmma_f32_n48<TRANS_B>(d, da, db);
+    else if constexpr (N == 64) wgmma_f32_n64<TRANS_B>(d, da, db);
+    else if constexpr (N == 128) wgmma_f32_n128<TRANS_B>(d, da, db);
+    else if constexpr (N == 160) wgmma_f32_n160<TRANS_B>(d, da, db);
+    else if constexpr (N == 192) wgmma_f32_n192<TRANS_B>(d, da, db);
+    else wgmma_f32_n256<TRANS_B>(d, da, db);
+}
+template <int N, int TRANS_B>
+static __device__ __forceinline__ void wgmma(u32 (&d)[N / 4], u64 da, u64 db) {
+    if constexpr (N == 8) wgmma_f16_n8<TRANS_B>(d, da, db);
+    else if constexpr (N == 16) wgmma_f16_n16<TRANS_B>(d, da, db);
+    else if constexpr (N == 24) wgmma_f16_n24<TRANS_B>(d, da, db);
+    else if constexpr (N == 32) wgmma_f16_n32<TRANS_B>(d, da, db);
+    else if constexpr (N == 48) wgmma_f16_n48<TRANS_B>(d, da, db);
+    else if constexpr (N == 64) wgmma_f16_n64<TRANS_B>(d, da, db);
+    else if constexpr (N == 128) wgmma_f16_n128<TRANS_B>(d, da, db);
+    else if constexpr (N == 160) wgmma_f16_n160<TRANS_B>(d, da, db);
+    else if constexpr (N == 192) wgmma_f16_n192<TRANS_B>(d, da, db);
+    else wgmma_f16_n256<TRANS_B>(d, da, db);
+}
+
+// The operands' layout in a slot. A and tn-B are K-major: BK/64 atoms of 128-byte rows (64
+// fp16 of K), 8-row swizzle groups 1024 bytes apart (SBO). nn-B is N-major: per 64-column
+// chunk (BK * 128 bytes apart, its LBO) rows of 64 n-values per k, read with trans-b = 1;
+// nn's narrow tiles, rows of NB_ROW bytes (smem_desc_nb).
+// This consumer's first byte of a slot of A (its rows) and of B (its columns).
+template <class C>
+static __device__ __forceinline__ u32 a_cw(int cw) {
+    return C::WHOLE_TILE || C::COLSPLIT ? 0 : cw * C::WG_M * 128;
+}
+template <class C>
+static __device__ __forceinline__ u32 b_cw(int cw) {
+    if constexpr (C::COLSPLIT) return C::TN ? cw * C::WN * 128 : cw * (C::WN / 64) * C::BK * 128;
+    else return 0;
+}
+// The byte offsets of k16 step kk (and m64 tile mi) in this consumer's part of a slot: A and
+// tn-B, atom kk / 4 and 32 bytes per step in its rows; nn-B, 16 rows of K per step.
+template <class C>
+static __device__ __forceinline__ u32 a_off(int kk, int mi) {
+    return (kk / 4) * C::BM * 128 + mi * 64 * 128 + (kk % 4) * 32;
+}
+template <class C>
+static __device__ __forceinline__ u32 b_off(int kk) {
+    if constexpr (C::TN) return (kk / 4) * C::BN * 128 + (kk % 4) * 32;
+    else if constexpr (C::NN_NARROW) return kk * 16 * C::NB_ROW;
+    else return kk * 2048;
+}
+// B's leading byte offset, and its descriptor at `addr`.
+template <class C>
+static __device__ __forceinline__ u32 b_lbo() {
+    return C::TN ? 16 : C::NN_NARROW ? 8 * C::NB_ROW : C::BK * 128;
+}
+template <class C>
+static __device__ __forceinline__ u64 b_desc(u32 addr) {
+    if constexpr (C::NN_NARROW) return smem_desc_nb<C::NB_ROW, C::NB_SWIZZLE>(addr);
+    else return smem_desc(addr, b_lbo<C>(), 1024);
+}
+
+// The wgmma descriptors of a consumer, one specialisation per KAAS_DESC_UNIFORM value:
+// slot(s) takes the ring slot, a(kk, mi) and b(kk) are the operands of k16 step kk.
+template <class C, int MODE = C::DESC>
+struct Descriptors;
+
+// 0, plain: each descriptor from its address, per thread.
+template <class C>
+struct Descriptors<C, 0> {
+    u32 sA, sB;
+    int cw;
+    u32 a_base, b_base;
+    __device__ __forceinline__ Descriptors(u32 sA_, u32 sB_, int cw_, int, int) : sA(sA_), sB(sB_), cw(cw_) {}
+    __device__ __forceinline__ void slot(int s) {
+        a_base = sA + s * C::A_STAGE_BYTES + a_cw<C>(cw);
+        b_base = sB + s * C::B_STAGE_BYTES + b_cw<C>(cw);
+    }
+    __device__ __forceinline__ u64 a(int kk, int mi) const { return smem_desc(a_base + a_off<C>(kk, mi), 16, 1024); }
+    __device__ __forceinline__ u64 b(int kk) const { return b_desc<C>(b_base + b_off<C>(kk)); }
+};
+
+// 1, uniform: the slot's base descriptors plus the byte offset / 16, one 64-bit add per
+// operand. With the warpgroup index broadcast from lane 0 (warpgroup<C>) ptxas keeps them
+// in uniform registers (ncu: the per-thread masks, shifts, ors and register-to-uniform
+// moves were over half of a 64×256 ping-pong code's instructions); 1–6% faster on the
+// ping-pong codes and 1.9–2.8% (geomean) on the atomic split-K ones, the same or slower on
+// the cooperative ones.
+template <class C>
+struct Descriptors<C, 1> {
+    u32 sA, sB;
+    int cw;
+    u64 da0, db0;
+    __device__ __forceinline__ Descriptors(u32 sA_, u32 sB_, int cw_, int, int) : sA(sA_), sB(sB_), cw(cw_) {}
+    __device__ __forceinline__ void slot(int s) {
+        da0 = smem_desc(sA + s * C::A_STAGE_BYTES + a_cw<C>(cw), 16, 1024);
+        db0 = b_desc<C>(sB + s * C::B_STAGE_BYTES + b_cw<C>(cw));
+    }
+    __device__ __forceinline__ u64 a(int kk, int mi) const { return desc_add(da0, a_off<C>(kk, mi)); }
+    __device__ __forceinline__ u64 b(int kk) const { return desc_add(db0, b_off<C>(kk)); }
+};
+
+// 2, stepped: only the low word moves, one 32-bit add per operand per wgmma, the high word
+// a value ptxas keeps in the pair (cuBLASLt's loop: two UIADD3 per HGMMA); 2.2% over plain
+// on the cooperative codes. The low words of this consumer's slot-0 descriptors (its rows
+// of A, its columns of B) are kept; the slot's and the step's offsets / 16 are added.
+template <class C>
+struct Descriptors<C, 2> {
+    u32 a_lo0, b_lo0, dhi_a, dhi_b, a_lo, b_lo;
+    __device__ __forceinline__ Descriptors(u32 sA, u32 sB, int cw, int M, int N) {
+        a_lo0 = desc_lo(sA + a_cw<C>(cw), 16);
+        b_lo0 = desc_lo(sB + b_cw<C>(cw), b_lbo<C>());
+        dhi_a = desc_hi(M);
+        if constexpr (C::NN_NARROW) dhi_b = desc_hi_nb<C::NB_ROW, C::NB_SWIZZLE>(N);
+        else dhi_b = desc_hi(N);
+    }
+    __device__ __forceinline__ void slot(int s) {
+        a_lo = a_lo0 + (u32)s * (C::A_STAGE_BYTES >> 4);
+        b_lo = b_lo0 + (u32)s * (C::B_STAGE_BYTES >> 4);
+    }
+    __device__ __forceinline__ u64 a(int kk, int mi) const { return desc_from_lo(a_lo + a_off<C>(kk, mi) / 16, dhi_a); }
+    __device__ __forceinline__ u64 b(int kk) const { return desc_from_lo(b_lo + b_off<C>(kk) / 16, dhi_b); }
+};
+
+// A consumer warpgroup's side of the ring: for each unit, wait for each K-tile's full
+// barrier, issue its wgmmas into the accumulators, keep one K-tile in flight and release the
+// slot of the one before (wait_group 1), and drain at the end.
+template <class C>
+struct Mainloop {
+    typedef typename C::acc_t acc_t;
+    typedef acc_t Acc[C::MI][C::ACC_REGS];
+    // KAAS_CHAINS: the k16 steps of a K-tile go round-robin to CHAINS sets of accumulators,
+    // summed once after the main loop, so consecutive wgmmas do not wait on each other's
+    // results. Chain 0 is the caller's; these are chains 1...
+    typedef acc_t Chains[C::CHAINS > 1 ? C::CHAINS - 1 : 1][C::MI][C::ACC_REGS];
+
+    u32 full0, empty0;
+    int cw;
+    RingPos<C::STAGES> pos;  // the slot of this consumer's next K-tile
+    int pp_pos, pp_step;     // ping-pong: the ring position (in K-tiles) of its next tile
+    Descriptors<C> desc;
+
+    __device__ __forceinline__ Mainloop(const Ring<C>& ring, int cw_, int M, int N, int ktiles)
+        : full0(ring.full0), empty0(ring.empty0), cw(cw_), pos{0, 0u}, pp_pos(cw_ * ktiles), pp_step(2 * ktiles),
+          desc(ring.sA, ring.sB, cw_, M, N) {}
+
+    // One K-tile's wgmmas from slot s: BK/16 k16 steps × MI m64 tiles.
+    __device__ __forceinline__ void mma(Acc& acc, Chains& acc_x, int s) {
+        constexpr int TRANS_B = C::TN ? 0 : 1;
+        desc.slot(s);
+#pragma unroll
+        for (int kk = 0; kk < C::BK / 16; ++kk) {
+            const u64 db = desc.b(kk);
+#pragma unroll
+            for (int mi = 0; mi < C::MI; ++mi) {
+                const u64 da = desc.a(kk, mi);
+                if constexpr (C::CHAINS > 1) {
+                    if (kk % C::CHAINS == 0)
+                        wgmma<C::WN, TRANS_B>(acc[mi], da, db);
+                    else
+                        wgmma<C::WN, TRANS_B>(acc_x[kk % C::CHAINS - 1][mi], da, db);
+                } else {
+                    wgmma<C::WN, TRANS_B>(acc[mi], da, db);
+                }
+            }
+        }
+    }
+
+    // The unit's K-tiles [kb, ke) into acc. `pass`: another tile of the CTA follows this one
+    // (ping-pong hands the turn to the other consumer).
+    __device__ __forceinline__ void run(Acc& acc, int kb, int ke, bool pass, int lane) {
+#pragma unroll
+        for (int mi = 0; mi < C::MI; ++mi)
+#pragma unroll
+            for (int i = 0; i < C::ACC_REGS; ++i) acc[mi][i] = 0;
+        Chains acc_x;
+        if constexpr (C::CHAINS > 1) {
+#pragma unroll
+            for (int c = 0; c < C::CHAINS - 1; ++c)
+#pragma unroll
+                for (int mi = 0; mi < C::MI; ++mi)
+#pragma unroll
+                    for (int i = 0; i < C::ACC_REGS; ++i) acc_x[c][mi][i] = 0;
+        }
+        if constexpr (C::PINGPONG) {
+            // Ping-pong: consumer cw takes the CTA's tiles cw, cw+2, …; the producer fills the
+            // ring in tile order, so the CTA's i-th tile starts at ring position i*ktiles. The
+            // main loops take strict turns (one consumer runs its epilogue while the other
+            // multiplies): a consumer starts its main loop only after the other has passed
+            // every full barrier of the tile before, so it never waits on a barrier more than
+            // one phase ahead (parity waits cannot tell phase r from phase r-2).
+            pos.s = pp_pos % C::STAGES;
+            pos.ph = (u32)((pp_pos / C::STAGES) & 1);
+            if (pp_pos > 0) turn_wait(cw);  // every tile but the CTA's first waits its turn
+            pp_pos += pp_step;
+        }
+        int prev = 0;
+        int mine = 0;  // K split: the K-tiles of this tile this consumer has issued
+        for (int kt = kb; kt < ke; ++kt) {
+            if constexpr (C::KSPLIT) {
+                // Consumer cw takes the ring's slots of parity cw (STAGES is even), so it
+                // waits on every phase of its own slots and never on one two phases ahead.
+                if ((pos.s & 1) != cw) {
+                    pos.advance();
+                    continue;
+                }
+            }
+            const int s = pos.s;
+            mbar_wait(full0 + 8 * s, pos.ph);
+            if constexpr (C::PROBE_SYNC) wgmma_fence();
+            if constexpr (C::PROBE_MATH) mma(acc, acc_x, s);
+            if constexpr (C::PROBE_SYNC) wgmma_commit();
+            if constexpr (C::WAIT0) {
+                // KAAS_WAIT0, as cuBLASLt's 384-thread 64×128 kernel does (ncu): this
+                // K-tile's wgmmas are done, free its slot now.
+                wgmma_wait<0>();
+                if (lane == 0) slot_release<C>(empty0 + 8 * s);
+            } else {
+                if (C::KSPLIT ? mine++ > 0 : kt > kb) {  // this consumer's previous K-tile
+                    if constexpr (C::PROBE_SYNC) wgmma_wait<1>();  // the previous k-tile's wgmmas are done: free its slot
+                    if (lane == 0) slot_release<C>(empty0 + 8 * prev);
+                }
+                prev = s;
+            }
+            pos.advance();
+        }
+        if constexpr (C::PINGPONG) {
+            if (pass) turn_pass(cw);  // the CTA's next tile is the other consumer's
+        }
+        wgmma_wait<0>();  // unconditional, so ptxas sees every path drain the pipeline
+        if constexpr (C::CHAINS > 1) {
+#pragma unroll
+            for (int c = 0; c < C::CHAINS - 1; ++c)
+#pragma unroll
+                for (int mi = 0; mi < C::MI; ++mi)
+#pragma unroll
+                    for (int i = 0; i < C::ACC_REGS; ++i) acc[mi][i] += acc_x[c][mi][i];
+        }
+        // The last K-tile's slot.
+        if constexpr (C::KSPLIT) {
+            if (mine > 0 && lane == 0) slot_release<C>(empty0 + 8 * prev);
+        } else if constexpr (!C::WAIT0) {
+            if (ke > kb && lane == 0) slot_release<C>(empty0 + 8 * prev);
+        }
+    }
+};
+
+// ─── The reductions ─────────────────────────────────────────────────────────────────────
+// Each runs after the consumer has drained its wgmmas. ksplit_reduce and splitk_reduce
+// return whether this consumer writes the tile's C (with the sum in its accumulators);
+// cluster_reduce writes its share of C itself. Partials are stored in the
+// accumulators' own order, four registers per 16-byte word: word w of thread tid at float
+// 4 * (128 * w + tid) of its consumer's part, so every access is conflict-free in shared
+// memory and a coalesced 2 KiB per warpgroup in global memory.
+
+// K split across the consumers (KAAS_KSPLIT): consumer 1 stores its fp32 partial in the
+// region at sR and returns false (it writes nothing); consumer 0 waits for it, adds it into
+// its accumulators and returns true. `first`: the CTA's first tile (consumer 1 need not wait
+// for the region to be taken); `more`: another tile follows (consumer 0 hands the region
+// back). Named barriers 4 and 5 (hopper_schedule.cuh).
+template <class C>
+static __device__ __forceinline__ bool ksplit_reduce(float (&acc)[C::MI][C::ACC_REGS], u32 sR, int tid, int cw, bool first,
                                                      bool more) {
-    // Consumer 1's partial, four registers per 16-byte word: word w of thread tid
-    // at byte 16 * (128 * w + tid) of the region, conflict-free both ways.
-    constexpr int WORDS = MI * ACC_REGS / 4;
+    constexpr int WORDS = C::MI * C::ACC_REGS / 4;
     const u32 red = sR + 16u * (u32)tid;
     if (cw == 1) {
         if (!first) red_taken_wait();  // consumer 0 has added the last partial
 #pragma unroll
         for (int w = 0; w < WORDS; ++w) {
-            const float* a = &acc[(4 * w) / ACC_REGS][(4 * w) % ACC_REGS];
+            const float* a = &acc[(4 * w) / C::ACC_REGS][(4 * w) % C::ACC_REGS];
             st_shared_v4(red + 2048u * (u32)w, a[0], a[1], a[2], a[3]);
         }
         red_stored_arrive();
@@ -539,7 +947,7 @@ static __device__ __forceinline__ bool ksplit_reduce(float (&acc)[MI][ACC_REGS],
     red_stored_wait();
 #pragma unroll
     for (int w = 0; w < WORDS; ++w) {
-        float* a = &acc[(4 * w) / ACC_REGS][(4 * w) % ACC_REGS];
+        float* a = &acc[(4 * w) / C::ACC_REGS][(4 * w) % C::ACC_REGS];
         const float4 v = ld_shared_v4(red + 2048u * (u32)w);
         a[0] += v.x;
         a[1] += v.y;
@@ -549,28 +957,32 @@ static __device__ __forceinline__ bool ksplit_reduce(float (&acc)[MI][ACC_REGS],
     if (more) red_taken_arrive();  // consumer 1 stores the next one
     return true;
 }
-#endif
 
-#if KAAS_SPLITK == 3
-// Cluster split-K, after the consumer has drained its wgmmas: stores this CTA's fp32 partial
-// in its drained ring at sA (the unit is the CTA's only one, so no load will land there),
-// then, after a cluster barrier that releases it and acquires every peer's, sums the words
-// w % S == rank of all S partials in rank order and writes those elements of C. The caller's
-// last cluster barrier keeps the partial alive until every peer has read it.
-static __device__ __forceinline__ void cluster_reduce(u16* __restrict__ C, int M, int N, const float (&acc)[MI][ACC_REGS],
+// Two elements of C from a thread's accumulators (see the epilogues): row-major, or
+// transposed for swap-AB.
+template <class C>
+static __device__ __forceinline__ void store_c_pair(u16* __restrict__ Cp, int M, int N, int row, int col, u32 v, bool fast,
+                                                    bool pairs) {
+    if constexpr (C::SWAP_AB) store_pair_t(Cp, M, N, row, col, v, fast);
+    else store_pair(Cp, M, N, row, col, v, fast, pairs);
+}
+
+// Cluster split-K (KAAS_SPLITK=3): stores this CTA's fp32 partial in its drained ring at sA
+// (the unit is the CTA's only one, so the producer issues no more loads, and once both
+// consumers have passed the barrier below no wgmma reads the ring), then, after a cluster
+// barrier that releases it and acquires every peer's, sums the words w % S == rank of all S
+// partials in rank order and writes those elements of C. The kernel's last cluster barrier
+// keeps the partial alive until every peer has read it.
+template <class C>
+static __device__ __forceinline__ void cluster_reduce(u16* __restrict__ Cp, int M, int N, const float (&acc)[C::MI][C::ACC_REGS],
                                                       u32 sA, int m0, int n0, int cw, int warp, int lane, int tid,
                                                       int S, bool pairs) {
-    // Partials in the accumulators' own order, four registers per 16-byte word:
-    // word w of thread tid at float 4 * (128 * w + tid) of its consumer's part,
-    // so every access is conflict-free. They go in the drained ring: the unit is
-    // the CTA's only one, so the producer issues no more loads, and once both
-    // consumers have passed the barrier below no wgmma reads the ring.
-    constexpr int WORDS = MI * ACC_REGS / 4;
-    consumers_sync();
+    constexpr int WORDS = C::MI * C::ACC_REGS / 4;
+    consumers_sync<C::CONSUMERS>();
     const u32 mine = sA + 4u * (u32)(cw * (WORDS * 512) + 4 * tid);
 #pragma unroll
     for (int w = 0; w < WORDS; ++w) {
-        const float* a = &acc[(4 * w) / ACC_REGS][(4 * w) % ACC_REGS];
+        const float* a = &acc[(4 * w) / C::ACC_REGS][(4 * w) % C::ACC_REGS];
         st_shared_v4(mine + 2048u * (u32)w, a[0], a[1], a[2], a[3]);
     }
     cluster_sync();  // release this CTA's partial; acquire every peer's
@@ -578,8 +990,8 @@ static __device__ __forceinline__ void cluster_reduce(u16* __restrict__ C, int M
     // them over the S partials in rank order and writes those elements of C
     // (rows g and g + 8, columns 8j + 2q, 8j + 2q + 1, as the direct epilogue).
     const int own = (int)cluster_rank();
-    const bool fast = pairs && (m0 + BM <= M) && (n0 + BN <= N);
-    const int row = m0 + cw * WG_M + warp * 16 + (lane >> 2);
+    const bool fast = pairs && (m0 + C::BM <= M) && (n0 + C::BN <= N);
+    const int row = m0 + cw * C::WG_M + warp * 16 + (lane >> 2);
     const int col0 = n0 + 2 * (lane & 3);
 #pragma unroll
     for (int w = 0; w < WORDS; ++w) {
@@ -598,31 +1010,30 @@ static __device__ __forceinline__ void cluster_reduce(u16* __restrict__ C, int M
                 sum.w += v[q].w;
             }
         }
-        const int mi = (4 * w) / ACC_REGS;
-        const int j = ((4 * w) % ACC_REGS) / 4;
-        store_pair(C, M, N, row + mi * 64, col0 + 8 * j, pack_f16x2(sum.x, sum.y), fast, pairs);
-        store_pair(C, M, N, row + mi * 64 + 8, col0 + 8 * j, pack_f16x2(sum.z, sum.w), fast, pairs);
+        const int mi = (4 * w) / C::ACC_REGS;
+        const int j = ((4 * w) % C::ACC_REGS) / 4;
+        store_c_pair<C>(Cp, M, N, row + mi * 64, col0 + 8 * j, pack_f16x2(sum.x, sum.y), fast, pairs);
+        store_c_pair<C>(Cp, M, N, row + mi * 64 + 8, col0 + 8 * j, pack_f16x2(sum.z, sum.w), fast, pairs);
     }
 }
-#endif
 
-#if KAAS_SPLITK == 1
 // In-order split-K, in the last unit of a tile to arrive (its acquire done): replaces the
 // accumulators by the sum of the tile's S stored partials at tile_part in split order 0..S-1,
 // its own included, so every run adds them in the same order (bit-identical results).
-static __device__ __forceinline__ void sum_partials(float (&acc)[MI][ACC_REGS], const float* tile_part, int cw, int tid,
+template <class C>
+static __device__ __forceinline__ void sum_partials(float (&acc)[C::MI][C::ACC_REGS], const float* tile_part, int cw, int tid,
                                                     int S) {
-    constexpr int WORDS = MI * ACC_REGS / 4;
+    constexpr int WORDS = C::MI * C::ACC_REGS / 4;
     const float* const first = tile_part + cw * (WORDS * 512) + 4 * tid;
 #pragma unroll
-    for (int mi = 0; mi < MI; ++mi)
+    for (int mi = 0; mi < C::MI; ++mi)
 #pragma unroll
-        for (int i = 0; i < ACC_REGS; ++i) acc[mi][i] = 0.f;
+        for (int i = 0; i < C::ACC_REGS; ++i) acc[mi][i] = 0.f;
     for (int q = 0; q < S; ++q) {
-        const float* const src = first + (u64)q * (u64)(BM * BN);
+        const float* const src = first + (u64)q * (u64)(C::BM * C::BN);
 #pragma unroll
         for (int w = 0; w < WORDS; ++w) {
-            float* a = &acc[(4 * w) / ACC_REGS][(4 * w) % ACC_REGS];
+            float* a = &acc[(4 * w) / C::ACC_REGS][(4 * w) % C::ACC_REGS];
             float v0, v1, v2, v3;
             ld_cg_v4(src + 512 * w, v0, v1, v2, v3);
             a[0] += v0;
@@ -632,672 +1043,335 @@ static __device__ __forceinline__ void sum_partials(float (&acc)[MI][ACC_REGS], 
         }
     }
 }
-#endif
 
-extern "C" __global__ void __launch_bounds__(THREADS, 1)
-#if KAAS_SPLITK == 1 || KAAS_SPLITK == 2
-KAAS_ENTRY(const __grid_constant__ TensorMap128 tmA, const __grid_constant__ TensorMap128 tmB,
-           u16* __restrict__ C, int M, int N, int K, unsigned char* __restrict__ ws, int S) {
-#elif KAAS_EPI_TMA
-KAAS_ENTRY(const __grid_constant__ TensorMap128 tmA, const __grid_constant__ TensorMap128 tmB,
-           const __grid_constant__ TensorMap128 tmC, int M, int N, int K) {
-#else
-KAAS_ENTRY(const __grid_constant__ TensorMap128 tmA, const __grid_constant__ TensorMap128 tmB,
-           u16* __restrict__ C, int M, int N, int K) {
-#endif
-    extern __shared__ __align__(16) unsigned char smem_raw[];  // aligned to 1024 below
-    __shared__ __align__(8) u64 full_bar[STAGES];
-    __shared__ __align__(8) u64 empty_bar[STAGES];
-#if KAAS_SPLITK == 1 || KAAS_SPLITK == 2
+// Split-K through the workspace (KAAS_SPLITK 1 and 2, and stream-K): a tile one unit covers
+// alone is written directly; the units of a shared tile each add their partial (atomic: into
+// the tile's fp32 sum in L2 with red.add; in order: into a partial of their own), and the
+// last to arrive (an atomic counter per CTA tile) writes C and resets the counter.
+template <class C>
+static __device__ __forceinline__ bool splitk_reduce(float (&acc)[C::MI][C::ACC_REGS], const Params& p,
+                                                     const Scheduler<C>& sch, int t, int sp, u32 rank, int cw, int tid) {
     __shared__ u32 sk_last;  // 1 when this unit is the last of its tile to arrive
-#endif
-
-    if (CL > 1 && cluster_size() != (u32)CL) return;  // launched with the wrong cluster: write nothing
-#if KAAS_GRID2D == 2
-    // The last group's rows past the problem's: nothing to do (before any barrier is set up).
-    if ((int)(blockIdx.z * GROUP_M + blockIdx.x) * BM >= M) return;
-#endif
-#if KAAS_PROBE == 6
-    return;  // the launch alone, with this code's threads and shared memory
-#endif
-
-    // 128B-swizzled TMA boxes and wgmma atoms need 1024-byte aligned stage buffers.
-    const u32 base = (smem_u32(smem_raw) + 1023u) & ~1023u;
-    const u32 sA = base;
-    const u32 sB = base + STAGES * A_STAGE_BYTES;
-    const u32 sE = sB + STAGES * B_STAGE_BYTES;  // epilogue staging, EPI_BYTES
-    const u32 full0 = smem_u32(&full_bar[0]);
-    const u32 empty0 = smem_u32(&empty_bar[0]);
-
-#if KAAS_DESC_UNIFORM
-    // Broadcast from lane 0, so ptxas knows the warpgroup index (and all that derives from
-    // it: the consumer's rows, its descriptors) is warp-uniform and keeps it in uniform
-    // registers.
-    const int wg = __shfl_sync(0xffffffffu, (int)(threadIdx.x / 128), 0);
-#else
-    const int wg = threadIdx.x / 128;
-#endif
-    const int tid = threadIdx.x % 128;
-    const u32 rank = CL > 1 ? cluster_rank() : 0u;
-    // Cluster tile rows and columns, without locals for the tile counts: ring_init's two
-    // parameters take their place among the kernel's locals (see above the functions).
-    const int num_mc = ((M + BM - 1) / BM + CLM - 1) / CLM;
-    const int num_nc = ((N + BN - 1) / BN + CLN - 1) / CLN;
-#if KAAS_GRID2D
-    // One tile per CTA, the grid [tile columns, tile rows]: the CTA's tile is its block
-    // index, with no division on the way to its first loads.
-    const int tiles = 1;
-    (void)num_mc;
-    (void)num_nc;
-#else
-    const int tiles = num_mc * num_nc;  // cluster tiles (CL CTA tiles each)
-#endif
-    // This CTA's tile in its cluster's CLM × CLN block of tiles.
-    const int rm = (int)rank % CLM, rn = (int)rank / CLM;
-    const int ktiles = (K + BK - 1) / BK;
-#if KAAS_GRID2D
-    const int cid = 0, ncl = 1;
-#else
-    const int cid = blockIdx.x / CL;
-    const int ncl = gridDim.x / CL;
-#endif
-#if KAAS_SPLITK == 3
-    // S is the cluster size; one tile per cluster, its slices the cluster's CTAs. The
-    // condition is the same in every CTA, so no CTA waits on a barrier another skips.
-    const int S = (int)cluster_size();
-    if (S < 2 || gridDim.x != (unsigned)(tiles * S)) return;
-#elif KAAS_STREAMK
-    // Unit cid takes its whole tiles (the hybrid's: tiles below dp_tiles), then
-    // K-iterations [sk_begin, sk_end) of the sk_work after them. S is the grid, at most one
-    // unit per K-iteration cut (else a shared tile could count a unit with an empty range
-    // among its own): any other launch writes nothing.
-#if KAAS_STREAMK == 2
-    // Whole tiles for all but the last full wave and the partial one (none to cut where
-    // the waves are whole).
-    const int dp_tiles = tiles % ncl == 0 ? tiles : max(tiles / ncl - 1, 0) * ncl;
-#else
-    const int dp_tiles = 0;
-#endif
-    const long long dp_work = (long long)dp_tiles * ktiles;
-    const long long sk_work = (long long)tiles * ktiles - dp_work;
-    if (S < 1 || S != (int)gridDim.x || (sk_work > 0 && ncl > sk_work)) return;
-    const long long sk_begin = dp_work + (long long)cid * sk_work / ncl;
-    const long long sk_end = dp_work + (long long)(cid + 1) * sk_work / ncl;
-    const long long sk_start = dp_tiles > 0 ? (long long)cid * ktiles : sk_begin;
-    u32* const sk_count = reinterpret_cast<u32*>(ws);  // one counter per CTA (see the top)
-    float* const sk_part = reinterpret_cast<float*>(ws + ((4 * S + 255) & ~255));
-#elif KAAS_SPLITK
-    if (S < 1) return;
-    // One counter and one partial (or sum) per CTA tile: CL of each cluster tile.
-    u32* const sk_count = reinterpret_cast<u32*>(ws);
-    float* const sk_part = reinterpret_cast<float*>(ws + ((4 * tiles * CL + 255) & ~255));
-#endif
-
-    if (threadIdx.x == 0) ring_init(full0, empty0);
-#if KAAS_CLUSTER_M * KAAS_CLUSTER_N > 1
-    // The barrier inits are released by the fence above: nothing else to order.
-    cluster_sync_relaxed();
-#else
-    __syncthreads();
-#endif
-#if KAAS_PROBE == 7
-    return;  // the launch and the barriers' set-up
-#endif
-
-    if (wg == 0) {
-        // ── producer warpgroup: one thread drives TMA ──
-#if KAAS_CONSUMERS == 2
-        asm volatile("setmaxnreg.dec.sync.aligned.u32 24;");
-#endif
-        if (tid == 0) {
-            asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<u64>(&tmA)) : "memory");
-            asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<u64>(&tmB)) : "memory");
-            int s = 0;
-            u32 ph = 0;
-            // Multicast masks: A goes to the CTAs of this tile row (rank rm + CLM*j), B to
-            // those of this tile column (ranks CLM*rn .. CLM*rn + CLM-1).
-            u16 mask_a = 0, mask_b = 0;
+    int first, units;
+    sch.tile_units(t, first, units);
+    if (units <= 1) return true;
+    // One counter and one partial (or sum) per CTA tile, CL of each cluster tile; stream-K,
+    // per unit (the first unit of a cut tile names them; see the header).
+    const int slot = first * C::CL + (int)rank;
+    u32* const count = reinterpret_cast<u32*>(p.ws);
+    float* const part = reinterpret_cast<float*>(p.ws + ((4 * (C::STREAMK ? sch.S : sch.tiles * C::CL) + 255) & ~255));
+    constexpr int WORDS = C::MI * C::ACC_REGS / 4;
+    constexpr u64 TILE = C::BM * C::BN;
+    float* const tile_part = part + (u64)slot * (C::SPLITK == 2 ? TILE : (u64)sch.S * TILE);
+    float* const mine = tile_part + (C::SPLITK == 2 ? 0 : (u64)sp * TILE) + cw * (WORDS * 512) + 4 * tid;
 #pragma unroll
-            for (int j = 0; j < CLN; ++j) mask_a |= (u16)(1u << (rm + CLM * j));
+    for (int w = 0; w < WORDS; ++w) {
+        const float* a = &acc[(4 * w) / C::ACC_REGS][(4 * w) % C::ACC_REGS];
+        if constexpr (C::SPLITK == 2) red_add_v4(mine + 512 * w, a[0], a[1], a[2], a[3]);
+        else st_cg_v4(mine + 512 * w, a[0], a[1], a[2], a[3]);
+    }
+    consumers_sync<C::CONSUMERS>();  // every partial of this unit is issued
+    if (threadIdx.x == 128) {
+        // Release: this unit's partials (ordered before it by the barrier) are
+        // visible before its count; acquire: the other units' are visible after.
+        const u32 before = atomic_inc_acq_rel(count + slot);
+        sk_last = before == (u32)(units - 1);
+        if (sk_last) *reinterpret_cast<volatile u32*>(count + slot) = 0u;  // reset for the next launch
+    }
+    consumers_sync<C::CONSUMERS>();  // orders everyone's reads below after the acquire
+    if (!sk_last) return false;
+    if constexpr (C::SPLITK == 2) {
+        // The last to arrive takes the sum and leaves zeros for the next launch.
 #pragma unroll
-            for (int i = 0; i < CLM; ++i) mask_b |= (u16)(1u << (i + CLM * rn));
-            (void)mask_a;
-            (void)mask_b;
-#if KAAS_STREAMK
-            for (long long it = sk_start, next; it < sk_end; it = next) {
-                int t, kb, ke;
-                next = stream_unit(it, sk_end, dp_work, (long long)ncl * ktiles, sk_begin, ktiles, t, kb, ke);
-#elif KAAS_SPLITK
-            for (int u = cid; u < tiles * S; u += ncl) {
-                int t, sp, kb, ke;
-                split_unit(u, S, ktiles, t, sp, kb, ke);
-#else
-            for (int t = cid; t < tiles; t += ncl) {
-#endif
-                int mc, nc;
-                KAAS_TILE_COORDS(t, mc, nc);
-                const int m0 = (mc * CLM + rm) * BM;
-                const int n0 = (nc * CLN + rn) * BN;
-                for (int kt = KAAS_KB; kt < KAAS_KE; ++kt) {
-#if KAAS_GRID2D
-                    // One tile: the ring's first pass finds every slot empty.
-                    if (kt >= STAGES) mbar_wait(empty0 + 8 * s, ph ^ 1u);
-#else
-                    mbar_wait(empty0 + 8 * s, ph ^ 1u);
-#endif
-                    const u32 fb = full0 + 8 * s;
-#if !KAAS_PROBE_LOADS
-                    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(fb) : "memory");
-                    (void)m0;
-                    (void)n0;
-#else
-                    mbar_expect_tx(fb, STAGE_TX);
-                    const int k0 = kt * BK;
-#if KAAS_BK == 64
-#if KAAS_CLUSTER_N > 1
-                    // A's rows are shared along the cluster's row: this CTA loads slice rn
-                    // into every CTA with its rm.
-                    tma_load_mc(sA + s * A_STAGE_BYTES + rn * (BM / CLN) * 128, &tmA, k0, m0 + rn * (BM / CLN), fb,
-                                mask_a);
-#else
-                    tma_load(sA + s * A_STAGE_BYTES, &tmA, k0, m0, fb);
-#endif
-#else
-                    // Two swizzle atoms along K: atom `at` of the slot holds K [k0 + 64at, +64).
-                    // (A loop of one atom would serve BK 64 too, but renumbers the registers
-                    // of every shipped PTX, whose sha256 names it: BK 64 keeps its own lines.)
-#pragma unroll
-                    for (int at = 0; at < BK / 64; ++at) {
-#if KAAS_CLUSTER_N > 1
-                        tma_load_mc(sA + s * A_STAGE_BYTES + at * BM * 128 + rn * (BM / CLN) * 128, &tmA, k0 + 64 * at,
-                                    m0 + rn * (BM / CLN), fb, mask_a);
-#else
-                        tma_load(sA + s * A_STAGE_BYTES + at * BM * 128, &tmA, k0 + 64 * at, m0, fb);
-#endif
-                    }
-#endif
-                    const u32 b_dst = sB + s * B_STAGE_BYTES;
-#if KAAS_LAYOUT_TN && KAAS_BK == 64
-#if KAAS_CLUSTER_M > 1
-                    tma_load_mc(b_dst + rm * (BN / CLM) * 128, &tmB, k0, n0 + rm * (BN / CLM), fb, mask_b);
-#else
-                    tma_load(b_dst, &tmB, k0, n0, fb);
-#endif
-#elif KAAS_LAYOUT_TN
-#pragma unroll
-                    for (int at = 0; at < BK / 64; ++at) {
-#if KAAS_CLUSTER_M > 1
-                        tma_load_mc(b_dst + at * BN * 128 + rm * (BN / CLM) * 128, &tmB, k0 + 64 * at, n0 + rm * (BN / CLM),
-                                    fb, mask_b);
-#else
-                        tma_load(b_dst + at * BN * 128, &tmB, k0 + 64 * at, n0, fb);
-#endif
-                    }
-#elif KAAS_NN_NARROW
-                    // One box of all BN columns by the slot's K rows (BN * 2 bytes a row).
-#if KAAS_CLUSTER_M > 1
-                    tma_load_mc(b_dst + rm * (BK / CLM) * NB_ROW, &tmB, n0, k0 + rm * (BK / CLM), fb, mask_b);
-#else
-                    tma_load(b_dst, &tmB, n0, k0, fb);
-#endif
-#else
-#pragma unroll
-                    for (int c = 0; c < BN / 64; ++c) {
-#if KAAS_CLUSTER_M > 1
-                        tma_load_mc(b_dst + c * BK * 128 + rm * (BK / CLM) * 128, &tmB, n0 + 64 * c,
-                                    k0 + rm * (BK / CLM), fb, mask_b);
-#else
-                        tma_load(b_dst + c * BK * 128, &tmB, n0 + 64 * c, k0, fb);
-#endif
-                    }
-#endif
-#endif  // KAAS_PROBE_LOADS
-                    if (++s == STAGES) {
-                        s = 0;
-                        ph ^= 1u;
-                    }
-                }
-            }
-#if KAAS_CLUSTER_M * KAAS_CLUSTER_N > 1
-            // Producer tail: wait until the consumers of every CTA of the cluster have
-            // released each slot's last use, so no peer arrives on this CTA's barriers after
-            // it exits. (A release cluster barrier here waited for every C store in flight.)
-            for (int i = 0; i < STAGES; ++i) {
-                mbar_wait(empty0 + 8 * s, ph ^ 1u);
-                if (++s == STAGES) {
-                    s = 0;
-                    ph ^= 1u;
-                }
-            }
-#endif
+        for (int w = 0; w < WORDS; ++w) {
+            float* a = &acc[(4 * w) / C::ACC_REGS][(4 * w) % C::ACC_REGS];
+            ld_cg_v4(mine + 512 * w, a[0], a[1], a[2], a[3]);
+            st_cg_v4(mine + 512 * w, 0.f, 0.f, 0.f, 0.f);
         }
-#if KAAS_SPLITK == 3
-        cluster_sync_relaxed();  // the consumers' first cluster barrier: every partial is stored
-#endif
     } else {
-        // ── consumer warpgroups ──
-#if KAAS_CONSUMERS == 2
-        asm volatile("setmaxnreg.inc.sync.aligned.u32 240;");
-#endif
-        const int cw = wg - 1;
-        const int warp = tid / 32;
-        const int lane = tid % 32;
-#if KAAS_DESC_UNIFORM == 2
-        // The low words of this consumer's slot-0 descriptors (its rows of A, its columns of B).
-#if KAAS_COLSPLIT && KAAS_LAYOUT_TN
-        const u32 a_lo0 = desc_lo(sA, 16), b_lo0 = desc_lo(sB + cw * KAAS_WN * 128, 16);
-#elif KAAS_COLSPLIT
-        const u32 a_lo0 = desc_lo(sA, 16), b_lo0 = desc_lo(sB + cw * (KAAS_WN / 64) * BK * 128, BK * 128);
-#else
-        const u32 a_lo0 = desc_lo(sA + (KAAS_WHOLE_TILE ? 0 : cw * WG_M * 128), 16);
-#if KAAS_NN_NARROW
-        const u32 b_lo0 = desc_lo(sB, 8 * NB_ROW);
-#else
-        const u32 b_lo0 = desc_lo(sB, KAAS_LAYOUT_TN ? 16 : BK * 128);
-#endif
-#endif
-#if KAAS_NN_NARROW
-        const u32 dhi_a = desc_hi(M), dhi_b = desc_hi_nb(N);
-#else
-        const u32 dhi_a = desc_hi(M), dhi_b = desc_hi(N);
-#endif
-#endif
-#if KAAS_EPI_TMA
-        if (tid == 0) asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<u64>(&tmC)) : "memory");
-        u32 epi_n = 0;  // pieces this thread's warp has stored: their buffer is epi_n % KAAS_EPI_NB
-#else
-        const bool pairs = ((N & 1) == 0) && ((reinterpret_cast<u64>(C) & 3) == 0);
-        const bool vec16 = ((N & 7) == 0) && ((reinterpret_cast<u64>(C) & 15) == 0);
-        (void)pairs;
-        (void)vec16;
-#endif
-#if KAAS_PINGPONG
-        // Ping-pong: consumer cw takes the CTA's tiles cw, cw+2, …; the producer fills the
-        // ring in tile order, so the CTA's i-th tile starts at ring position i*ktiles. The
-        // main loops take strict turns (one consumer runs its epilogue while the other
-        // multiplies): a consumer starts its main loop only after the other has passed
-        // every full barrier of the tile before, so it never waits on a barrier more than
-        // one phase ahead (parity waits cannot tell phase r from phase r-2).
-        int pos = cw * ktiles;
-        for (int t = cid + cw * ncl; t < tiles; t += 2 * ncl) {
-            int s = pos % STAGES;
-            u32 ph = (u32)((pos / STAGES) & 1);
-            if (pos > 0) turn_wait(cw);  // every tile but the CTA's first waits its turn
-            pos += 2 * ktiles;
-#else
-        int s = 0;
-        u32 ph = 0;
-#if KAAS_STREAMK
-        for (long long it = sk_start, next; it < sk_end; it = next) {
-            int t, kb, ke;
-            next = stream_unit(it, sk_end, dp_work, (long long)ncl * ktiles, sk_begin, ktiles, t, kb, ke);
-#elif KAAS_SPLITK
-        for (int u = cid; u < tiles * S; u += ncl) {
-            int t, sp, kb, ke;
-            split_unit(u, S, ktiles, t, sp, kb, ke);
-#else
-        for (int t = cid; t < tiles; t += ncl) {
-#endif
-#endif
-            int mc, nc;
-            KAAS_TILE_COORDS(t, mc, nc);
-#if KAAS_EARLY_COORDS
+        // The last to arrive sums the partials in split order, its own included.
+        sum_partials<C>(acc, tile_part, cw, tid, sch.S);
+    }
+    return true;
+}
+
+// ─── The epilogues ──────────────────────────────────────────────────────────────────────
+// Warp w of the warpgroup holds rows 16w..16w+15 of each m64 tile; lane (g = lane/4,
+// q = lane%4) holds rows g and g+8 (h = 0, 1), columns 8j+2q, 8j+2q+1: c_pair is that fp16
+// pair of accumulator column block j. A consumer's part of the tile starts at row_cw, col_cw.
+template <class C>
+static __device__ __forceinline__ u32 c_pair(const typename C::acc_t (&a)[C::ACC_REGS], int j, int h) {
+    if constexpr (C::ACC_F32) return pack_f16x2(a[4 * j + 2 * h], a[4 * j + 2 * h + 1]);
+    else return a[2 * j + h];
+}
+template <class C>
+static __device__ __forceinline__ int row_cw(int cw) {
+    return C::WHOLE_TILE || C::COLSPLIT ? 0 : cw * C::WG_M;
+}
+template <class C>
+static __device__ __forceinline__ int col_cw(int cw) {
+    return C::COLSPLIT ? cw * C::WN : 0;
+}
+
+// KAAS_EPILOGUE=2: each warp writes 16×64 pieces with stmatrix into its two swizzled
+// buffers at sE, and one lane stores each with a TMA tensor store, which clips at C's edges.
+// `n` counts the pieces this warp has stored: their buffer is n % EPI_NB.
+template <class C>
+static __device__ __forceinline__ void epilogue_tma(const typename C::acc_t (&acc)[C::MI][C::ACC_REGS], const TensorMap128* tmC,
+                                                    u32 sE, u32& n, int m0, int n0, int cw, int warp, int lane) {
+    // Piece (mi, cc) of this warp: rows row_base.. +15, columns n0 + 64cc.. +63. In
+    // the 128B-swizzled buffer, row r's 16-byte chunk c sits at chunk c ^ (r % 8).
+    // stmatrix x4 takes column blocks j and j+1 (8 columns each) at rows 0-7 and
+    // 8-15: lanes 0-7 address block j's rows 0-7, 8-15 its rows 8-15, 16-31 block j+1's.
+    const u32 stg0 = sE + (u32)(cw * 4 + warp) * (C::EPI_NB * 2048u);
+    const int r16 = (lane & 7) + 8 * ((lane >> 3) & 1);
+    const int second = lane >> 4;
+#pragma unroll
+    for (int mi = 0; mi < C::MI; ++mi) {
+        const int row_base = m0 + row_cw<C>(cw) + mi * 64 + warp * 16;
+#pragma unroll
+        for (int cc = 0; cc < C::WN / 64; ++cc) {
+            const u32 buf = stg0 + (n % C::EPI_NB) * 2048u;
+            ++n;
+            // The store that last used this buffer (EPI_NB pieces back) has read it out;
+            // the others in between may still be reading theirs.
+            if (lane == 0) bulk_wait_read<C::EPI_NB - 1>();
+            __syncwarp();
+#pragma unroll
+            for (int jj = 0; jj < 8; jj += 2) {
+                const int j = cc * 8 + jj;
+                const int chunk = jj + second;
+                stmatrix_x4(buf + (u32)r16 * 128u + ((u32)(chunk ^ (r16 & 7)) << 4), c_pair<C>(acc[mi], j, 0),
+                            c_pair<C>(acc[mi], j, 1), c_pair<C>(acc[mi], j + 1, 0), c_pair<C>(acc[mi], j + 1, 1));
+            }
+            fence_proxy_async_shared();
+            __syncwarp();
+            if (lane == 0) {
+                tma_store(tmC, buf, n0 + col_cw<C>(cw) + cc * 64, row_base);
+                bulk_commit();
+            }
+        }
+    }
+}
+
+// KAAS_EPILOGUE=1 on tiles of whole 64-column pieces: stage 16×64 pieces per warp in shared
+// memory (at stg, EPI_LD halves a row), then write whole 16-byte chunks: 8 lanes cover 128
+// contiguous bytes of a row of C. `vec16`: N and C allow 16-byte stores.
+template <class C>
+static __device__ __forceinline__ void epilogue_staged(const typename C::acc_t (&acc)[C::MI][C::ACC_REGS], u16* __restrict__ Cp,
+                                                       int M, int N, u16* stg, bool vec16, int m0, int n0, int cw, int warp,
+                                                       int lane) {
+    const int g = lane >> 2, q = lane & 3;
+#pragma unroll
+    for (int mi = 0; mi < C::MI; ++mi) {
+        const int row_base = m0 + row_cw<C>(cw) + mi * 64 + warp * 16;
+#pragma unroll
+        for (int cc = 0; cc < C::WN / 64; ++cc) {
+            __syncwarp();
+#pragma unroll
+            for (int jj = 0; jj < 8; ++jj) {
+                const int j = cc * 8 + jj;
+                *reinterpret_cast<u32*>(stg + g * C::EPI_LD + jj * 8 + 2 * q) = c_pair<C>(acc[mi], j, 0);
+                *reinterpret_cast<u32*>(stg + (g + 8) * C::EPI_LD + jj * 8 + 2 * q) = c_pair<C>(acc[mi], j, 1);
+            }
+            __syncwarp();
+#pragma unroll
+            for (int it = 0; it < 4; ++it) {
+                const int r = it * 4 + (lane >> 3);
+                const int c8 = (lane & 7) * 8;
+                const uint4 v = *reinterpret_cast<const uint4*>(stg + r * C::EPI_LD + c8);
+                const int grow = row_base + r;
+                const int gcol = n0 + col_cw<C>(cw) + cc * 64 + c8;
+                // KAAS_PROBE=8 stores none of it (whatever is not NaN).
+                if (grow < M && (C::PROBE != 8 || v.x == 0x7fff7fffu)) {
+                    u16* dst = Cp + (u64)grow * (u64)N + (u64)gcol;
+                    if (vec16 && gcol + 8 <= N) {
+                        *reinterpret_cast<uint4*>(dst) = v;
+                    } else {
+                        const u32 w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+                        for (int e = 0; e < 8; ++e)
+                            if (gcol + e < N) dst[e] = (u16)(w[e / 2] >> (16 * (e & 1)));
+                    }
+                }
+            }
+        }
+    }
+}
+
+// KAAS_EPILOGUE=0, tiles narrower than 64 columns, and swap-AB: 4-byte stores (swap-AB:
+// 2-byte, transposed) straight from the accumulators, no staging memory.
+template <class C>
+static __device__ __forceinline__ void epilogue_direct(const typename C::acc_t (&acc)[C::MI][C::ACC_REGS], u16* __restrict__ Cp,
+                                                       int M, int N, bool pairs, int m0, int n0, int cw, int warp, int lane) {
+    const bool fast = pairs && (m0 + C::BM <= M) && (n0 + C::BN <= N);
+    const int col0 = n0 + col_cw<C>(cw) + 2 * (lane & 3);
+#pragma unroll
+    for (int mi = 0; mi < C::MI; ++mi) {
+        const int row = m0 + row_cw<C>(cw) + mi * 64 + warp * 16 + (lane >> 2);
+#pragma unroll
+        for (int j = 0; j < C::WN / 8; ++j) {
+            const u32 v0 = c_pair<C>(acc[mi], j, 0);
+            const u32 v1 = c_pair<C>(acc[mi], j, 1);
+            store_c_pair<C>(Cp, M, N, row, col0 + 8 * j, v0, fast, pairs);
+            store_c_pair<C>(Cp, M, N, row + 8, col0 + 8 * j, v1, fast, pairs);
+        }
+    }
+}
+
+// The consumer's epilogue, KAAS_EPILOGUE's value (and what the tile allows), with its state.
+template <class C>
+struct Epilogue {
+    u32 n;  // TMA store: the pieces this thread's warp has stored
+    bool pairs, vec16;
+
+    __device__ __forceinline__ Epilogue(const Params& p, int tid) {
+        if constexpr (C::EPI_TMA) {
+            if (tid == 0) prefetch_tensormap(p.tmC);
+            n = 0;
+        } else {
+            // Computed once per consumer and kept in a register by an empty asm: left to the
+            // compiler, it was recomputed in each tile's epilogue, and codes that store
+            // row-major pairs took up to 13 more registers (ptxas). The swap-AB codes, whose
+            // transposed stores read it only through `fast`, took fewer without the asm.
+            int pair_ok = ((p.N & 1) == 0) && ((reinterpret_cast<u64>(p.C) & 3) == 0);
+            if constexpr (!C::SWAP_AB) asm volatile("" : "+r"(pair_ok));
+            pairs = pair_ok;
+            vec16 = ((p.N & 7) == 0) && ((reinterpret_cast<u64>(p.C) & 15) == 0);
+        }
+    }
+    __device__ __forceinline__ void store(const typename C::acc_t (&acc)[C::MI][C::ACC_REGS], const Params& p, const Ring<C>& ring,
+                                          int m0, int n0, int cw, int warp, int lane) {
+        if constexpr (C::EPI_TMA) {
+            epilogue_tma<C>(acc, p.tmC, ring.sE, n, m0, n0, cw, warp, lane);
+        } else if constexpr (C::EPI_STAGED) {
+            u16* stg = reinterpret_cast<u16*>(ring.raw + (ring.sE - smem_u32(ring.raw))) + (cw * 4 + warp) * (C::EPI_WARP_BYTES / 2);
+            epilogue_staged<C>(acc, p.C, p.M, p.N, stg, vec16, m0, n0, cw, warp, lane);
+        } else {
+            epilogue_direct<C>(acc, p.C, p.M, p.N, pairs, m0, n0, cw, warp, lane);
+        }
+    }
+    __device__ __forceinline__ void finish(int lane) {
+        // The CTA's shared memory must outlive the reads of every store it issued.
+        if constexpr (C::EPI_TMA) {
+            if (lane == 0) bulk_wait_read<0>();
+        }
+    }
+};
+
+// ─── The consumer and the kernel ────────────────────────────────────────────────────────
+// Consumer warpgroup cw: for each unit of its walk, the mainloop, the reductions and the
+// epilogue.
+template <class C>
+static __device__ __forceinline__ void consumer(const Params& p, const Ring<C>& ring, const Scheduler<C>& sch, u32 rank, int cw,
+                                                int tid) {
+    if constexpr (C::CONSUMERS == 2) asm volatile("setmaxnreg.inc.sync.aligned.u32 240;");
+    const int warp = tid / 32;
+    const int lane = tid % 32;
+    Mainloop<C> ml(ring, cw, p.M, p.N, sch.ktiles);
+    Epilogue<C> epi(p, tid);
+    for (auto w = sch.walk(cw); sch.more(w); sch.advance(w)) {
+        const auto u = sch.unit(w);
+        int mc, nc;
+        sch.tile_coords(u.t, mc, nc);
+        int m0 = (mc * C::CLM + sch.rm) * C::BM;
+        int n0 = (nc * C::CLN + sch.rn) * C::BN;
+        if constexpr (C::EARLY_COORDS) {
             // Only the epilogue reads the tile's origin: computed here and passed through an
             // empty asm, so that the compiler cannot sink the divisions after the math, where
             // they would lengthen the critical path of a short K loop.
-            int m0 = (mc * CLM + rm) * BM;
-            int n0 = (nc * CLN + rn) * BN;
             asm volatile("" : "+r"(m0), "+r"(n0));
-#else
-            const int m0 = (mc * CLM + rm) * BM;
-            const int n0 = (nc * CLN + rn) * BN;
-#endif
-
-            acc_t acc[MI][ACC_REGS];
-#pragma unroll
-            for (int mi = 0; mi < MI; ++mi)
-#pragma unroll
-                for (int i = 0; i < ACC_REGS; ++i) acc[mi][i] = 0;
-#if KAAS_CHAINS > 1
-            acc_t acc_x[KAAS_CHAINS - 1][MI][ACC_REGS];  // chains 1.. (chain 0 is acc)
-#pragma unroll
-            for (int c = 0; c < KAAS_CHAINS - 1; ++c)
-#pragma unroll
-                for (int mi = 0; mi < MI; ++mi)
-#pragma unroll
-                    for (int i = 0; i < ACC_REGS; ++i) acc_x[c][mi][i] = 0;
-#endif
-
-            int prev = 0;
-#if KAAS_KSPLIT
-            int mine = 0;  // K-tiles of this tile this consumer has issued
-#endif
-            for (int kt = KAAS_KB; kt < KAAS_KE; ++kt) {
-#if KAAS_KSPLIT
-                // Consumer cw takes the ring's slots of parity cw (STAGES is even), so it
-                // waits on every phase of its own slots and never on one two phases ahead.
-                if ((s & 1) != cw) {
-                    if (++s == STAGES) {
-                        s = 0;
-                        ph ^= 1u;
-                    }
-                    continue;
-                }
-#endif
-                mbar_wait(full0 + 8 * s, ph);
-#if KAAS_COLSPLIT
-                // Both consumers read all of A; B's columns [cw * WN, +WN): tn, rows of the
-                // slot's atoms; nn, whole 64-column chunks.
-                const u32 a_base = sA + s * A_STAGE_BYTES;
-#if KAAS_LAYOUT_TN
-                const u32 b_base = sB + s * B_STAGE_BYTES + cw * KAAS_WN * 128;
-#else
-                const u32 b_base = sB + s * B_STAGE_BYTES + cw * (KAAS_WN / 64) * BK * 128;
-#endif
-#else
-                const u32 a_base = sA + s * A_STAGE_BYTES + (KAAS_WHOLE_TILE ? 0 : cw * WG_M * 128);
-                const u32 b_base = sB + s * B_STAGE_BYTES;
-#endif
-#if KAAS_PROBE_SYNC
-                wgmma_fence();
-#endif
-#if KAAS_PROBE_MATH
-#if KAAS_DESC_UNIFORM == 2
-                const u32 a_lo = a_lo0 + (u32)s * (A_STAGE_BYTES >> 4);
-                const u32 b_lo = b_lo0 + (u32)s * (B_STAGE_BYTES >> 4);
-#elif KAAS_DESC_UNIFORM
-#if KAAS_LAYOUT_TN
-                const u64 db0 = smem_desc(b_base, 16, 1024);
-#elif KAAS_NN_NARROW
-                const u64 db0 = smem_desc_nb(b_base);
-#else
-                const u64 db0 = smem_desc(b_base, BK * 128, 1024);
-#endif
-                const u64 da0 = smem_desc(a_base, 16, 1024);
-#endif
-#pragma unroll
-                for (int kk = 0; kk < BK / 16; ++kk) {
-#if KAAS_DESC_UNIFORM == 2 && KAAS_LAYOUT_TN
-                    const u64 db = desc_from_lo(b_lo + ((kk / 4) * BN * 128 + (kk % 4) * 32) / 16, dhi_b);
-#elif KAAS_DESC_UNIFORM == 2 && KAAS_NN_NARROW
-                    const u64 db = desc_from_lo(b_lo + kk * NB_ROW, dhi_b);  // 16 rows of K, / 16
-#elif KAAS_DESC_UNIFORM == 2
-                    const u64 db = desc_from_lo(b_lo + kk * 2048 / 16, dhi_b);
-#elif KAAS_DESC_UNIFORM && KAAS_LAYOUT_TN
-                    const u64 db = desc_add(db0, (kk / 4) * BN * 128 + (kk % 4) * 32);
-#elif KAAS_DESC_UNIFORM && KAAS_NN_NARROW
-                    const u64 db = desc_add(db0, kk * 16 * NB_ROW);
-#elif KAAS_DESC_UNIFORM
-                    const u64 db = desc_add(db0, kk * 2048);
-#elif KAAS_LAYOUT_TN && KAAS_BK == 64
-                    const u64 db = smem_desc(b_base + kk * 32, 16, 1024);
-#elif KAAS_LAYOUT_TN
-                    const u64 db = smem_desc(b_base + (kk / 4) * BN * 128 + (kk % 4) * 32, 16, 1024);
-#elif KAAS_NN_NARROW
-                    const u64 db = smem_desc_nb(b_base + kk * 16 * NB_ROW);
-#else
-                    const u64 db = smem_desc(b_base + kk * 2048, BK * 128, 1024);
-#endif
-#pragma unroll
-                    for (int mi = 0; mi < MI; ++mi) {
-#if KAAS_DESC_UNIFORM == 2
-                        const u64 da = desc_from_lo(a_lo + ((kk / 4) * BM * 128 + mi * 64 * 128 + (kk % 4) * 32) / 16, dhi_a);
-#elif KAAS_DESC_UNIFORM
-                        const u64 da = desc_add(da0, (kk / 4) * BM * 128 + mi * 64 * 128 + (kk % 4) * 32);
-#elif KAAS_BK == 64
-                        const u64 da = smem_desc(a_base + mi * 64 * 128 + kk * 32, 16, 1024);
-#else
-                        const u64 da = smem_desc(a_base + (kk / 4) * BM * 128 + mi * 64 * 128 + (kk % 4) * 32, 16, 1024);
-#endif
-#if KAAS_CHAINS > 1
-                        if (kk % KAAS_CHAINS == 0)
-                            KAAS_WGMMA(KAAS_WN)<1 - KAAS_LAYOUT_TN>(acc[mi], da, db);
-                        else
-                            KAAS_WGMMA(KAAS_WN)<1 - KAAS_LAYOUT_TN>(acc_x[kk % KAAS_CHAINS - 1][mi], da, db);
-#else
-                        KAAS_WGMMA(KAAS_WN)<1 - KAAS_LAYOUT_TN>(acc[mi], da, db);
-#endif
-                    }
-                }
-#else
-                (void)a_base;
-                (void)b_base;
-#endif  // KAAS_PROBE_MATH
-#if KAAS_PROBE_SYNC
-                wgmma_commit();
-#endif
-#if KAAS_WAIT0
-                wgmma_wait<0>();  // this K-tile's wgmmas are done: free its slot now
-                if (lane == 0) mbar_release(empty0 + 8 * s);
-                (void)prev;
-#else
-#if KAAS_KSPLIT
-                if (mine++ > 0) {  // this consumer's previous K-tile
-#else
-                if (kt > KAAS_KB) {
-#endif
-#if KAAS_PROBE_SYNC
-                    wgmma_wait<1>();  // the previous k-tile's wgmmas are done: free its slot
-#endif
-                    if (lane == 0) mbar_release(empty0 + 8 * prev);
-                }
-                prev = s;
-#endif
-                if (++s == STAGES) {
-                    s = 0;
-                    ph ^= 1u;
-                }
-            }
-#if KAAS_PINGPONG
-            if (t + ncl < tiles) turn_pass(cw);  // the CTA's next tile is the other consumer's
-#endif
-            wgmma_wait<0>();  // unconditional, so ptxas sees every path drain the pipeline
-#if KAAS_CHAINS > 1
-#pragma unroll
-            for (int c = 0; c < KAAS_CHAINS - 1; ++c)
-#pragma unroll
-                for (int mi = 0; mi < MI; ++mi)
-#pragma unroll
-                    for (int i = 0; i < ACC_REGS; ++i) acc[mi][i] += acc_x[c][mi][i];
-#endif
-#if KAAS_KSPLIT
-            if (mine > 0 && lane == 0) mbar_release(empty0 + 8 * prev);
-            if (!ksplit_reduce(acc, sE + EPI_BYTES, tid, cw, t == cid, t + ncl < tiles)) continue;
-#elif !KAAS_WAIT0
-            if (KAAS_HAS_K && lane == 0) mbar_release(empty0 + 8 * prev);
-#endif
-#if KAAS_SPLITK == 3
-            cluster_reduce(C, M, N, acc, sA, m0, n0, cw, warp, lane, tid, S, pairs);
-            continue;  // C is written; the loop has no other unit
-#elif KAAS_SPLITK
-#if KAAS_STREAMK
-            // The tile's units: a whole tile is its unit's alone; a cut tile's first unit names
-            // the counter and the sum of each of its CTAs (SK_SLOT).
-            const bool sk_whole = t < dp_tiles;
-            const int sk_first = sk_whole ? cid : stream_owner((long long)t * ktiles - dp_work, sk_work, ncl);
-            const int sk_contrib = sk_whole ? 1 : stream_owner((long long)(t + 1) * ktiles - 1 - dp_work, sk_work, ncl) - sk_first + 1;
-#define SK_SLOT (sk_first * CL + (int)rank)
-#define SK_UNITS sk_contrib
-#else
-// This CTA's tile: in a cluster, tile t's CTA of rank `rank` (each reduces its own tile).
-#define SK_SLOT (t * CL + (int)rank)
-#define SK_UNITS S
-#endif
-            if (SK_UNITS > 1) {
-                // Partials in the accumulators' own order, four registers per 16-byte word:
-                // word w of thread tid at float 4 * (128 * w + tid), so every access is a
-                // coalesced 2 KiB per warpgroup.
-                constexpr int WORDS = MI * ACC_REGS / 4;
-#if KAAS_SPLITK == 2
-                // Atomic: every unit adds its partial into the tile's fp32 sum in L2.
-                float* const mine = sk_part + (u64)SK_SLOT * (u64)(BM * BN) + cw * (WORDS * 512) + 4 * tid;
-#else
-                // In order: every unit stores its partial; the last sums them 0..S-1.
-                float* const tile_part = sk_part + (u64)SK_SLOT * (u64)S * (u64)(BM * BN);
-                float* const mine = tile_part + (u64)sp * (u64)(BM * BN) + cw * (WORDS * 512) + 4 * tid;
-#endif
-#pragma unroll
-                for (int w = 0; w < WORDS; ++w) {
-                    const float* a = &acc[(4 * w) / ACC_REGS][(4 * w) % ACC_REGS];
-                    sk_put(mine + 512 * w, a[0], a[1], a[2], a[3]);
-                }
-                consumers_sync();  // every partial of this unit is issued
-                if (threadIdx.x == 128) {
-                    // Release: this unit's partials (ordered before it by the barrier) are
-                    // visible before its count; acquire: the other units' are visible after.
-                    const u32 before = atomic_inc_acq_rel(sk_count + SK_SLOT);
-                    sk_last = before == (u32)(SK_UNITS - 1);
-                    if (sk_last) *reinterpret_cast<volatile u32*>(sk_count + SK_SLOT) = 0u;  // reset for the next launch
-                }
-                consumers_sync();  // orders everyone's reads below after the acquire
-                if (!sk_last) continue;
-#if KAAS_SPLITK == 2
-                // The last to arrive takes the sum and leaves zeros for the next launch.
-#pragma unroll
-                for (int w = 0; w < WORDS; ++w) {
-                    float* a = &acc[(4 * w) / ACC_REGS][(4 * w) % ACC_REGS];
-                    ld_cg_v4(mine + 512 * w, a[0], a[1], a[2], a[3]);
-                    st_cg_v4(mine + 512 * w, 0.f, 0.f, 0.f, 0.f);
-                }
-#else
-                // The last to arrive sums the partials in split order, its own included.
-                sum_partials(acc, tile_part, cw, tid, S);
-#endif
-            }
-#endif
-
-#if KAAS_PROBE == 4
-            continue;  // diagnostics: no C stores
-#elif KAAS_PROBE == 9
-            // diagnostics: no epilogue, but the last accumulator read (a store it never makes)
-            if (acc[MI - 1][ACC_REGS - 1] == (acc_t)12345) C[0] = 0;
-            continue;
-#endif
-            // Epilogue: warp w of the warpgroup holds rows 16w..16w+15 of each m64 tile; lane
-            // (g = lane/4, q = lane%4) holds rows g and g+8, columns 8j+2q, 8j+2q+1.
-#if KAAS_EPI_TMA
-            {
-                // Piece (mi, cc) of this warp: rows row_base.. +15, columns n0 + 64cc.. +63. In
-                // the 128B-swizzled buffer, row r's 16-byte chunk c sits at chunk c ^ (r % 8).
-                // stmatrix x4 takes column blocks j and j+1 (8 columns each) at rows 0-7 and
-                // 8-15: lanes 0-7 address block j's rows 0-7, 8-15 its rows 8-15, 16-31 block j+1's.
-                const u32 stg0 = sE + (u32)(cw * 4 + warp) * (KAAS_EPI_NB * 2048u);
-                const int r16 = (lane & 7) + 8 * ((lane >> 3) & 1);
-                const int second = lane >> 4;
-#pragma unroll
-                for (int mi = 0; mi < MI; ++mi) {
-                    const int row_base = m0 + KAAS_ROW_CW + mi * 64 + warp * 16;
-#pragma unroll
-                    for (int cc = 0; cc < KAAS_WN / 64; ++cc) {
-                        const u32 buf = stg0 + (epi_n % KAAS_EPI_NB) * 2048u;
-                        ++epi_n;
-                        // The store that last used this buffer (KAAS_EPI_NB pieces back) has
-                        // read it out; the others in between may still be reading theirs.
-                        if (lane == 0) bulk_wait_read<KAAS_EPI_NB - 1>();
-                        __syncwarp();
-#pragma unroll
-                        for (int jj = 0; jj < 8; jj += 2) {
-                            const int j = cc * 8 + jj;
-#if KAAS_ACC_F32
-                            const u32 a0 = pack_f16x2(acc[mi][4 * j], acc[mi][4 * j + 1]);
-                            const u32 a1 = pack_f16x2(acc[mi][4 * j + 2], acc[mi][4 * j + 3]);
-                            const u32 b0 = pack_f16x2(acc[mi][4 * j + 4], acc[mi][4 * j + 5]);
-                            const u32 b1 = pack_f16x2(acc[mi][4 * j + 6], acc[mi][4 * j + 7]);
-#else
-                            const u32 a0 = acc[mi][2 * j], a1 = acc[mi][2 * j + 1];
-                            const u32 b0 = acc[mi][2 * j + 2], b1 = acc[mi][2 * j + 3];
-#endif
-                            const int chunk = jj + second;
-                            stmatrix_x4(buf + (u32)r16 * 128u + ((u32)(chunk ^ (r16 & 7)) << 4), a0, a1, b0, b1);
-                        }
-                        fence_proxy_async_shared();
-                        __syncwarp();
-                        if (lane == 0) {
-                            tma_store(&tmC, buf, n0 + KAAS_COL_CW + cc * 64, row_base);
-                            bulk_commit();
-                        }
-                    }
-                }
-            }
-#elif KAAS_EPI_STAGED
-            // Stage 16×64 pieces per warp in shared memory, then write whole 16-byte chunks:
-            // 8 lanes cover 128 contiguous bytes of a row of C.
-            u16* stg = reinterpret_cast<u16*>(smem_raw + (sE - smem_u32(smem_raw))) +
-                       (cw * 4 + warp) * (EPI_WARP_BYTES / 2);
-            const int g = lane >> 2, q = lane & 3;
-#pragma unroll
-            for (int mi = 0; mi < MI; ++mi) {
-                const int row_base = m0 + KAAS_ROW_CW + mi * 64 + warp * 16;
-#pragma unroll
-                for (int cc = 0; cc < KAAS_WN / 64; ++cc) {
-                    __syncwarp();
-#pragma unroll
-                    for (int jj = 0; jj < 8; ++jj) {
-                        const int j = cc * 8 + jj;
-#if KAAS_ACC_F32
-                        const u32 v0 = pack_f16x2(acc[mi][4 * j], acc[mi][4 * j + 1]);
-                        const u32 v1 = pack_f16x2(acc[mi][4 * j + 2], acc[mi][4 * j + 3]);
-#else
-                        const u32 v0 = acc[mi][2 * j];
-                        const u32 v1 = acc[mi][2 * j + 1];
-#endif
-                        *reinterpret_cast<u32*>(stg + g * EPI_LD + jj * 8 + 2 * q) = v0;
-                        *reinterpret_cast<u32*>(stg + (g + 8) * EPI_LD + jj * 8 + 2 * q) = v1;
-                    }
-                    __syncwarp();
-#pragma unroll
-                    for (int it = 0; it < 4; ++it) {
-                        const int r = it * 4 + (lane >> 3);
-                        const int c8 = (lane & 7) * 8;
-                        const uint4 v = *reinterpret_cast<const uint4*>(stg + r * EPI_LD + c8);
-                        const int grow = row_base + r;
-                        const int gcol = n0 + KAAS_COL_CW + cc * 64 + c8;
-                        if (grow < M && (KAAS_PROBE != 8 || v.x == 0x7fff7fffu)) {
-                            u16* dst = C + (u64)grow * (u64)N + (u64)gcol;
-                            if (vec16 && gcol + 8 <= N) {
-                                *reinterpret_cast<uint4*>(dst) = v;
-                            } else {
-                                const u32 w[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-                                for (int e = 0; e < 8; ++e)
-                                    if (gcol + e < N) dst[e] = (u16)(w[e / 2] >> (16 * (e & 1)));
-                            }
-                        }
-                    }
-                }
-            }
-#else
-            const bool fast = pairs && (m0 + BM <= M) && (n0 + BN <= N);
-            const int col0 = n0 + KAAS_COL_CW + 2 * (lane & 3);
-#pragma unroll
-            for (int mi = 0; mi < MI; ++mi) {
-                const int row = m0 + KAAS_ROW_CW + mi * 64 + warp * 16 + (lane >> 2);
-#pragma unroll
-                for (int j = 0; j < KAAS_WN / 8; ++j) {
-#if KAAS_ACC_F32
-                    const u32 v0 = pack_f16x2(acc[mi][4 * j], acc[mi][4 * j + 1]);
-                    const u32 v1 = pack_f16x2(acc[mi][4 * j + 2], acc[mi][4 * j + 3]);
-#else
-                    const u32 v0 = acc[mi][2 * j];
-                    const u32 v1 = acc[mi][2 * j + 1];
-#endif
-                    store_pair(C, M, N, row, col0 + 8 * j, v0, fast, pairs);
-                    store_pair(C, M, N, row + 8, col0 + 8 * j, v1, fast, pairs);
-                }
-            }
-#endif
         }
-#if KAAS_EPI_TMA
-        // The CTA's shared memory must outlive the reads of every store it issued.
-        if (lane == 0) bulk_wait_read<0>();
-#endif
+        typename Mainloop<C>::Acc acc;
+        ml.run(acc, u.kb, u.ke, sch.tile_follows(u.t), lane);
+        if constexpr (C::KSPLIT) {
+            if (!ksplit_reduce<C>(acc, ring.sE + C::EPI_BYTES, tid, cw, sch.first_tile(u.t), sch.tile_follows(u.t))) continue;
+        }
+        if constexpr (C::SPLITK == 3) {
+            cluster_reduce<C>(p.C, p.M, p.N, acc, ring.sA, m0, n0, cw, warp, lane, tid, sch.S, epi.pairs);
+            continue;  // C is written; the walk has no other unit
+        } else if constexpr (C::SPLITK) {
+            if (!splitk_reduce<C>(acc, p, sch, u.t, u.sp, rank, cw, tid)) continue;
+        }
+        if constexpr (C::PROBE == 4) {
+            continue;  // diagnostics: no C stores
+        } else if constexpr (C::PROBE == 9) {
+            // diagnostics: no epilogue, but the last accumulator read (a store it never makes)
+            if (acc[C::MI - 1][C::ACC_REGS - 1] == (typename C::acc_t)12345) p.C[0] = 0;
+            continue;
+        }
+        epi.store(acc, p, ring, m0, n0, cw, warp, lane);
     }
+    epi.finish(lane);
+}
+
+// The warpgroup index. KAAS_DESC_UNIFORM: broadcast from lane 0, so ptxas knows it (and all
+// that derives from it: the consumer's rows, its descriptors) is warp-uniform and keeps it
+// in uniform registers.
+template <class C>
+static __device__ __forceinline__ int warpgroup() {
+    if constexpr (C::DESC != 0) return __shfl_sync(0xffffffffu, (int)(threadIdx.x / 128), 0);
+    else return threadIdx.x / 128;
+}
+
+// The kernel: the launch's checks, the ring's set-up, then the producer and the consumers
+// (the header's Structure).
+template <class C>
+static __device__ __forceinline__ void gemm(const Params& p) {
+    extern __shared__ __align__(16) unsigned char smem_raw[];  // aligned to 1024 by Ring
+    __shared__ __align__(8) u64 full_bar[C::STAGES];
+    __shared__ __align__(8) u64 empty_bar[C::STAGES];
+
+    if (C::CL > 1 && cluster_size() != (u32)C::CL) return;  // launched with the wrong cluster: write nothing
+    if constexpr (C::GRID2D == 2) {
+        // The last group's rows past the problem's: nothing to do (before any barrier is set up).
+        if ((int)(blockIdx.z * C::GROUP_M + blockIdx.x) * C::BM >= p.M) return;
+    }
+    if constexpr (C::PROBE == 6) return;  // diagnostics: the launch alone, with this code's threads and shared memory
+
+    const Ring<C> ring(smem_raw, full_bar, empty_bar);
+    const int wg = warpgroup<C>();
+    const int tid = threadIdx.x % 128;
+    const u32 rank = C::CL > 1 ? cluster_rank() : 0u;
+    Scheduler<C> sch(p.M, p.N, p.K, p.S, rank);
+    if (!sch.serves_launch()) return;
+    sch.cut();
+
+    if (threadIdx.x == 0) ring_init<C>(ring.full0, ring.empty0);
+    if constexpr (C::CL > 1) {
+        cluster_sync_relaxed();  // the barrier inits are released by ring_init's fence: nothing else to order
+    } else {
+        __syncthreads();
+    }
+    if constexpr (C::PROBE == 7) return;  // diagnostics: the launch and the barriers' set-up
+
+    if (wg == 0) producer<C>(p, ring, sch, tid);
+    else consumer<C>(p, ring, sch, rank, wg - 1, tid);
     // In a multicast cluster no CTA may leave while a peer can still multicast into it or
     // arrive on its barriers: its consumers waited for every multicast into it (each full
     // barrier), and its producer's tail for every peer's last arrival on its empty barriers.
-#if KAAS_SPLITK == 3
-    // Nor, with the cluster reduction, while a peer can still read its partial. The peers'
-    // reads of it have completed (their sums are in C), so nothing needs ordering here.
-    cluster_sync_relaxed();
-#endif
+    if constexpr (C::SPLITK == 3) {
+        // Nor, with the cluster reduction, while a peer can still read its partial. The
+        // peers' reads of it have completed (their sums are in C), so nothing needs ordering
+        // here.
+        cluster_sync_relaxed();
+    }
 }
+
+extern "C" __global__ void __launch_bounds__(Cfg::THREADS, 1)
+#if KAAS_SPLITK == 1 || KAAS_SPLITK == 2
+KAAS_ENTRY(const __grid_constant__ TensorMap128 tmA, const __grid_constant__ TensorMap128 tmB, u16* __restrict__ C, int M,
+           int N, int K, unsigned char* __restrict__ ws, int S) {
+    gemm<Cfg>(Params{&tmA, &tmB, nullptr, C, M, N, K, ws, S});
+}
+#elif KAAS_EPILOGUE == 2
+KAAS_ENTRY(const __grid_constant__ TensorMap128 tmA, const __grid_constant__ TensorMap128 tmB,
+           const __grid_constant__ TensorMap128 tmC, int M, int N, int K) {
+    gemm<Cfg>(Params{&tmA, &tmB, &tmC, nullptr, M, N, K, nullptr, 0});
+}
+#else
+KAAS_ENTRY(const __grid_constant__ TensorMap128 tmA, const __grid_constant__ TensorMap128 tmB, u16* __restrict__ C, int M,
+           int N, int K) {
+    gemm<Cfg>(Params{&tmA, &tmB, nullptr, C, M, N, K, nullptr, 0});
+}
+#endif

@@ -45,6 +45,8 @@
 
 static const bool TN = KAAS_LAYOUT_TN;
 static const bool ACC32 = KAAS_ACC_F32;
+// The template's configuration (Cfg), as the launches below take it.
+static constexpr int BM = Cfg::BM, BN = Cfg::BN, BK = Cfg::BK, CL = Cfg::CL, THREADS = Cfg::THREADS, SMEM_BYTES = Cfg::SMEM_BYTES;
 
 // ─── device helpers ─────────────────────────────────────────────────────────────────────
 __global__ void fill_random(__half* p, size_t n, unsigned long long seed, int binary, float density) {
