@@ -308,26 +308,28 @@ PY
 }
 
 # A template change proven against the template before it: stage-ab here builds
-# .dev/run/ab/{old,new}, the same codes (NAME.ptx + NAME.json) compiled from each, on a
-# sample of a bundle's served Hopper entries; `ab` there runs every pair through the
-# verifier and the side-by-side benchmark, old and new in turn ($2 rounds, the order
-# swapped each round), and prints each code's new/old time (graph mode, L2-cold, each run's
-# median) and verdicts, then their geometric mean.
-stage_ab() {  # $1 the old template's PTX, $2 the new one's (`kaas tune --twins-of BUNDLE --emit-ptx`), $3 BUNDLE, $4 codes
+# .dev/run/ab/{old,new}, a sample of a bundle's served Hopper entries (NAME.ptx + NAME.json
+# in each): old, the shipped artifact (the PTX the catalog serves and was timed with; `kaas
+# tune --emit-ptx --entries-of` says which template revision rebuilds it), new, the same
+# code from this checkout's templates (`kaas tune --twins-of BUNDLE --emit-ptx DIR`); `ab`
+# there runs every pair through the verifier and the side-by-side benchmark, old and new in
+# turn ($2 rounds, the order swapped each round), and prints each code's new/old time
+# (graph mode, L2-cold, each run's median) and verdicts, then their geometric mean.
+stage_ab() {  # $1 the new templates' PTX, $2 BUNDLE, $3 codes
     local repo; repo="$(cd "$here/.." && pwd)"
     rm -rf "$repo/.dev/run/ab" && mkdir -p "$repo/.dev/run/ab/old" "$repo/.dev/run/ab/new"
-    python3 - "$1" "$2" "$3" "${4:-40}" "$repo/.dev/run/ab" "$here" <<'PY'
+    python3 - "$1" "$2" "${3:-40}" "$repo/.dev/run/ab" "$here" <<'PY'
 import collections, json, os, shutil, sys
-sys.path.insert(0, sys.argv[6])
+sys.path.insert(0, sys.argv[5])
 import catalog_index
-old, new, bundle, n, out = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5]
+new, bundle, n, out = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
 served = catalog_index.served_entries(catalog_index.load_bundle(bundle)).values()
-# Hopper entries that win, spread over layouts and FLOP buckets (round robin), those both
+# Hopper entries, spread over layouts and FLOP buckets (round robin), whose code the new
 # templates compiled.
 groups = collections.defaultdict(list)
 for e in sorted(served, key=lambda e: (e["problem"]["m"], e["problem"]["n"], e["problem"]["k"])):
     entry = e["manifest"]["launches"][0]["entry"]
-    if entry.startswith("kaas_wgmma_") and all(os.path.exists(os.path.join(d, entry + ".ptx")) for d in (old, new)):
+    if entry.startswith("kaas_wgmma_") and os.path.exists(os.path.join(new, entry + ".ptx")):
         p = e["problem"]
         groups[(p["layout"], catalog_index.bucket(2 * p["m"] * p["n"] * p["k"]))].append(e)
 picked, i = [], 0
@@ -339,8 +341,8 @@ while len(picked) < n and any(groups.values()):
 for e in picked:
     p, entry = e["problem"], e["manifest"]["launches"][0]["entry"]
     name = f"{p['layout']}_{p['m']}x{p['n']}x{p['k']}_{entry}"
-    for side, d in (("old", old), ("new", new)):
-        shutil.copy(os.path.join(d, entry + ".ptx"), os.path.join(out, side, name + ".ptx"))
+    for side, src in (("old", os.path.join(bundle, "ptx", e["artifact"] + ".ptx")), ("new", os.path.join(new, entry + ".ptx"))):
+        shutil.copy(src, os.path.join(out, side, name + ".ptx"))
         with open(os.path.join(out, side, name + ".json"), "w") as f:
             json.dump(e["manifest"], f)
 print(f"{len(picked)} codes in {out}/old and {out}/new")
