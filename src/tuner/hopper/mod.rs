@@ -1670,6 +1670,10 @@ mod tests {
                 let ptx = compile(&c, acc, layout).unwrap_or_else(|e| panic!("{}: {e}", c.label()));
                 assert!(ptx.contains(&format!(".entry {}", c.entry(acc, layout))), "{}", c.label());
                 assert!(ptx.contains("wgmma.mma_async") && ptx.contains(".target sm_90a"), "{}", c.label());
+                // The verifier's static checks pass: the configuration's constants, which
+                // the template's parts leave in module-scope `.global` memory, are never
+                // written or addressed (a kernel may keep no state between launches).
+                crate::ptx::parse(ptx.as_bytes(), &crate::ptx::StaticLimits::default()).unwrap_or_else(|e| panic!("{}: {e}", c.label()));
                 // The TMA-store epilogue's instructions are there, and only there.
                 let stores = ptx.contains("stmatrix.sync.aligned.m8n8.x4") && ptx.contains("cp.async.bulk.tensor.2d.global.shared::cta");
                 assert_eq!(stores, c.epilogue == Epilogue::TmaStore, "{}", c.label());
