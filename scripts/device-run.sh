@@ -284,13 +284,18 @@ for path in sorted(glob.glob(os.path.join(sys.argv[1], "run-*.json"))):
 PY
 }
 
+# One whole run (verifier, then the graph-mode benchmark) of $1.ptx with $1.json, its report
+# in $3.json and its log in $3.err; a failed run is reported there, not fatal.
+run_pair() {  # $1 NAME without .ptx/.json, $2 bench budget ms, $3 the report's path without .json
+    "$K" run --ptx "$1.ptx" --manifest "$1.json" --bench --budget-ms "$2" --modes graph --json >"$3.json" 2>"$3.err" || true
+}
+
 pairs() {  # $1 a folder of NAME.ptx + NAME.json pairs, $2 bench budget ms
     setup_device; mkdir -p "$OUT/pairs"
-    local dir="$1" budget="${2:-300}" m
+    local dir="$1" budget="${2:-300}" m name
     for m in "$dir"/*.json; do
-        local name; name="$(basename "$m" .json)"
-        "$K" run --ptx "$dir/$name.ptx" --manifest "$m" --bench --budget-ms "$budget" --modes graph --json \
-            >"$OUT/pairs/$name.json" 2>"$OUT/pairs/$name.err" || true
+        name="$(basename "$m" .json)"
+        run_pair "$dir/$name" "$budget" "$OUT/pairs/$name"
     done
     python3 - "$OUT/pairs" <<'PY'
 import glob, json, os, sys
@@ -356,8 +361,7 @@ ab() {  # $1 folder with old/ and new/, $2 rounds, $3 bench budget ms
         name="$(basename "$m" .json)"
         for r in $(seq 1 "$rounds"); do
             for side in $( (( r % 2 )) && echo old new || echo new old); do
-                "$K" run --ptx "$dir/$side/$name.ptx" --manifest "$dir/$side/$name.json" --bench --budget-ms "$budget" --modes graph --json \
-                    >"$OUT/ab/$name.$side.$r.json" 2>"$OUT/ab/$name.$side.$r.err" || true
+                run_pair "$dir/$side/$name" "$budget" "$OUT/ab/$name.$side.$r"
             done
         done
     done
