@@ -18,8 +18,8 @@
 // epilogue stores only elements inside C.
 //
 // ─── Configuration (-D macros) ──────────────────────────────────────────────────────────
-//   KAAS_BM         block tile rows of C: 64 or 128 with 1 consumer, 128 or 256 with 2
-//                   (BM/KAAS_CONSUMERS must be 64 or 128)
+//   KAAS_BM         block tile rows of C: 64 or 128 with 1 consumer, 128 or 256 with 2,
+//                   384 with 3 (swap-AB only) (BM/KAAS_CONSUMERS must be 64 or 128)
 //   KAAS_BN         block tile cols of C: 64, 128, 192 or 256 (one wgmma m64nBNk16 per 64 rows;
 //                   192 compiles but was never run on a GPU); tn also 8, 16, 24, 32 or 48
 //                   (the narrow tiles of the skinny shapes: more blocks; C stored from
@@ -35,7 +35,14 @@
 //                   (four atoms; hopper-probe only, so far: exact on 7 shapes, and 15% less
 //                   per K than 128 on 64x16 tiles)
 //   KAAS_STAGES     shared-memory ring depth, 2..16 (bounded by the smem formula below)
-//   KAAS_CONSUMERS  consumer warpgroups, 1 or 2 (each owns BM/CONSUMERS rows of the tile)
+//   KAAS_CONSUMERS  consumer warpgroups, 1 or 2 (each owns BM/CONSUMERS rows of the tile);
+//                   3 for swap-AB's 384-row weight tiles (cooperative, no cluster along N):
+//                   512 threads, the producer at 24 registers and each consumer at 160
+//                   (24 * 128 + 160 * 384 = 64,512 of 65,536), so a consumer holds at most 64
+//                   accumulators (128 rows by BN 64). A's 384 rows are three TMA boxes of
+//                   128 (a box is at most 256 rows) into one slot, on one full barrier
+//                   expecting the whole slot's bytes. cuBLASLt's pick at 32 tokens by a
+//                   35840-row weight on an H200 is such a tile (384×32; 94 tiles, one wave).
 //   KAAS_CLUSTER_M  CTAs per cluster along M: 1 (no cluster), 2, 4 or 8 (the CTAs compute
 //                   vertically adjacent tiles with the same B columns; each loads its
 //                   1/CLUSTER_M of the B tile and multicasts it to all of them)
@@ -167,10 +174,11 @@
 //   (counters, then the partials or sums), zero when first used; the kernel leaves the
 //   counters (and the sums) zero again. KAAS_SPLITK=3 adds no parameter: S is the cluster
 //   size, and the grid must be exactly tiles × S (any other grid writes nothing).
-//   A tensor map: operand A, box [64, BM/CLUSTER_N], swizzle "128B" (global dims [K, M])
+//   A tensor map: operand A, box [64, BM/CLUSTER_N], swizzle "128B" (global dims [K, M]);
+//                 BM 384 (three consumers): box [64, 128], three boxes a slot
 //   B tensor map, tn: operand B, box [64, BN/CLUSTER_M], swizzle "128B"  (dims [K, N])
 //   B tensor map, nn: operand B, box [64, 64/CLUSTER_M], swizzle "128B"  (dims [N, K])
-//   KAAS_SWAP_AB: (tensor_map B, box [64, BM/CLUSTER_N]; tensor_map A, box [64, BN/CLUSTER_M];
+//   KAAS_SWAP_AB: (tensor_map B, box [64, BM/CLUSTER_N] (BM 384: [64, 128]); tensor_map A, box [64, BN/CLUSTER_M];
 //   ptr C, i32 N, i32 M, i32 K), and everything below with M and N exchanged.
 // block:   [128 * (KAAS_CONSUMERS + 1), 1, 1]   (warpgroup 0 = TMA producer)
 // cluster: [KAAS_CLUSTER_M * KAAS_CLUSTER_N, 1, 1]; KAAS_SPLITK=3: [S, 1, 1]
@@ -179,6 +187,7 @@
 //   (+ 2 * STAGES * 8 bytes of static shared memory for the mbarriers)
 //   e.g. EPILOGUE=1: 128x256x64 s4 c2: 216064; 128x128x64 s6 c2: 216064; 64x128x64 s8 c1: 206848;
 //        64x64x64 s8 c1: 141312.  EPILOGUE=0: 128x256x64 s4 c2: 197632.
+//   Swap-AB stages nothing: 384x32x64 s4 c3: 214016; 384x64x64 s4 c3: 230400.
 // grid:    [G, 1, 1] with tiles = roundup(ceil(M/BM), CLUSTER_M) * roundup(ceil(N/BN), CLUSTER_N):
 //   one tile per CTA:  G = tiles   (split-K: G = tiles * S, one unit per CTA)
 //   persistent:        G = min(tiles, SMs rounded down to a multiple of the cluster size CL)
@@ -200,9 +209,9 @@
 //   Scheduler<C> (hopper_schedule.cuh): the tile raster, and each role's walk over its units
 //     (tile t, K-tiles [kb, ke)): one tile per CTA, persistent, 2-D grids, split-K,
 //     stream-K, ping-pong's alternate tiles;
-//   producer<C>, warpgroup 0 (setmaxnreg 24 when CONSUMERS=2): one thread waits for each
+//   producer<C>, warpgroup 0 (setmaxnreg 24 with two or three consumers): one thread waits for each
 //     slot's empty barrier and issues its TMA loads (load_a, load_b) on its full one;
-//   consumer<C>, warpgroups 1..C (setmaxnreg 240 when CONSUMERS=2), per unit: Mainloop<C>
+//   consumer<C>, warpgroups 1..C (setmaxnreg 240 with two consumers, 160 with three), per unit: Mainloop<C>
 //     (wait full, BK/16 × MI wgmma m64nWNk16 with descriptors of one mode, Descriptors<C,
 //     DESC>, one K-tile kept in flight with wait_group 1 and the previous slot released),
 //     then a reduction where the tile's K is split (ksplit_reduce, cluster_reduce,
@@ -374,6 +383,21 @@ struct Pick<false, T, F> {
     typedef F type;
 };
 
+// What the configuration derives beyond Cfg's members, as functions: each member of Cfg is a
+// module-scope constant of the PTX, so a new one would change the text of every code.
+// Registers per thread after setmaxnreg: the producer's warpgroup drops to 24 and each
+// consumer's rises to consumer_regs, 24·128 + 240·256 = 64,512 with two consumers and
+// 24·128 + 160·384 = 64,512 with three, of the SM's 65,536 (one consumer keeps the launch's
+// share). acc_budget: the accumulators a consumer thread may hold beside its addresses,
+// descriptors and loop state.
+static __host__ __device__ constexpr int producer_regs() { return 24; }
+static __host__ __device__ constexpr int consumer_regs(int consumers) { return consumers == 3 ? 160 : 240; }
+static __host__ __device__ constexpr int acc_budget(int consumers) { return consumers == 3 ? 64 : consumers == 2 ? 160 : 128; }
+// A's rows per TMA box, which holds at most 256: this CTA's share of the tile (`slice`, BM /
+// CLN) in one box, or, for the 384-row tile of three consumers, one box per consumer's
+// `wg_m` rows, all into the slot on its one full barrier.
+static __host__ __device__ constexpr int a_box_rows(int slice, int wg_m) { return slice <= 256 ? slice : wg_m; }
+
 struct Cfg {
     // The tile, K per ring slot, the ring's depth, the consumer warpgroups.
     static constexpr int BM = KAAS_BM, BN = KAAS_BN, BK = KAAS_BK, STAGES = KAAS_STAGES;
@@ -428,12 +452,14 @@ struct Cfg {
     static constexpr int SMEM_BYTES = STAGES * (BM + BN) * BK * 2 + 1024 + EPI_BYTES + RED_BYTES;  // the launch's dynamic smem
 
     static_assert(BK == 64 || BK == 128 || BK == 256, "KAAS_BK must be 64, 128 or 256 (one, two or four 128B swizzle atoms of fp16)");
-    static_assert(CONSUMERS == 1 || CONSUMERS == 2, "KAAS_CONSUMERS must be 1 or 2");
+    static_assert(CONSUMERS == 1 || CONSUMERS == 2 || CONSUMERS == 3, "KAAS_CONSUMERS must be 1, 2 or 3");
+    static_assert(CONSUMERS != 3 || (SWAP_AB && BM == 384 && !WHOLE_TILE && !COLSPLIT && CLN == 1 && SPLITK != 3),
+                  "three consumers: swap-AB's 384-row tiles, cooperative, no cluster along N, not the cluster reduction");
     static_assert(BM % CONSUMERS == 0 && (WG_M == 64 || WG_M == 128),
                   "BM / CONSUMERS (cooperative) or BM (ping-pong) must be 64 or 128");
     static_assert(CHAINS == 1 || CHAINS == 2 || CHAINS == 4, "KAAS_CHAINS must be 1, 2 or 4");
     static_assert(CHAINS == 1 || ACC_F32, "accumulator chains are summed in fp32: acc=f32 only");
-    static_assert(MI * ACC_REGS * CHAINS <= (CONSUMERS == 2 ? 160 : 128), "the chains' accumulators would not fit the consumer register budget");
+    static_assert(MI * ACC_REGS * CHAINS <= acc_budget(CONSUMERS), "the chains' accumulators would not fit the consumer register budget");
     static_assert(!KSPLIT || (CONSUMERS == 2 && !PINGPONG && SPLITK == 0),
                   "K split across consumers needs two consumers, no ping-pong, no split-K");
     static_assert(!KSPLIT || ACC_F32, "K split across consumers adds fp32 partials: acc=f32 only");
@@ -452,7 +478,8 @@ struct Cfg {
                   "KAAS_CLUSTER_M and KAAS_CLUSTER_N must be 1, 2, 4 or 8, and their product at most 8");
     static_assert((BM / CLN) % 8 == 0, "multicast A slices must be whole 8-row swizzle atoms");
     static_assert(((TN ? BN : BK) / CLM) % 8 == 0, "multicast B slices must be whole 8-row swizzle atoms");
-    static_assert(BM <= 256, "a TMA box is at most 256 rows");
+    static_assert(a_box_rows(BM / CLN, WG_M) <= 256 && (BM / CLN) % a_box_rows(BM / CLN, WG_M) == 0 && (BM / CLN <= 256 || CLN == 1),
+                  "a TMA box is at most 256 rows");
     static_assert(STAGES >= 2 && STAGES <= 16, "KAAS_STAGES must be 2..16");
     static_assert(GROUP_M >= 1, "KAAS_GROUP_M must be >= 1");
     static_assert(SPLITK >= 0 && SPLITK <= 3, "KAAS_SPLITK must be 0, 1, 2 or 3");
@@ -474,7 +501,7 @@ struct Cfg {
     static_assert(!SWAP_AB || (TN && !EPI_TMA && PROBE == 0),
                   "swap-AB codes are tn, and store C transposed from registers (no TMA store, no probe)");
     static_assert(SMEM_BYTES <= 232448, "shared memory exceeds 227 KiB");
-    static_assert(MI * ACC_REGS <= (CONSUMERS == 2 ? 160 : 128), "accumulators would not fit the consumer register budget");
+    static_assert(MI * ACC_REGS <= acc_budget(CONSUMERS), "accumulators would not fit the consumer register budget");
 };
 
 // A CUtensorMap passed by value (128 bytes, 64-byte aligned), opaque to the kernel.
@@ -565,8 +592,8 @@ static __device__ __forceinline__ void slot_release(u32 bar) {
 
 // ─── The producer ───────────────────────────────────────────────────────────────────────
 // A's part of a slot: BK/64 swizzle atoms along K, atom `at` holding K [k0 + 64at, +64) of
-// the tile's BM rows. With CLN > 1, A's rows are shared along the cluster's row: this CTA
-// loads slice rn into every CTA with its rm (`mask`).
+// the tile's BM rows (the 384-row tile's in three boxes). With CLN > 1, A's rows are shared
+// along the cluster's row: this CTA loads slice rn into every CTA with its rm (`mask`).
 template <class C>
 static __device__ __forceinline__ void load_a(const TensorMap128* tm, u32 dst, int k0, int m0, u32 fb, int rn, u16 mask) {
     constexpr int SLICE = C::BM / C::CLN;
@@ -574,6 +601,11 @@ static __device__ __forceinline__ void load_a(const TensorMap128* tm, u32 dst, i
     for (int at = 0; at < C::BK / 64; ++at) {
         if constexpr (C::CLN > 1) {
             tma_load_mc(dst + at * C::BM * 128 + rn * SLICE * 128, tm, k0 + 64 * at, m0 + rn * SLICE, fb, mask);
+        } else if constexpr (SLICE > 256) {
+            // More rows than one box holds: boxes of BOX rows, on the same full barrier.
+            constexpr int BOX = a_box_rows(SLICE, C::WG_M);
+#pragma unroll
+            for (int b = 0; b < SLICE / BOX; ++b) tma_load(dst + at * C::BM * 128 + b * BOX * 128, tm, k0 + 64 * at, m0 + b * BOX, fb);
         } else {
             tma_load(dst + at * C::BM * 128, tm, k0 + 64 * at, m0, fb);
         }
@@ -620,7 +652,7 @@ static __device__ __forceinline__ void load_b(const TensorMap128* tm, u32 dst, i
 // barrier and landing the slot's bytes on its full one.
 template <class C>
 static __device__ __forceinline__ void producer(const Params& p, const Ring<C>& ring, const Scheduler<C>& sch, int tid) {
-    if constexpr (C::CONSUMERS == 2) asm volatile("setmaxnreg.dec.sync.aligned.u32 24;");
+    if constexpr (C::CONSUMERS > 1) setmaxnreg_dec<producer_regs()>();
     if (tid == 0) {
         prefetch_tensormap(p.tmA);
         prefetch_tensormap(p.tmB);
@@ -1265,7 +1297,7 @@ struct Epilogue {
 template <class C>
 static __device__ __forceinline__ void consumer(const Params& p, const Ring<C>& ring, const Scheduler<C>& sch, u32 rank, int cw,
                                                 int tid) {
-    if constexpr (C::CONSUMERS == 2) asm volatile("setmaxnreg.inc.sync.aligned.u32 240;");
+    if constexpr (C::CONSUMERS > 1) setmaxnreg_inc<consumer_regs(C::CONSUMERS)>();
     const int warp = tid / 32;
     const int lane = tid % 32;
     Mainloop<C> ml(ring, cw, p.M, p.N, sch.ktiles);
