@@ -198,7 +198,7 @@ pub enum Trial {
     /// [`hopper::stream_k_trial_codes`].
     StreamK,
     /// Swap-AB (`_sw`, tn): the code computes Cᵀ = B·Aᵀ, the weight's rows on the tile's
-    /// 64- or 128-row side and the tokens on its BN side (8 to 256), on the problems of up
+    /// 64- to 384-row side and the tokens on its BN side (8 to 256), on the problems of up
     /// to 256 tokens: [`hopper::swap_space`].
     Swap,
 }

@@ -327,8 +327,14 @@ impl HopperConfig {
         let per = if self.consumer_mode.whole_tile() || col_split { self.bm } else { self.bm / self.consumers.max(1) };
         // And columns per consumer.
         let wn = if col_split { self.bn / 2 } else { self.bn };
-        if !matches!(self.consumers, 1 | 2) || !self.bm.is_multiple_of(self.consumers) || !matches!(per, 64 | 128) {
+        if !matches!(self.consumers, 1..=3) || !self.bm.is_multiple_of(self.consumers) || !matches!(per, 64 | 128) {
             return Err(format!("BM {} with {} consumer warpgroup(s): each must own 64 or 128 rows", self.bm, self.consumers));
+        }
+        // Three consumers (512 threads): swap-AB's 384 weight rows, 128 a consumer, loaded as
+        // three TMA boxes of 128 rows ([`HopperConfig::a_box_rows`]), so no cluster along N
+        // shares them out.
+        if self.consumers == 3 && (!self.swap || self.bm != 384 || self.consumer_mode != ConsumerMode::Cooperative || self.cluster_n != 1 || self.reduction == Reduction::Cluster) {
+            return Err(format!("three consumer warpgroups are swap-AB's 384-row tiles (cooperative, no cluster along N, not the cluster reduction); got {}", self.label()));
         }
         if !matches!(self.bn, 8 | 16 | 24 | 32 | 48 | 64 | 128 | 160 | 256) {
             return Err(format!("BN {} is not 8, 16, 24, 32, 48, 64, 128, 160 or 256", self.bn));
@@ -337,8 +343,9 @@ impl HopperConfig {
             return Err(format!("BN {} does not run ping-pong", self.bn));
         }
         // Accumulators per consumer thread: 128 at most, 160 with two consumers (their
-        // register budget is 240).
-        let budget = if self.consumers == 2 { 160 } else { 128 };
+        // register budget is 240), 64 with three (160 registers each: 24 × 128 + 160 × 384
+        // = 64,512 of the SM's 65,536; 128 accumulators spilled there).
+        let budget = Self::accumulator_budget(self.consumers);
         if !matches!(self.chains, 1 | 2 | 4) {
             return Err(format!("{} accumulator chains; 1, 2 or 4", self.chains));
         }
@@ -443,6 +450,39 @@ impl HopperConfig {
 
     pub fn threads(&self) -> u32 {
         128 * (self.consumers + 1)
+    }
+
+    /// The fp32 accumulators a consumer thread may hold (the template's `acc_budget`): its
+    /// registers after `setmaxnreg` less its addresses, descriptors and loop state. One
+    /// consumer keeps the launch's 255 registers; two take 240 each and three 160 (the
+    /// producer's warpgroup drops to 24: 24 × 128 + 240 × 256 and 24 × 128 + 160 × 384 are
+    /// both 64,512 of 65,536).
+    pub const fn accumulator_budget(consumers: u32) -> u32 {
+        match consumers {
+            3 => 64,
+            2 => 160,
+            _ => 128,
+        }
+    }
+
+    /// Registers per thread after `setmaxnreg`, (producer, each consumer): the template's
+    /// `producer_regs` and `consumer_regs`. None with one consumer, which keeps the launch's
+    /// share.
+    pub const fn setmaxnreg(&self) -> Option<(u32, u32)> {
+        match self.consumers {
+            3 => Some((24, 160)),
+            2 => Some((24, 240)),
+            _ => None,
+        }
+    }
+
+    /// Rows of the kernel's A (swap-AB: the weight's) one TMA box loads, at most 256: this
+    /// CTA's share of the tile (BM / CLUSTER_N) where one box holds it, else one box per
+    /// consumer's rows (the 384-row tiles: three boxes of 128 into each slot). The manifest's
+    /// A tensor map has this box; the template's `a_box_rows`.
+    pub fn a_box_rows(&self) -> u32 {
+        let slice = self.bm / self.cluster_n;
+        if slice <= 256 { slice } else { self.bm / self.consumers }
     }
 
     /// The ring, 1 KiB for 1024-byte alignment, and the staged epilogue (tiles of whole
@@ -568,7 +608,7 @@ impl HopperConfig {
 
     pub fn manifest(&self, p: &Problem, sm_count: u32) -> Manifest {
         // Each CTA of a cluster loads its share of the tiles it shares and multicasts it: of
-        // A, BM/CLUSTER_N rows; of B, tn BN/CLUSTER_M rows of K, nn 64 columns of N by
+        // A, BM/CLUSTER_N rows (the 384-row tiles: three boxes of 128); of B, tn BN/CLUSTER_M rows of K, nn 64 columns of N by
         // BK/CLUSTER_M rows of K. A and tn's B boxes are one swizzle atom (64) along K: a
         // slot of K 128 takes two of each. nn's narrow tiles load B in one box of BN
         // columns, swizzled at their width.
@@ -582,7 +622,7 @@ impl HopperConfig {
         // K-major), and its M, N are the problem's N, M.
         let (a, b, m, n) = if self.swap { (Operand::B, Operand::A, Dim::N, Dim::M) } else { (Operand::A, Operand::B, Dim::M, Dim::N) };
         let mut params = vec![
-            Param::TensorMap(TensorMapSpec { operand: a, box_dims: [64, self.bm / self.cluster_n], swizzle: Swizzle::B128, l2_promotion }),
+            Param::TensorMap(TensorMapSpec { operand: a, box_dims: [64, self.a_box_rows()], swizzle: Swizzle::B128, l2_promotion }),
             Param::TensorMap(TensorMapSpec { operand: b, box_dims: b_box, swizzle: b_swizzle, l2_promotion }),
             if self.epilogue == Epilogue::TmaStore {
                 // 16 rows of 64 columns: one consumer warp's piece.
@@ -1406,6 +1446,127 @@ mod tests {
         }
     }
 
+    /// Swap-AB's 384-row weight tiles: three consumer warpgroups of 128 rows (512 threads),
+    /// the weight loaded as three 128-row TMA boxes a slot, at every token width whose 64
+    /// accumulators a thread fit the consumers' 160 registers; the kinds the GPU suite runs
+    /// (`swap_ab_384_row_tiles_pass_the_verifier`), and the names, manifests and arithmetic.
+    #[test]
+    fn swap_ab_384_row_tiles_have_three_consumers_and_three_weight_boxes() {
+        let p = |m, n, k| Problem::new(Arch::Sm90, Acc::F32, Layout::Tn, Shape::new(m, n, k).unwrap());
+        let codes: Vec<HopperConfig> = swap_codes().into_iter().filter(|c| c.bm == 384).collect();
+        for bn in SWAP_BN {
+            let wide: Vec<&HopperConfig> = codes.iter().filter(|c| c.bn == bn).collect();
+            let kinds = [
+                wide.iter().any(|c| c.split == 1 && c.cluster_size() == 1 && c.chains == 1),
+                wide.iter().any(|c| c.reduction == Reduction::Atomic),
+                wide.iter().any(|c| c.reduction == Reduction::StreamK),
+                wide.iter().any(|c| c.reduction == Reduction::StreamKHybrid),
+                wide.iter().any(|c| c.cluster_m == 2),
+            ];
+            // 128 rows by 64 tokens are 64 fp32 accumulators a thread; 128 tokens would be 128.
+            let fits = bn <= 64;
+            assert_eq!(kinds, [fits, fits, fits, fits, fits && bn % 16 == 0], "384-row codes {bn} tokens wide");
+            for c in wide {
+                c.validate().unwrap();
+                assert_eq!((c.consumers, c.threads(), c.stages, c.chains, c.cluster_n), (3, 512, 4, 1, 1), "{}", c.label());
+                // Four slots of the weight's 384 rows and the tokens, 1 KiB of alignment, no
+                // staging (C is stored transposed from registers); five do not fit.
+                assert_eq!(c.shared_mem_bytes(), 4 * (384 + bn) * 64 * 2 + 1024, "{}", c.label());
+                assert!(c.shared_mem_bytes() + c.static_smem_bytes() <= SMEM_LIMIT);
+                assert!(HopperConfig { stages: 5, ..*c }.validate().unwrap_err().contains("shared memory"), "{}", c.label());
+            }
+        }
+        assert_eq!(HopperConfig { swap: true, ..HopperConfig::new(384, 32, 4, 3) }.shared_mem_bytes(), 214_016);
+        assert_eq!(HopperConfig { swap: true, ..HopperConfig::new(384, 64, 4, 3) }.shared_mem_bytes(), 230_400);
+        // Registers: the producer's warpgroup at 24 and three consumers at 160 fill 64,512 of
+        // the SM's 65,536 registers (168, the next multiple of 8, would not fit); 64
+        // accumulators a consumer thread, where two consumers at 240 hold 160.
+        for consumers in [2, 3] {
+            let c = HopperConfig::new(128 * consumers, 32, 4, consumers);
+            let (producer, consumer) = c.setmaxnreg().unwrap();
+            assert!(producer.is_multiple_of(8) && consumer.is_multiple_of(8) && producer >= 24);
+            assert_eq!(128 * producer + 128 * consumers * consumer, 64_512, "{consumers} consumers");
+            assert!(128 * producer + 128 * consumers * (consumer + 8) > 65_536, "{consumers} consumers");
+        }
+        assert_eq!(HopperConfig::new(64, 32, 4, 1).setmaxnreg(), None);
+        assert_eq!([1, 2, 3].map(HopperConfig::accumulator_budget), [128, 160, 64]);
+        let c = HopperConfig { swap: true, ..HopperConfig::new(384, 32, 4, 3) };
+        assert!(codes.contains(&c), "{codes:?}");
+        assert!(HopperConfig { bn: 128, stages: 3, ..c }.validate().unwrap_err().contains("128 accumulators"));
+        // Three consumers are swap-AB's 384-row tiles only: cooperative, no cluster along N
+        // (A's 384 rows are three boxes; a pair along N would share 192), not the cluster
+        // reduction; two consumers cannot hold 384 rows, nor three 256.
+        for bad in [
+            HopperConfig { swap: false, ..c },
+            HopperConfig { bm: 192, ..c },
+            HopperConfig { bm: 256, ..c },
+            HopperConfig { cluster_n: 2, ..c },
+            HopperConfig { consumer_mode: ConsumerMode::ColSplit, ..c },
+            HopperConfig { consumer_mode: ConsumerMode::PingPong, persistent: true, ..c },
+            c.split_by(4, Reduction::Cluster),
+            HopperConfig { consumers: 2, ..c },
+            HopperConfig { consumers: 4, bm: 512, ..c },
+            HopperConfig { epilogue: Epilogue::TmaStore, ..c },
+        ] {
+            assert!(bad.validate().is_err(), "{bad:?}");
+        }
+        // Split-K, stream-K and the pair along the weight's rows run with three consumers.
+        for ok in [c.split_by(3, Reduction::Atomic), c.split_by(132, Reduction::StreamK), c.split_by(132, Reduction::StreamKHybrid), HopperConfig { cluster_m: 2, ..c }, HopperConfig { persistent: true, ..c }] {
+            ok.validate().unwrap_or_else(|e| panic!("{ok:?}: {e}"));
+        }
+        // The name, label, serialized form and key.
+        let entry = c.entry(Acc::F32, Layout::Tn);
+        assert_eq!(entry, "kaas_wgmma_f32_tn_384x32x64_s4_c3_m1_g16_sw");
+        assert_eq!(HopperConfig::from_entry(&entry), Some((c, Acc::F32, Layout::Tn)));
+        assert!(HopperConfig::from_entry("kaas_wgmma_f32_tn_384x32x64_s4_c3_m1_g16").is_none(), "not without swap-AB");
+        assert!(HopperConfig::from_entry("kaas_wgmma_f32_tn_384x128x64_s3_c3_m1_g16_sw").is_none(), "128 accumulators");
+        assert_eq!(c.label(), "384x32 s4 c3 swap-AB");
+        let searched = searched_modes(c);
+        let json = r#"{"code":"384x32x64_s4_c3_m1_g16_dr_ec_sw"}"#;
+        assert_eq!(serde_json::to_string(&searched).unwrap(), json);
+        assert_eq!(serde_json::from_str::<HopperConfig>(json).unwrap(), searched);
+        assert!(c.defines(Acc::F32, Layout::Tn).contains(&("KAAS_CONSUMERS".to_string(), "3".to_string())));
+        let keys: std::collections::BTreeSet<HopperKey> = codes.iter().map(|c| c.code_key()).collect();
+        assert_eq!(keys.len(), codes.len(), "a code twice");
+        // 32 tokens by a 35840-row weight: 94 tiles of 384 rows, one wave (cuBLASLt's pick is
+        // this tile). The weight's tensor map has 128-row boxes, three a slot; the tokens' one
+        // box of 32 rows; 512 threads.
+        let decode = p(32, 35840, 5120);
+        let m = c.manifest(&decode, 132);
+        m.validate().unwrap();
+        let l = &m.launches[0];
+        assert_eq!((l.grid, l.block, l.cluster, l.shared_mem_bytes), ([94, 1, 1], [512, 1, 1], [1, 1, 1], 214_016));
+        assert_eq!(c.a_box_rows(), 128);
+        assert!(matches!(l.params[0], Param::TensorMap(TensorMapSpec { operand: Operand::B, box_dims: [64, 128], swizzle: Swizzle::B128, .. })), "{:?}", l.params[0]);
+        assert!(matches!(l.params[1], Param::TensorMap(TensorMapSpec { operand: Operand::A, box_dims: [64, 32], swizzle: Swizzle::B128, .. })), "{:?}", l.params[1]);
+        assert_eq!(l.params[3..6], [Param::I32(I32Value::Dim(Dim::N)), Param::I32(I32Value::Dim(Dim::M)), Param::I32(I32Value::Dim(Dim::K))]);
+        assert_eq!(HopperConfig::of_launch(l, &decode), Some((c, Acc::F32, Layout::Tn)));
+        // One box holds the tiles of 256 rows and fewer, as before.
+        assert_eq!(HopperConfig { swap: true, ..HopperConfig::new(256, 32, 6, 2) }.a_box_rows(), 256);
+        assert_eq!(HopperConfig { cluster_n: 2, ..HopperConfig::new(256, 128, 4, 2) }.a_box_rows(), 128);
+        // The pair along the weight's rows: each CTA loads half the tokens and multicasts
+        // them, and its own three weight boxes; the grid is whole pairs (94 tiles, 47 pairs).
+        let pair = HopperConfig { cluster_m: 2, ..c };
+        let l = &pair.manifest(&decode, 132).launches[0];
+        assert_eq!((l.grid, l.cluster), ([94, 1, 1], [2, 1, 1]));
+        assert!(matches!(l.params[0], Param::TensorMap(TensorMapSpec { box_dims: [64, 128], .. })) && matches!(l.params[1], Param::TensorMap(TensorMapSpec { box_dims: [64, 16], .. })));
+        assert_eq!(HopperConfig::of_launch(l, &decode), Some((pair, Acc::F32, Layout::Tn)));
+        // Atomic split-K: one fp32 sum of 384 × 32 per tile.
+        let split = HopperConfig::new(384, 32, 4, 3).split_by(3, Reduction::Atomic);
+        let split = HopperConfig { swap: true, ..split };
+        let down = p(32, 5120, 17920);
+        assert_eq!(split.tiles(&down), 14);
+        assert_eq!(split.workspace_bytes(&down), 256 + 4 * 14 * 384 * 32);
+        // The search offers them up to 48 tokens (the 48-token tile at 45), the trial at 64
+        // (and, from 64 tokens on, the tile half as wide); 128 tokens and more have none.
+        for (m, widths) in [(1, vec![8]), (16, vec![16]), (32, vec![32]), (45, vec![48]), (64, vec![32, 64]), (128, vec![64]), (256, vec![])] {
+            let got: std::collections::BTreeSet<u32> = swap_space(&p(m, 35840, 5120), 132).iter().filter(|c| c.bm == 384).map(|c| c.bn).collect();
+            assert_eq!(got.into_iter().collect::<Vec<u32>>(), widths, "{m} tokens");
+        }
+        assert!(space_for(&decode, 132).iter().any(|c| c.bm == 384 && c.consumers == 3 && c.split == 1));
+        assert!(!space_for(&p(64, 35840, 5120), 132).iter().any(|c| c.swap), "the search stops at 48 tokens");
+    }
+
     #[test]
     fn entry_names_round_trip() {
         for c in space().into_iter().chain(skinny_cluster_codes()).chain(ksplit_codes()).chain(chains_codes()).chain(chains_split_tiles()) {
@@ -1657,7 +1818,7 @@ mod tests {
             return;
         }
         let mut seen = std::collections::BTreeSet::new();
-        for c in space().into_iter().chain(split_tiles()).chain(cluster_tiles()).chain(multicast_codes()).chain(stream_k_trial_codes(132)).chain(wide_160_codes()).chain(skinny_cluster_codes()).chain(ksplit_codes()).chain(chains_codes()).chain(chains_split_tiles()).chain(tma_store_codes()).chain(bk_codes(128)).chain(bk_codes(256)).chain(narrow8_codes()).chain(multicast_split_all()).chain(ksplit_pair_codes()).chain(col_split_codes()) {
+        for c in space().into_iter().chain(split_tiles()).chain(cluster_tiles()).chain(multicast_codes()).chain(stream_k_trial_codes(132)).chain(wide_160_codes()).chain(skinny_cluster_codes()).chain(ksplit_codes()).chain(chains_codes()).chain(chains_split_tiles()).chain(tma_store_codes()).chain(bk_codes(128)).chain(bk_codes(256)).chain(narrow8_codes()).chain(multicast_split_all()).chain(ksplit_pair_codes()).chain(col_split_codes()).chain(swap_codes().into_iter().filter(|c| c.consumers == 3)) {
             if !seen.insert(c.code_key()) {
                 continue;
             }
@@ -1723,6 +1884,48 @@ mod tests {
                 assert!(ptx.contains("st.global.u16") && !ptx.contains("st.global.v4") && !ptx.contains("cp.async.bulk.tensor.2d.global.shared"), "{} {tag}", c.label());
             }
         }
+    }
+
+    /// Swap-AB's 384-row tiles build as three consumers: 512 threads, the registers moved
+    /// as [`HopperConfig::setmaxnreg`] says, three TMA loads of the weight a slot (128-row
+    /// boxes, the manifest's) beside the tokens' one (multicast in a pair), and where ptxas is
+    /// present, no spills at 128 registers a thread at launch (the consumers' 160 after
+    /// setmaxnreg bound ptxas's allocation of their code). Every kind of every width, plain
+    /// and in the search's descriptor modes, f32 and, unsplit, f16.
+    #[test]
+    fn the_384_row_swap_codes_build_three_consumers_without_spills_where_nvrtc_is_present() {
+        if let Err(why) = nvrtc::available() {
+            eprintln!("SKIP: no NVRTC ({why})");
+            return;
+        }
+        let ptxas = crate::ptx::ptxas::locate().map_err(|why| eprintln!("ptxas not checked: {why}")).ok();
+        let codes: Vec<HopperConfig> = swap_codes().into_iter().filter(|c| c.consumers == 3).collect();
+        assert!(codes.len() >= 28, "{}", codes.len());
+        let (producer, consumer) = codes[0].setmaxnreg().unwrap();
+        let mut checked = 0;
+        for c in codes.iter().flat_map(|&c| [c, searched_modes(c)]) {
+            let accs: &[Acc] = if c.split == 1 { &[Acc::F32, Acc::F16] } else { &[Acc::F32] };
+            for &acc in accs {
+                let what = format!("{} {acc:?}", c.label());
+                let ptx = compile(&c, acc, Layout::Tn).unwrap_or_else(|e| panic!("{what}: {e}"));
+                let entry = c.entry(acc, Layout::Tn);
+                assert!(ptx.contains(&format!(".entry {entry}(")), "{what}");
+                crate::ptx::parse(ptx.as_bytes(), &crate::ptx::StaticLimits::default()).unwrap_or_else(|e| panic!("{what}: {e}"));
+                assert!(ptx.contains(".maxntid 512, 1, 1"), "{what}");
+                assert!(ptx.contains(&format!("setmaxnreg.dec.sync.aligned.u32 {producer};")) && ptx.contains(&format!("setmaxnreg.inc.sync.aligned.u32 {consumer};")), "{what}");
+                assert!(ptx.contains(&format!("wgmma.mma_async.sync.aligned.m64n{}k16", c.bn)), "{what}");
+                let plain = ptx.matches("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [").count();
+                let multicast = ptx.matches("complete_tx::bytes.multicast::cluster").count();
+                assert_eq!((plain, multicast), if c.cluster_m == 2 { (3, 1) } else { (4, 0) }, "{what}: three weight boxes and the tokens' one");
+                if let Some(ptxas) = &ptxas {
+                    let report = crate::ptx::ptxas::run(ptxas, &ptx, "sm_90a", crate::ptx::ptxas::DEFAULT_TIMEOUT).unwrap_or_else(|e| panic!("{what}: {e}"));
+                    let f = report.entry(&entry).unwrap_or_else(|| panic!("{what}: no entry in {}", report.log));
+                    assert_eq!((f.registers, f.spill_store_bytes, f.spill_load_bytes, f.stack_frame_bytes), (128, 0, 0, 0), "{what}");
+                }
+                checked += 1;
+            }
+        }
+        assert!(checked >= 2 * 28, "{checked}");
     }
 
     /// hopper-probe's diagnostic variants (`KAAS_PROBE`, never in the tuner) still build:

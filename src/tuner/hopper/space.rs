@@ -559,8 +559,9 @@ pub const SEARCH_SWAP_MAX_M: u32 = 48;
 
 /// Swap-AB codes (`_sw`, tn): for each token width of [`SWAP_BN`] (a problem takes the
 /// narrowest that holds its M, [`swap_space`]), tiles of 64 and 128 weight rows with one
-/// consumer and 128 and 256 with two (cuBLASLt's own swap-AB kernels stream up to 384 rows
-/// a slot at 32 tokens), each with the rings [`rings`] gives; the deepest ring also
+/// consumer, 128 and 256 with two, and 384 with three up to 64 tokens (cuBLASLt's pick at
+/// 32 tokens by 35840 weight rows on an H200 is 384×32: 96 CTAs, one wave), each with the
+/// rings [`rings`] gives; the deepest ring also
 /// with the atomic split-K (`split` 2 stands for every count) and in a cluster of two along
 /// the weight's rows that multicasts the tokens; and two accumulator chains on the one-
 /// consumer tiles of up to 32 tokens; and stream-K, plain and hybrid, on the deepest ring
@@ -572,7 +573,7 @@ pub fn swap_codes() -> Vec<HopperConfig> {
 /// [`swap_codes`] of one token width, stream-K on a grid of `sm_count`.
 fn swap_width_codes(bn: u32, sm_count: u32) -> Vec<HopperConfig> {
     let mut out = Vec::new();
-    for (bm, consumers) in [(64, 1), (128, 1), (128, 2), (256, 2)] {
+    for (bm, consumers) in [(64, 1), (128, 1), (128, 2), (256, 2), (384, 3)] {
         let base = HopperConfig { swap: true, ..HopperConfig::new(bm, bn, 2, consumers) };
         let all = rings(base);
         let Some(deepest) = all.first().copied() else { continue };
