@@ -807,6 +807,50 @@ fn swap_ab_256_row_tiles_pass_the_verifier() {
     runs.assert_all_passed();
 }
 
+/// Swap-AB's 384-row weight tiles (three consumers of 128 rows, 512 threads, the weight in
+/// three 128-row TMA boxes a slot): unsplit one tile per CTA and on a persistent grid of 3,
+/// the atomic split, stream-K (plain and hybrid) and the multicast pair where the width has
+/// one, at every width they have (8 to 64 tokens), on token counts the tile does not divide
+/// and weights whose last tile leaves one or more of its boxes wholly outside (1000 rows: a
+/// last tile of 232, its third box empty); and cuBLASLt's shape for this tile, 32 ×
+/// 35840×5120 (94 tiles, one wave), unsplit; and the f16 accumulator. The codes are the
+/// family's own ([`swap_codes`](kaas::tuner::hopper::swap_codes)) at each problem's token
+/// width.
+#[test]
+fn swap_ab_384_row_tiles_pass_the_verifier() {
+    use kaas::tuner::hopper::{self, HopperConfig, Reduction};
+    if !hopper_or_skip() {
+        return;
+    }
+    let mut runs = VerifierRuns::new("SWAP384");
+    let codes: Vec<HopperConfig> = hopper::swap_codes().into_iter().filter(|c| c.bm == 384 && c.consumers == 3).collect();
+    // 384 rows by 128 tokens would hold 128 accumulators a consumer thread: the widest is 64.
+    for (m, n, k) in [(5, 1000, 520), (13, 2052, 4104), (30, 1000, 1000), (45, 520, 136), (61, 5000, 520), (32, 35840, 5120)] {
+        let p = Problem::new(Arch::Sm90, Acc::F32, Layout::Tn, Shape::new(m, n, k).expect("shape"));
+        let bn = hopper::swap_space(&p, 132).first().expect("swap codes").bn;
+        let of_384 = |pick: &dyn Fn(&HopperConfig) -> bool| codes.iter().find(|c| c.bn == bn && pick(c)).copied();
+        let ptx = |c: &HopperConfig| hopper::compile(c, Acc::F32, Layout::Tn).expect("compile");
+        let unsplit = of_384(&|c| c.split == 1 && c.cluster_size() == 1).expect("a 384-row code");
+        if n == 35840 {
+            runs.run_code(&p, &unsplit, &ptx(&unsplit));
+            continue;
+        }
+        runs.run_grids(&p, &unsplit, &ptx(&unsplit), &[None, Some(3)]);
+        for (reduction, split) in [(Reduction::Atomic, 3), (Reduction::StreamK, 7), (Reduction::StreamKHybrid, 7)] {
+            let code = of_384(&|c| c.reduction == reduction).expect("a 384-row split code");
+            runs.run_code(&p, &HopperConfig { split, ..code }, &ptx(&code));
+        }
+        // The pair shares whole 8-row slices of the tokens: 16, 32, 48 and 64 wide.
+        match of_384(&|c| c.cluster_m == 2) {
+            Some(pair) => runs.run_code(&p, &pair, &ptx(&pair)),
+            None => assert!(!bn.is_multiple_of(16), "no 384-row pair {bn} tokens wide"),
+        }
+        runs.run_f16_tn(&unsplit, (m, n, k));
+    }
+    assert!(runs.runs >= 35, "{} runs", runs.runs);
+    runs.assert_all_passed();
+}
+
 /// The 256×160 tile (tn; two consumers of 128 rows, 160 accumulators each, C stored from
 /// registers) passes the verifier on shapes it does not divide, on both grids, a short
 /// persistent grid, and with the f16 accumulator.
