@@ -1,5 +1,5 @@
 //! The Hopper family (`kernels/templates/hopper_hgemm.cu`): wgmma fed by TMA through an
-//! mbarrier ring, a producer warpgroup and one or two consumer warpgroups with register
+//! mbarrier ring, a producer warpgroup and one to three consumer warpgroups with register
 //! reallocation, a grouped tile order, and an optional persistent grid. One PTX per code
 //! ([`HopperKey`]): the grid's size, the split count and the L2 promotion are launch
 //! choices that one PTX serves.
