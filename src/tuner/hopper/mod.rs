@@ -1492,6 +1492,10 @@ mod tests {
         assert_eq!([1, 2, 3].map(HopperConfig::accumulator_budget), [128, 160, 64]);
         let c = HopperConfig { swap: true, ..HopperConfig::new(384, 32, 4, 3) };
         assert!(codes.contains(&c), "{codes:?}");
+        // The trial offers them; the search not until their GPU test has passed.
+        let decode = p(32, 35840, 5120);
+        assert!(swap_space(&decode, 132).iter().any(|c| c.consumers == 3));
+        assert!(space_for(&decode, 132).iter().all(|c| c.consumers < 3) && space_for(&decode, 132).iter().any(|c| c.swap));
         assert!(HopperConfig { bn: 128, stages: 3, ..c }.validate().unwrap_err().contains("128 accumulators"));
         // Three consumers are swap-AB's 384-row tiles only: cooperative, no cluster along N
         // (A's 384 rows are three boxes; a pair along N would share 192), not the cluster
@@ -1557,13 +1561,12 @@ mod tests {
         let down = p(32, 5120, 17920);
         assert_eq!(split.tiles(&down), 14);
         assert_eq!(split.workspace_bytes(&down), 256 + 4 * 14 * 384 * 32);
-        // The search offers them up to 48 tokens (the 48-token tile at 45), the trial at 64
-        // (and, from 64 tokens on, the tile half as wide); 128 tokens and more have none.
+        // The trial offers them up to 64 tokens (the 48-token tile at 45; from 64 tokens on,
+        // the tile half as wide too); 128 tokens and more have none.
         for (m, widths) in [(1, vec![8]), (16, vec![16]), (32, vec![32]), (45, vec![48]), (64, vec![32, 64]), (128, vec![64]), (256, vec![])] {
             let got: std::collections::BTreeSet<u32> = swap_space(&p(m, 35840, 5120), 132).iter().filter(|c| c.bm == 384).map(|c| c.bn).collect();
             assert_eq!(got.into_iter().collect::<Vec<u32>>(), widths, "{m} tokens");
         }
-        assert!(space_for(&decode, 132).iter().any(|c| c.bm == 384 && c.consumers == 3 && c.split == 1));
         assert!(!space_for(&p(64, 35840, 5120), 132).iter().any(|c| c.swap), "the search stops at 48 tokens");
     }
 
