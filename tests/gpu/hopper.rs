@@ -782,7 +782,7 @@ fn swap_ab_hopper_kernels_pass_the_verifier() {
 /// width, also where the problem's search would not offer a split (three K-tiles).
 #[test]
 fn swap_ab_256_row_tiles_pass_the_verifier() {
-    use kaas::tuner::hopper::{self, HopperConfig, Reduction};
+    use kaas::tuner::hopper::{self, HopperConfig};
     if !hopper_or_skip() {
         return;
     }
@@ -791,20 +791,38 @@ fn swap_ab_256_row_tiles_pass_the_verifier() {
     // 256 rows by 256 tokens would hold 256 accumulators a thread: the widest is 128.
     for (m, n, k) in [(13, 2052, 4104), (30, 1000, 1000), (45, 520, 136), (100, 700, 520)] {
         let p = Problem::new(Arch::Sm90, Acc::F32, Layout::Tn, Shape::new(m, n, k).expect("shape"));
-        let bn = hopper::swap_space(&p, 132).first().expect("swap codes").bn;
-        let of_256 = |pick: &dyn Fn(&HopperConfig) -> bool| codes.iter().find(|c| c.bn == bn && pick(c)).copied();
-        let ptx = |c: &HopperConfig| hopper::compile(c, Acc::F32, Layout::Tn).expect("compile");
-        let unsplit = of_256(&|c| c.split == 1 && c.cluster_size() == 1 && c.chains == 1).expect("a 256-row code");
-        runs.run_grids(&p, &unsplit, &ptx(&unsplit), &[None, Some(3)]);
-        for (reduction, split) in [(Reduction::Atomic, 3), (Reduction::StreamK, 7), (Reduction::StreamKHybrid, 7)] {
-            let code = of_256(&|c| c.reduction == reduction).expect("a 256-row split code");
-            runs.run_code(&p, &HopperConfig { split, ..code }, &ptx(&code));
-        }
-        let pair = of_256(&|c| c.cluster_m == 2).expect("a 256-row pair");
-        runs.run_code(&p, &pair, &ptx(&pair));
+        let at_width: Vec<HopperConfig> = codes.iter().filter(|c| c.bn == swap_width(&p)).copied().collect();
+        run_swap_tile_kinds(&mut runs, &p, &at_width);
     }
     assert!(runs.runs >= 24, "{} runs", runs.runs);
     runs.assert_all_passed();
+}
+
+/// The token width (wgmma's N) of the swap-AB codes the search offers `p`.
+fn swap_width(p: &Problem) -> u32 {
+    kaas::tuner::hopper::swap_space(p, 132).first().expect("swap codes").bn
+}
+
+/// The kinds of one swap-AB tile the GPU suite runs on `p`, from `codes` (the family's
+/// codes of one height at the problem's token width): unsplit one tile per CTA and on a
+/// persistent grid of 3, the atomic split, stream-K (plain and hybrid), and the multicast
+/// pair where the width has one (it shares whole 8-row slices of the tokens: widths of
+/// 16, 32, 48, …). Returns the unsplit code.
+fn run_swap_tile_kinds(runs: &mut VerifierRuns, p: &Problem, codes: &[kaas::tuner::hopper::HopperConfig]) -> kaas::tuner::hopper::HopperConfig {
+    use kaas::tuner::hopper::{self, HopperConfig, Reduction};
+    let of = |pick: &dyn Fn(&HopperConfig) -> bool| codes.iter().find(|c| pick(c)).copied();
+    let ptx = |c: &HopperConfig| hopper::compile(c, Acc::F32, Layout::Tn).expect("compile");
+    let unsplit = of(&|c| c.split == 1 && c.cluster_size() == 1 && c.chains == 1).expect("an unsplit swap code");
+    runs.run_grids(p, &unsplit, &ptx(&unsplit), &[None, Some(3)]);
+    for (reduction, split) in [(Reduction::Atomic, 3), (Reduction::StreamK, 7), (Reduction::StreamKHybrid, 7)] {
+        let code = of(&|c| c.reduction == reduction).unwrap_or_else(|| panic!("a swap code with the {reduction:?} split"));
+        runs.run_code(p, &HopperConfig { split, ..code }, &ptx(&code));
+    }
+    match of(&|c| c.cluster_m == 2) {
+        Some(pair) => runs.run_code(p, &pair, &ptx(&pair)),
+        None => assert!(!unsplit.bn.is_multiple_of(16), "no swap pair {} tokens wide", unsplit.bn),
+    }
+    unsplit
 }
 
 /// Swap-AB's 384-row weight tiles (three consumers of 128 rows, 512 threads, the weight in
@@ -818,7 +836,7 @@ fn swap_ab_256_row_tiles_pass_the_verifier() {
 /// width.
 #[test]
 fn swap_ab_384_row_tiles_pass_the_verifier() {
-    use kaas::tuner::hopper::{self, HopperConfig, Reduction};
+    use kaas::tuner::hopper::{self, HopperConfig};
     if !hopper_or_skip() {
         return;
     }
@@ -827,24 +845,13 @@ fn swap_ab_384_row_tiles_pass_the_verifier() {
     // 384 rows by 128 tokens would hold 128 accumulators a consumer thread: the widest is 64.
     for (m, n, k) in [(5, 1000, 520), (13, 2052, 4104), (30, 1000, 1000), (45, 520, 136), (61, 5000, 520), (32, 35840, 5120)] {
         let p = Problem::new(Arch::Sm90, Acc::F32, Layout::Tn, Shape::new(m, n, k).expect("shape"));
-        let bn = hopper::swap_space(&p, 132).first().expect("swap codes").bn;
-        let of_384 = |pick: &dyn Fn(&HopperConfig) -> bool| codes.iter().find(|c| c.bn == bn && pick(c)).copied();
-        let ptx = |c: &HopperConfig| hopper::compile(c, Acc::F32, Layout::Tn).expect("compile");
-        let unsplit = of_384(&|c| c.split == 1 && c.cluster_size() == 1).expect("a 384-row code");
+        let at_width: Vec<HopperConfig> = codes.iter().filter(|c| c.bn == swap_width(&p)).copied().collect();
         if n == 35840 {
-            runs.run_code(&p, &unsplit, &ptx(&unsplit));
+            let unsplit = at_width.iter().find(|c| c.split == 1 && c.cluster_size() == 1).expect("a 384-row code");
+            runs.run_code(&p, unsplit, &hopper::compile(unsplit, Acc::F32, Layout::Tn).expect("compile"));
             continue;
         }
-        runs.run_grids(&p, &unsplit, &ptx(&unsplit), &[None, Some(3)]);
-        for (reduction, split) in [(Reduction::Atomic, 3), (Reduction::StreamK, 7), (Reduction::StreamKHybrid, 7)] {
-            let code = of_384(&|c| c.reduction == reduction).expect("a 384-row split code");
-            runs.run_code(&p, &HopperConfig { split, ..code }, &ptx(&code));
-        }
-        // The pair shares whole 8-row slices of the tokens: 16, 32, 48 and 64 wide.
-        match of_384(&|c| c.cluster_m == 2) {
-            Some(pair) => runs.run_code(&p, &pair, &ptx(&pair)),
-            None => assert!(!bn.is_multiple_of(16), "no 384-row pair {bn} tokens wide"),
-        }
+        let unsplit = run_swap_tile_kinds(&mut runs, &p, &at_width);
         runs.run_f16_tn(&unsplit, (m, n, k));
     }
     assert!(runs.runs >= 35, "{} runs", runs.runs);
