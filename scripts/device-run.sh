@@ -60,6 +60,16 @@
 #                                          filter and its server's catalog), and keep it as
 #                                          $OUT/bundle-NAME.tgz; the last step's bundle.tgz
 #                                          holds everything
+#   bash .dev/run/device-run.sh suite SECONDS TEST…
+#                                          (device, gpu-tests and gpu-check.sh staged in
+#                                          .dev/run) the GPU tests TEST… (e.g. hopper::
+#                                          pingpong_hopper_kernels_pass_the_verifier) one at a
+#                                          time in the order given, each cut at what is left
+#                                          of SECONDS: a line each in $OUT/suite/suite.tsv
+#                                          (passed, failed, cut or not run; runs that passed;
+#                                          seconds), logs in $OUT/suite/logs.tgz. With
+#                                          CUDA_VISIBLE_DEVICES=0 beside `h200` on the others
+#                                          it shares a call with a catalog batch
 #   bash scripts/device-run.sh h200 SECONDS [JOB_S BENCH_MS TUNE_S]
 #                                          (device, with .dev/run carried) the next batch of
 #                                          the H200 grid catalog: H100 kernels for problems
@@ -958,6 +968,33 @@ remeasure() {
 # (60) seconds; what it still holds is planned again next time. Back: $OUT/h200-batch.tgz
 # for `python3 scripts/h200-catalog.py adopt`, the plan and the batch's figures
 # (report.txt), and the server's log.
+# The GPU tests named, in turn, inside one deadline. libtest would run a filter's matches
+# alphabetically; one invocation per test keeps the caller's order, so the most important
+# run first and a cut costs the least important.
+suite() {
+    setup_device
+    local seconds="$1"; shift
+    local t0=$SECONDS dir="$OUT/suite" logs t name left rc verdict passed
+    # Its own folder: two suites of one call (one per GPU) must not share logs.
+    logs="$(mktemp -d /tmp/kaas-suite.XXXXXX)"
+    mkdir -p "$dir"
+    printf 'test\tverdict\truns passed\tseconds\n' >"$dir/suite.tsv"
+    for t in "$@"; do
+        name="${t##*::}"; left=$(( seconds - (SECONDS - t0) ))
+        if (( left < 20 )); then printf '%s\tnot run\t0\t0\n' "$name" >>"$dir/suite.tsv"; continue; fi
+        local s=$SECONDS; rc=0
+        OUT="$logs/$name" timeout "$left" bash "$here/gpu-check.sh" remote --exact "$t" >"$logs/$name.out" 2>&1 || rc=$?
+        # gpu-check.sh's own status is tee's; the test binary's verdict is libtest's line.
+        if (( rc == 124 )); then verdict=cut
+        elif grep -q '^test result: ok. 1 passed' "$logs/$name/gpu.log" 2>/dev/null; then verdict=passed
+        else verdict=failed; fi
+        passed="$(grep -c ': Pass ' "$logs/$name/gpu.log" 2>/dev/null || true)"
+        printf '%s\t%s\t%s\t%s\n' "$name" "$verdict" "${passed:-0}" "$((SECONDS - s))" | tee -a "$dir/suite.tsv"
+    done
+    tar czf "$dir/logs.tgz" -C "$logs" .
+    column -t -s $'\t' "$dir/suite.tsv" 2>/dev/null || cat "$dir/suite.tsv"
+}
+
 h200_catalog() {
     T_CALL=$SECONDS
     setup_device
@@ -1041,6 +1078,7 @@ case "$mode" in
     recheck) recheck "$@" ;;
     remeasure) remeasure "$@" ;;
     h200) h200_catalog "$@" ;;
+    suite) suite "$@" ;;
     interfere) interfere "$@" ;;
     *) echo "usage: $0 stage | e2e | tune ARGS… | profile SHAPE LAYOUT ONLY… | pass LAYOUTS SECONDS [TUNE ARGS…] | whole KERNEL SIZE BUDGET_MS… | pairs DIR BUDGET_MS | verify STATE SECONDS BENCH_MS [TUNE SUBMIT OPTIONS…]" >&2; exit 2 ;;
 esac
