@@ -1433,17 +1433,24 @@ mod tests {
         // (`swap_ab_256_row_tiles_pass_the_verifier`).
         for bn in SWAP_BN {
             let wide: Vec<&HopperConfig> = codes.iter().filter(|c| c.bm == 256 && c.bn == bn).collect();
-            let kinds = [
-                wide.iter().any(|c| c.consumers == 2 && c.split == 1 && c.cluster_size() == 1 && c.chains == 1),
-                wide.iter().any(|c| c.reduction == Reduction::Atomic),
-                wide.iter().any(|c| c.reduction == Reduction::StreamK),
-                wide.iter().any(|c| c.reduction == Reduction::StreamKHybrid),
-                wide.iter().any(|c| c.cluster_m == 2),
-            ];
+            assert!(wide.iter().all(|c| c.consumers == 2), "256-row codes {bn} tokens wide have two consumers");
             // The pair shares whole 8-row slices of the tokens: half the width a multiple of 8.
             let fits = bn <= 128;
-            assert_eq!(kinds, [fits, fits, fits, fits, fits && bn % 16 == 0], "256-row codes {bn} tokens wide");
+            assert_eq!(swap_kinds(&wide), [fits, fits, fits, fits, fits && bn % 16 == 0], "256-row codes {bn} tokens wide");
         }
+    }
+
+    /// Which of the kinds the GPU suite runs on a swap-AB tile (`swap_ab_*_row_tiles_pass_
+    /// the_verifier`) `wide` holds: unsplit, the atomic split, stream-K, hybrid stream-K,
+    /// the multicast pair.
+    fn swap_kinds(wide: &[&HopperConfig]) -> [bool; 5] {
+        [
+            wide.iter().any(|c| c.split == 1 && c.cluster_size() == 1 && c.chains == 1),
+            wide.iter().any(|c| c.reduction == Reduction::Atomic),
+            wide.iter().any(|c| c.reduction == Reduction::StreamK),
+            wide.iter().any(|c| c.reduction == Reduction::StreamKHybrid),
+            wide.iter().any(|c| c.cluster_m == 2),
+        ]
     }
 
     /// Swap-AB's 384-row weight tiles: three consumer warpgroups of 128 rows (512 threads),
@@ -1456,16 +1463,9 @@ mod tests {
         let codes: Vec<HopperConfig> = swap_codes().into_iter().filter(|c| c.bm == 384).collect();
         for bn in SWAP_BN {
             let wide: Vec<&HopperConfig> = codes.iter().filter(|c| c.bn == bn).collect();
-            let kinds = [
-                wide.iter().any(|c| c.split == 1 && c.cluster_size() == 1 && c.chains == 1),
-                wide.iter().any(|c| c.reduction == Reduction::Atomic),
-                wide.iter().any(|c| c.reduction == Reduction::StreamK),
-                wide.iter().any(|c| c.reduction == Reduction::StreamKHybrid),
-                wide.iter().any(|c| c.cluster_m == 2),
-            ];
             // 128 rows by 64 tokens are 64 fp32 accumulators a thread; 128 tokens would be 128.
             let fits = bn <= 64;
-            assert_eq!(kinds, [fits, fits, fits, fits, fits && bn % 16 == 0], "384-row codes {bn} tokens wide");
+            assert_eq!(swap_kinds(&wide), [fits, fits, fits, fits, fits && bn % 16 == 0], "384-row codes {bn} tokens wide");
             for c in wide {
                 c.validate().unwrap();
                 assert_eq!((c.consumers, c.threads(), c.stages, c.chains, c.cluster_n), (3, 512, 4, 1, 1), "{}", c.label());
@@ -1492,10 +1492,11 @@ mod tests {
         assert_eq!([1, 2, 3].map(HopperConfig::accumulator_budget), [128, 160, 64]);
         let c = HopperConfig { swap: true, ..HopperConfig::new(384, 32, 4, 3) };
         assert!(codes.contains(&c), "{codes:?}");
-        // The trial offers them; the search not until their GPU test has passed.
+        // The search offers them beside the one- and two-consumer swap tiles (their GPU
+        // test, `swap_ab_384_row_tiles_pass_the_verifier`, passed on an H200).
         let decode = p(32, 35840, 5120);
-        assert!(swap_space(&decode, 132).iter().any(|c| c.consumers == 3));
-        assert!(space_for(&decode, 132).iter().all(|c| c.consumers < 3) && space_for(&decode, 132).iter().any(|c| c.swap));
+        assert!(space_for(&decode, 132).iter().any(|c| c.bm == 384 && c.consumers == 3 && c.split == 1));
+        assert!(space_for(&decode, 132).iter().any(|c| c.swap && c.consumers == 1));
         assert!(HopperConfig { bn: 128, stages: 3, ..c }.validate().unwrap_err().contains("128 accumulators"));
         // Three consumers are swap-AB's 384-row tiles only: cooperative, no cluster along N
         // (A's 384 rows are three boxes; a pair along N would share 192), not the cluster
@@ -1562,7 +1563,7 @@ mod tests {
         assert_eq!(split.tiles(&down), 14);
         assert_eq!(split.workspace_bytes(&down), 256 + 4 * 14 * 384 * 32);
         // The trial offers them up to 64 tokens (the 48-token tile at 45; from 64 tokens on,
-        // the tile half as wide too); 128 tokens and more have none.
+        // the tile half as wide too); 128 tokens and more have none. The search stops at 48.
         for (m, widths) in [(1, vec![8]), (16, vec![16]), (32, vec![32]), (45, vec![48]), (64, vec![32, 64]), (128, vec![64]), (256, vec![])] {
             let got: std::collections::BTreeSet<u32> = swap_space(&p(m, 35840, 5120), 132).iter().filter(|c| c.bm == 384).map(|c| c.bn).collect();
             assert_eq!(got.into_iter().collect::<Vec<u32>>(), widths, "{m} tokens");

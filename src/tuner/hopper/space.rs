@@ -642,10 +642,7 @@ pub fn space_for(p: &Problem, sm_count: u32) -> Vec<HopperConfig> {
         out.extend(chains_split_space(p, sm_count));
     }
     if p.m <= SEARCH_SWAP_MAX_M {
-        // The 384-row tiles (three consumers) stay in `--trial swap` until their GPU test
-        // (`swap_ab_384_row_tiles_pass_the_verifier`) has passed on a Hopper GPU: a tune job
-        // must not spend its budget on codes no GPU has run.
-        out.extend(swap_space(p, sm_count).into_iter().filter(|c| c.consumers < 3));
+        out.extend(swap_space(p, sm_count));
     }
     if takes_tma_store(p) {
         let twins: Vec<HopperConfig> = out.iter().filter_map(tma_store_twin).collect();
