@@ -11,6 +11,10 @@
 #                                          `bash .dev/run/gpu-check.sh remote [FILTER…]`)
 #   scripts/device-run.sh stage-lite       (here) only the release `kaas` (gzipped) and the
 #                                          scripts, for source, fleet and interfere
+#   scripts/device-run.sh stage-fleet      (here) .dev/fl: only `kaas` (gzipped) and this
+#                                          script, for `fleet` and `interfere` with .dev/pg
+#                                          (the tree, a full .dev/run and .dev/pg together
+#                                          pass the call's 64 MiB)
 #   scripts/device-run.sh stage-tune-ptx   (here, after stage-lite) the tune jobs' PTX,
 #                                          .dev/run/tune-ptx.tar.xz (2 MB): `h200` with
 #                                          TUNE_S > 0 then tunes without NVRTC
@@ -103,6 +107,14 @@ stage_lite() {
     cp "${CARGO_TARGET_DIR:-$repo/target}/release/kaas" .dev/run/kaas
     cp "$here/device-run.sh" "$here/source-report.py" "$here/request-report.py" "$here/recheck.py" "$here/remeasure-report.py" \
         "$here/swap-report.py" "$here/desc-modes.py" "$here/tune_code.py" .dev/run/
+}
+
+stage_fleet() {
+    local repo; repo="$(cd "$here/.." && pwd)"; cd "$repo"
+    [[ -f .dev/run/kaas.gz ]] || { stage_lite && gzip -f .dev/run/kaas; }
+    rm -rf .dev/fl; mkdir -p .dev/fl
+    cp .dev/run/kaas.gz "$here/device-run.sh" .dev/fl/
+    du -sh .dev/fl
 }
 
 # The tune jobs' PTX for workers without NVRTC (`kaas serve --tune-ptx-dir`): every code of
@@ -1071,6 +1083,7 @@ case "$mode" in
     submit) submit "$@" ;;
     stage-nvrtc) stage_nvrtc ;;
     stage-tune-ptx) stage_tune_ptx ;;
+    stage-fleet) stage_fleet ;;
     nvrtc) nvrtc12 && echo "NVRTC 12 ready: $(ls -la "$(repo_root)/.dev/nvrtc12/lib")" ;;
     source) source_run "$@" ;;
     fleet) fleet "$@" ;;
