@@ -591,25 +591,31 @@ static __device__ __forceinline__ void slot_release(u32 bar) {
 }
 
 // ─── The producer ───────────────────────────────────────────────────────────────────────
-// A's part of a slot: BK/64 swizzle atoms along K, atom `at` holding K [k0 + 64at, +64) of
-// the tile's BM rows (the 384-row tile's in three boxes). With CLN > 1, A's rows are shared
-// along the cluster's row: this CTA loads slice rn into every CTA with its rm (`mask`).
-template <class C>
-static __device__ __forceinline__ void load_a(const TensorMap128* tm, u32 dst, int k0, int m0, u32 fb, int rn, u16 mask) {
-    constexpr int SLICE = C::BM / C::CLN;
+// K-major rows of a slot (A's, and tn B's): BK/64 swizzle atoms along K, atom `at` holding
+// K [k0 + 64at, +64) of ROWS rows from r0. With CL > 1 the rows are shared along the
+// cluster: this CTA loads slice `part` into every CTA in `mask`. More rows than one box
+// holds (the 384-row tile's A) load as boxes of BOX rows, on the same full barrier.
+template <int ROWS, int CL, int BK, int BOX>
+static __device__ __forceinline__ void load_k_major(const TensorMap128* tm, u32 dst, int k0, int r0, u32 fb, int part, u16 mask) {
+    constexpr int SLICE = ROWS / CL;
 #pragma unroll
-    for (int at = 0; at < C::BK / 64; ++at) {
-        if constexpr (C::CLN > 1) {
-            tma_load_mc(dst + at * C::BM * 128 + rn * SLICE * 128, tm, k0 + 64 * at, m0 + rn * SLICE, fb, mask);
+    for (int at = 0; at < BK / 64; ++at) {
+        if constexpr (CL > 1) {
+            tma_load_mc(dst + at * ROWS * 128 + part * SLICE * 128, tm, k0 + 64 * at, r0 + part * SLICE, fb, mask);
         } else if constexpr (SLICE > 256) {
-            // More rows than one box holds: boxes of BOX rows, on the same full barrier.
-            constexpr int BOX = a_box_rows(SLICE, C::WG_M);
 #pragma unroll
-            for (int b = 0; b < SLICE / BOX; ++b) tma_load(dst + at * C::BM * 128 + b * BOX * 128, tm, k0 + 64 * at, m0 + b * BOX, fb);
+            for (int b = 0; b < SLICE / BOX; ++b) tma_load(dst + at * ROWS * 128 + b * BOX * 128, tm, k0 + 64 * at, r0 + b * BOX, fb);
         } else {
-            tma_load(dst + at * C::BM * 128, tm, k0 + 64 * at, m0, fb);
+            tma_load(dst + at * ROWS * 128, tm, k0 + 64 * at, r0, fb);
         }
     }
+}
+
+// A's part of a slot: the tile's BM rows, K-major; shared along the cluster's row (CLN),
+// this CTA loading slice rn into every CTA with its rm.
+template <class C>
+static __device__ __forceinline__ void load_a(const TensorMap128* tm, u32 dst, int k0, int m0, u32 fb, int rn, u16 mask) {
+    load_k_major<C::BM, C::CLN, C::BK, a_box_rows(C::BM / C::CLN, C::WG_M)>(tm, dst, k0, m0, fb, rn, mask);
 }
 
 // B's part of a slot. tn: BK/64 atoms of the tile's BN rows (K-major), as A's; nn: BN/64
@@ -619,15 +625,7 @@ static __device__ __forceinline__ void load_a(const TensorMap128* tm, u32 dst, i
 template <class C>
 static __device__ __forceinline__ void load_b(const TensorMap128* tm, u32 dst, int k0, int n0, u32 fb, int rm, u16 mask) {
     if constexpr (C::TN) {
-        constexpr int SLICE = C::BN / C::CLM;
-#pragma unroll
-        for (int at = 0; at < C::BK / 64; ++at) {
-            if constexpr (C::CLM > 1) {
-                tma_load_mc(dst + at * C::BN * 128 + rm * SLICE * 128, tm, k0 + 64 * at, n0 + rm * SLICE, fb, mask);
-            } else {
-                tma_load(dst + at * C::BN * 128, tm, k0 + 64 * at, n0, fb);
-            }
-        }
+        load_k_major<C::BN, C::CLM, C::BK, C::BN>(tm, dst, k0, n0, fb, rm, mask);
     } else if constexpr (C::NN_NARROW) {
         constexpr int SLICE = C::BK / C::CLM;
         if constexpr (C::CLM > 1) {
