@@ -967,19 +967,6 @@ remeasure() {
     tar czf "$OUT/remeasure.tgz" -C "$OUT" full remeasure-runs.json remeasure.txt serve.log && rm -rf "$OUT/full"
 }
 
-# The H200 grid catalog (kernels/h200), one batch a call; the next call continues where
-# the adopted batches left it (scripts/h200-catalog.py, which plans, submits and exports).
-# Once every problem is answered, the tunes go to the problems an H100 kernel answers
-# without winning (retunes).
-# The batch: the H100 catalog's kernels (PTX and concrete manifests) for the grid problems
-# without an H200 answer, spread over layouts and FLOP buckets, as many as this machine's
-# GPUs (a worker each) finish in $1 seconds at $2 GPU seconds a job; with $4 > 0, tunes of
-# the problems no H100 kernel answers fill what is left of the time, at $4 seconds each
-# (they compile the tuner's templates: NVRTC, `nvrtc` in the same warm machine first).
-# $3: the benchmark budget in ms. The queue is drained for at most $1 + KAAS_H200_SLACK
-# (60) seconds; what it still holds is planned again next time. Back: $OUT/h200-batch.tgz
-# for `python3 scripts/h200-catalog.py adopt`, the plan and the batch's figures
-# (report.txt), and the server's log.
 # The GPU tests named, in turn, inside one deadline. libtest would run a filter's matches
 # alphabetically; one invocation per test keeps the caller's order, so the most important
 # run first and a cut costs the least important.
@@ -1007,6 +994,19 @@ suite() {
     column -t -s $'\t' "$dir/suite.tsv" 2>/dev/null || cat "$dir/suite.tsv"
 }
 
+# The H200 grid catalog (kernels/h200), one batch a call; the next call continues where
+# the adopted batches left it (scripts/h200-catalog.py, which plans, submits and exports).
+# Once every problem is answered, the tunes go to the problems an H100 kernel answers
+# without winning (retunes).
+# The batch: the H100 catalog's kernels (PTX and concrete manifests) for the grid problems
+# without an H200 answer, spread over layouts and FLOP buckets, as many as this machine's
+# GPUs (a worker each) finish in $1 seconds at $2 GPU seconds a job; with $4 > 0, tunes of
+# the problems no H100 kernel answers fill what is left of the time, at $4 seconds each
+# (they compile the tuner's templates: NVRTC, `nvrtc` in the same warm machine first).
+# $3: the benchmark budget in ms. The queue is drained for at most $1 + KAAS_H200_SLACK
+# (60) seconds; what it still holds is planned again next time. Back: $OUT/h200-batch.tgz
+# for `python3 scripts/h200-catalog.py adopt`, the plan and the batch's figures
+# (report.txt), and the server's log.
 h200_catalog() {
     T_CALL=$SECONDS
     setup_device
