@@ -239,9 +239,8 @@ def plan(a):
     # kernel, 19 of 125 in 2^30–2^36 and 7 of 99 above (where both catalogs' served figure
     # is 1.000).
     n_first = len(tunes)
-    flop = lambda k: 2 * k[1] * k[2] * k[3]
-    tiers = [[k for k in retunes if lo <= flop(k) < hi] for lo, hi in ((0, 2**30), (2**30, 2**36), (2**36, math.inf))]
-    tunes = spread(tunes, problem_dict) + [k for tier in tiers for k in spread(tier, problem_dict)]
+    tunes = spread(tunes, problem_dict) + [k for b in catalog_index.BUCKETS
+                                           for k in spread([k for k in retunes if bucket(2 * k[1] * k[2] * k[3]) == b], problem_dict)]
     capacity = a.gpus * a.seconds
     n_kernels = min(len(kernels), int(capacity // a.job_seconds))
     left = capacity - n_kernels * a.job_seconds

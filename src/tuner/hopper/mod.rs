@@ -1536,7 +1536,6 @@ mod tests {
         // 32 tokens by a 35840-row weight: 94 tiles of 384 rows, one wave (cuBLASLt's pick is
         // this tile). The weight's tensor map has 128-row boxes, three a slot; the tokens' one
         // box of 32 rows; 512 threads.
-        let decode = p(32, 35840, 5120);
         let m = c.manifest(&decode, 132);
         m.validate().unwrap();
         let l = &m.launches[0];

@@ -560,7 +560,7 @@ pub const SEARCH_SWAP_MAX_M: u32 = 48;
 /// Swap-AB codes (`_sw`, tn): for each token width of [`SWAP_BN`] (a problem takes the
 /// narrowest that holds its M, [`swap_space`]), tiles of 64 and 128 weight rows with one
 /// consumer, 128 and 256 with two, and 384 with three up to 64 tokens (cuBLASLt's pick at
-/// 32 tokens by 35840 weight rows on an H200 is 384×32: 96 CTAs, one wave), each with the
+/// 32 tokens by 35840 weight rows on an H200 is 384×32: 94 CTAs, one wave), each with the
 /// rings [`rings`] gives; the deepest ring also
 /// with the atomic split-K (`split` 2 stands for every count) and in a cluster of two along
 /// the weight's rows that multicasts the tokens; and two accumulator chains on the one-
