@@ -67,9 +67,9 @@
 #   bash .dev/run/device-run.sh suite SECONDS TEST…
 #                                          (device, gpu-tests and gpu-check.sh staged in
 #                                          .dev/run) the GPU tests TEST… (e.g. hopper::
-#                                          pingpong_hopper_kernels_pass_the_verifier) one at a
-#                                          time in the order given, each cut at what is left
-#                                          of SECONDS: a line each in $OUT/suite/suite.tsv
+#                                          pingpong_hopper_kernels_pass_the_verifier) in the
+#                                          order given, KAAS_SUITE_JOBS (1) at a time, each
+#                                          cut at what is left of SECONDS: a line each in $OUT/suite/suite.tsv
 #                                          (passed, failed, cut or not run; runs that passed;
 #                                          seconds), logs in $OUT/suite/logs.tgz. With
 #                                          CUDA_VISIBLE_DEVICES=0 beside `h200` on the others
@@ -973,25 +973,34 @@ remeasure() {
 suite() {
     setup_device
     local seconds="$1"; shift
-    local t0=$SECONDS dir="$OUT/suite" logs t name left rc verdict passed
+    local t0=$SECONDS dir="$OUT/suite" logs t jobs="${KAAS_SUITE_JOBS:-1}"
     # Its own folder: two suites of one call (one per GPU) must not share logs.
     logs="$(mktemp -d /tmp/kaas-suite.XXXXXX)"
     mkdir -p "$dir"
     printf 'test\tverdict\truns passed\tseconds\n' >"$dir/suite.tsv"
+    # KAAS_SUITE_JOBS tests at once on the one GPU: a verifier run is mostly NVRTC and the
+    # sandbox's start on the CPU, so side by side they finish sooner; the verdicts do not
+    # depend on timing (the race stage runs its own co-running kernels anyway).
     for t in "$@"; do
-        name="${t##*::}"; left=$(( seconds - (SECONDS - t0) ))
-        if (( left < 20 )); then printf '%s\tnot run\t0\t0\n' "$name" >>"$dir/suite.tsv"; continue; fi
-        local s=$SECONDS; rc=0
-        OUT="$logs/$name" timeout "$left" bash "$here/gpu-check.sh" remote --exact "$t" >"$logs/$name.out" 2>&1 || rc=$?
-        # gpu-check.sh's own status is tee's; the test binary's verdict is libtest's line.
-        if (( rc == 124 )); then verdict=cut
-        elif grep -q '^test result: ok. 1 passed' "$logs/$name/gpu.log" 2>/dev/null; then verdict=passed
-        else verdict=failed; fi
-        passed="$(grep -c ': Pass ' "$logs/$name/gpu.log" 2>/dev/null || true)"
-        printf '%s\t%s\t%s\t%s\n' "$name" "$verdict" "${passed:-0}" "$((SECONDS - s))" | tee -a "$dir/suite.tsv"
+        while (( $(jobs -rp | wc -l) >= jobs )); do wait -n || true; done
+        suite_test "$t" "$logs" "$dir/suite.tsv" $(( seconds - (SECONDS - t0) )) &
     done
+    wait
     tar czf "$dir/logs.tgz" -C "$logs" .
     column -t -s $'\t' "$dir/suite.tsv" 2>/dev/null || cat "$dir/suite.tsv"
+}
+
+# One test of a suite, with $4 seconds left of its deadline: its line in $3.
+suite_test() {
+    local t="$1" logs="$2" tsv="$3" left="$4" name="${1##*::}" s=$SECONDS rc=0 verdict passed
+    if (( left < 20 )); then printf '%s\tnot run\t0\t0\n' "$name" >>"$tsv"; return; fi
+    OUT="$logs/$name" timeout "$left" bash "$here/gpu-check.sh" remote --exact "$t" >"$logs/$name.out" 2>&1 || rc=$?
+    # gpu-check.sh's own status is tee's; the test binary's verdict is libtest's line.
+    if (( rc == 124 )); then verdict=cut
+    elif grep -q '^test result: ok. 1 passed' "$logs/$name/gpu.log" 2>/dev/null; then verdict=passed
+    else verdict=failed; fi
+    passed="$(grep -c ': Pass ' "$logs/$name/gpu.log" 2>/dev/null || true)"
+    printf '%s\t%s\t%s\t%s\n' "$name" "$verdict" "${passed:-0}" "$((SECONDS - s))" | tee -a "$tsv"
 }
 
 # The H200 grid catalog (kernels/h200), one batch a call; the next call continues where

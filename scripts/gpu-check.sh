@@ -122,7 +122,11 @@ baselines() {
 # device-run.sh's stage's kaas.gz, unpacked afresh.
 staged_kaas() {
     if [[ -x "$here/kaas" ]]; then echo "$here/kaas"; return; fi
-    mkdir -p /tmp/kaas-staged && gunzip -c "$here/kaas.gz" > /tmp/kaas-staged/kaas && chmod +x /tmp/kaas-staged/kaas
+    # Unpacked beside and renamed into place: suites running side by side (device-run.sh's
+    # KAAS_SUITE_JOBS) each unpack it, and one must not overwrite the binary another runs.
+    local tmp
+    mkdir -p /tmp/kaas-staged && tmp="$(mktemp /tmp/kaas-staged/kaas.XXXXXX)"
+    gunzip -c "$here/kaas.gz" >"$tmp" && chmod +x "$tmp" && mv -f "$tmp" /tmp/kaas-staged/kaas
     echo /tmp/kaas-staged/kaas
 }
 
