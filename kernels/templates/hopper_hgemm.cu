@@ -594,8 +594,9 @@ static __device__ __forceinline__ void slot_release(u32 bar) {
 // K-major rows of a slot (A's, and tn B's): BK/64 swizzle atoms along K, atom `at` holding
 // K [k0 + 64at, +64) of ROWS rows from r0. With CL > 1 the rows are shared along the
 // cluster: this CTA loads slice `part` into every CTA in `mask`. More rows than one box
-// holds (the 384-row tile's A) load as boxes of BOX rows, on the same full barrier.
-template <int ROWS, int CL, int BK, int BOX>
+// holds (the 384-row tile's A) load as boxes of BOX rows, on the same full barrier; B's
+// rows (at most 256) are always one box, so B leaves BOX at its default.
+template <int ROWS, int CL, int BK, int BOX = ROWS>
 static __device__ __forceinline__ void load_k_major(const TensorMap128* tm, u32 dst, int k0, int r0, u32 fb, int part, u16 mask) {
     constexpr int SLICE = ROWS / CL;
 #pragma unroll
@@ -625,7 +626,7 @@ static __device__ __forceinline__ void load_a(const TensorMap128* tm, u32 dst, i
 template <class C>
 static __device__ __forceinline__ void load_b(const TensorMap128* tm, u32 dst, int k0, int n0, u32 fb, int rm, u16 mask) {
     if constexpr (C::TN) {
-        load_k_major<C::BN, C::CLM, C::BK, C::BN>(tm, dst, k0, n0, fb, rm, mask);
+        load_k_major<C::BN, C::CLM, C::BK>(tm, dst, k0, n0, fb, rm, mask);
     } else if constexpr (C::NN_NARROW) {
         constexpr int SLICE = C::BK / C::CLM;
         if constexpr (C::CLM > 1) {
