@@ -1031,7 +1031,7 @@ h200_catalog() {
     TUNE_PTX=()
     [[ "$tune" != 0 ]] && tune_compiler
     python3 "$helper" plan --catalog "$repo/kernels" --gpus "$gpus" --seconds "$seconds" --job-seconds "$job" --tune-seconds "$tune" --out "$batch" \
-        --exclude /tmp/kaas-h200-planned.txt | tee "$OUT/plan.txt"
+        ${KAAS_H200_IMPROVE:+--improve} --exclude /tmp/kaas-h200-planned.txt | tee "$OUT/plan.txt"
     # The server imports only what the batch needs: the template kernels and kernels/h200
     # (its answers, and the tunes' seeds). The H100 catalog and the baseline tables would
     # cost the start most of a minute for nothing: every run times its own baselines.

@@ -9,7 +9,7 @@ use std::process::Command;
 use actix_web::test;
 use kaas::api::{ApiSettings, create_app};
 use kaas::catalog::bundle::{self, BaselineRecord, DeviceClassRecord, EntryRecord, Index, RunRecord, TuneRecord};
-use kaas::problem::Problem;
+use kaas::problem::{Layout, Problem};
 use serde_json::{Value, json};
 
 use crate::common::*;
@@ -101,7 +101,13 @@ fn sha(text: &str) -> String {
 }
 
 fn plan(tree: &Path, seconds: &str, out: &Path) -> Value {
-    helper(&["plan", "--catalog", tree.to_str().unwrap(), "--gpus", "1", "--seconds", seconds, "--job-seconds", "1", "--tune-seconds", "1", "--out", out.to_str().unwrap()]);
+    plan_with(tree, seconds, out, &[])
+}
+
+fn plan_with(tree: &Path, seconds: &str, out: &Path, more: &[&str]) -> Value {
+    let mut args = vec!["plan", "--catalog", tree.to_str().unwrap(), "--gpus", "1", "--seconds", seconds, "--job-seconds", "1", "--tune-seconds", "1", "--out", out.to_str().unwrap()];
+    args.extend_from_slice(more);
+    helper(&args);
     serde_json::from_str(&std::fs::read_to_string(out.join("plan.json")).unwrap()).unwrap()
 }
 
@@ -186,4 +192,15 @@ async fn the_h200_catalog_is_built_batch_by_batch_and_only_improves() {
     let listed = get(&app, "/v1/problems?device=H200").await.json();
     assert_eq!(listed.as_array().unwrap().len(), 1, "{listed}");
     db.cleanup().await;
+
+    // A small grid problem won by a kernel that no H200 tune searched: only --improve plans
+    // it again (adopt keeps a tune's kernel only where it is faster), and `fast`, won too,
+    // is not small enough to be planned.
+    let small = problem(128, 64, 64, Layout::Tn);
+    let b4 = batch(&root.path().join("b4"), &[(small, &f.ptx_fast, ranked(4.0, 1.2, 24))], vec![h200_baseline(small, 4.8, 24)], vec![], &[]);
+    helper(&["adopt", b4.to_str().unwrap(), "--catalog", tree.to_str().unwrap()]);
+    let plain = plan(&tree, "100000", &root.path().join("plan3"));
+    assert_eq!(plain["retunes"], json!([]), "{}", plain["retunes"]);
+    let improve = plan_with(&tree, "100000", &root.path().join("plan4"), &["--improve"]);
+    assert_eq!(improve["retunes"], json!([small.path()]), "{}", improve["retunes"]);
 }
