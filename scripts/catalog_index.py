@@ -1,5 +1,5 @@
 """Shared by the catalog scripts: the 1,000-shape grid's sizes, its FLOP buckets, a geometric
-mean, reading a bundle's index, a bundle index's served entry per problem (the latest
+mean, reading a bundle's index (or an empty one), a bundle index's served entry per problem (the latest
 measured, as the service serves it), and the served figures over the grid."""
 import gzip, json, math, os, sys
 
@@ -22,6 +22,20 @@ def geomean(v):
 
 def load(path):
     return json.load(gzip.open(path))
+
+
+def empty_index():
+    """A bundle index with nothing in it: where a bundle starts (kernels/h200, a workload bundle)."""
+    return {"format": "kaas.catalog.v1", "device_classes": [], "problems": [], "artifacts": [], "entries": [], "baselines": []}
+
+
+def has_index(d):
+    return any(os.path.exists(os.path.join(d, n)) for n in ("index.json.gz", "index.json"))
+
+
+def load_dir(d):
+    """A bundle directory's index, or an empty one where there is none yet."""
+    return load_bundle(d) if d and has_index(d) else empty_index()
 
 
 def load_bundle(d):

@@ -49,7 +49,7 @@ import urllib.error
 import urllib.request
 
 import catalog_index
-from catalog_index import GRID, bucket, geomean
+from catalog_index import GRID, bucket, empty_index, geomean, has_index, load_dir
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 KERNELS = os.path.join(os.path.dirname(HERE), "kernels")
@@ -81,19 +81,6 @@ def grid_problems():
 
 def on_grid(p):
     return p["arch"] == "sm_90" and p["acc"] == "f32" and p["m"] in GRID and p["n"] in GRID and p["k"] in GRID
-
-
-def empty_index():
-    return {"format": "kaas.catalog.v1", "device_classes": [], "problems": [], "artifacts": [], "entries": [], "baselines": []}
-
-
-def has_index(d):
-    return any(os.path.exists(os.path.join(d, n)) for n in ("index.json.gz", "index.json"))
-
-
-def load_dir(d):
-    """A bundle directory's index, or an empty one where there is none yet."""
-    return catalog_index.load_bundle(d) if d and has_index(d) else empty_index()
 
 
 def graph_speedups(run, regime=None):

@@ -6,7 +6,9 @@ GRID_BUNDLE is the grid catalog (kernels/h100), WORKLOAD_BUNDLE the shipped work
 bundle (kernels/h100-workloads), each REQUEST_BUNDLE a request's `bundle` folder (its
 report's directory in request.tgz). A problem the grid holds an entry for stays the
 grid's. A problem a request measured takes that request's entries and baselines (a later
-REQUEST_BUNDLE wins over an earlier one); every other problem keeps the workload bundle's.
+REQUEST_BUNDLE wins over an earlier one); every other problem keeps the workload bundle's
+(a WORKLOAD_BUNDLE without an index yet, as kernels/h200-workloads before its first
+adoption, starts empty).
 With --best a later source takes a problem only where
 its served kernel is at least as fast against cuBLASLt-autotune-max (graph) as the one it
 would replace (a problem without a kernel counts as 1.0), as the catalog keeps a
@@ -24,7 +26,7 @@ import shutil
 import sys
 
 
-from catalog_index import load_bundle as load
+from catalog_index import load_bundle as load, load_dir
 
 
 def key(p):
@@ -60,7 +62,8 @@ def main(out, grid_dir, workload_dir, request_dirs, best=False, takes=None, late
     # table until a tune measured it) takes the tune's baselines and trace here.
     on_grid = {key(e["problem"]) for e in load(grid_dir)["entries"]} if grid_dir else set()
     takes = takes or (lambda new, current: served_speedup(new) >= served_speedup(current))
-    bundles = [(d, load(d)) for d in [workload_dir, *request_dirs]]
+    # A workload bundle not yet made (kernels/h200-workloads' first adoption) starts empty.
+    bundles = [(workload_dir, load_dir(workload_dir))] + [(d, load(d)) for d in request_dirs]
     # Per problem, the latest source of its figures (dir, index, entries, baselines), and
     # the latest source of its tune.
     figures, tune = {}, {}

@@ -16,15 +16,16 @@ use crate::common::*;
 
 const H200: &str = "H200";
 
-fn script() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/h200-catalog.py")
+/// Runs the helper (scripts/h200-catalog.py); its output, or a panic with it.
+fn helper(args: &[&str]) -> String {
+    run_script("h200-catalog.py", args)
 }
 
-/// Runs the helper; its output, or a panic with it.
-fn helper(args: &[&str]) -> String {
-    let out = Command::new("python3").arg(script()).args(args).env("KAAS_BIN", env!("CARGO_BIN_EXE_kaas")).env("PYTHONDONTWRITEBYTECODE", "1").output().expect("python3");
+fn run_script(name: &str, args: &[&str]) -> String {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts").join(name);
+    let out = Command::new("python3").arg(script).args(args).env("KAAS_BIN", env!("CARGO_BIN_EXE_kaas")).env("PYTHONDONTWRITEBYTECODE", "1").output().expect("python3");
     let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    assert!(out.status.success(), "h200-catalog.py {}: {text}", args.join(" "));
+    assert!(out.status.success(), "{name} {}: {text}", args.join(" "));
     text
 }
 
@@ -203,4 +204,16 @@ async fn the_h200_catalog_is_built_batch_by_batch_and_only_improves() {
     assert_eq!(plain["retunes"], json!([]), "{}", plain["retunes"]);
     let improve = plan_with(&tree, "100000", &root.path().join("plan4"), &["--improve"]);
     assert_eq!(improve["retunes"], json!([small.path()]), "{}", improve["retunes"]);
+
+    // A workload bundle's first adoption (kernels/h200-workloads): no bundle yet, so it
+    // starts empty; the grid's problem stays the grid's, the other is taken.
+    let off_grid = problem(48, 64, 64, Layout::Tn);
+    let request = batch(&root.path().join("request"), &[(small, &f.ptx_fast, ranked(4.0, 1.3, 25)), (off_grid, &f.ptx_fast, ranked(3.0, 1.2, 25))],
+                        vec![h200_baseline(off_grid, 3.6, 25)], vec![], &[]);
+    let (out, missing) = (root.path().join("workloads-out"), root.path().join("h200-workloads"));
+    let args = [out.to_str().unwrap(), h200.to_str().unwrap(), missing.to_str().unwrap(), request.to_str().unwrap()];
+    run_script("workload-adopt.py", &args);
+    let index: Value = serde_json::from_str(&std::fs::read_to_string(out.join("index.json")).unwrap()).unwrap();
+    let taken: Vec<Problem> = index["entries"].as_array().unwrap().iter().map(|e| serde_json::from_value(e["problem"].clone()).unwrap()).collect();
+    assert_eq!(taken, vec![off_grid], "{index}");
 }
