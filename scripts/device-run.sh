@@ -973,7 +973,7 @@ remeasure() {
 suite() {
     setup_device
     local seconds="$1"; shift
-    local t0=$SECONDS dir="$OUT/suite" logs t jobs="${KAAS_SUITE_JOBS:-1}"
+    local t0=$SECONDS dir="$OUT/suite" logs t at_once="${KAAS_SUITE_JOBS:-1}"
     # Its own folder: two suites of one call (one per GPU) must not share logs.
     logs="$(mktemp -d /tmp/kaas-suite.XXXXXX)"
     mkdir -p "$dir"
@@ -982,7 +982,7 @@ suite() {
     # sandbox's start on the CPU, so side by side they finish sooner; the verdicts do not
     # depend on timing (the race stage runs its own co-running kernels anyway).
     for t in "$@"; do
-        while (( $(jobs -rp | wc -l) >= jobs )); do wait -n || true; done
+        while (( $(jobs -rp | wc -l) >= at_once )); do wait -n || true; done
         suite_test "$t" "$logs" "$dir/suite.tsv" $(( seconds - (SECONDS - t0) )) &
     done
     wait

@@ -49,7 +49,7 @@ import urllib.error
 import urllib.request
 
 import catalog_index
-from catalog_index import GRID, bucket, empty_index, geomean, has_index, load_dir
+from catalog_index import GRID, bucket, geomean, has_index, load_dir
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 KERNELS = os.path.join(os.path.dirname(HERE), "kernels")
@@ -110,6 +110,10 @@ class Catalog:
 
     def answers(self):
         return answers(self.h200)
+
+    def tuned(self):
+        """The grid problems an H200 tune has searched, whatever it ended in."""
+        return {key(t["problem"]) for t in self.h200.get("tunes", []) if t["device_class"] == CLASS}
 
 
 def answers(idx):
@@ -185,7 +189,7 @@ def improvements(cat):
     where it is faster). The kernels that kept the least of their H100 speedup on the
     H200 first."""
     ans = cat.answers()
-    tuned = {key(t["problem"]) for t in cat.h200.get("tunes", []) if t["device_class"] == CLASS}
+    tuned = cat.tuned()
     h100 = catalog_index.served_entries(cat.h100)
     served = catalog_index.served_entries(cat.h200)
 
@@ -206,7 +210,7 @@ def work_left(cat):
     win (an H100 kernel that lost on the H200) and not yet tuned on an H200, a retune: the
     H100 tuner's winner is not the H200's."""
     ans = cat.answers()
-    tuned = {key(t["problem"]) for t in cat.h200.get("tunes", []) if t["device_class"] == CLASS}
+    tuned = cat.tuned()
     retunes = [k for k in grid_problems() if ans.get(k) == "baseline" and k not in tuned]
     h100 = {k: e for k, e in catalog_index.served_entries(cat.h100).items() if on_grid(e["problem"])}
     failed = failed_keys(cat.failed)
@@ -485,15 +489,10 @@ def adopt(a):
                 sys.exit(f"{src}: holds {', '.join(sorted(other))} measurements; kernels/h200 takes {CLASS} ones only")
             sources.append(d)
         h200 = os.path.join(a.catalog, "h200")
-        current = h200 if os.path.isdir(h200) else os.path.join(tmp, "empty")
-        if current != h200:
-            os.makedirs(os.path.join(current, "ptx"))
-            with open(os.path.join(current, "index.json"), "w") as f:
-                json.dump(dict(empty_index(), device_classes=[]), f)
         merged = os.path.join(tmp, "merged")
         # A retune that found nothing faster keeps the problem's entry and joins it as
         # its tune (the search the problem's page shows, and what plans count as tuned).
-        workload_adopt().main(merged, None, current, sources, best=True, takes=improves, later_tunes=True)
+        workload_adopt().main(merged, None, h200, sources, best=True, takes=improves, later_tunes=True)
         # Canonical, as every shipped bundle is (docs/bundles.md): import into a fresh
         # database, export again.
         kaas = find_kaas(a.kaas)
@@ -503,7 +502,7 @@ def adopt(a):
             r = subprocess.run(cmd, capture_output=True, text=True)
             if r.returncode != 0:
                 sys.exit(f"{' '.join(cmd)}: {r.stderr.strip()}")
-        before = answers(load_dir(h200)) if current == h200 else {}
+        before = answers(load_dir(h200))
         failed = read_failed(os.path.join(h200, FAILED_TSV))
         for d in sources:
             failed += read_failed(os.path.join(d, FAILED_TSV))
