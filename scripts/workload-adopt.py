@@ -8,7 +8,9 @@ report's directory in request.tgz). A problem the grid holds an entry for stays 
 grid's. A problem a request measured takes that request's entries and baselines (a later
 REQUEST_BUNDLE wins over an earlier one); every other problem keeps the workload bundle's
 (a WORKLOAD_BUNDLE without an index yet, as kernels/h200-workloads before its first
-adoption, starts empty).
+adoption, starts empty). Where the grid bundle measures one device class, only that
+class's rows are taken from every source: a request's export also carries the shipped
+figures of other classes for its problems.
 With --best a later source takes a problem only where
 its served kernel is at least as fast against cuBLASLt-autotune-max (graph) as the one it
 would replace (a problem without a kernel counts as 1.0), as the catalog keeps a
@@ -52,8 +54,27 @@ def served_speedup(entries):
     return max([e["run"]["speedups"]["graph"]["cublaslt_autotune_max"] for e in entries], default=1.0)
 
 
-def main(out, grid_dir, workload_dir, request_dirs, best=False, takes=None, later_tunes=False):
-    """`grid_dir` None: no problem is left to a grid bundle. `takes(new_entries,
+def only_class(idx, device_class):
+    """The bundle's rows of one device class: a request's export also carries the other
+    classes' figures for its problems (the shipped H100 answers beside the H200 tunes),
+    which belong to that class's own bundle."""
+    if device_class is None:
+        return idx
+    rows = {part: [x for x in idx.get(part, []) if x["device_class"] == device_class] for part in ("entries", "baselines", "tunes")}
+    used = {e["artifact"] for e in rows["entries"]}
+    return dict(idx, **rows, artifacts=[a for a in idx["artifacts"] if a["sha256"] in used],
+                device_classes=[c for c in idx["device_classes"] if c["name"] == device_class])
+
+
+def grid_class(grid_dir):
+    """The one device class a grid bundle measures (kernels/h200: H200), else None."""
+    classes = {x["device_class"] for x in load(grid_dir)["entries"]} if grid_dir else set()
+    return classes.pop() if len(classes) == 1 else None
+
+
+def main(out, grid_dir, workload_dir, request_dirs, best=False, takes=None, later_tunes=False, device_class=None):
+    """`device_class`: only that class's rows of every source are taken (the command line
+    passes the grid bundle's one class). `grid_dir` None: no problem is left to a grid bundle. `takes(new_entries,
     current_entries)`: with `best`, whether a later source takes a problem an earlier one
     measured (default: its served kernel is at least as fast, `served_speedup`).
     `later_tunes`: with `best`, a later source's tune that served no kernel
@@ -63,7 +84,7 @@ def main(out, grid_dir, workload_dir, request_dirs, best=False, takes=None, late
     on_grid = {key(e["problem"]) for e in load(grid_dir)["entries"]} if grid_dir else set()
     takes = takes or (lambda new, current: served_speedup(new) >= served_speedup(current))
     # A workload bundle not yet made (kernels/h200-workloads' first adoption) starts empty.
-    bundles = [(workload_dir, load_dir(workload_dir))] + [(d, load(d)) for d in request_dirs]
+    bundles = [(workload_dir, only_class(load_dir(workload_dir), device_class))] + [(d, only_class(load(d), device_class)) for d in request_dirs]
     # Per problem, the latest source of its figures (dir, index, entries, baselines), and
     # the latest source of its tune.
     figures, tune = {}, {}
@@ -112,4 +133,4 @@ if __name__ == "__main__":
     args = [a for a in args if a != "--best"]
     if len(args) < 4:
         sys.exit(__doc__)
-    main(args[0], args[1], args[2], args[3:], best)
+    main(args[0], args[1], args[2], args[3:], best, device_class=grid_class(args[1]))

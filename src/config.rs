@@ -119,7 +119,8 @@ pub struct ServeArgs {
     /// Submission event streams (`/v1/submissions/{id}/events`) one client address may hold open at once [default: 8].
     #[arg(long, env = "KAAS_MAX_EVENT_STREAMS_PER_CLIENT")]
     pub max_event_streams_per_client: Option<usize>,
-    /// Device class a tuning request that names none is tuned on [default: H100-SXM].
+    /// Device class a tuning request that names none is tuned on [default: the class of this
+    /// process's GPU workers (`--workers`) when they are all of one class, else H100-SXM].
     #[arg(long, env = "KAAS_TUNE_DEVICE_CLASS")]
     pub tune_device_class: Option<DeviceClass>,
     /// The tune job's search budget per problem, in ms (verification and benchmark come after it) [default: 60000].
@@ -273,6 +274,9 @@ pub struct ServeSettings {
     /// Whether the catalog folder was named (flag, variable or file) rather than the
     /// default `kernels`: a named folder that is missing is an empty catalog on purpose.
     pub catalog_named: bool,
+    /// Whether the tuning class was named (flag, variable or file): unnamed, a server whose
+    /// own GPU workers are all of one class tunes for that class (`cli::serve`).
+    pub tune_class_named: bool,
     pub http_threads: usize,
     /// The downloads listener's address and directory, when it is on.
     pub downloads: Option<(String, PathBuf)>,
@@ -324,6 +328,7 @@ impl ServeArgs {
             bind: self.bind.clone().or(file.bind).unwrap_or_else(|| DEFAULT_BIND.into()),
             database_url,
             catalog_named: self.catalog.is_some() || file.catalog.is_some(),
+            tune_class_named: self.tune_device_class.is_some() || file.tune_device_class.is_some(),
             catalog: self.catalog.clone().or(file.catalog).unwrap_or_else(|| DEFAULT_CATALOG.into()),
             http_threads: self
                 .http_threads

@@ -376,16 +376,15 @@ fn worker_config(probe: &crate::sandbox::Probe, gpu: u32, s: &crate::config::Wor
     })
 }
 
-/// Starts `kaas serve --workers` workers as tasks of this process; returns what health says.
-async fn start_local_workers(conn: &sea_orm::DatabaseConnection, count: crate::config::WorkerCount, s: &crate::config::WorkerSettings) -> String {
+/// The `kaas serve --workers` workers of this process, planned from one probe of its GPUs
+/// before the API starts (their classes decide the default tuning class), or what health
+/// says when there are none.
+async fn plan_local_workers(count: crate::config::WorkerCount, s: &crate::config::WorkerSettings) -> Result<Vec<crate::work::worker::WorkerConfig>, String> {
     use crate::config::WorkerCount;
     if count == WorkerCount::Fixed(0) {
-        return "none: started with --workers 0 (`--workers auto` runs one per GPU); submissions wait for a `kaas worker`".into();
+        return Err("none: started with --workers 0 (`--workers auto` runs one per GPU); submissions wait for a `kaas worker`".into());
     }
-    let cmd = match crate::sandbox::SandboxCommand::from_env() {
-        Ok(c) => c,
-        Err(e) => return format!("none: cannot find the sandbox executable: {e}"),
-    };
+    let cmd = crate::sandbox::SandboxCommand::from_env().map_err(|e| format!("none: cannot find the sandbox executable: {e}"))?;
     let probe = crate::work::worker::probe(cmd).await;
     let n = match count {
         WorkerCount::Auto => probe.devices.len() as u32,
@@ -394,25 +393,41 @@ async fn start_local_workers(conn: &sea_orm::DatabaseConnection, count: crate::c
     if n == 0 {
         let why = probe.error.clone().unwrap_or_else(|| "the driver sees no device".into());
         tracing::warn!(%why, "no GPU: serving and queueing only");
-        return format!("none: no GPU on this host ({why}); submissions are queued until a worker connects");
+        return Err(format!("none: no GPU on this host ({why}); submissions are queued until a worker connects"));
     }
+    Ok((0..n)
+        .filter_map(|gpu| worker_config(&probe, gpu, s).inspect_err(|e| tracing::error!(error = %e, gpu, "cannot start a worker")).ok())
+        .collect())
+}
+
+/// Starts the planned workers as tasks of this process; returns what health says.
+fn spawn_local_workers(conn: &sea_orm::DatabaseConnection, planned: Result<Vec<crate::work::worker::WorkerConfig>, String>) -> String {
+    let configs = match planned {
+        Ok(c) => c,
+        Err(note) => return note,
+    };
     let mut names = Vec::new();
-    for gpu in 0..n {
-        match worker_config(&probe, gpu, s) {
-            Ok(cfg) => {
-                names.push(format!("{} ({})", cfg.id, cfg.facts.device_class));
-                let db = conn.clone();
-                let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-                tokio::spawn(async move {
-                    if let Err(e) = crate::work::worker::run(db, cfg, stop).await {
-                        tracing::error!(error = %e, "worker stopped");
-                    }
-                });
+    for cfg in configs {
+        names.push(format!("{} ({})", cfg.id, cfg.facts.device_class));
+        let db = conn.clone();
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        tokio::spawn(async move {
+            if let Err(e) = crate::work::worker::run(db, cfg, stop).await {
+                tracing::error!(error = %e, "worker stopped");
             }
-            Err(e) => tracing::error!(error = %e, gpu, "cannot start a worker"),
-        }
+        });
     }
     format!("{} worker(s): {}", names.len(), names.join(", "))
+}
+
+/// The class a tuning request that names none is tuned on: the one the operator named;
+/// else, where this process's own workers are all of one class, that class (a server on
+/// H200s tunes for H200, not for a class none of its GPUs is); else the configured default.
+fn default_tuning_class(named: bool, configured: &DeviceClass, local: &[DeviceClass]) -> DeviceClass {
+    match local.split_first() {
+        Some((first, rest)) if !named && rest.iter().all(|c| c == first) => first.clone(),
+        _ => configured.clone(),
+    }
 }
 
 /// The downloads listener (`crate::api::downloads`) on its own runtime of `threads`
@@ -499,10 +514,15 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         crate::catalog::seed::Seeded::Imported(r) => tracing::info!(added = ?r.added, bundles = ?r.bundles, catalog = %s.catalog.display(), "imported the shipped catalog"),
         crate::catalog::seed::Seeded::Already(r) => tracing::info!(at = %r.completed_at, "the shipped catalog was imported before"),
     }
-    let state = AppState::new(conn.clone(), s.api.clone())?;
+    let planned = plan_local_workers(s.workers, &s.worker).await;
+    let local: Vec<DeviceClass> = planned.iter().flatten().map(|w| w.facts.device_class.clone()).collect();
+    let mut api = s.api.clone();
+    api.tune.device_class = default_tuning_class(s.tune_class_named, &api.tune.device_class, &local);
+    tracing::info!(class = %api.tune.device_class, named = s.tune_class_named, "tuning requests that name no device class tune for this class");
+    let state = AppState::new(conn.clone(), api)?;
     // Load (or create) the signing key now, so a bad key shows at start and not on a read.
     state.signer().await.map_err(|e| anyhow::anyhow!("loading the signing key: {e}"))?;
-    let note = start_local_workers(&conn, s.workers, &s.worker).await;
+    let note = spawn_local_workers(&conn, planned);
     tracing::info!(workers = %note, "GPU workers");
     state.set_local_workers(note);
     tracing::info!(bind = %s.bind, database = %redact(&s.database_url), backend = db::backend_name(&state.db), "kaas serving; API docs at /docs");
@@ -561,5 +581,27 @@ mod tests {
     fn passwords_are_redacted() {
         assert_eq!(super::redact("postgres://kaas:s3cret@db:5432/kaas"), "postgres://kaas:***@db:5432/kaas");
         assert_eq!(super::redact("sqlite://kaas.db?mode=rwc"), "sqlite://kaas.db?mode=rwc");
+    }
+
+    #[test]
+    fn a_server_whose_own_gpus_are_one_class_tunes_for_it_unless_a_class_was_named() {
+        use super::{DeviceClass, default_tuning_class as pick};
+        let (h100, h200): (DeviceClass, DeviceClass) = ("H100-SXM".into(), "H200".into());
+        assert_eq!(pick(false, &h100, &[h200.clone(), h200.clone()]), h200, "two H200 workers");
+        assert_eq!(pick(true, &h100, &[h200.clone()]), h100, "the operator's class wins");
+        assert_eq!(pick(false, &h100, &[h200.clone(), h100.clone()]), h100, "a mixed host keeps the configured class");
+        assert_eq!(pick(false, &h100, &[]), h100, "no local worker: the configured class");
+    }
+
+    #[test]
+    fn the_tuning_class_counts_as_named_from_the_flag() {
+        use clap::Parser;
+        let named = |args: &[&str]| {
+            let cli = super::Cli::try_parse_from(args).unwrap();
+            let super::Command::Serve(a) = cli.command else { panic!("not serve") };
+            a.resolve().unwrap().tune_class_named
+        };
+        assert!(!named(&["kaas", "serve"]));
+        assert!(named(&["kaas", "serve", "--tune-device-class", "H200"]));
     }
 }

@@ -206,14 +206,28 @@ async fn the_h200_catalog_is_built_batch_by_batch_and_only_improves() {
     assert_eq!(improve["retunes"], json!([small.path()]), "{}", improve["retunes"]);
 
     // A workload bundle's first adoption (kernels/h200-workloads): no bundle yet, so it
-    // starts empty; the grid's problem stays the grid's, the other is taken.
+    // starts empty; the grid's problem stays the grid's, the other is taken. The request's
+    // export also carries the shipped H100 figures for its problem: they stay out.
     let off_grid = problem(48, 64, 64, Layout::Tn);
     let request = batch(&root.path().join("request"), &[(small, &f.ptx_fast, ranked(4.0, 1.3, 25)), (off_grid, &f.ptx_fast, ranked(3.0, 1.2, 25))],
                         vec![h200_baseline(off_grid, 3.6, 25)], vec![], &[]);
+    let (mut index, ptx) = bundle::read_bundle(&request).unwrap();
+    let h100_entry = EntryRecord { device_class: DEVICE.into(), artifact: bundle::describe_ptx(f.ptx_slow.as_bytes()).unwrap().sha256, ..index.entries[1].clone() };
+    index.baselines.push(BaselineRecord { device_class: DEVICE.into(), ..index.baselines[0].clone() });
+    index.entries.push(h100_entry);
+    index.artifacts.push(bundle::describe_ptx(f.ptx_slow.as_bytes()).unwrap());
+    index.device_classes.push(DeviceClassRecord { name: DEVICE.into(), model: "NVIDIA H100 80GB HBM3".into(), ..index.device_classes[0].clone() });
+    let mut ptx = ptx;
+    ptx.insert(sha(&f.ptx_slow), f.ptx_slow.clone());
+    bundle::write_bundle(&request, &index, &ptx).unwrap();
     let (out, missing) = (root.path().join("workloads-out"), root.path().join("h200-workloads"));
     let args = [out.to_str().unwrap(), h200.to_str().unwrap(), missing.to_str().unwrap(), request.to_str().unwrap()];
     run_script("workload-adopt.py", &args);
     let index: Value = serde_json::from_str(&std::fs::read_to_string(out.join("index.json")).unwrap()).unwrap();
     let taken: Vec<Problem> = index["entries"].as_array().unwrap().iter().map(|e| serde_json::from_value(e["problem"].clone()).unwrap()).collect();
     assert_eq!(taken, vec![off_grid], "{index}");
+    let classes: std::collections::BTreeSet<&str> = ["entries", "baselines"].iter().flat_map(|part| index[part].as_array().unwrap()).map(|x| x["device_class"].as_str().unwrap()).collect();
+    assert_eq!(classes, [H200].into(), "{index}");
+    assert_eq!(index["device_classes"].as_array().unwrap().len(), 1, "{index}");
+    assert!(!out.join("ptx").join(format!("{}.ptx", sha(&f.ptx_slow))).exists(), "the H100 entry's PTX came along");
 }
