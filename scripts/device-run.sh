@@ -581,6 +581,10 @@ profile() {  # triples of SHAPE LAYOUT ONLY: ncu of our kernel and of cuBLASLt's
                 ${KAAS_PROFILE_AUTOTUNE:+--reference-bundle kernels/h100} ${KAAS_PROFILE_TRIAL:+--trial "$KAAS_PROFILE_TRIAL"} >"$OUT/profile/$tag-${who%%:*}.log" 2>&1 || true
             rm -f "/tmp/profile-$tag.json"
             "$ncu" --import "$OUT/profile/$tag-${who%%:*}.ncu-rep" --page details --print-units base >"$OUT/profile/$tag-${who%%:*}.txt" 2>&1 || true
+            # The tensor pipes' share of the active cycles (wgmma: the gmma pipe), which the
+            # details page only charts: from the raw metrics the full set collected.
+            "$ncu" --import "$OUT/profile/$tag-${who%%:*}.ncu-rep" --page raw --print-units base 2>/dev/null \
+              | grep -E 'pipe_tensor.*pct_of_peak_sustained_active' >"$OUT/profile/$tag-${who%%:*}.pipes" || true
         done
     done
     # One line per profile: the kernel, its time and clock, and where its cycles went.
@@ -588,13 +592,19 @@ profile() {  # triples of SHAPE LAYOUT ONLY: ncu of our kernel and of cuBLASLt's
         python3 - "$f" <<'PY'
 import re, sys
 t = open(sys.argv[1]).read()
+try:
+    pipes = open(sys.argv[1][:-4] + ".pipes").read().splitlines()
+except OSError:
+    pipes = []
+# The busiest tensor pipe (HMMA for mma.sync, GMMA for wgmma), % of its peak over active cycles.
+tensor = max((float(l.split()[-1].replace(",", "")) for l in pipes if l.split() and l.split()[-1].replace(",", "").replace(".", "", 1).isdigit()), default=None)
 def get(name):
     m = re.search(r"^\s*" + re.escape(name) + r"\s+(?:(\S+)\s+)?([\d.,]+)\s*$", t, re.M)
     return m.group(2) if m else "?"
 kernel = (re.search(r"^\s*(\S+)\s*\(\d+, \d+, \d+\)x", t, re.M) or re.search(r"^  (\S+)", t, re.M))
 print(sys.argv[1].rsplit("/", 1)[-1][:-4], "|", (kernel.group(1)[:60] if kernel else "?"), "| dur", get("Duration"), "| SM Hz", get("SM Frequency"),
       "| SM busy %", get("SM Busy"), "| mem %", get("Memory Throughput"), "| DRAM %", get("DRAM Throughput"), "| L2 %", get("L2 Cache Throughput"), "| L2 hit %", get("L2 Hit Rate"),
-      "| regs", get("Registers Per Thread"), "| grid", get("Grid Size"), "| IPC", get("Executed Ipc Active"))
+      "| tensor pipe %", "?" if tensor is None else f"{tensor:.1f}", "| regs", get("Registers Per Thread"), "| grid", get("Grid Size"), "| IPC", get("Executed Ipc Active"))
 PY
     done
 }
