@@ -19,7 +19,8 @@
 //
 // ─── Configuration (-D macros) ──────────────────────────────────────────────────────────
 //   KAAS_BM         block tile rows of C: 64 or 128 with 1 consumer, 128 or 256 with 2,
-//                   384 with 3 (swap-AB only) (BM/KAAS_CONSUMERS must be 64 or 128)
+//                   with 3: 384 (swap-AB) or 192 (not swap-AB) (BM/KAAS_CONSUMERS must be
+//                   64 or 128)
 //   KAAS_BN         block tile cols of C: 64, 128, 192 or 256 (one wgmma m64nBNk16 per 64 rows;
 //                   192 compiles but was never run on a GPU); tn also 8, 16, 24, 32 or 48
 //                   (the narrow tiles of the skinny shapes: more blocks; C stored from
@@ -43,6 +44,9 @@
 //                   128 (a box is at most 256 rows) into one slot, on one full barrier
 //                   expecting the whole slot's bytes. cuBLASLt's pick at 32 tokens by a
 //                   35840-row weight on an H200 is such a tile (384×32; 94 tiles, one wave).
+//                   Also 3 for 192-row tiles that are not swap-AB (64 rows a consumer, at
+//                   most BN 128; A one box of 192 rows): cuBLASLt's pick at 512 tokens by a
+//                   35840-row weight on an H200 is 192×128 (B shared by three consumers).
 //   KAAS_CLUSTER_M  CTAs per cluster along M: 1 (no cluster), 2, 4 or 8 (the CTAs compute
 //                   vertically adjacent tiles with the same B columns; each loads its
 //                   1/CLUSTER_M of the B tile and multicasts it to all of them)
@@ -453,8 +457,8 @@ struct Cfg {
 
     static_assert(BK == 64 || BK == 128 || BK == 256, "KAAS_BK must be 64, 128 or 256 (one, two or four 128B swizzle atoms of fp16)");
     static_assert(CONSUMERS == 1 || CONSUMERS == 2 || CONSUMERS == 3, "KAAS_CONSUMERS must be 1, 2 or 3");
-    static_assert(CONSUMERS != 3 || (SWAP_AB && BM == 384 && !WHOLE_TILE && !COLSPLIT && CLN == 1 && SPLITK != 3),
-                  "three consumers: swap-AB's 384-row tiles, cooperative, no cluster along N, not the cluster reduction");
+    static_assert(CONSUMERS != 3 || ((SWAP_AB ? BM == 384 : BM == 192) && !WHOLE_TILE && !COLSPLIT && CLN == 1 && SPLITK != 3),
+                  "three consumers: swap-AB's 384-row tiles or 192-row ones, cooperative, no cluster along N, not the cluster reduction");
     static_assert(BM % CONSUMERS == 0 && (WG_M == 64 || WG_M == 128),
                   "BM / CONSUMERS (cooperative) or BM (ping-pong) must be 64 or 128");
     static_assert(CHAINS == 1 || CHAINS == 2 || CHAINS == 4, "KAAS_CHAINS must be 1, 2 or 4");

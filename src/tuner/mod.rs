@@ -197,6 +197,9 @@ pub enum Trial {
     /// alone and in multicast pairs) on every shape, fp32 only:
     /// [`hopper::stream_k_trial_codes`].
     StreamK,
+    /// The 192×128 tile of three consumer warpgroups (`192x128x64_…_c3`), alone and as hybrid
+    /// stream-K, on every shape, fp32 only: [`hopper::rows_192_codes`]. Not yet run on a GPU.
+    Rows192,
     /// Swap-AB (`_sw`, tn): the code computes Cᵀ = B·Aᵀ, the weight's rows on the tile's
     /// 64- to 384-row side and the tokens on its BN side (8 to 256), on the problems of up
     /// to 256 tokens: [`hopper::swap_space`].
@@ -229,6 +232,7 @@ impl Trial {
             // The entry does not carry the grid: any SM count names the same codes.
             Trial::StreamK => hopper::stream_k_trial_codes(132),
             Trial::Swap => hopper::swap_codes(),
+            Trial::Rows192 => hopper::rows_192_codes(132),
         };
         hopper.into_iter().map(Candidate::Hopper).collect()
     }
@@ -238,7 +242,7 @@ impl Trial {
         if matches!(self, Trial::Ksplit | Trial::Chains) && (p.acc != Acc::F32 || !hopper::skinny(p, sm_count)) {
             return Vec::new();
         }
-        if self == Trial::StreamK && p.acc != Acc::F32 {
+        if matches!(self, Trial::StreamK | Trial::Rows192) && p.acc != Acc::F32 {
             return Vec::new();
         }
         let codes: Vec<hopper::HopperConfig> = match self {
@@ -258,6 +262,7 @@ impl Trial {
             Trial::ColSplit => hopper::col_split_space(p, sm_count),
             Trial::StreamK => hopper::stream_k_trial_codes(sm_count).into_iter().filter(|c| c.cluster_fits(p)).collect(),
             Trial::Swap => hopper::swap_space(p, sm_count),
+            Trial::Rows192 => hopper::rows_192_codes(sm_count),
         };
         // With the search's L2 promotion, so that they time beside it on equal terms.
         let l2_256 = hopper::wide_l2_suits(p);
@@ -1312,7 +1317,7 @@ mod tests {
         assert!(space_with(&nn, &hopper, &[Trial::Wide160], 132).iter().all(|c| !matches!(c, Candidate::Hopper(h) if h.bn == 160)), "tn only");
         // Every trial alone, each beside a twin trial, and all at once: each candidate has a
         // module (the twin trials twin the other trials' codes too).
-        let all = [Trial::Ksplit, Trial::Chains, Trial::Multicast, Trial::MulticastSplit, Trial::Wide160, Trial::L2, Trial::TmaStore, Trial::Bk128, Trial::Bk256, Trial::Narrow8, Trial::Du, Trial::ColSplit, Trial::StreamK, Trial::Swap];
+        let all = [Trial::Ksplit, Trial::Chains, Trial::Multicast, Trial::MulticastSplit, Trial::Wide160, Trial::L2, Trial::TmaStore, Trial::Bk128, Trial::Bk256, Trial::Narrow8, Trial::Du, Trial::ColSplit, Trial::StreamK, Trial::Swap, Trial::Rows192];
         let twin_trials = [Trial::TmaStore, Trial::Bk128, Trial::Bk256, Trial::Du];
         let mut sets: Vec<Vec<Trial>> = vec![all.to_vec()];
         sets.extend(all.iter().map(|&t| vec![t]));

@@ -858,6 +858,35 @@ fn swap_ab_384_row_tiles_pass_the_verifier() {
     runs.assert_all_passed();
 }
 
+/// The 192×128 tile of three consumers (64 rows each; not swap-AB) passes the verifier on
+/// shapes it does not divide, both layouts, both grids, a short persistent grid, and as
+/// hybrid stream-K (the `rows192` trial's codes, in the search's descriptor mode).
+#[test]
+fn rows_192_hopper_tiles_pass_the_verifier() {
+    use kaas::tuner::hopper;
+    if !hopper_or_skip() {
+        return;
+    }
+    let codes: Vec<hopper::HopperConfig> = hopper::rows_192_codes(132).into_iter().map(hopper::searched_modes).collect();
+    let shapes = [(1000, 1000, 1000), (520, 1000, 4104), (200, 4104, 520), (512, 35840, 5120)];
+    let mut runs = VerifierRuns::new("ROWS192");
+    for layout in [Layout::Tn, Layout::Nn] {
+        for (m, n, k) in shapes {
+            let p = Problem::new(Arch::Sm90, Acc::F32, layout, Shape::new(m, n, k).expect("shape"));
+            for cfg in &codes {
+                let ptx = hopper::compile(cfg, Acc::F32, layout).expect("compile");
+                // A short grid means something on the persistent grid only.
+                let grids: &[u32] = if cfg.persistent && m == 1000 { &[3, 132] } else { &[u32::MAX] };
+                for &blocks in grids {
+                    runs.run_capped(&p, cfg, &ptx, blocks);
+                }
+            }
+        }
+    }
+    assert!(runs.runs >= 24, "{} runs", runs.runs);
+    runs.assert_all_passed();
+}
+
 /// The 256×160 tile (tn; two consumers of 128 rows, 160 accumulators each, C stored from
 /// registers) passes the verifier on shapes it does not divide, on both grids, a short
 /// persistent grid, and with the f16 accumulator.

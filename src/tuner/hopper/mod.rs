@@ -332,9 +332,9 @@ impl HopperConfig {
         }
         // Three consumers (512 threads): swap-AB's 384 weight rows, 128 a consumer, loaded as
         // three TMA boxes of 128 rows ([`HopperConfig::a_box_rows`]), so no cluster along N
-        // shares them out.
-        if self.consumers == 3 && (!self.swap || self.bm != 384 || self.consumer_mode != ConsumerMode::Cooperative || self.cluster_n != 1 || self.reduction == Reduction::Cluster) {
-            return Err(format!("three consumer warpgroups are swap-AB's 384-row tiles (cooperative, no cluster along N, not the cluster reduction); got {}", self.label()));
+        // shares them out; or 192 rows that are not swap-AB, 64 a consumer, one box.
+        if self.consumers == 3 && (self.bm != if self.swap { 384 } else { 192 } || self.consumer_mode != ConsumerMode::Cooperative || self.cluster_n != 1 || self.reduction == Reduction::Cluster) {
+            return Err(format!("three consumer warpgroups are swap-AB's 384-row tiles or 192-row ones (cooperative, no cluster along N, not the cluster reduction); got {}", self.label()));
         }
         if !matches!(self.bn, 8 | 16 | 24 | 32 | 48 | 64 | 128 | 160 | 256) {
             return Err(format!("BN {} is not 8, 16, 24, 32, 48, 64, 128, 160 or 256", self.bn));
@@ -1821,7 +1821,7 @@ mod tests {
             return;
         }
         let mut seen = std::collections::BTreeSet::new();
-        for c in space().into_iter().chain(split_tiles()).chain(cluster_tiles()).chain(multicast_codes()).chain(stream_k_trial_codes(132)).chain(wide_160_codes()).chain(skinny_cluster_codes()).chain(ksplit_codes()).chain(chains_codes()).chain(chains_split_tiles()).chain(tma_store_codes()).chain(bk_codes(128)).chain(bk_codes(256)).chain(narrow8_codes()).chain(multicast_split_all()).chain(ksplit_pair_codes()).chain(col_split_codes()).chain(swap_codes().into_iter().filter(|c| c.consumers == 3)) {
+        for c in space().into_iter().chain(split_tiles()).chain(cluster_tiles()).chain(multicast_codes()).chain(stream_k_trial_codes(132)).chain(wide_160_codes()).chain(skinny_cluster_codes()).chain(ksplit_codes()).chain(chains_codes()).chain(chains_split_tiles()).chain(tma_store_codes()).chain(bk_codes(128)).chain(bk_codes(256)).chain(narrow8_codes()).chain(multicast_split_all()).chain(ksplit_pair_codes()).chain(col_split_codes()).chain(swap_codes().into_iter().filter(|c| c.consumers == 3)).chain(rows_192_codes(132)) {
             if !seen.insert(c.code_key()) {
                 continue;
             }
@@ -1929,6 +1929,51 @@ mod tests {
             }
         }
         assert!(checked >= 2 * 28, "{checked}");
+    }
+
+    /// The 192-row tiles of three consumers (not swap-AB): what validates, and the codes
+    /// build as 512 threads with the registers moved as for the 384-row swap tiles, A one
+    /// TMA box of 192 rows beside B's, and where ptxas is present, no spills. Their
+    /// correctness is the GPU suite's (`rows_192_hopper_tiles_pass_the_verifier`).
+    #[test]
+    fn the_192_row_codes_are_three_consumers_of_64_rows_where_nvrtc_is_present() {
+        let codes = rows_192_codes(132);
+        assert_eq!(codes.len(), 3);
+        for c in &codes {
+            assert!(c.validate().is_ok() && c.consumers == 3 && !c.swap && c.bm == 192 && c.bn == 128, "{}", c.label());
+            assert_eq!(c.a_box_rows(), 192);
+            assert!(c.supports(Layout::Tn) && c.supports(Layout::Nn), "{}", c.label());
+        }
+        assert_eq!(codes[0].stages, 4, "the deepest staged ring: 4 × 40 KiB, 1 KiB, 27 KiB of staging");
+        assert_eq!(codes[2].reduction, Reduction::StreamKHybrid);
+        let c = codes[0];
+        assert!(HopperConfig { bn: 256, ..c }.validate().is_err(), "128 accumulators a consumer thread; at most 64");
+        assert!(HopperConfig { swap: true, ..c }.validate().is_err(), "swap-AB's three consumers own 384 rows");
+        assert!(HopperConfig { bm: 384, ..c }.validate().is_err(), "384 rows of three consumers are swap-AB's");
+        assert!(HopperConfig { cluster_n: 2, ..c }.validate().is_err(), "no cluster along N");
+        if let Err(why) = nvrtc::available() {
+            eprintln!("SKIP: no NVRTC ({why})");
+            return;
+        }
+        let ptxas = crate::ptx::ptxas::locate().map_err(|why| eprintln!("ptxas not checked: {why}")).ok();
+        let (producer, consumer) = c.setmaxnreg().unwrap();
+        for c in codes.iter().map(|&c| searched_modes(c)) {
+            for layout in Layout::ALL {
+                let what = format!("{} {layout}", c.label());
+                let ptx = compile(&c, Acc::F32, layout).unwrap_or_else(|e| panic!("{what}: {e}"));
+                let entry = c.entry(Acc::F32, layout);
+                assert!(entry.contains("_192x128x64_") && entry.contains("_c3_"), "{entry}");
+                crate::ptx::parse(ptx.as_bytes(), &crate::ptx::StaticLimits::default()).unwrap_or_else(|e| panic!("{what}: {e}"));
+                assert!(ptx.contains(".maxntid 512, 1, 1"), "{what}");
+                assert!(ptx.contains(&format!("setmaxnreg.dec.sync.aligned.u32 {producer};")) && ptx.contains(&format!("setmaxnreg.inc.sync.aligned.u32 {consumer};")), "{what}");
+                assert!(ptx.contains("wgmma.mma_async.sync.aligned.m64n128k16.f32"), "{what}");
+                if let Some(ptxas) = &ptxas {
+                    let report = crate::ptx::ptxas::run(ptxas, &ptx, "sm_90a", crate::ptx::ptxas::DEFAULT_TIMEOUT).unwrap_or_else(|e| panic!("{what}: {e}"));
+                    let f = report.entry(&entry).unwrap_or_else(|| panic!("{what}: no entry in {}", report.log));
+                    assert_eq!((f.spill_store_bytes, f.spill_load_bytes), (0, 0), "{what}");
+                }
+            }
+        }
     }
 
     /// hopper-probe's diagnostic variants (`KAAS_PROBE`, never in the tuner) still build:

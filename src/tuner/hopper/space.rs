@@ -190,6 +190,19 @@ pub fn wide_160_codes() -> Vec<HopperConfig> {
     vec![c, HopperConfig { persistent: true, ..c }]
 }
 
+/// The 192×128 tile of three consumer warpgroups (64 rows each, 64 accumulators a thread,
+/// B shared by all three: a sixth fewer operand bytes per FLOP than 128×128), with the
+/// deepest ring on both grids and as hybrid stream-K on a grid of `sm_count` blocks: a
+/// trial, not in [`space`].
+/// cuBLASLt's pick at 512×35840×5120 on an H200 is this tile (BENCHMARKS.md, "16 to 1,024
+/// tokens on the H200").
+pub fn rows_192_codes(sm_count: u32) -> Vec<HopperConfig> {
+    let c = HopperConfig::new(192, 128, 2, 3);
+    let Some(deepest) = rings(c).into_iter().next() else { return Vec::new() };
+    let hybrid = HopperConfig { split: sm_count.max(2), reduction: Reduction::StreamKHybrid, ..c };
+    [deepest, HopperConfig { persistent: true, ..deepest }].into_iter().chain(rings(hybrid).into_iter().take(1)).collect()
+}
+
 /// The stream-K codes (`_sks`), each with the deepest ring, on a grid of `sm_count`
 /// blocks: a trial, not in [`split_space`]. Why: docs/tuner.md.
 pub fn stream_k_codes(sm_count: u32) -> Vec<HopperConfig> {
