@@ -17,7 +17,9 @@
 #                                          pass the call's 64 MiB)
 #   scripts/device-run.sh stage-tune-ptx   (here, after stage-lite) the tune jobs' PTX,
 #                                          .dev/run/tune-ptx.tar.xz (2 MB): `h200` with
-#                                          TUNE_S > 0 then tunes without NVRTC
+#                                          TUNE_S > 0 then tunes without NVRTC;
+#                                          KAAS_STAGE_TRIALS=T,… adds trial T's codes, for
+#                                          `tune --trial T` on the device
 #   bash .dev/run/device-run.sh e2e        (device) `kaas serve --workers auto` on SQLite,
 #                                          then `kaas submit` (a correct kernel, one that
 #                                          writes only part of C, a manifest template),
@@ -125,7 +127,8 @@ stage_tune_ptx() {
     [[ -d .dev/run ]] || { echo "stage-lite first: .dev/run is what the call carries" >&2; exit 1; }
     cargo build --release --bin kaas
     rm -rf .dev/run/tune-ptx
-    "${CARGO_TARGET_DIR:-$repo/target}/release/kaas" tune --emit-ptx .dev/run/tune-ptx --layouts tn,nn --families hopper,mma,gemv --acc f32 2>"${TMPDIR:-/tmp}/kaas-emit-ptx.log" \
+    "${CARGO_TARGET_DIR:-$repo/target}/release/kaas" tune --emit-ptx .dev/run/tune-ptx --layouts tn,nn --families hopper,mma,gemv --acc f32 \
+        ${KAAS_STAGE_TRIALS:+--trial "$KAAS_STAGE_TRIALS"} 2>"${TMPDIR:-/tmp}/kaas-emit-ptx.log" \
       || { tail -n 20 "${TMPDIR:-/tmp}/kaas-emit-ptx.log" >&2; exit 1; }
     tar cJf .dev/run/tune-ptx.tar.xz -C .dev/run tune-ptx && rm -rf .dev/run/tune-ptx && du -sh .dev/run/tune-ptx.tar.xz
 }
