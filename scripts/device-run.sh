@@ -599,8 +599,13 @@ try:
     pipes = open(sys.argv[1][:-4] + ".pipes").read().splitlines()
 except OSError:
     pipes = []
+def last_number(line):
+    try:
+        return float(line.split()[-1].replace(",", ""))
+    except (IndexError, ValueError):
+        return None
 # The busiest tensor pipe (HMMA for mma.sync, GMMA for wgmma), % of its peak over active cycles.
-tensor = max((float(l.split()[-1].replace(",", "")) for l in pipes if l.split() and l.split()[-1].replace(",", "").replace(".", "", 1).isdigit()), default=None)
+tensor = max((x for x in map(last_number, pipes) if x is not None), default=None)
 def get(name):
     m = re.search(r"^\s*" + re.escape(name) + r"\s+(?:(\S+)\s+)?([\d.,]+)\s*$", t, re.M)
     return m.group(2) if m else "?"

@@ -66,22 +66,19 @@ def only_class(idx, device_class):
                 device_classes=[c for c in idx["device_classes"] if c["name"] == device_class])
 
 
-def grid_class(grid_dir):
-    """The one device class a grid bundle measures (kernels/h200: H200), else None."""
-    classes = {x["device_class"] for x in load(grid_dir)["entries"]} if grid_dir else set()
-    return classes.pop() if len(classes) == 1 else None
-
-
-def main(out, grid_dir, workload_dir, request_dirs, best=False, takes=None, later_tunes=False, device_class=None):
-    """`device_class`: only that class's rows of every source are taken (the command line
-    passes the grid bundle's one class). `grid_dir` None: no problem is left to a grid bundle. `takes(new_entries,
+def main(out, grid_dir, workload_dir, request_dirs, best=False, takes=None, later_tunes=False, grid_class_only=False):
+    """`grid_class_only`: where the grid bundle measures one device class, only that class's
+    rows of every source are taken (the command line's choice). `grid_dir` None: no problem is left to a grid bundle. `takes(new_entries,
     current_entries)`: with `best`, whether a later source takes a problem an earlier one
     measured (default: its served kernel is at least as fast, `served_speedup`).
     `later_tunes`: with `best`, a later source's tune that served no kernel
     (baseline_faster or failed) joins a problem whose figures stay an earlier source's."""
     # A grid problem with an entry is the grid's; one without (answered by the baseline
     # table until a tune measured it) takes the tune's baselines and trace here.
-    on_grid = {key(e["problem"]) for e in load(grid_dir)["entries"]} if grid_dir else set()
+    grid_entries = load(grid_dir)["entries"] if grid_dir else []
+    on_grid = {key(e["problem"]) for e in grid_entries}
+    grid_classes = {e["device_class"] for e in grid_entries}
+    device_class = grid_classes.pop() if grid_class_only and len(grid_classes) == 1 else None
     takes = takes or (lambda new, current: served_speedup(new) >= served_speedup(current))
     # A workload bundle not yet made (kernels/h200-workloads' first adoption) starts empty.
     bundles = [(workload_dir, only_class(load_dir(workload_dir), device_class))] + [(d, only_class(load(d), device_class)) for d in request_dirs]
@@ -133,4 +130,4 @@ if __name__ == "__main__":
     args = [a for a in args if a != "--best"]
     if len(args) < 4:
         sys.exit(__doc__)
-    main(args[0], args[1], args[2], args[3:], best, device_class=grid_class(args[1]))
+    main(args[0], args[1], args[2], args[3:], best, grid_class_only=True)

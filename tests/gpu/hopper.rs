@@ -871,14 +871,14 @@ fn rows_192_hopper_tiles_pass_the_verifier() {
     let shapes = [(1000, 1000, 1000), (520, 1000, 4104), (200, 4104, 520), (512, 35840, 5120)];
     let mut runs = VerifierRuns::new("ROWS192");
     for layout in [Layout::Tn, Layout::Nn] {
+        let built: Vec<(hopper::HopperConfig, String)> = codes.iter().map(|c| (*c, hopper::compile(c, Acc::F32, layout).expect("compile"))).collect();
         for (m, n, k) in shapes {
             let p = Problem::new(Arch::Sm90, Acc::F32, layout, Shape::new(m, n, k).expect("shape"));
-            for cfg in &codes {
-                let ptx = hopper::compile(cfg, Acc::F32, layout).expect("compile");
+            for (cfg, ptx) in &built {
                 // A short grid means something on the persistent grid only.
                 let grids: &[u32] = if cfg.persistent && m == 1000 { &[3, 132] } else { &[u32::MAX] };
                 for &blocks in grids {
-                    runs.run_capped(&p, cfg, &ptx, blocks);
+                    runs.run_capped(&p, cfg, ptx, blocks);
                 }
             }
         }
