@@ -164,12 +164,15 @@
 //                   sinking the tile order's divisions to their one use in the epilogue,
 //                   after the last wgmma wait, where they lengthened the critical path by
 //                   ~0.1–0.15 µs a tile (64x64 s4 on 64³: 2.02 → 1.88 µs).
-//   KAAS_SWAP_AB    0 (default) or 1 (entries end _sw; tn only): swap-AB. The code computes
+//   KAAS_SWAP_AB    0 (default) or 1 (entries end _sw): swap-AB. The code computes
 //                   Cᵀ = B·Aᵀ, so the launch passes the problem's B as the kernel's A and A as
 //                   its B, and N, M, K as its M, N, K: the weight's rows fill wgmma's 64-row
 //                   side and the few rows of activations (tokens) become its N (8 to 256).
 //                   The epilogue writes C transposed, straight from registers (no staging,
-//                   no TMA store). Nothing else in the kernel changes.
+//                   no TMA store). The kernel's B (the tokens) is K-major on both layouts;
+//                   on nn its A (the K×N weight) is M-major, loaded as nn's B is (64-row
+//                   boxes by BK) and read with the transpose-A immediate, no cluster along N.
+//                   Nothing else in the kernel changes.
 //
 // ─── Launch (kaas.hgemm.v1) ─────────────────────────────────────────────────────────────
 // params: (tensor_map A, tensor_map B, ptr C, i32 M, i32 N, i32 K), in this order;
@@ -182,8 +185,9 @@
 //                 BM 384 (three consumers): box [64, 128], three boxes a slot
 //   B tensor map, tn: operand B, box [64, BN/CLUSTER_M], swizzle "128B"  (dims [K, N])
 //   B tensor map, nn: operand B, box [64, 64/CLUSTER_M], swizzle "128B"  (dims [N, K])
-//   KAAS_SWAP_AB: (tensor_map B, box [64, BM/CLUSTER_N] (BM 384: [64, 128]); tensor_map A, box [64, BN/CLUSTER_M];
-//   ptr C, i32 N, i32 M, i32 K), and everything below with M and N exchanged.
+//   KAAS_SWAP_AB: (tensor_map B, box [64, BM/CLUSTER_N] (BM 384: [64, 128]); nn: box [64, BK]
+//   (global dims [N, K]); tensor_map A, box [64, BN/CLUSTER_M]; ptr C, i32 N, i32 M, i32 K),
+//   and everything below with M and N exchanged.
 // block:   [128 * (KAAS_CONSUMERS + 1), 1, 1]   (warpgroup 0 = TMA producer)
 // cluster: [KAAS_CLUSTER_M * KAAS_CLUSTER_N, 1, 1]; KAAS_SPLITK=3: [S, 1, 1]
 // shared_mem_bytes (dynamic) = STAGES * (BM + BN) * BK * 2 + 1024 + (EPILOGUE && BN % 64 == 0 ? CONSUMERS * 9216 : 0)
@@ -221,7 +225,8 @@
 //     then a reduction where the tile's K is split (ksplit_reduce, cluster_reduce,
 //     splitk_reduce), then an epilogue (epilogue_tma, epilogue_staged, epilogue_direct).
 // A and tn-B are K-major (rows of 64 fp16 = 128 B, SBO 1024); nn-B is N-major
-// (rows of 64 n-values per k, LBO = BK*128 between 64-wide n chunks, SBO 1024, trans-b = 1).
+// (rows of 64 n-values per k, LBO = BK*128 between 64-wide n chunks, SBO 1024, trans-b = 1);
+// swap-AB nn's A is M-major the same way (trans-a = 1) and its B K-major.
 //
 // ─── Known limits (measured on H100 SXM, see scripts/hopper-probe) ───────────────────────
 // * KAAS_CLUSTER_M=2 was about 2× SLOWER than CLUSTER_M=1 while the remote release was
@@ -438,7 +443,7 @@ struct Cfg {
     static constexpr u32 STAGE_TX = A_STAGE_BYTES + B_STAGE_BYTES;  // bytes TMA lands per stage per CTA
     // nn with a tile narrower than one 64-column box: B's slot is one box of BN columns, its
     // rows NB_ROW bytes, swizzled at that width (smem_desc_nb).
-    static constexpr bool NN_NARROW = !TN && BN < 64;
+    static constexpr bool NN_NARROW = !(TN || SWAP_AB) && BN < 64;
     static constexpr u32 NB_ROW = BN * 2;
     static constexpr u32 NB_SWIZZLE = BN == 32 ? 2 : BN == 16 ? 3 : 0;
 
@@ -476,12 +481,12 @@ struct Cfg {
     static_assert(!PINGPONG || SPLITK == 0, "ping-pong runs without split-K");
     static_assert(BN == 8 || BN == 16 || BN == 24 || BN == 32 || BN == 48 || BN == 64 || BN == 128 || BN == 160 || BN == 192 || BN == 256,
                   "KAAS_BN must be 8, 16, 24, 32, 48, 64, 128, 160, 192 or 256");
-    static_assert(TN || BN % 64 == 0 || BN == 8 || BN == 16 || BN == 32,
+    static_assert(TN || SWAP_AB || BN % 64 == 0 || BN == 8 || BN == 16 || BN == 32,
                   "nn loads B in 64-column boxes, or one box of 8, 16 or 32 columns: KAAS_BN must be a multiple of 64, or 8, 16 or 32");
     static_assert((CLM == 1 || CLM == 2 || CLM == 4 || CLM == 8) && (CLN == 1 || CLN == 2 || CLN == 4 || CLN == 8) && CL <= 8,
                   "KAAS_CLUSTER_M and KAAS_CLUSTER_N must be 1, 2, 4 or 8, and their product at most 8");
     static_assert((BM / CLN) % 8 == 0, "multicast A slices must be whole 8-row swizzle atoms");
-    static_assert(((TN ? BN : BK) / CLM) % 8 == 0, "multicast B slices must be whole 8-row swizzle atoms");
+    static_assert(((TN || SWAP_AB ? BN : BK) / CLM) % 8 == 0, "multicast B slices must be whole 8-row swizzle atoms");
     static_assert(a_box_rows(BM / CLN, WG_M) <= 256 && (BM / CLN) % a_box_rows(BM / CLN, WG_M) == 0 && (BM / CLN <= 256 || CLN == 1),
                   "a TMA box is at most 256 rows");
     static_assert(STAGES >= 2 && STAGES <= 16, "KAAS_STAGES must be 2..16");
@@ -502,11 +507,22 @@ struct Cfg {
     static_assert(GRID2D >= 0 && GRID2D <= 2, "KAAS_GRID2D must be 0, 1 or 2");
     static_assert(!GRID2D || (SPLITK == 0 && !PINGPONG && CL == 1), "the 2-D grid is one tile per CTA: no split-K, no ping-pong, no cluster");
     static_assert(DESC >= 0 && DESC <= 2, "KAAS_DESC_UNIFORM must be 0, 1 or 2");
-    static_assert(!SWAP_AB || (TN && !EPI_TMA && PROBE == 0),
-                  "swap-AB codes are tn, and store C transposed from registers (no TMA store, no probe)");
+    static_assert(!SWAP_AB || (!EPI_TMA && PROBE == 0),
+                  "swap-AB codes store C transposed from registers (no TMA store, no probe)");
+    static_assert(!SWAP_AB || TN || (CLN == 1 && !WHOLE_TILE && !COLSPLIT),
+                  "swap-AB nn loads the weight in 64-row boxes along M: no cluster along N, cooperative consumers");
     static_assert(SMEM_BYTES <= 232448, "shared memory exceeds 227 KiB");
     static_assert(MI * ACC_REGS <= acc_budget(CONSUMERS), "accumulators would not fit the consumer register budget");
 };
+
+// The operands' majorness in shared memory. The kernel's B is K-major on tn and on swap-AB
+// (there it is the problem's A); its A is M-major only on swap-AB nn (the problem's B, K×N
+// row-major), read with the transpose-A immediate. Functions, not Cfg members: each member
+// of Cfg is a symbol in the PTX, so a new one would change every code's text.
+template <class C>
+static __host__ __device__ constexpr bool b_kmajor() { return C::TN || C::SWAP_AB; }
+template <class C>
+static __host__ __device__ constexpr bool a_mmajor() { return C::SWAP_AB && !C::TN; }
 
 // A CUtensorMap passed by value (128 bytes, 64-byte aligned), opaque to the kernel.
 struct __align__(64) TensorMap128 {
@@ -618,9 +634,16 @@ static __device__ __forceinline__ void load_k_major(const TensorMap128* tm, u32 
 
 // A's part of a slot: the tile's BM rows, K-major; shared along the cluster's row (CLN),
 // this CTA loading slice rn into every CTA with its rm.
+// Swap-AB nn: BM/64 boxes of 64 weight rows (M) by the slot's BK rows of K (M-major), as
+// nn's B (no cluster along N, so no multicast).
 template <class C>
 static __device__ __forceinline__ void load_a(const TensorMap128* tm, u32 dst, int k0, int m0, u32 fb, int rn, u16 mask) {
-    load_k_major<C::BM, C::CLN, C::BK, a_box_rows(C::BM / C::CLN, C::WG_M)>(tm, dst, k0, m0, fb, rn, mask);
+    if constexpr (a_mmajor<C>()) {
+#pragma unroll
+        for (int c = 0; c < C::BM / 64; ++c) tma_load(dst + c * C::BK * 128, tm, m0 + 64 * c, k0, fb);
+    } else {
+        load_k_major<C::BM, C::CLN, C::BK, a_box_rows(C::BM / C::CLN, C::WG_M)>(tm, dst, k0, m0, fb, rn, mask);
+    }
 }
 
 // B's part of a slot. tn: BK/64 atoms of the tile's BN rows (K-major), as A's; nn: BN/64
@@ -629,7 +652,7 @@ static __device__ __forceinline__ void load_a(const TensorMap128* tm, u32 dst, i
 // a box) into every CTA of its tile column (`mask`).
 template <class C>
 static __device__ __forceinline__ void load_b(const TensorMap128* tm, u32 dst, int k0, int n0, u32 fb, int rm, u16 mask) {
-    if constexpr (C::TN) {
+    if constexpr (b_kmajor<C>()) {
         load_k_major<C::BN, C::CLM, C::BK>(tm, dst, k0, n0, fb, rm, mask);
     } else if constexpr (C::NN_NARROW) {
         constexpr int SLICE = C::BK / C::CLM;
@@ -702,31 +725,31 @@ static __device__ __forceinline__ void producer(const Params& p, const Ring<C>& 
 
 // ─── The mainloop ───────────────────────────────────────────────────────────────────────
 // wgmma m64nNk16 with the accumulators' type: the wrapper of hopper_wgmma.cuh for N.
-template <int N, int TRANS_B>
+template <int N, int TRANS_B, int TRANS_A>
 static __device__ __forceinline__ void wgmma(float (&d)[N / 2], u64 da, u64 db) {
-    if constexpr (N == 8) wgmma_f32_n8<TRANS_B>(d, da, db);
-    else if constexpr (N == 16) wgmma_f32_n16<TRANS_B>(d, da, db);
-    else if constexpr (N == 24) wgmma_f32_n24<TRANS_B>(d, da, db);
-    else if constexpr (N == 32) wgmma_f32_n32<TRANS_B>(d, da, db);
-    else if constexpr (N == 48) wgmma_f32_n48<TRANS_B>(d, da, db);
-    else if constexpr (N == 64) wgmma_f32_n64<TRANS_B>(d, da, db);
-    else if constexpr (N == 128) wgmma_f32_n128<TRANS_B>(d, da, db);
-    else if constexpr (N == 160) wgmma_f32_n160<TRANS_B>(d, da, db);
-    else if constexpr (N == 192) wgmma_f32_n192<TRANS_B>(d, da, db);
-    else wgmma_f32_n256<TRANS_B>(d, da, db);
+    if constexpr (N == 8) wgmma_f32_n8<TRANS_B, TRANS_A>(d, da, db);
+    else if constexpr (N == 16) wgmma_f32_n16<TRANS_B, TRANS_A>(d, da, db);
+    else if constexpr (N == 24) wgmma_f32_n24<TRANS_B, TRANS_A>(d, da, db);
+    else if constexpr (N == 32) wgmma_f32_n32<TRANS_B, TRANS_A>(d, da, db);
+    else if constexpr (N == 48) wgmma_f32_n48<TRANS_B, TRANS_A>(d, da, db);
+    else if constexpr (N == 64) wgmma_f32_n64<TRANS_B, TRANS_A>(d, da, db);
+    else if constexpr (N == 128) wgmma_f32_n128<TRANS_B, TRANS_A>(d, da, db);
+    else if constexpr (N == 160) wgmma_f32_n160<TRANS_B, TRANS_A>(d, da, db);
+    else if constexpr (N == 192) wgmma_f32_n192<TRANS_B, TRANS_A>(d, da, db);
+    else wgmma_f32_n256<TRANS_B, TRANS_A>(d, da, db);
 }
-template <int N, int TRANS_B>
+template <int N, int TRANS_B, int TRANS_A>
 static __device__ __forceinline__ void wgmma(u32 (&d)[N / 4], u64 da, u64 db) {
-    if constexpr (N == 8) wgmma_f16_n8<TRANS_B>(d, da, db);
-    else if constexpr (N == 16) wgmma_f16_n16<TRANS_B>(d, da, db);
-    else if constexpr (N == 24) wgmma_f16_n24<TRANS_B>(d, da, db);
-    else if constexpr (N == 32) wgmma_f16_n32<TRANS_B>(d, da, db);
-    else if constexpr (N == 48) wgmma_f16_n48<TRANS_B>(d, da, db);
-    else if constexpr (N == 64) wgmma_f16_n64<TRANS_B>(d, da, db);
-    else if constexpr (N == 128) wgmma_f16_n128<TRANS_B>(d, da, db);
-    else if constexpr (N == 160) wgmma_f16_n160<TRANS_B>(d, da, db);
-    else if constexpr (N == 192) wgmma_f16_n192<TRANS_B>(d, da, db);
-    else wgmma_f16_n256<TRANS_B>(d, da, db);
+    if constexpr (N == 8) wgmma_f16_n8<TRANS_B, TRANS_A>(d, da, db);
+    else if constexpr (N == 16) wgmma_f16_n16<TRANS_B, TRANS_A>(d, da, db);
+    else if constexpr (N == 24) wgmma_f16_n24<TRANS_B, TRANS_A>(d, da, db);
+    else if constexpr (N == 32) wgmma_f16_n32<TRANS_B, TRANS_A>(d, da, db);
+    else if constexpr (N == 48) wgmma_f16_n48<TRANS_B, TRANS_A>(d, da, db);
+    else if constexpr (N == 64) wgmma_f16_n64<TRANS_B, TRANS_A>(d, da, db);
+    else if constexpr (N == 128) wgmma_f16_n128<TRANS_B, TRANS_A>(d, da, db);
+    else if constexpr (N == 160) wgmma_f16_n160<TRANS_B, TRANS_A>(d, da, db);
+    else if constexpr (N == 192) wgmma_f16_n192<TRANS_B, TRANS_A>(d, da, db);
+    else wgmma_f16_n256<TRANS_B, TRANS_A>(d, da, db);
 }
 
 // The operands' layout in a slot. A and tn-B are K-major: BK/64 atoms of 128-byte rows (64
@@ -736,29 +759,36 @@ static __device__ __forceinline__ void wgmma(u32 (&d)[N / 4], u64 da, u64 db) {
 // This consumer's first byte of a slot of A (its rows) and of B (its columns).
 template <class C>
 static __device__ __forceinline__ u32 a_cw(int cw) {
-    return C::WHOLE_TILE || C::COLSPLIT ? 0 : cw * C::WG_M * 128;
+    if constexpr (a_mmajor<C>()) return cw * (C::WG_M / 64) * C::BK * 128;
+    else return C::WHOLE_TILE || C::COLSPLIT ? 0 : cw * C::WG_M * 128;
 }
 template <class C>
 static __device__ __forceinline__ u32 b_cw(int cw) {
-    if constexpr (C::COLSPLIT) return C::TN ? cw * C::WN * 128 : cw * (C::WN / 64) * C::BK * 128;
+    if constexpr (C::COLSPLIT) return b_kmajor<C>() ? cw * C::WN * 128 : cw * (C::WN / 64) * C::BK * 128;
     else return 0;
 }
 // The byte offsets of k16 step kk (and m64 tile mi) in this consumer's part of a slot: A and
 // tn-B, atom kk / 4 and 32 bytes per step in its rows; nn-B, 16 rows of K per step.
 template <class C>
 static __device__ __forceinline__ u32 a_off(int kk, int mi) {
-    return (kk / 4) * C::BM * 128 + mi * 64 * 128 + (kk % 4) * 32;
+    if constexpr (a_mmajor<C>()) return mi * C::BK * 128 + kk * 2048;
+    else return (kk / 4) * C::BM * 128 + mi * 64 * 128 + (kk % 4) * 32;
 }
 template <class C>
 static __device__ __forceinline__ u32 b_off(int kk) {
-    if constexpr (C::TN) return (kk / 4) * C::BN * 128 + (kk % 4) * 32;
+    if constexpr (b_kmajor<C>()) return (kk / 4) * C::BN * 128 + (kk % 4) * 32;
     else if constexpr (C::NN_NARROW) return kk * 16 * C::NB_ROW;
     else return kk * 2048;
 }
-// B's leading byte offset, and its descriptor at `addr`.
+// The operands' leading byte offsets (M- or N-major: the 64-wide chunks, BK * 128 bytes
+// apart), and B's descriptor at `addr`.
+template <class C>
+static __device__ __forceinline__ u32 a_lbo() {
+    return a_mmajor<C>() ? C::BK * 128 : 16;
+}
 template <class C>
 static __device__ __forceinline__ u32 b_lbo() {
-    return C::TN ? 16 : C::NN_NARROW ? 8 * C::NB_ROW : C::BK * 128;
+    return b_kmajor<C>() ? 16 : C::NN_NARROW ? 8 * C::NB_ROW : C::BK * 128;
 }
 template <class C>
 static __device__ __forceinline__ u64 b_desc(u32 addr) {
@@ -782,7 +812,7 @@ struct Descriptors<C, 0> {
         a_base = sA + s * C::A_STAGE_BYTES + a_cw<C>(cw);
         b_base = sB + s * C::B_STAGE_BYTES + b_cw<C>(cw);
     }
-    __device__ __forceinline__ u64 a(int kk, int mi) const { return smem_desc(a_base + a_off<C>(kk, mi), 16, 1024); }
+    __device__ __forceinline__ u64 a(int kk, int mi) const { return smem_desc(a_base + a_off<C>(kk, mi), a_lbo<C>(), 1024); }
     __device__ __forceinline__ u64 b(int kk) const { return b_desc<C>(b_base + b_off<C>(kk)); }
 };
 
@@ -799,7 +829,7 @@ struct Descriptors<C, 1> {
     u64 da0, db0;
     __device__ __forceinline__ Descriptors(u32 sA_, u32 sB_, int cw_, int, int) : sA(sA_), sB(sB_), cw(cw_) {}
     __device__ __forceinline__ void slot(int s) {
-        da0 = smem_desc(sA + s * C::A_STAGE_BYTES + a_cw<C>(cw), 16, 1024);
+        da0 = smem_desc(sA + s * C::A_STAGE_BYTES + a_cw<C>(cw), a_lbo<C>(), 1024);
         db0 = b_desc<C>(sB + s * C::B_STAGE_BYTES + b_cw<C>(cw));
     }
     __device__ __forceinline__ u64 a(int kk, int mi) const { return desc_add(da0, a_off<C>(kk, mi)); }
@@ -814,7 +844,7 @@ template <class C>
 struct Descriptors<C, 2> {
     u32 a_lo0, b_lo0, dhi_a, dhi_b, a_lo, b_lo;
     __device__ __forceinline__ Descriptors(u32 sA, u32 sB, int cw, int M, int N) {
-        a_lo0 = desc_lo(sA + a_cw<C>(cw), 16);
+        a_lo0 = desc_lo(sA + a_cw<C>(cw), a_lbo<C>());
         b_lo0 = desc_lo(sB + b_cw<C>(cw), b_lbo<C>());
         dhi_a = desc_hi(M);
         if constexpr (C::NN_NARROW) dhi_b = desc_hi_nb<C::NB_ROW, C::NB_SWIZZLE>(N);
@@ -852,7 +882,7 @@ struct Mainloop {
 
     // One K-tile's wgmmas from slot s: BK/16 k16 steps × MI m64 tiles.
     __device__ __forceinline__ void mma(Acc& acc, Chains& acc_x, int s) {
-        constexpr int TRANS_B = C::TN ? 0 : 1;
+        constexpr int TRANS_B = b_kmajor<C>() ? 0 : 1, TRANS_A = a_mmajor<C>() ? 1 : 0;
         desc.slot(s);
 #pragma unroll
         for (int kk = 0; kk < C::BK / 16; ++kk) {
@@ -862,11 +892,11 @@ struct Mainloop {
                 const u64 da = desc.a(kk, mi);
                 if constexpr (C::CHAINS > 1) {
                     if (kk % C::CHAINS == 0)
-                        wgmma<C::WN, TRANS_B>(acc[mi], da, db);
+                        wgmma<C::WN, TRANS_B, TRANS_A>(acc[mi], da, db);
                     else
-                        wgmma<C::WN, TRANS_B>(acc_x[kk % C::CHAINS - 1][mi], da, db);
+                        wgmma<C::WN, TRANS_B, TRANS_A>(acc_x[kk % C::CHAINS - 1][mi], da, db);
                 } else {
-                    wgmma<C::WN, TRANS_B>(acc[mi], da, db);
+                    wgmma<C::WN, TRANS_B, TRANS_A>(acc[mi], da, db);
                 }
             }
         }

@@ -198,9 +198,10 @@ pub enum Trial {
     /// [`hopper::stream_k_trial_codes`].
     StreamK,
     /// The 192×128 tile of three consumer warpgroups (`192x128x64_…_c3`), alone and as hybrid
-    /// stream-K, on every shape, fp32 only: [`hopper::rows_192_codes`]. Not yet run on a GPU.
+    /// stream-K, on every shape, fp32 only: [`hopper::rows_192_codes`]. Passes the verifier
+    /// on an H200; timed there at 512 tokens it did not beat cuBLASLt (docs/tuner.md).
     Rows192,
-    /// Swap-AB (`_sw`, tn): the code computes Cᵀ = B·Aᵀ, the weight's rows on the tile's
+    /// Swap-AB (`_sw`, tn and nn): the code computes Cᵀ = B·Aᵀ, the weight's rows on the tile's
     /// 64- to 384-row side and the tokens on its BN side (8 to 256), on the problems of up
     /// to 256 tokens: [`hopper::swap_space`].
     Swap,
@@ -375,7 +376,7 @@ pub(crate) fn codes(families: &[Family], arch: Arch, acc: Acc, layout: Layout) -
     let mut out = Vec::new();
     if families.contains(&Family::Hopper) {
         out.extend(hopper::space().into_iter().chain(hopper::skinny_cluster_codes()).chain(hopper::split_tiles()).chain(hopper::multicast_split_tiles()).map(Candidate::Hopper));
-        // The swap-AB codes of the token widths the search offers (tn only: `retain` below).
+        // The swap-AB codes of the token widths the search offers (both layouts).
         out.extend(hopper::swap_codes().into_iter().filter(|c| c.bn <= hopper::SEARCH_SWAP_MAX_M && (acc == Acc::F32 || c.chains == 1)).map(Candidate::Hopper));
         if acc == Acc::F32 {
             out.extend(hopper::skinny_chains_codes().into_iter().chain(hopper::chains_split_tiles()).map(Candidate::Hopper));
@@ -1339,10 +1340,11 @@ mod tests {
         let searched_eight: Vec<HopperConfig> = hopper::narrow8_search_codes().into_iter().map(hopper::searched_modes).collect();
         assert!(eight(Acc::F32, Layout::Tn) == searched_eight && eight(Acc::F32, Layout::Nn) == searched_eight);
         assert!(eight(Acc::F16, Layout::Tn).is_empty() && eight(Acc::F16, Layout::Nn).is_empty());
-        // And the swap-AB codes of up to 48 tokens, on tn only; 64 tokens and more are the trial's.
+        // And the swap-AB codes of up to 48 tokens, the same on both layouts; 64 tokens and
+        // more are the trial's.
         let swapped = |acc, layout| codes(&hopper, Arch::Sm90, acc, layout).into_iter().filter_map(|c| c.hopper().filter(|h| h.swap)).collect::<Vec<_>>();
         let tn = swapped(Acc::F32, Layout::Tn);
-        assert!(!tn.is_empty() && tn.iter().all(|h| h.bn <= hopper::SEARCH_SWAP_MAX_M) && swapped(Acc::F32, Layout::Nn).is_empty());
+        assert!(!tn.is_empty() && tn.iter().all(|h| h.bn <= hopper::SEARCH_SWAP_MAX_M) && swapped(Acc::F32, Layout::Nn) == tn);
         assert!(swapped(Acc::F16, Layout::Tn).iter().all(|h| h.chains == 1 && h.split == 1));
         assert!(codes_with(&hopper, &[Trial::Swap], Arch::Sm90, Acc::F32, Layout::Tn).iter().any(|c| matches!(c, Candidate::Hopper(h) if h.swap && h.bn == 256)));
         assert!(codes_with(&hopper, &[Trial::Narrow8, Trial::Bk256], Arch::Sm90, Acc::F32, Layout::Tn).iter().any(|c| matches!(c, Candidate::Hopper(h) if h.bn == 8 && h.bk == 256)));

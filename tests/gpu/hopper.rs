@@ -58,9 +58,14 @@ impl VerifierRuns {
     }
 
     /// A Hopper code with the f16 accumulator on one tn shape.
-    fn run_f16_tn(&mut self, cfg: &kaas::tuner::hopper::HopperConfig, (m, n, k): (u32, u32, u32)) {
-        let p = Problem::new(Arch::Sm90, Acc::F16, Layout::Tn, Shape::new(m, n, k).expect("shape"));
-        self.run(&format!("{p} {}", cfg.label()), kaas::tuner::hopper::compile(cfg, Acc::F16, Layout::Tn).expect("compile"), cfg.manifest(&p, 132));
+    fn run_f16_tn(&mut self, cfg: &kaas::tuner::hopper::HopperConfig, shape: (u32, u32, u32)) {
+        self.run_f16(cfg, Layout::Tn, shape);
+    }
+
+    /// A Hopper code with the f16 accumulator on one shape of `layout`.
+    fn run_f16(&mut self, cfg: &kaas::tuner::hopper::HopperConfig, layout: Layout, (m, n, k): (u32, u32, u32)) {
+        let p = Problem::new(Arch::Sm90, Acc::F16, layout, Shape::new(m, n, k).expect("shape"));
+        self.run(&format!("{p} {}", cfg.label()), kaas::tuner::hopper::compile(cfg, Acc::F16, layout).expect("compile"), cfg.manifest(&p, 132));
     }
 
     fn assert_all_passed(self) {
@@ -807,11 +812,11 @@ fn swap_width(p: &Problem) -> u32 {
 /// codes of one height at the problem's token width): unsplit one tile per CTA and on a
 /// persistent grid of 3, the atomic split, stream-K (plain and hybrid), and the multicast
 /// pair where the width has one (it shares whole 8-row slices of the tokens: widths of
-/// 16, 32, 48, …). Returns the unsplit code.
+/// 16, 32, 48, …), each built for the problem's layout. Returns the unsplit code.
 fn run_swap_tile_kinds(runs: &mut VerifierRuns, p: &Problem, codes: &[kaas::tuner::hopper::HopperConfig]) -> kaas::tuner::hopper::HopperConfig {
     use kaas::tuner::hopper::{self, HopperConfig, Reduction};
     let of = |pick: &dyn Fn(&HopperConfig) -> bool| codes.iter().find(|c| pick(c)).copied();
-    let ptx = |c: &HopperConfig| hopper::compile(c, Acc::F32, Layout::Tn).expect("compile");
+    let ptx = |c: &HopperConfig| hopper::compile(c, Acc::F32, p.layout).expect("compile");
     let unsplit = of(&|c| c.split == 1 && c.cluster_size() == 1 && c.chains == 1).expect("an unsplit swap code");
     runs.run_grids(p, &unsplit, &ptx(&unsplit), &[None, Some(3)]);
     for (reduction, split) in [(Reduction::Atomic, 3), (Reduction::StreamK, 7), (Reduction::StreamKHybrid, 7)] {
@@ -855,6 +860,46 @@ fn swap_ab_384_row_tiles_pass_the_verifier() {
         runs.run_f16_tn(&unsplit, (m, n, k));
     }
     assert!(runs.runs >= 35, "{} runs", runs.runs);
+    runs.assert_all_passed();
+}
+
+/// Swap-AB on nn: the weight (K×N row-major) is the kernel's A, M-major in shared memory
+/// (64-row boxes by the slot's K) and read with the transpose-A immediate; the tokens are
+/// K-major as on tn. Every tile height (64 and 128 rows of one consumer, 128 and 256 of
+/// two, 384 of three) at each problem's token width, in the kinds [`run_swap_tile_kinds`]
+/// runs, on token counts the tiles do not divide and weights whose last tile is partial (N
+/// a multiple of 8: nn's weight rows must be 16-byte aligned for TMA); cuBLASLt's decode
+/// shape, 32 × 35840×5120, unsplit; and the f16 accumulator.
+#[test]
+fn swap_ab_nn_tiles_pass_the_verifier() {
+    use kaas::tuner::hopper::{self, HopperConfig};
+    if !hopper_or_skip() {
+        return;
+    }
+    let mut runs = VerifierRuns::new("SWAPNN");
+    let codes = hopper::swap_codes();
+    let heights = [(64, 1), (128, 1), (128, 2), (256, 2), (384, 3)];
+    for (m, n, k) in [(13, 2056, 4104), (45, 520, 136), (100, 3000, 520)] {
+        let p = Problem::new(Arch::Sm90, Acc::F32, Layout::Nn, Shape::new(m, n, k).expect("shape"));
+        for (bm, consumers) in heights {
+            let at: Vec<HopperConfig> = codes.iter().filter(|c| c.bm == bm && c.consumers == consumers && c.bn == swap_width(&p)).copied().collect();
+            // 256 rows stop at 128 tokens, 384 rows at 64.
+            if at.is_empty() {
+                assert!(bm >= 256 && swap_width(&p) > 64, "no {bm}-row swap code at {p}");
+                continue;
+            }
+            let unsplit = run_swap_tile_kinds(&mut runs, &p, &at);
+            if bm == 64 {
+                runs.run_f16(&unsplit, Layout::Nn, (m, n, k));
+            }
+        }
+    }
+    let decode = Problem::new(Arch::Sm90, Acc::F32, Layout::Nn, Shape::new(32, 35840, 5120).expect("shape"));
+    for (bm, consumers) in [(128, 1), (384, 3)] {
+        let code = codes.iter().find(|c| c.bm == bm && c.consumers == consumers && c.bn == 32 && c.split == 1 && c.cluster_size() == 1 && c.chains == 1).expect("a decode code");
+        runs.run_code(&decode, code, &hopper::compile(code, Acc::F32, Layout::Nn).expect("compile"));
+    }
+    assert!(runs.runs >= 70, "{} runs", runs.runs);
     runs.assert_all_passed();
 }
 

@@ -504,8 +504,16 @@ impl HopperConfig {
     /// Whether the template builds this code for a layout: nn loads B in 64-column boxes,
     /// or, for the tiles of 8, 16 and 32 columns, in one box as wide as the tile (its rows
     /// swizzled at that width, [`HopperConfig::nn_narrow_b`]); 24, 48 and 160 are tn only.
+    /// Swap-AB's B is the problem's A, K-major on both layouts, so every token width builds
+    /// for nn; its A, the weight, loads in 64-row boxes along M, cooperatively and with no
+    /// cluster along N.
     pub fn supports(&self, layout: Layout) -> bool {
-        layout == Layout::Tn || (!self.swap && (self.bn.is_multiple_of(64) || Self::nn_narrow_b(self.bn).is_some()))
+        layout == Layout::Tn
+            || if self.swap {
+                self.cluster_n == 1 && self.consumer_mode == ConsumerMode::Cooperative
+            } else {
+                self.bn.is_multiple_of(64) || Self::nn_narrow_b(self.bn).is_some()
+            }
     }
 
     /// nn's B box swizzle for a tile narrower than one 64-column box: BN columns (16, 32
@@ -614,15 +622,19 @@ impl HopperConfig {
         // columns, swizzled at their width.
         let (b_box, b_swizzle) = match (p.layout, Self::nn_narrow_b(self.bn)) {
             (Layout::Tn, _) => ([64, self.bn / self.cluster_m], Swizzle::B128),
+            // Swap-AB's B is the problem's A: K-major on nn too.
+            (Layout::Nn, _) if self.swap => ([64, self.bn / self.cluster_m], Swizzle::B128),
             (Layout::Nn, Some(swizzle)) => ([self.bn, self.bk / self.cluster_m], swizzle),
             (Layout::Nn, None) => ([64, self.bk / self.cluster_m], Swizzle::B128),
         };
         let l2_promotion = if self.l2_256 { L2Promotion::B256 } else { L2Promotion::B128 };
-        // Swap-AB: the kernel's A is the problem's B and its B the problem's A (both tn,
-        // K-major), and its M, N are the problem's N, M.
+        // Swap-AB: the kernel's A is the problem's B and its B the problem's A, and its M, N
+        // are the problem's N, M. On nn the weight is N-major (global dims [N, K]): boxes of
+        // 64 of its N by the slot's K, as nn's B.
         let (a, b, m, n) = if self.swap { (Operand::B, Operand::A, Dim::N, Dim::M) } else { (Operand::A, Operand::B, Dim::M, Dim::N) };
+        let a_box = if self.swap && p.layout == Layout::Nn { [64, self.bk] } else { [64, self.a_box_rows()] };
         let mut params = vec![
-            Param::TensorMap(TensorMapSpec { operand: a, box_dims: [64, self.a_box_rows()], swizzle: Swizzle::B128, l2_promotion }),
+            Param::TensorMap(TensorMapSpec { operand: a, box_dims: a_box, swizzle: Swizzle::B128, l2_promotion }),
             Param::TensorMap(TensorMapSpec { operand: b, box_dims: b_box, swizzle: b_swizzle, l2_promotion }),
             if self.epilogue == Epilogue::TmaStore {
                 // 16 rows of 64 columns: one consumer warp's piece.
@@ -1391,13 +1403,14 @@ mod tests {
         let codes = swap_codes();
         assert!(codes.len() > 100 && codes.iter().all(|c| c.swap && c.validate().is_ok()), "{}", codes.len());
         for c in &codes {
-            // Named `_sw`, parsed back, and tn only.
-            let entry = c.entry(Acc::F32, Layout::Tn);
-            assert!(entry.ends_with("_sw"), "{entry}");
-            let back = HopperConfig::from_entry(&entry).map(|(b, _, _)| b.code_key());
-            assert_eq!(back, Some(c.code_key()), "{entry}");
-            assert!(!c.supports(Layout::Nn) && HopperConfig::from_entry(&c.entry(Acc::F32, Layout::Nn)).is_none());
-            assert!(c.defines(Acc::F32, Layout::Tn).contains(&("KAAS_SWAP_AB".to_string(), "1".to_string())));
+            // Named `_sw` and parsed back, on both layouts.
+            for layout in Layout::ALL {
+                let entry = c.entry(Acc::F32, layout);
+                assert!(entry.ends_with("_sw") && c.supports(layout), "{entry}");
+                let back = HopperConfig::from_entry(&entry).map(|(b, acc, l)| (b.code_key(), acc, l));
+                assert_eq!(back, Some((c.code_key(), Acc::F32, layout)), "{entry}");
+                assert!(c.defines(Acc::F32, layout).contains(&("KAAS_SWAP_AB".to_string(), "1".to_string())));
+            }
         }
         // 32 tokens against a 35840×5120 weight: 32-token tiles of 128 weight rows, 280 of
         // them along N; the kernel's A is the weight (B), its M the problem's N.
@@ -1423,7 +1436,19 @@ mod tests {
         let widths: std::collections::BTreeSet<u32> = swap_space(&p(256, 4096, 4096), 132).iter().map(|c| c.bn).collect();
         assert_eq!(widths.into_iter().collect::<Vec<_>>(), [128, 256]);
         assert!(swap_space(&p(257, 4096, 4096), 132).is_empty());
-        assert!(swap_space(&Problem::new(Arch::Sm90, Acc::F32, Layout::Nn, Shape::new(32, 4096, 4096).unwrap()), 132).is_empty());
+        // nn: the same codes; the weight (K×N row-major) in boxes of 64 of its N by the
+        // slot's K, the tokens K-major as on tn; in the search up to 48 tokens as on tn
+        // (their GPU test, `swap_ab_nn_tiles_pass_the_verifier`, passed on an H200).
+        let nn = Problem::new(Arch::Sm90, Acc::F32, Layout::Nn, Shape::new(32, 35840, 5120).unwrap());
+        let nn_space = swap_space(&nn, 132);
+        assert_eq!(nn_space, space, "nn takes tn's swap-AB codes");
+        let l = &c.manifest(&nn, 132).launches[0];
+        assert!(l.entry.starts_with("kaas_wgmma_f32_nn_") && l.entry.ends_with("_sw"), "{}", l.entry);
+        assert!(matches!(l.params[0], Param::TensorMap(TensorMapSpec { operand: Operand::B, box_dims: [64, 64], .. })));
+        assert!(matches!(l.params[1], Param::TensorMap(TensorMapSpec { operand: Operand::A, box_dims: [64, 32], .. })));
+        assert_eq!(HopperConfig::of_launch(l, &nn).map(|(o, _, _)| o), Some(*c));
+        assert!(space_for(&nn, 132).iter().any(|c| c.swap));
+        assert!(!space_for(&Problem { m: 64, ..nn }, 132).iter().any(|c| c.swap));
         let f16 = Problem::new(Arch::Sm90, Acc::F16, Layout::Tn, Shape::new(32, 5120, 17920).unwrap());
         assert!(swap_space(&f16, 132).iter().all(|c| c.split == 1 && c.chains == 1));
         // The TMA store does not build with it.
@@ -1868,9 +1893,11 @@ mod tests {
         }
     }
 
-    /// The swap-AB codes build for both accumulators, and store C transposed: 2-byte stores,
-    /// no staged 16-byte ones, no TMA store. (Their correctness is the GPU suite's:
-    /// `swap_ab_hopper_kernels_pass_the_verifier`.)
+    /// The swap-AB codes build for both accumulators and both layouts, and store C
+    /// transposed: 2-byte stores, no staged 16-byte ones, no TMA store; on nn the wgmma
+    /// reads the weight with the transpose-A immediate (imm-trans-a 1, imm-trans-b 0), on tn
+    /// with neither. (Their correctness is the GPU suite's:
+    /// `swap_ab_hopper_kernels_pass_the_verifier`, `swap_ab_nn_tiles_pass_the_verifier`.)
     #[test]
     fn the_swap_ab_codes_compile_where_nvrtc_is_present() {
         if let Err(why) = nvrtc::available() {
@@ -1882,9 +1909,13 @@ mod tests {
         assert_eq!(pick.len(), 4);
         for c in pick {
             for (acc, tag) in [(Acc::F32, "f32"), (Acc::F16, "f16")] {
-                let ptx = compile(c, acc, Layout::Tn).unwrap_or_else(|e| panic!("{} {tag}: {e}", c.label()));
-                assert!(ptx.contains(&format!("wgmma.mma_async.sync.aligned.m64n{}k16.{tag}.f16.f16", c.bn)), "{} {tag}", c.label());
-                assert!(ptx.contains("st.global.u16") && !ptx.contains("st.global.v4") && !ptx.contains("cp.async.bulk.tensor.2d.global.shared"), "{} {tag}", c.label());
+                for (layout, trans) in [(Layout::Tn, ", 1, 1, 1, 0, 0;"), (Layout::Nn, ", 1, 1, 1, 1, 0;")] {
+                    let what = format!("{} {tag} {layout}", c.label());
+                    let ptx = compile(c, acc, layout).unwrap_or_else(|e| panic!("{what}: {e}"));
+                    assert!(ptx.contains(&format!("wgmma.mma_async.sync.aligned.m64n{}k16.{tag}.f16.f16", c.bn)), "{what}");
+                    assert!(ptx.contains(trans), "{what}: the transpose immediates");
+                    assert!(ptx.contains("st.global.u16") && !ptx.contains("st.global.v4") && !ptx.contains("cp.async.bulk.tensor.2d.global.shared"), "{what}");
+                }
             }
         }
     }

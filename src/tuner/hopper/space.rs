@@ -605,13 +605,13 @@ fn swap_width_codes(bn: u32, sm_count: u32) -> Vec<HopperConfig> {
     out
 }
 
-/// A problem's swap-AB candidates (tn, M ≤ [`SWAP_MAX_M`]): the codes of the narrowest
+/// A problem's swap-AB candidates (tn or nn, M ≤ [`SWAP_MAX_M`]): the codes of the narrowest
 /// token tile that holds M and, from 64 tokens, of the tile half as wide (two tiles along
 /// the tokens, twice the CTAs); unsplit ones one tile per CTA and, where the tiles exceed
 /// the SMs, on the persistent grid; with fp32 accumulators, split ones at [`split_counts`]
 /// and stream-K on a grid of `sm_count`.
 pub fn swap_space(p: &Problem, sm_count: u32) -> Vec<HopperConfig> {
-    if p.layout != Layout::Tn || p.m > SWAP_MAX_M {
+    if p.m > SWAP_MAX_M {
         return Vec::new();
     }
     let fit = SWAP_BN.into_iter().find(|&w| w >= p.m).unwrap_or(SWAP_MAX_M);
@@ -624,7 +624,7 @@ pub fn swap_space(p: &Problem, sm_count: u32) -> Vec<HopperConfig> {
                 if p.acc == Acc::F32 {
                     if c.reduction.is_stream_k() { out.push(c) } else { out.extend(split_counts(&c, p, sm_count)) }
                 }
-            } else if (c.chains == 1 || p.acc == Acc::F32) && c.cluster_fits(p) {
+            } else if (c.chains == 1 || p.acc == Acc::F32) && c.cluster_fits(p) && c.supports(p.layout) {
                 out.push(c);
                 if c.tiles(p) > sm_count {
                     out.push(HopperConfig { persistent: true, ..c });
@@ -638,7 +638,7 @@ pub fn swap_space(p: &Problem, sm_count: u32) -> Vec<HopperConfig> {
 /// Every candidate for a problem: [`space`] and [`skinny_cluster_codes`] (the narrow tiles
 /// and the clusters where they suit it), then [`split_space`]; on the skinny shapes with
 /// acc=f32, two accumulator chains too, unsplit and split ([`skinny_chains_codes`],
-/// [`chains_split_space`]); up to [`SEARCH_SWAP_MAX_M`] tokens on tn, [`swap_space`]. Each
+/// [`chains_split_space`]); up to [`SEARCH_SWAP_MAX_M`] tokens, [`swap_space`]. Each
 /// with the L2 promotion [`wide_l2_suits`] the problem.
 pub fn space_for(p: &Problem, sm_count: u32) -> Vec<HopperConfig> {
     let mut out = space();
