@@ -5,13 +5,13 @@
 #   scripts/device-run.sh stage            (here) build the release `kaas`, compile every
 #                                          tuner configuration to PTX (NVRTC here, so the
 #                                          PTX is what CI regenerates), write the e2e
-#                                          inputs; all under .dev/run/, `kaas` gzipped
+#                                          inputs; all under .dev/run/, `kaas` packed (xz)
 #                                          (a plain .dev/run/kaas copied in later wins)
 #                                          (and the GPU test binary with gpu-check.sh:
 #                                          `bash .dev/run/gpu-check.sh remote [FILTER…]`)
-#   scripts/device-run.sh stage-lite       (here) only the release `kaas` (gzipped) and the
+#   scripts/device-run.sh stage-lite       (here) only the release `kaas` (xz) and the
 #                                          scripts, for source, fleet and interfere
-#   scripts/device-run.sh stage-fleet      (here) .dev/fl: only `kaas` (gzipped) and this
+#   scripts/device-run.sh stage-fleet      (here) .dev/fl: only `kaas` (xz) and this
 #                                          script, for `fleet` and `interfere` with .dev/pg
 #                                          (the tree, a full .dev/run and .dev/pg together
 #                                          pass the call's 64 MiB)
@@ -100,7 +100,7 @@ set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 mode="${1:-stage}"; shift || true
 
-# Only `kaas` (gzipped) and these scripts: enough for e2e-free modes (source, fleet,
+# Only `kaas` (packed, pack_kaas) and these scripts: enough for e2e-free modes (source, fleet,
 # interfere) and small enough to travel beside .dev/pg or a part of NVRTC (.dev/nvrtc-1, -2).
 stage_lite() {
     local repo; repo="$(cd "$here/.." && pwd)"; cd "$repo"
@@ -113,9 +113,9 @@ stage_lite() {
 
 stage_fleet() {
     local repo; repo="$(cd "$here/.." && pwd)"; cd "$repo"
-    [[ -f .dev/run/kaas.gz ]] || { stage_lite && gzip -f .dev/run/kaas; }
+    [[ -f .dev/run/kaas.xz ]] || { stage_lite && pack_kaas .dev/run/kaas; }
     rm -rf .dev/fl; mkdir -p .dev/fl
-    cp .dev/run/kaas.gz "$here/device-run.sh" .dev/fl/
+    cp .dev/run/kaas.xz "$here/device-run.sh" .dev/fl/
     du -sh .dev/fl
 }
 
@@ -155,9 +155,9 @@ for line in sys.stdin:
       || { tail -n 20 "${TMPDIR:-/tmp}/kaas-emit-ptx.log" >&2; exit 1; }
     # Compressed (about 15 MB of PTX): the working tree and what it carries travel in 64 MiB.
     tar czf .dev/run/tune-ptx.tar.gz -C .dev/run tune-ptx && rm -rf .dev/run/tune-ptx
-    # And `kaas` gzipped (29 MB to 11; staged_kaas unpacks it there): with the checkout's
-    # 21 MB, the PTX and the GPU tests, a plain one took the call past 64 MiB (2026-11-27).
-    gzip -f .dev/run/kaas
+    # And `kaas` packed (pack_kaas; staged_kaas unpacks it there): with the checkout, the
+    # PTX and the GPU tests, a plain one took the call past 64 MiB (2026-11-27).
+    pack_kaas .dev/run/kaas
     python3 - <<'PY'
 import json, copy
 idx = json.load(open("kernels/index.json"))
@@ -195,15 +195,22 @@ PY
     du -sh .dev/run
 }
 
+# `kaas` packed for the trip: xz takes the 34 MB release binary to 8.4 MB (gzip: 13.1). The
+# checkout counts against the call's 64 MiB with its links followed (54 MiB on 2026-11-30),
+# and with a gzipped binary, the GPU tests and the staged PTX it no longer fit.
+pack_kaas() { xz -T0 -6 -f "$1"; }
+
 # The staged `kaas`: a plain one if there is (one copied in by hand after the stage), else
-# the stage's kaas.gz, unpacked afresh on every call. Beside this script when it runs
-# staged, else in the checkout's .dev/run (this script run from scripts/, so that its
-# modes are the tree's own, with the stage carried).
+# the stage's kaas.xz (or an older stage's kaas.gz), unpacked afresh on every call. Beside
+# this script when it runs staged, else in the checkout's .dev/run (this script run from
+# scripts/, so that its modes are the tree's own, with the stage carried).
 staged_kaas() {
     local dir="$here"
-    [[ -e "$dir/kaas" || -e "$dir/kaas.gz" ]] || dir="$(repo_root)/.dev/run"
+    [[ -e "$dir/kaas" || -e "$dir/kaas.xz" || -e "$dir/kaas.gz" ]] || dir="$(repo_root)/.dev/run"
     if [[ -x "$dir/kaas" ]]; then echo "$dir/kaas"; return; fi
-    mkdir -p /tmp/kaas-staged && gunzip -c "$dir/kaas.gz" > /tmp/kaas-staged/kaas && chmod +x /tmp/kaas-staged/kaas
+    mkdir -p /tmp/kaas-staged
+    if [[ -e "$dir/kaas.xz" ]]; then xz -dc "$dir/kaas.xz"; else gunzip -c "$dir/kaas.gz"; fi > /tmp/kaas-staged/kaas
+    chmod +x /tmp/kaas-staged/kaas
     echo /tmp/kaas-staged/kaas
 }
 
@@ -1096,7 +1103,7 @@ h200_catalog() {
 
 case "$mode" in
     stage) stage ;;
-    stage-lite) stage_lite && gzip -f .dev/run/kaas && du -sh .dev/run ;;
+    stage-lite) stage_lite && pack_kaas .dev/run/kaas && du -sh .dev/run ;;
     profile) profile "$@" ;;
     pass) catalog_pass "$@" ;;
     adopt) adopt "$@" ;;

@@ -119,14 +119,15 @@ baselines() {
 }
 
 # The staged `kaas`: plain (.dev/gpu, .dev/bl, or one copied into .dev/run by hand), else
-# device-run.sh's stage's kaas.gz, unpacked afresh.
+# device-run.sh's stage's kaas.xz (or an older stage's kaas.gz), unpacked afresh.
 staged_kaas() {
     if [[ -x "$here/kaas" ]]; then echo "$here/kaas"; return; fi
     # Unpacked beside and renamed into place: suites running side by side (device-run.sh's
     # KAAS_SUITE_JOBS) each unpack it, and one must not overwrite the binary another runs.
     local tmp
     mkdir -p /tmp/kaas-staged && tmp="$(mktemp /tmp/kaas-staged/kaas.XXXXXX)"
-    gunzip -c "$here/kaas.gz" >"$tmp" && chmod +x "$tmp" && mv -f "$tmp" /tmp/kaas-staged/kaas
+    if [[ -e "$here/kaas.xz" ]]; then xz -dc "$here/kaas.xz"; else gunzip -c "$here/kaas.gz"; fi >"$tmp" \
+        && chmod +x "$tmp" && mv -f "$tmp" /tmp/kaas-staged/kaas
     echo /tmp/kaas-staged/kaas
 }
 
