@@ -15,6 +15,9 @@
 #                                          script, for `fleet` and `interfere` with .dev/pg
 #                                          (the tree, a full .dev/run and .dev/pg together
 #                                          pass the call's 64 MiB)
+#   scripts/device-run.sh carry-size [PATH…]  (here) what a device call carrying PATH… sends,
+#                                          against the tool's 64 MiB (exit 1 over it); the
+#                                          stages print it for .dev/run
 #   scripts/device-run.sh stage-tune-ptx   (here, after stage-lite) the tune jobs' PTX,
 #                                          .dev/run/tune-ptx.tar.xz (2 MB): `h200` with
 #                                          TUNE_S > 0 then tunes without NVRTC;
@@ -629,6 +632,21 @@ repo_root() {
     if [[ "$(basename "$here")" == scripts ]]; then (cd "$here/.." && pwd); else (cd "$here/../.." && pwd); fi
 }
 
+# What a device call sends: the checkout's tracked and untracked (not ignored) files, links
+# followed (kernels/h200's links into kernels/h100 count again), and the carried paths. The
+# device tool refuses a call over 64 MiB before it starts; two calls of 2026-11-30 were.
+carry_size() {
+    local tree carry=0
+    tree="$(cd "$(repo_root)" && { git ls-files -z; git ls-files -z -o --exclude-standard; } | xargs -0 -r stat -L -c %s 2>/dev/null | awk '{s += $1} END {print s + 0}')"
+    (( $# )) && carry="$(cd "$(repo_root)" && du -sbL "$@" | awk '{s += $1} END {print s + 0}')"
+    awk -v t="$tree" -v c="$carry" 'BEGIN {
+        printf "a call carrying this sends %.1f MiB (checkout %.1f, carried %.1f) of the 64 MiB allowed\n", (t + c) / 1048576, t / 1048576, c / 1048576
+        if (t + c > 64 * 1048576) {
+            print "over: move what the call does not read out of the checkout for it (kernels/baselines-h100, kernels/baselines-h200 and kernels/h100-workloads: 10 MiB; the H200 calls of 2026-11-30 ran without them) and back before any commit"
+            exit 1
+        } }'
+}
+
 stage_nvrtc() {
     local repo; repo="$(cd "$here/.." && pwd)"; cd "$repo"
     eval "$(bash "$here/cuda-tools.sh" 2>/dev/null)"
@@ -1103,7 +1121,8 @@ h200_catalog() {
 
 case "$mode" in
     stage) stage ;;
-    stage-lite) stage_lite && pack_kaas .dev/run/kaas && du -sh .dev/run ;;
+    stage-lite) stage_lite && pack_kaas .dev/run/kaas && carry_size .dev/run ;;
+    carry-size) carry_size "$@" ;;
     profile) profile "$@" ;;
     pass) catalog_pass "$@" ;;
     adopt) adopt "$@" ;;
