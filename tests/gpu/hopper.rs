@@ -796,7 +796,8 @@ fn swap_ab_256_row_tiles_pass_the_verifier() {
     // 256 rows by 256 tokens would hold 256 accumulators a thread: the widest is 128.
     for (m, n, k) in [(13, 2052, 4104), (30, 1000, 1000), (45, 520, 136), (100, 700, 520)] {
         let p = Problem::new(Arch::Sm90, Acc::F32, Layout::Tn, Shape::new(m, n, k).expect("shape"));
-        let at_width: Vec<HopperConfig> = codes.iter().filter(|c| c.bn == swap_width(&p)).copied().collect();
+        let width = swap_width(&p);
+        let at_width: Vec<HopperConfig> = codes.iter().filter(|c| c.bn == width).copied().collect();
         run_swap_tile_kinds(&mut runs, &p, &at_width);
     }
     assert!(runs.runs >= 24, "{} runs", runs.runs);
@@ -850,7 +851,8 @@ fn swap_ab_384_row_tiles_pass_the_verifier() {
     // 384 rows by 128 tokens would hold 128 accumulators a consumer thread: the widest is 64.
     for (m, n, k) in [(5, 1000, 520), (13, 2052, 4104), (30, 1000, 1000), (45, 520, 136), (61, 5000, 520), (32, 35840, 5120)] {
         let p = Problem::new(Arch::Sm90, Acc::F32, Layout::Tn, Shape::new(m, n, k).expect("shape"));
-        let at_width: Vec<HopperConfig> = codes.iter().filter(|c| c.bn == swap_width(&p)).copied().collect();
+        let width = swap_width(&p);
+        let at_width: Vec<HopperConfig> = codes.iter().filter(|c| c.bn == width).copied().collect();
         if n == 35840 {
             let unsplit = at_width.iter().find(|c| c.split == 1 && c.cluster_size() == 1).expect("a 384-row code");
             runs.run_code(&p, unsplit, &hopper::compile(unsplit, Acc::F32, Layout::Tn).expect("compile"));
@@ -881,11 +883,12 @@ fn swap_ab_nn_tiles_pass_the_verifier() {
     let heights = [(64, 1), (128, 1), (128, 2), (256, 2), (384, 3)];
     for (m, n, k) in [(13, 2056, 4104), (45, 520, 136), (100, 3000, 520)] {
         let p = Problem::new(Arch::Sm90, Acc::F32, Layout::Nn, Shape::new(m, n, k).expect("shape"));
+        let width = swap_width(&p);
         for (bm, consumers) in heights {
-            let at: Vec<HopperConfig> = codes.iter().filter(|c| c.bm == bm && c.consumers == consumers && c.bn == swap_width(&p)).copied().collect();
+            let at: Vec<HopperConfig> = codes.iter().filter(|c| c.bm == bm && c.consumers == consumers && c.bn == width).copied().collect();
             // 256 rows stop at 128 tokens, 384 rows at 64.
             if at.is_empty() {
-                assert!(bm >= 256 && swap_width(&p) > 64, "no {bm}-row swap code at {p}");
+                assert!(bm >= 256 && width > 64, "no {bm}-row swap code at {p}");
                 continue;
             }
             let unsplit = run_swap_tile_kinds(&mut runs, &p, &at);

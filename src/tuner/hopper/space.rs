@@ -618,13 +618,13 @@ pub fn swap_space(p: &Problem, sm_count: u32) -> Vec<HopperConfig> {
     let widths: &[u32] = if fit >= 64 { &[fit, fit / 2] } else { &[fit] };
     let mut out = Vec::new();
     for &bn in widths {
-        for c in swap_width_codes(bn, sm_count) {
+        for c in swap_width_codes(bn, sm_count).into_iter().filter(|c| c.supports(p.layout)) {
             if c.split > 1 {
                 // fp32 partials only; stream-K's count is its grid, the others' the waves.
                 if p.acc == Acc::F32 {
                     if c.reduction.is_stream_k() { out.push(c) } else { out.extend(split_counts(&c, p, sm_count)) }
                 }
-            } else if (c.chains == 1 || p.acc == Acc::F32) && c.cluster_fits(p) && c.supports(p.layout) {
+            } else if (c.chains == 1 || p.acc == Acc::F32) && c.cluster_fits(p) {
                 out.push(c);
                 if c.tiles(p) > sm_count {
                     out.push(HopperConfig { persistent: true, ..c });
