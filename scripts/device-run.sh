@@ -18,6 +18,9 @@
 #   scripts/device-run.sh carry-size [PATH…]  (here) what a device call carrying PATH… sends,
 #                                          against the tool's 64 MiB (exit 1 over it); the
 #                                          stages print it for .dev/run
+#   scripts/device-run.sh aside | restore  (here) move kernels/baselines-h100, -h200 and
+#                                          kernels/h100-workloads (no H200 call reads them)
+#                                          into .dev/aside for the calls, and back
 #   scripts/device-run.sh stage-tune-ptx   (here, after stage-lite) the tune jobs' PTX,
 #                                          .dev/run/tune-ptx.tar.xz (2 MB): `h200` with
 #                                          TUNE_S > 0 then tunes without NVRTC;
@@ -642,9 +645,28 @@ carry_size() {
     awk -v t="$tree" -v c="$carry" 'BEGIN {
         printf "a call carrying this sends %.1f MiB (checkout %.1f, carried %.1f) of the 64 MiB allowed\n", (t + c) / 1048576, t / 1048576, c / 1048576
         if (t + c > 64 * 1048576) {
-            print "over: move what the call does not read out of the checkout for it (kernels/baselines-h100, kernels/baselines-h200 and kernels/h100-workloads: 10 MiB; the H200 calls of 2026-11-30 ran without them) and back before any commit"
+            print "over: `scripts/device-run.sh aside` moves what an H200 call does not read out of the checkout (kernels/baselines-h100, kernels/baselines-h200, kernels/h100-workloads: 10 MiB); `restore` puts it back, before any commit"
             exit 1
         } }'
+}
+
+# What H200 calls do not read, moved out of the checkout for them (the device tool counts
+# the checkout, links followed, against the call's 64 MiB) into .dev/aside (ignored, so
+# never sent), and back. `restore` refuses to overwrite: what is in the checkout wins.
+ASIDE=(kernels/baselines-h100 kernels/baselines-h200 kernels/h100-workloads)
+aside() {
+    cd "$(repo_root)"; mkdir -p .dev/aside/kernels
+    local d; for d in "${ASIDE[@]}"; do [[ -e "$d" ]] && mv "$d" ".dev/aside/$d"; done
+    echo "moved aside: ${ASIDE[*]} (\`$0 restore\` before any commit)"; carry_size .dev/run || true
+}
+restore() {
+    cd "$(repo_root)"
+    local d; for d in "${ASIDE[@]}"; do
+        [[ -e ".dev/aside/$d" ]] || continue
+        if [[ -e "$d" ]]; then echo "$d is in the checkout already; .dev/aside/$d left as is" >&2; continue; fi
+        mv ".dev/aside/$d" "$d"
+    done
+    git status --short -- "${ASIDE[@]}" | head -3
 }
 
 stage_nvrtc() {
@@ -1123,6 +1145,8 @@ case "$mode" in
     stage) stage ;;
     stage-lite) stage_lite && pack_kaas .dev/run/kaas && carry_size .dev/run ;;
     carry-size) carry_size "$@" ;;
+    aside) aside ;;
+    restore) restore ;;
     profile) profile "$@" ;;
     pass) catalog_pass "$@" ;;
     adopt) adopt "$@" ;;
