@@ -47,6 +47,17 @@ def load_bundle(d):
     sys.exit(f"{d}: no index.json(.gz)")
 
 
+def ranked_speedups(speedups):
+    """The service's ranked_speedups (src/catalog/mod.rs): a run's graph-mode speedup table,
+    each baseline's value no higher than the `paced` mode's where that was timed
+    (large problems); None without a graph table."""
+    graph = (speedups or {}).get("graph")
+    if not graph:
+        return None
+    paced = (speedups or {}).get("paced") or {}
+    return {b: min(x, paced[b]) if isinstance(paced.get(b), (int, float)) else x for b, x in graph.items()}
+
+
 def served_entries(idx):
     """{(layout, m, n, k): the entry measured last} of an index."""
     served = {}

@@ -1009,11 +1009,14 @@ remeasure() {
     setup_device
     local every="${1:-8}" offset="${2:-0}" seconds="${3:-420}" bench="${4:-600}" class m
     local db=/tmp/kaas-remeasure.db; rm -f "$db"
+    T_REMEASURE="$(date -u +%Y-%m-%dT%H:%M:%S)"
     start_server "$db" "$bench"
     class="$(curl -fs "$KAAS_URL/v1/health" | python3 -c 'import json,sys; print(sorted({w["device_class"] for w in json.load(sys.stdin)["workers"] if w["device_class"]})[0])')"
     echo "workers' device class: $class"
     # KAAS_REMEASURE_UNMEASURED=1: only entries not yet timed in a named regime.
     local only=(); [[ "${KAAS_REMEASURE_UNMEASURED:-0}" == 1 ]] && only=(--unmeasured)
+    # KAAS_REMEASURE_UNPACED=1: only served entries of 2^36 FLOP and up not yet timed paced.
+    [[ "${KAAS_REMEASURE_UNPACED:-0}" == 1 ]] && only+=(--unpaced)
     if [[ "$("$K" remeasure --device-class "$class" --every "$every" --offset "$offset" "${only[@]}" | tee "$OUT/remeasure-queue.txt")" == 0\ * && ${#only[@]} == 0 ]]; then
         local dir=/tmp/kaas-recheck; rm -rf "$dir"; mkdir -p "$dir"
         # The same entries `kaas remeasure --every --offset` would take (the offset too).
@@ -1029,6 +1032,25 @@ remeasure() {
     kill "$SERVER"; wait "$SERVER" 2>/dev/null || true
     python3 "$here/remeasure-report.py" "$db" "$OUT/remeasure-runs.json" | tee "$OUT/remeasure.txt"
     "$K" export "$OUT/full" >/dev/null
+    # Only what this pass measured: its runs' entries and the baselines timed beside them
+    # (the whole export, every shipped bundle, is too large to come back from a call).
+    python3 - "$OUT/full" "$T_REMEASURE" <<'PY'
+import json, os, sys
+full, since = sys.argv[1], sys.argv[2]
+idx = json.load(open(os.path.join(full, "index.json")))
+idx["entries"] = [e for e in idx["entries"] if e["run"]["measured_at"] >= since]
+idx["baselines"] = [b for b in idx["baselines"] if b["measured_at"] >= since]
+arts = {e["artifact"] for e in idx["entries"]}
+idx["artifacts"] = [a for a in idx["artifacts"] if a["sha256"] in arts]
+keys = {json.dumps(x["problem"], sort_keys=True) for x in idx["entries"] + idx["baselines"]}
+idx["problems"] = [p for p in idx["problems"] if json.dumps(p, sort_keys=True) in keys]
+idx["tunes"] = []
+json.dump(idx, open(os.path.join(full, "index.json"), "w"), indent=1)
+for f in os.listdir(os.path.join(full, "ptx")):
+    if f[:-4] not in arts:
+        os.remove(os.path.join(full, "ptx", f))
+print(f"export: {len(idx['entries'])} entries and {len(idx['baselines'])} baselines measured since {since}")
+PY
     tar czf "$OUT/remeasure.tgz" -C "$OUT" full remeasure-runs.json remeasure.txt serve.log && rm -rf "$OUT/full"
 }
 

@@ -31,6 +31,13 @@ def graph(speedups):
         return None
 
 
+def mode(speedups, name):
+    try:
+        return json.loads(speedups)[name][BASE] if speedups else None
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
 def gm(xs):
     xs = [x for x in xs if x]
     return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
@@ -38,16 +45,16 @@ def gm(xs):
 
 def main():
     db = sqlite3.connect(sys.argv[1])
-    # Only the runs this service's workers made (an imported bundle's runs carry no
-    # duration of their own here): those whose details name a worker of this database's
-    # newest runs' class.
-    newest = db.execute("SELECT device_class FROM runs ORDER BY id DESC LIMIT 1").fetchone()
+    # Only the runs this service's workers made, each a job's (an imported bundle's runs,
+    # named regime or not, have none).
     runs = db.execute(
         "SELECT r.id, r.manifest_id, r.verdict, r.speedups, r.regimes, p.layout, p.m, p.n, p.k, r.message, r.details "
-        "FROM runs r JOIN problems p ON p.id = r.problem_id WHERE r.regime IS NOT NULL AND r.device_class = ? ORDER BY r.id",
-        (newest[0] if newest else "",)).fetchall()
+        "FROM runs r JOIN problems p ON p.id = r.problem_id WHERE r.regime IS NOT NULL "
+        "AND EXISTS (SELECT 1 FROM jobs j WHERE j.run_id = r.id) ORDER BY r.id").fetchall()
+    # The figure each kernel held before: its imported run (no job made it), the newest.
     legacy = {}
-    for mid, sp in db.execute("SELECT manifest_id, speedups FROM runs WHERE regime IS NULL AND speedups IS NOT NULL"):
+    for mid, sp in db.execute("SELECT manifest_id, speedups FROM runs r WHERE speedups IS NOT NULL "
+                              "AND NOT EXISTS (SELECT 1 FROM jobs j WHERE j.run_id = r.id) ORDER BY id"):
         legacy[mid] = graph(sp)
     rows, verdicts, fresh = [], {}, []
     for rid, mid, verdict, sp, regimes, layout, m, n, k, message, details in runs:
@@ -57,11 +64,22 @@ def main():
         warm = (((reg.get("l2_warm") or {}).get("speedups") or {}).get("graph") or {}).get(BASE)
         cold_sets = (reg.get("l2_cold") or {}).get("buffer_sets")
         rows.append({"run": rid, "layout": layout, "m": m, "n": n, "k": k, "verdict": verdict, "cold": graph(sp), "warm": warm,
+                     "paced": mode(sp, "paced"),
                      "before": legacy.get(mid), "cold_sets": cold_sets, "message": message if verdict != "pass" else ""})
     print(f"re-measured runs: {len(rows)}; verdicts: {verdicts}")
     for r in rows:
         if r["verdict"] != "pass":
             print(f"  NOT PASS {r['layout']} {r['m']}x{r['n']}x{r['k']}: {r['verdict']}: {r['message'][:300]}")
+    paced = [r for r in rows if r["paced"] is not None]
+    if paced:
+        served = [r for r in paced if min(r["cold"] or 0, r["paced"]) >= 1.01]
+        print(f"\ntimed paced too (2^36 FLOP and up): {len(paced)}, {len(served)} served (both at least 1.01); "
+              "over cuBLASLt-autotune-max, L2-cold:")
+        print(f"  {'problem':<22} {'before':>7} {'graph':>7} {'paced':>7}  served")
+        for r in paced:
+            before = f"{r['before']:.3f}" if r["before"] else "-"
+            print(f"  {r['layout']} {r['m']}x{r['n']}x{r['k']:<14} {before:>7} {r['cold']:>7.3f} {r['paced']:>7.3f}  "
+                  + ("yes" if r in served else "no"))
     print(f"\n{'layout':<6} {'bucket':<9} {'runs':>5} {'before':>8} {'l2_cold':>8} {'l2_warm':>8} {'cold>1':>7} {'warm>1':>7}")
     groups = {}
     for r in rows:

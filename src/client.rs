@@ -295,7 +295,7 @@ pub fn submission_table(v: &SubmissionView) -> String {
             Some(r) => {
                 let g = r.run.timings.as_ref().and_then(|t| t.get("graph"));
                 let num = |k: &str| g.and_then(|g| g.get(k)).and_then(|v| v.as_f64());
-                let sp = r.run.speedups.as_ref().and_then(|s| s.get("graph")).and_then(|s| s.get(crate::catalog::AUTOTUNE_MAX)).and_then(|v| v.as_f64());
+                let sp = crate::catalog::ranked_speedups(r.run.speedups.as_ref()).and_then(|s| s.get(crate::catalog::AUTOTUNE_MAX)?.as_f64());
                 if r.run.verdict != "pass" {
                     notes.push(format!("{}: {}", j.path, r.run.message));
                 }
@@ -652,13 +652,8 @@ pub fn pull(server: &Server, args: &PullArgs) -> anyhow::Result<()> {
     write("manifest.json", &(serde_json::to_string_pretty(&kernel.manifest)? + "\n"))?;
     write("kernel.json", &(serde_json::to_string_pretty(&kernel)? + "\n"))?;
     write(crate::signing::pulled::RECORD_FILE, &(serde_json::to_string_pretty(&signed)? + "\n"))?;
-    let speed = kernel
-        .run
-        .speedups
-        .as_ref()
-        .and_then(|s| s.get("graph"))
-        .and_then(|s| s.get(crate::catalog::AUTOTUNE_MAX))
-        .and_then(|v| v.as_f64())
+    let speed = crate::catalog::ranked_speedups(kernel.run.speedups.as_ref())
+        .and_then(|s| s.get(crate::catalog::AUTOTUNE_MAX)?.as_f64())
         .map_or_else(|| "not benchmarked".to_string(), |x| format!("{x:.3}× cuBLASLt-autotune-max"));
     if let Some(f) = &kernel.fallback {
         // The stand-in's speedups are about its own class, not the one asked for.

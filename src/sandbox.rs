@@ -644,11 +644,13 @@ mod tests {
     fn the_wall_limit_covers_every_launch_sequence() {
         let j = Job { watchdog_ms: Some(1000), ..job() };
         assert_eq!(j.wall_limit(), Duration::from_secs(30 + 13));
-        // A benchmark adds its budget, both autotune screens' safety limits (20 s each
-        // unless the settings say), 30 s of set-up and one watchdog.
+        // A benchmark adds its budget (and the paced rounds' share of it on top), both
+        // autotune screens' safety limits (20 s each unless the settings say), 30 s of
+        // set-up and one watchdog.
+        let rounds = Duration::from_secs(5).mul_f64(1.0 + crate::harness::bench::PACED_SHARE);
         let b = Job { bench: Some(serde_json::json!({"budget_ms": 5000})), ..j.clone() };
-        assert_eq!(b.wall_limit(), Duration::from_secs(43 + 5 + 40 + 30 + 1));
+        assert_eq!(b.wall_limit(), Duration::from_secs(43 + 40 + 30 + 1) + rounds);
         let b = Job { bench: Some(serde_json::json!({"budget_ms": 5000, "autotune_budget_ms": 1000})), ..j };
-        assert_eq!(b.wall_limit(), Duration::from_secs(43 + 5 + 2 + 30 + 1));
+        assert_eq!(b.wall_limit(), Duration::from_secs(43 + 2 + 30 + 1) + rounds);
     }
 }

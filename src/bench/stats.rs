@@ -32,15 +32,21 @@ pub enum Mode {
     Offline,
     /// Single launches after random idle gaps, gaps not timed.
     Server,
+    /// Single launches, each after a pause as long as the contender's own launch during
+    /// which the device stays busy at next to no power (a one-thread sleep kernel), pauses
+    /// not timed: the clocks a GEMM holds between other work in a model's layer, which
+    /// back-to-back launches of a large one pull down to the power limit.
+    Paced,
 }
 
 impl Mode {
-    pub const ALL: [Mode; 3] = [Mode::Graph, Mode::Offline, Mode::Server];
+    pub const ALL: [Mode; 4] = [Mode::Graph, Mode::Offline, Mode::Server, Mode::Paced];
     pub fn as_str(self) -> &'static str {
         match self {
             Mode::Graph => "graph",
             Mode::Offline => "offline",
             Mode::Server => "server",
+            Mode::Paced => "paced",
         }
     }
 }

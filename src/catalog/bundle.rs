@@ -199,7 +199,6 @@ fn read_limited(path: &Path, limit: u64) -> Result<Vec<u8>, BundleError> {
 }
 
 const LIBRARIES: [&str; 3] = ["cublas", "cublaslt_heuristic", "cublaslt_autotune"];
-const MODES: [&str; 3] = ["graph", "offline", "server"];
 
 /// Reads and checks a bundle without touching the database.
 /// Whether a directory holds a bundle index (`index.json`, or `index.json.gz`).
@@ -363,7 +362,7 @@ pub fn read_bundle(dir: &Path) -> Result<(Index, BTreeMap<String, String>), Bund
     for (i, b) in index.baselines.iter().enumerate() {
         let at = format!("index.json: baselines[{i}]");
         listed(&at, &b.problem, &b.device_class)?;
-        if !LIBRARIES.contains(&b.library.as_str()) || !MODES.contains(&b.mode.as_str()) || !["nn", "tn"].contains(&b.layout.as_str()) {
+        if !LIBRARIES.contains(&b.library.as_str()) || !crate::bench::stats::Mode::ALL.iter().any(|m| m.as_str() == b.mode) || !["nn", "tn"].contains(&b.layout.as_str()) {
             return Err(invalid(&at, format!("unknown library/layout/mode {}/{}/{}", b.library, b.layout, b.mode)));
         }
         if !(b.median_us.is_finite() && b.median_us > 0.0) {

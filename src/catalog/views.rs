@@ -145,7 +145,8 @@ pub struct BestSummary {
     /// Graph-mode median, when benchmarked.
     pub median_us: Option<f64>,
     pub tflops: Option<f64>,
-    /// Graph-mode speedups over each baseline.
+    /// Speedups over each baseline as the catalog judges them: graph mode's, each no
+    /// higher than the paced mode's where that was timed (large problems).
     #[schema(value_type = Option<Object>)]
     pub speedups: Option<serde_json::Value>,
     /// True when it beat every baseline; `null` when not benchmarked.

@@ -105,7 +105,7 @@ pub async fn workload(db: &DatabaseConnection, preset: &ModelConfig, arch: Arch,
             KernelLookup::Kernel(k) => {
                 row.state = WorkloadState::Served;
                 row.kernel_median_us = k.run.timings.as_ref().and_then(|t| t.pointer("/graph/median_us")).and_then(|v| v.as_f64());
-                row.speedup = k.run.speedups.as_ref().and_then(|s| s.get("graph")).and_then(|s| s.get(HEADLINE)).and_then(|v| v.as_f64());
+                row.speedup = super::ranked_speedups(k.run.speedups.as_ref()).and_then(|s| s.get(HEADLINE)?.as_f64());
                 row.device_class = Some(k.device_class);
             }
             KernelLookup::BaselineFaster { device_class, use_instead, .. } => {

@@ -85,7 +85,7 @@ pub(crate) fn parse_modes(words: &[String]) -> anyhow::Result<Vec<Mode>> {
         let m = Mode::ALL
             .into_iter()
             .find(|m| m.as_str() == w.trim())
-            .with_context(|| format!("unknown mode `{w}`: expected graph, offline or server"))?;
+            .with_context(|| format!("unknown mode `{w}`: expected graph, offline, server or paced"))?;
         if !modes.contains(&m) {
             modes.push(m);
         }

@@ -65,6 +65,10 @@ pub enum Command {
         /// Only entries whose figures name no timing regime (not yet re-measured).
         #[arg(long)]
         unmeasured: bool,
+        /// Only served entries of problems of 2^36 FLOP and up whose figures have no
+        /// `paced` timing, which the benchmark now takes there and ranks by.
+        #[arg(long)]
+        unpaced: bool,
         #[command(flatten)]
         db: DbArgs,
     },
@@ -252,9 +256,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             println!("exported {} catalog entries, {} artifacts, {} baselines to {}", index.entries.len(), index.artifacts.len(), index.baselines.len(), dir.display());
             Ok(())
         }
-        Command::Remeasure { device_class, every, offset, limit, unmeasured, db } => {
+        Command::Remeasure { device_class, every, offset, limit, unmeasured, unpaced, db } => {
             let conn = db.connect_existing().await?;
-            let sel = crate::work::remeasure::Selection { device_class, every, offset, limit, unmeasured_only: unmeasured };
+            let sel = crate::work::remeasure::Selection { device_class, every, offset, limit, unmeasured_only: unmeasured, unpaced_only: unpaced };
             let q = crate::work::remeasure::queue_entries(&conn, &sel).await?;
             println!("{} catalog entries of {}: {} queued, {} already had an open job", q.entries, sel.device_class, q.queued, q.already_open);
             Ok(())

@@ -91,6 +91,16 @@ fn finding(count: u64, first: u64) -> Option<Finding> {
     (count > 0).then_some(Finding { first: first as usize, count: count as usize })
 }
 
+/// Queues a pause of `duration` on the stream: one thread sleeping on the device
+/// (`kaas_pause`), so the work queued after it starts that much later on a device that
+/// stayed busy at next to no power.
+pub fn pause(gpu: &Gpu, duration: std::time::Duration) -> Result<(), GpuError> {
+    let function = gpu.check_function("kaas_pause")?;
+    let ns = u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX);
+    let call = KernelCall::new(function, [1, 1, 1], [1, 1, 1], [1, 1, 1], 0, vec![Arg::U64(ns)]).map_err(|m| GpuError::refused("kaas_pause", m))?;
+    call.enqueue(gpu.stream()).map_err(at("kaas_pause"))
+}
+
 /// One fp16 value of a buffer.
 pub fn read_f16(gpu: &Gpu, buf: &DeviceBuffer, index: usize) -> Result<f16, GpuError> {
     Ok(f16::from_bits(buf.view(index * 2, 2)?.download_u16(gpu, 1)?[0]))
@@ -343,7 +353,7 @@ mod tests {
             std::fs::write(&path, &built).expect("write checks.ptx");
         }
         assert!(built == PTX, "src/gpu/checks.ptx is stale: run `KAAS_WRITE_CHECKS_PTX=1 cargo test the_shipped_ptx_is` and commit it");
-        for entry in ["kaas_fill_binary", "kaas_fill_uniform", "kaas_scan_output", "kaas_compare_exact", "kaas_max_abs_dev", "kaas_fp16_chain", "kaas_hog", "kaas_flip_binary", "kaas_refresh_inputs"] {
+        for entry in ["kaas_fill_binary", "kaas_fill_uniform", "kaas_scan_output", "kaas_compare_exact", "kaas_max_abs_dev", "kaas_fp16_chain", "kaas_hog", "kaas_flip_binary", "kaas_refresh_inputs", "kaas_pause"] {
             assert!(PTX.contains(&format!(".entry {entry}(")), "{entry} missing from the PTX");
         }
     }

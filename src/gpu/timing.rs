@@ -114,6 +114,13 @@ impl EventTimer {
         Ok(EventTimer { start, end })
     }
 
+    /// One launch after a pause of `pause` on the device (`checks::pause`, not timed),
+    /// between the two events: a `paced` sample, µs.
+    pub fn time_paced(&self, gpu: &Gpu, contender: &dyn Contender, pause: std::time::Duration) -> Result<f64, GpuError> {
+        super::checks::pause(gpu, pause)?;
+        self.time_launches(gpu, contender, 1)
+    }
+
     /// `launches` direct launches back to back between the two events, no warm-up (the
     /// caller has warmed up); returns µs per launch. With one launch after an idle device
     /// this is a `server` sample; with many, an `offline` one.

@@ -27,6 +27,9 @@ pub const MAX_LAUNCHES: u32 = 512;
 /// `server` mode: the idle gap before each single launch is drawn uniformly from this
 /// range (µs). Long enough for the queue to drain, short enough to keep clocks up.
 pub const SERVER_GAP_US: (u64, u64) = (100, 2000);
+/// `paced` mode: the pause before each launch is the contender's own launch time, held
+/// within this range (µs).
+pub const PACED_PAUSE_US: (f64, f64) = (20.0, 20_000.0);
 
 #[derive(Debug, Clone)]
 pub struct BenchConfig {
@@ -54,7 +57,7 @@ pub struct BenchConfig {
 impl Default for BenchConfig {
     fn default() -> Self {
         BenchConfig {
-            modes: Mode::ALL.to_vec(),
+            modes: vec![Mode::Graph, Mode::Offline, Mode::Server],
             target_rel: stats::DEFAULT_TARGET_REL,
             budget: Duration::from_secs(5),
             min_rounds: 10,
@@ -285,12 +288,15 @@ impl Contender for Rotation<'_, '_> {
 
 /// The device as a [`SampleSource`]: graphs of R launches (one per starting buffer set
 /// when R is smaller than the number of sets, so that every set gets timed), events for
-/// direct launches, and random idle gaps for `server`.
+/// direct launches, random idle gaps for `server` and device-side pauses for `paced`.
 struct DeviceSource<'g, 's, 'c> {
     gpu: &'g Gpu,
     rotations: Vec<Rotation<'s, 'c>>,
     graphs: Vec<Vec<GraphTimer>>,
     launches: Vec<u32>,
+    /// Per contender, µs per launch of its prepared graph's warm-up replay: the length
+    /// of its `paced` pauses (the device busy half the time, at its own pace).
+    launch_us: Vec<f64>,
     events: EventTimer,
     rng: StdRng,
 }
@@ -317,7 +323,7 @@ impl SampleSource for DeviceSource<'_, '_, '_> {
             // The capture's warm-up run takes one set; the graph starts at the next, `s`.
             rot.start_at(s + sets - 1);
             let timer = GraphTimer::capture(self.gpu, rot, launches)?;
-            timer.replay(self.gpu)?;
+            self.launch_us[c] = timer.replay(self.gpu)?;
             graphs.push(timer);
         }
         self.graphs[c] = graphs;
@@ -341,6 +347,10 @@ impl SampleSource for DeviceSource<'_, '_, '_> {
                 std::thread::sleep(Duration::from_micros(gap));
                 self.events.time_launches(self.gpu, &self.rotations[c], 1)
             }
+            Mode::Paced => {
+                let pause = Duration::from_secs_f64(self.launch_us[c].clamp(PACED_PAUSE_US.0, PACED_PAUSE_US.1) * 1e-6);
+                self.events.time_paced(self.gpu, &self.rotations[c], pause)
+            }
         }
     }
 }
@@ -363,6 +373,7 @@ pub fn benchmark(gpu: &Gpu, sets: &[Vec<&dyn Contender>], flops: f64, cfg: &Benc
         gpu,
         graphs: (0..rotations.len()).map(|_| Vec::new()).collect(),
         launches: vec![1; rotations.len()],
+        launch_us: vec![PACED_PAUSE_US.0; rotations.len()],
         rotations,
         events: EventTimer::new(gpu)?,
         rng: StdRng::seed_from_u64(cfg.seed ^ 0x5e7e_12a9),

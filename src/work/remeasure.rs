@@ -31,6 +31,18 @@ pub struct Selection {
     /// Only entries whose figures name no timing regime (timed before regimes were
     /// named), so a pass spread over several runs finishes what the earlier ones left.
     pub unmeasured_only: bool,
+    /// Only served entries of problems the benchmark times paced as well
+    /// ([`crate::harness::bench::PACED_FROM_FLOP`]) whose figures have no paced table
+    /// (timed before it did), so that they are judged as new kernels are.
+    pub unpaced_only: bool,
+}
+
+/// Whether a run's stored speedups (JSON text) lack a `paced` table while the
+/// catalog serves its kernel: only a served kernel's answer can change when it is judged
+/// paced too (the lower of two figures never turns a loss into a win).
+fn served_unpaced(speedups: Option<&str>) -> bool {
+    let Some(v) = speedups.and_then(|s| serde_json::from_str::<serde_json::Value>(s).ok()) else { return false };
+    v.get("paced").is_none() && crate::catalog::beats_all(&crate::catalog::ranked_speedups(Some(&v))) == Some(true)
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -73,6 +85,9 @@ pub async fn queue_entries(db: &DatabaseConnection, sel: &Selection) -> Result<Q
         .iter()
         .filter_map(|e| Some((problems.get(&e.problem_id)?, runs.get(&e.run_id)?)))
         .filter(|(_, r)| !sel.unmeasured_only || r.regime.is_none())
+        .filter(|(p, r)| {
+            !sel.unpaced_only || (2.0 * p.m as f64 * p.n as f64 * p.k as f64 >= crate::harness::bench::PACED_FROM_FLOP && served_unpaced(r.speedups.as_deref()))
+        })
         .collect();
     rows.sort_by_key(|(p, _)| (p.layout.clone(), p.acc.clone(), p.m as i64 * p.n as i64 * p.k as i64, p.m));
     let mut out = Queued { entries: rows.len(), ..Queued::default() };

@@ -366,7 +366,7 @@ async fn sm_count<C: ConnectionTrait>(db: &C, class: &str) -> Result<u32, DbErr>
 /// (a kernel that beats the baselines, or a faster baseline): no tune is needed then.
 async fn measured_answer(db: &DatabaseConnection, p: &Problem, class: &str) -> Result<Option<(&'static str, Option<f64>, Option<BaselineView>)>, WorkError> {
     Ok(match catalog::best_kernel(db, p, Some(class), Fallback::None).await? {
-        KernelLookup::Kernel(k) if k.benchmarked && catalog::beats_all(&k.run.speedups.as_ref().and_then(|s| s.get("graph")).cloned()) == Some(true) => {
+        KernelLookup::Kernel(k) if k.benchmarked && catalog::beats_all(&catalog::ranked_speedups(k.run.speedups.as_ref())) == Some(true) => {
             Some((state::SERVED, k.run.speedups.as_ref().and_then(|s| s.pointer("/graph/cublaslt_autotune_max")).and_then(|v| v.as_f64()), None))
         }
         KernelLookup::BaselineFaster { use_instead, fallback: None, .. } => Some((state::BASELINE_FASTER, None, Some(use_instead))),
@@ -854,7 +854,7 @@ pub async fn complete(db: &DatabaseConnection, job_id: i32, worker_id: &str, out
     let run_out = &outcome.run;
     let bench = run_out.bench.as_ref();
     let measured = queue::Measured::of(bench);
-    let graph_speedups = measured.speedups.as_ref().and_then(|s| s.get("graph")).cloned();
+    let graph_speedups = catalog::ranked_speedups(measured.speedups.as_ref());
     let mut result = TuneResult {
         verdict: Some(run_out.verdict),
         message: run_out.message.clone(),
@@ -937,7 +937,7 @@ async fn current_entry_beats_all<C: ConnectionTrait>(db: &C, problem_id: i32, cl
         return Ok(false);
     };
     let speedups = run::Entity::find_by_id(e.run_id).one(db).await?.and_then(|r| r.speedups).and_then(|s| serde_json::from_str::<serde_json::Value>(&s).ok());
-    Ok(catalog::beats_all(&speedups.and_then(|s| s.get("graph").cloned())) == Some(true))
+    Ok(catalog::beats_all(&catalog::ranked_speedups(speedups.as_ref())) == Some(true))
 }
 
 /// The state of every tune on `class`, by problem path: what a listing shows for the

@@ -325,6 +325,42 @@ fn a_whole_run_verifies_then_benchmarks_against_the_baselines() {
     both_regimes_were_timed(bench, 2048 * 2048 * 2 * 3);
 }
 
+/// From 2^36 FLOP (here 4096×4096×2048, exactly that) the ranked regime is timed paced
+/// too: `paced` mode's single launches after device-side pauses, for the candidate and
+/// every baseline, beside graph mode's, and the regime beside stays graph only.
+#[test]
+fn a_large_run_is_also_timed_paced() {
+    if !gpu_and_nvrtc_here() {
+        return;
+    }
+    let p = problem(Acc::F32, Layout::Tn, (4096, 4096, 2048));
+    assert!(2.0 * 4096.0 * 4096.0 * 2048.0 >= kaas::harness::bench::PACED_FROM_FLOP);
+    let mut job = simple_job_for(p, SimpleConfig::LARGE).expect("compile simple");
+    job.bench = Some(serde_json::json!({"budget_ms": 3000, "sets": 3, "autotune_max": 8}));
+    let o = sandbox::run_with(&sandbox_command(), &job, job.wall_limit());
+    assert_eq!(o.verdict, Verdict::Pass, "{}: {}", o.stage, o.message);
+    let bench = o.bench.as_ref().expect("bench present after a pass");
+    let us = |mode: &str| bench["timings"][mode]["median_us"].as_f64().unwrap_or(f64::NAN);
+    assert!(us("paced").is_finite() && us("paced") > 0.0, "{}", bench["timings"]);
+    for key in ["cublas_max", "cublaslt_heuristic_max", "cublaslt_autotune_max"] {
+        let x = bench["speedups"]["paced"][key].as_f64().unwrap_or(f64::NAN);
+        assert!(x.is_finite() && x > 0.0, "paced speedup {key} = {x}");
+    }
+    let paced = bench["baselines"].as_array().expect("baselines").iter().filter(|b| b["mode"] == "paced").count();
+    assert_eq!(paced, 6, "every baseline timed paced too");
+    assert!(bench["regimes"]["l2_warm"]["timings"].get("paced").is_none(), "the regime beside: graph only");
+    // A paced launch starts after its pause, not behind the previous launch: it takes
+    // about as long as one in a graph (at higher clocks, if anything), never twice.
+    assert!(us("paced") < 1.5 * us("graph"), "graph {} µs, paced {} µs", us("graph"), us("paced"));
+    println!(
+        "RUNBENCH paced 4096x4096x2048: graph {:.1} µs, paced {:.1} µs; autotune-max {:.3}x graph, {:.3}x paced",
+        us("graph"),
+        us("paced"),
+        bench["speedups"]["graph"]["cublaslt_autotune_max"].as_f64().unwrap_or(f64::NAN),
+        bench["speedups"]["paced"]["cublaslt_autotune_max"].as_f64().unwrap_or(f64::NAN)
+    );
+}
+
 /// The checks on a benchmark's two regimes: ranked L2-cold over a rotation spanning at
 /// least twice the L2 and walked whole by every sample, L2-warm on one set; the baselines
 /// in each; every algorithm the heuristic offered screened by the autotune; the timed

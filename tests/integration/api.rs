@@ -83,6 +83,39 @@ async fn the_best_kernel_comes_with_manifest_timings_and_baselines(backend: Back
     db.cleanup().await;
 }
 
+/// A kernel that wins back to back (graph) but not paced (timed for large
+/// problems) is not served: the baseline is named instead. One that wins both is served,
+/// with the lower of its two speedups as its figure.
+async fn a_kernel_must_win_paced_as_well_as_back_to_back(backend: Backend) {
+    for (paced, served) in [(0.95, false), (1.03, true)] {
+        let db = TestDb::new(backend).await;
+        let f = fixture();
+        let (mut index, ptx) = fixture_index(&f);
+        let e = index.entries.iter_mut().find(|e| e.problem == f.fast).unwrap();
+        e.run.speedups.as_mut().unwrap()["paced"] = serde_json::json!({"cublas_max": paced, "cublaslt_autotune_max": paced});
+        // The paced baselines travel in the bundle beside the graph ones.
+        index.baselines.push(kaas::catalog::bundle::BaselineRecord { mode: "paced".into(), ..baseline(f.fast, "cublaslt_autotune", 1000.0) });
+        index.baselines.sort_by(|a, b| (a.problem, &a.library, &a.mode).cmp(&(b.problem, &b.library, &b.mode)));
+        let dir = tempfile::tempdir().unwrap();
+        kaas::catalog::bundle::write_bundle(dir.path(), &index, &ptx).unwrap();
+        kaas::catalog::seed::seed(&db.db, dir.path()).await.unwrap();
+        let app = test::init_service(create_app(state(&db, ApiSettings::default()))).await;
+        let r = get(&app, &format!("/v1/kernels/{}", f.fast.path())).await;
+        if served {
+            assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+            assert_eq!(r.json()["run"]["speedups"]["paced"]["cublaslt_autotune_max"], paced, "stored as measured");
+            let listed = get(&app, "/v1/problems").await.json();
+            let row = listed.as_array().unwrap().iter().find(|p| p["path"] == f.fast.path()).unwrap();
+            assert_eq!(row["best"][0]["speedups"]["cublaslt_autotune_max"], paced, "ranked by the lower: {row}");
+            assert_eq!(row["best"][0]["speedups"]["cublaslt_heuristic_max"], 1.08, "no paced figure: graph's");
+        } else {
+            let j = r.assert_problem(404, "baseline_faster");
+            assert_eq!(j["use_instead"]["library"], "cublaslt_autotune");
+        }
+        db.cleanup().await;
+    }
+}
+
 async fn a_faster_baseline_is_named_instead_of_a_slower_kernel(backend: Backend) {
     let (db, st, f, _dir) = loaded(backend, ApiSettings::default()).await;
     let app = test::init_service(create_app(st.clone())).await;
@@ -306,6 +339,7 @@ both_backends!(
     problems_list_their_best_kernels_and_filter,
     the_best_kernel_comes_with_manifest_timings_and_baselines,
     a_faster_baseline_is_named_instead_of_a_slower_kernel,
+    a_kernel_must_win_paced_as_well_as_back_to_back,
     ptx_downloads_carry_strong_etags_and_answer_304,
     malformed_paths_get_clear_400s,
     writes_need_a_valid_token_and_write_nothing_when_refused,

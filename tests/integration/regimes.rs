@@ -69,7 +69,60 @@ async fn alices_kernel_in_the_catalog(db: &TestDb) -> queue::Claimed {
 }
 
 fn everything() -> Selection {
-    Selection { device_class: DEVICE.into(), every: 1, offset: 0, limit: None, unmeasured_only: false }
+    Selection { device_class: DEVICE.into(), every: 1, offset: 0, limit: None, unmeasured_only: false, unpaced_only: false }
+}
+
+/// `who`'s kernel for `p` submitted and admitted with `outcome`'s figures.
+async fn admitted(db: &TestDb, who: &str, p: kaas::problem::Problem, outcome: &RunOutcome) {
+    let t = auth::create_token(&db.db, who, Role::Submitter).await.unwrap().secret;
+    let app = test::init_service(create_app(state(db, ApiSettings::default()))).await;
+    let body = serde_json::json!({"ptx": ptx(who), "manifests": [manifest(p)], "name": who});
+    let req = TestRequest::post().uri("/v1/submissions").insert_header(("Authorization", format!("Bearer {t}"))).set_json(body);
+    assert_eq!(call(&app, req).await.status, 202);
+    let j = claim_one(db).await;
+    queue::complete(&db.db, j.job.id, "w", outcome, &facts(DEVICE)).await.unwrap();
+}
+
+/// A large problem's kernel admitted before the benchmark timed it paced is picked by
+/// `kaas remeasure --unpaced` (and the small one is not); measured again, it keeps its
+/// entry only if it wins paced as well, and the pass does not pick it again.
+async fn remeasure_unpaced_judges_large_kernels_paced_too(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let large = problem(4096, 4096, 4096, Layout::Tn);
+    admitted(&db, "alice", large, &regimed(900.0, 1.04, 880.0, 1.05)).await;
+    admitted(&db, "bob", problem(256, 256, 256, Layout::Tn), &regimed(10.0, 1.04, 9.0, 1.05)).await;
+    let unpaced = Selection { unpaced_only: true, ..everything() };
+    let q = remeasure::queue_entries(&db.db, &unpaced).await.unwrap();
+    assert_eq!((q.entries, q.queued), (1, 1), "only the large problem's entry");
+    let again = claim_one(&db).await;
+    assert_eq!(again.job.problem_id, claim_problem_id(&db, large).await);
+    // Back to back it still wins; paced it loses to cuBLASLt.
+    let mut o = regimed(905.0, 1.04, 880.0, 1.05);
+    let bench = o.bench.as_mut().unwrap();
+    bench["speedups"]["paced"] = serde_json::json!({"cublaslt_autotune_max": 0.95, "cublas_max": 1.1});
+    bench["baselines"] = serde_json::json!([{"library": "cublaslt_autotune", "layout": "tn", "mode": "graph", "timing": {"median_us": 930.0}, "config": {"algo": 3}}]);
+    queue::complete(&db.db, again.job.id, "w", &o, &facts(DEVICE)).await.unwrap();
+    let app = test::init_service(create_app(state(&db, ApiSettings::default()))).await;
+    let j = get(&app, &format!("/v1/kernels/{}", large.path())).await.assert_problem(404, "baseline_faster");
+    assert_eq!(j["use_instead"]["library"], "cublaslt_autotune");
+    assert_eq!(get(&app, KERNEL).await.status, 200, "the small problem's kernel is judged as before");
+    let left = remeasure::queue_entries(&db.db, &unpaced).await.unwrap();
+    assert_eq!((left.entries, left.queued), (0, 0), "timed paced now");
+    db.cleanup().await;
+}
+
+async fn claim_problem_id(db: &TestDb, p: kaas::problem::Problem) -> i32 {
+    use sea_orm::{ColumnTrait, EntityTrait, QueryFilter};
+    use kaas::db::entities::problem;
+    problem::Entity::find()
+        .filter(problem::Column::M.eq(p.m as i32))
+        .filter(problem::Column::N.eq(p.n as i32))
+        .filter(problem::Column::K.eq(p.k as i32))
+        .one(&db.db)
+        .await
+        .unwrap()
+        .expect("the problem row")
+        .id
 }
 
 async fn the_catalog_is_remeasured_in_the_ranked_regime_under_its_own_submitter(backend: Backend) {
@@ -144,4 +197,5 @@ async fn a_catalog_kernel_that_fails_when_measured_again_is_withdrawn(backend: B
 both_backends!(
     the_catalog_is_remeasured_in_the_ranked_regime_under_its_own_submitter,
     a_catalog_kernel_that_fails_when_measured_again_is_withdrawn,
+    remeasure_unpaced_judges_large_kernels_paced_too,
 );

@@ -45,6 +45,23 @@ class Rule(unittest.TestCase):
         k = Kernel.from_entry(e)
         self.assertEqual(k.problem, PROB)
 
+    def test_a_kernel_must_win_paced_as_well_as_back_to_back(self):
+        # The service's ranked_speedups: graph mode's figures capped by the `paced`
+        # mode's, which the benchmark times for large problems.
+        t = ptx("k")
+        for paced, served in ((0.95, False), (1.03, True)):
+            e = entry(t, P, speedups={"cublas_max": 1.1, "cublaslt_autotune_max": 1.1})
+            e["run"]["speedups"]["paced"] = {"cublaslt_autotune_max": paced}
+            c = self.cat([e], [baseline(P, "cublaslt_autotune", 9.0)], [t])
+            if served:
+                got = c.lookup(PROB, "H100-SXM")
+                self.assertEqual(got.speedup, paced)
+                self.assertEqual(got.worst_speedup, paced)
+            else:
+                with self.assertRaises(NoKernelError) as cm:
+                    c.lookup(PROB, "H100-SXM")
+                self.assertEqual(cm.exception.code, "baseline_faster")
+
     def test_a_kernel_a_baseline_beats_is_refused_naming_the_fastest_graph_baseline(self):
         t = ptx("k")
         bl = [baseline(P, "cublas", 12.0), baseline(P, "cublaslt_autotune", 9.0),
