@@ -640,7 +640,7 @@ repo_root() {
 # device tool refuses a call over 64 MiB before it starts; two calls of 2026-11-30 were.
 carry_size() {
     local tree carry=0
-    tree="$(cd "$(repo_root)" && { git ls-files -z; git ls-files -z -o --exclude-standard; } | xargs -0 -r stat -L -c %s 2>/dev/null | awk '{s += $1} END {print s + 0}')"
+    tree="$(cd "$(repo_root)" && { git ls-files -z; git ls-files -z -o --exclude-standard; } | { xargs -0 -r stat -L -c %s 2>/dev/null || true; } | awk '{s += $1} END {print s + 0}')"
     (( $# )) && carry="$(cd "$(repo_root)" && du -sbL "$@" | awk '{s += $1} END {print s + 0}')"
     awk -v t="$tree" -v c="$carry" 'BEGIN {
         printf "a call carrying this sends %.1f MiB (checkout %.1f, carried %.1f) of the 64 MiB allowed\n", (t + c) / 1048576, t / 1048576, c / 1048576
