@@ -89,7 +89,8 @@ def main():
         print(f"  {'problem':<22} {'before':>7} {'graph':>7} {'paced':>7}  served")
         for r in paced:
             before = f"{r['before']:.3f}" if r["before"] else "-"
-            print(f"  {r['layout']} {r['m']}x{r['n']}x{r['k']:<14} {before:>7} {r['cold']:>7.3f} {r['paced']:>7.3f}  "
+            problem = f"{r['layout']} {r['m']}x{r['n']}x{r['k']}"
+            print(f"  {problem:<22} {before:>7} {r['cold']:>7.3f} {r['paced']:>7.3f}  "
                   + ("yes" if r in served else "no"))
     print(f"\n{'layout':<6} {'bucket':<9} {'runs':>5} {'before':>8} {'l2_cold':>8} {'l2_warm':>8} {'cold>1':>7} {'warm>1':>7}")
     groups = {}

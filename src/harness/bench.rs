@@ -105,13 +105,13 @@ impl BenchSettings {
         Duration::from_millis(self.budget_ms).mul_f64(1.0 + PACED_SHARE) + self.autotune_limit() * 2 + Duration::from_secs(30)
     }
 
-    /// The ranked regime's `paced` rounds for a problem of `flops` (none below
-    /// [`PACED_FROM_FLOP`]): a loop of their own after the other modes', so that each
-    /// paced launch follows paced ones and the board has settled at their pace, not at
-    /// the power limit that back-to-back samples leave it at; in [`PACED_SHARE`] of the
-    /// budget, over the same rotation.
+    /// The ranked regime's `paced` rounds for a problem of `flops` (from
+    /// [`PACED_FROM_FLOP`], or when the job asks for the mode): a loop of their own after
+    /// the other modes', so that each paced launch follows paced ones and the board has
+    /// settled at their pace, not at the power limit that back-to-back samples leave it
+    /// at; in [`PACED_SHARE`] of the budget, over the same rotation.
     fn paced_config(&self, sets: usize, flops: f64) -> Option<BenchConfig> {
-        (flops >= PACED_FROM_FLOP && !self.modes.contains(&Mode::Paced)).then(|| BenchConfig {
+        (flops >= PACED_FROM_FLOP || self.modes.contains(&Mode::Paced)).then(|| BenchConfig {
             modes: vec![Mode::Paced],
             budget: Duration::from_millis(self.budget_ms).mul_f64(PACED_SHARE),
             ..self.config_for(RANKED, sets)
@@ -119,11 +119,15 @@ impl BenchSettings {
     }
 
     /// The round loop's settings for one regime over `sets` buffer sets: the ranked
-    /// regime times every asked mode in two thirds of the budget; the one beside it
-    /// times `graph` only, in the last third. A cold rotation is walked whole by every
-    /// sample.
+    /// regime times every asked mode (but `paced`, which has rounds of its own:
+    /// [`Self::paced_config`]) in two thirds of the budget; the one beside it times `graph`
+    /// only, in the last third. A cold rotation is walked whole by every sample.
     fn config_for(&self, regime: Regime, sets: usize) -> BenchConfig {
-        let (modes, share) = if regime == RANKED { (self.modes.clone(), 2.0 / 3.0) } else { (vec![Mode::Graph], 1.0 / 3.0) };
+        let (modes, share) = if regime == RANKED {
+            (self.modes.iter().copied().filter(|m| *m != Mode::Paced).collect(), 2.0 / 3.0)
+        } else {
+            (vec![Mode::Graph], 1.0 / 3.0)
+        };
         BenchConfig {
             modes,
             target_rel: self.target_rel,
@@ -532,11 +536,13 @@ mod tests {
         assert_eq!(paced.budget, Duration::from_millis(300));
         assert_eq!(paced.min_launches, 3, "over the ranked regime's rotation");
         assert_eq!(s.config_for(RANKED, 3).modes, vec![Mode::Graph, Mode::Offline], "not among the others");
-        // Just below the threshold (4096×4096×2047); and a job that asks for paced itself
-        // gets it in its own loop, once.
-        assert!(s.paced_config(3, flops(4096, 4096, 2047)).is_none());
+        // Just below the threshold (4096×4096×2047) none; a job that asks for paced gets it
+        // at any size, in its own loop, never among the others.
+        let small = flops(4096, 4096, 2047);
+        assert!(s.paced_config(3, small).is_none());
         let asked = BenchSettings { modes: vec![Mode::Paced, Mode::Graph], ..BenchSettings::default() };
-        assert!(asked.paced_config(3, big).is_none());
+        assert_eq!(asked.paced_config(3, small).expect("asked for").modes, vec![Mode::Paced]);
+        assert_eq!(asked.config_for(RANKED, 3).modes, vec![Mode::Graph]);
         assert!(s.wall_time().abs_diff(Duration::from_millis(1200 + 2 * 20_000 + 30_000)) < Duration::from_micros(1), "the paced third on top");
     }
 
