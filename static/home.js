@@ -49,7 +49,7 @@ export async function home() {
       h('a', { href: '#/submissions' }, 'the submissions'), '. Without the CLI, PTX is uploaded content-addressed with the token:'),
     commandBox(`curl -fsS -H "Authorization: Bearer $KAAS_TOKEN" --data-binary @kernel.ptx '${origin}/v1/artifacts'`, 'curl command to upload PTX'),
     h('p', {}, 'A submission names the PTX, a launch manifest (ABI ', h('code', {}, 'kaas.hgemm.v1'),
-      ') and its target problems; the service verifies it (exact {0,1} test, deviation bounded by NVIDIA’s own kernels, NaN-poisoned output, canaries) and benchmarks it in graph, offline and server modes. ',
+      ') and its target problems; the service verifies it (exact {0,1} test, deviation bounded by NVIDIA’s own kernels, NaN-poisoned output, canaries) and benchmarks it in graph, offline and server modes (and paced, for large problems). ',
       'The endpoints and schemas are in the ', h('a', { href: '/docs/' }, 'API documentation'), '.'));
   return { title: 'Home', node };
 }

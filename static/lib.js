@@ -90,7 +90,7 @@ const BASELINE_NAMES = {
 };
 export const baselineName = (key) => BASELINE_NAMES[key] || key;
 export const DEFAULT_BASELINE = 'cublaslt_autotune_max';
-export const MODES = ['graph', 'offline', 'server'];
+export const MODES = ['graph', 'offline', 'server', 'paced'];
 
 // The cache regime of a run's figures (docs/verification.md, "Timing regimes").
 const REGIME_NAMES = {

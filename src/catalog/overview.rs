@@ -64,7 +64,7 @@ pub struct HeatmapCell {
     pub state: CellState,
     /// Who holds the catalog entry, when there is one.
     pub submitter: Option<String>,
-    /// The catalog entry's figures by mode (`graph`, `offline`, `server`).
+    /// The catalog entry's figures by mode (`graph`, `offline`, `server`, `paced`).
     pub modes: BTreeMap<String, ModeFigures>,
     /// The fastest baseline's median by mode, when baselines were measured.
     pub fastest_baseline_us: BTreeMap<String, f64>,

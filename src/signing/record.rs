@@ -33,7 +33,7 @@ pub struct Record {
     /// them; `null` for runs imported with a catalog bundle.
     #[schema(value_type = Option<Object>)]
     pub checks: Option<serde_json::Value>,
-    /// Timing statistics per mode (`graph`, `offline`, `server`), as stored.
+    /// Timing statistics per mode (`graph`, `offline`, `server`, `paced`), as stored.
     #[schema(value_type = Option<Object>)]
     pub timings: Option<serde_json::Value>,
     /// `{mode: {baseline: speedup}}`, as stored.
