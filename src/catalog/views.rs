@@ -61,7 +61,7 @@ pub struct BaselineView {
     pub library: String,
     /// The B layout the baseline ran with (`nn` or `tn`).
     pub layout: String,
-    /// `graph`, `offline` or `server`.
+    /// `graph`, `offline`, `server` or `paced`.
     pub mode: String,
     pub median_us: f64,
     #[schema(value_type = Object)]
