@@ -113,7 +113,7 @@ stage_lite() {
     cargo build --release --bin kaas
     rm -rf .dev/run; mkdir -p .dev/run
     cp "${CARGO_TARGET_DIR:-$repo/target}/release/kaas" .dev/run/kaas
-    cp "$here/device-run.sh" "$here/source-report.py" "$here/request-report.py" "$here/recheck.py" "$here/remeasure-report.py" \
+    cp "$here/device-run.sh" "$here/source-report.py" "$here/request-report.py" "$here/recheck.py" \
         "$here/swap-report.py" "$here/desc-modes.py" "$here/tune_code.py" .dev/run/
 }
 
@@ -1030,7 +1030,8 @@ remeasure() {
     drain "$seconds"
     curl -fs "$KAAS_URL/v1/health" | python3 -c 'import json,sys; print("queue left:", json.load(sys.stdin)["queue"])'
     kill "$SERVER"; wait "$SERVER" 2>/dev/null || true
-    python3 "$here/remeasure-report.py" "$db" "$OUT/remeasure-runs.json" | tee "$OUT/remeasure.txt"
+    # From the checkout's scripts/: it shares catalog_index.py's rule.
+    python3 "$(repo_root)/scripts/remeasure-report.py" "$db" "$OUT/remeasure-runs.json" | tee "$OUT/remeasure.txt"
     "$K" export "$OUT/full" >/dev/null
     # Only what this pass measured: its runs' entries and the baselines timed beside them
     # (the whole export, every shipped bundle, is too large to come back from a call).

@@ -13,8 +13,12 @@ entries.
 
 import json
 import math
+import os
 import sqlite3
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from catalog_index import MARGIN, ranked_speedups  # noqa: E402
 
 BASE = "cublaslt_autotune_max"
 
@@ -25,10 +29,7 @@ def bucket(m, n, k):
 
 
 def graph(speedups):
-    try:
-        return json.loads(speedups)["graph"][BASE] if speedups else None
-    except (KeyError, TypeError, ValueError):
-        return None
+    return mode(speedups, "graph")
 
 
 def mode(speedups, name):
@@ -39,14 +40,12 @@ def mode(speedups, name):
 
 
 def serves(speedups):
-    """The service's rule: every baseline beaten by 1%, graph mode's figures capped by
-    paced mode's where timed (ranked_speedups in src/catalog/mod.rs)."""
+    """The service's rule: every baseline beaten by MARGIN in the ranked speedups."""
     try:
-        s = json.loads(speedups) if speedups else {}
+        ranked = ranked_speedups(json.loads(speedups) if speedups else {})
     except ValueError:
         return False
-    graph, paced = s.get("graph") or {}, s.get("paced") or {}
-    return bool(graph) and all(min(x, paced.get(b, x)) >= 1.01 for b, x in graph.items())
+    return bool(ranked) and all(isinstance(x, (int, float)) and x >= MARGIN for x in ranked.values())
 
 
 def gm(xs):

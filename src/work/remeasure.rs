@@ -86,7 +86,9 @@ pub async fn queue_entries(db: &DatabaseConnection, sel: &Selection) -> Result<Q
         .filter_map(|e| Some((problems.get(&e.problem_id)?, runs.get(&e.run_id)?)))
         .filter(|(_, r)| !sel.unmeasured_only || r.regime.is_none())
         .filter(|(p, r)| {
-            !sel.unpaced_only || (2.0 * p.m as f64 * p.n as f64 * p.k as f64 >= crate::harness::bench::PACED_FROM_FLOP && served_unpaced(r.speedups.as_deref()))
+            !sel.unpaced_only
+                || (crate::catalog::problem_of(p).is_ok_and(|p| p.shape().flops() >= crate::harness::bench::PACED_FROM_FLOP)
+                    && served_unpaced(r.speedups.as_deref()))
         })
         .collect();
     rows.sort_by_key(|(p, _)| (p.layout.clone(), p.acc.clone(), p.m as i64 * p.n as i64 * p.k as i64, p.m));

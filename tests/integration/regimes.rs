@@ -58,22 +58,15 @@ async fn claim_one(db: &TestDb) -> queue::Claimed {
 /// Alice's kernel for tn 256³ submitted, verified and admitted with figures timed before
 /// regimes were named; its job.
 async fn alices_kernel_in_the_catalog(db: &TestDb) -> queue::Claimed {
-    let t = auth::create_token(&db.db, "alice", Role::Submitter).await.unwrap().secret;
-    let app = test::init_service(create_app(state(db, ApiSettings::default()))).await;
-    let body = serde_json::json!({"ptx": ptx("a"), "manifests": [manifest(problem(256, 256, 256, Layout::Tn))], "name": "alice's"});
-    let req = TestRequest::post().uri("/v1/submissions").insert_header(("Authorization", format!("Bearer {t}"))).set_json(body);
-    assert_eq!(call(&app, req).await.status, 202);
-    let j = claim_one(db).await;
-    queue::complete(&db.db, j.job.id, "w", &legacy(10.0, 1.06), &facts(DEVICE)).await.unwrap();
-    j
+    admitted(db, "alice", problem(256, 256, 256, Layout::Tn), &legacy(10.0, 1.06)).await
 }
 
 fn everything() -> Selection {
     Selection { device_class: DEVICE.into(), every: 1, offset: 0, limit: None, unmeasured_only: false, unpaced_only: false }
 }
 
-/// `who`'s kernel for `p` submitted and admitted with `outcome`'s figures.
-async fn admitted(db: &TestDb, who: &str, p: kaas::problem::Problem, outcome: &RunOutcome) {
+/// `who`'s kernel for `p` submitted and admitted with `outcome`'s figures; its job.
+async fn admitted(db: &TestDb, who: &str, p: kaas::problem::Problem, outcome: &RunOutcome) -> queue::Claimed {
     let t = auth::create_token(&db.db, who, Role::Submitter).await.unwrap().secret;
     let app = test::init_service(create_app(state(db, ApiSettings::default()))).await;
     let body = serde_json::json!({"ptx": ptx(who), "manifests": [manifest(p)], "name": who});
@@ -81,6 +74,7 @@ async fn admitted(db: &TestDb, who: &str, p: kaas::problem::Problem, outcome: &R
     assert_eq!(call(&app, req).await.status, 202);
     let j = claim_one(db).await;
     queue::complete(&db.db, j.job.id, "w", outcome, &facts(DEVICE)).await.unwrap();
+    j
 }
 
 /// A large problem's kernel admitted before the benchmark timed it paced is picked by
@@ -95,7 +89,8 @@ async fn remeasure_unpaced_judges_large_kernels_paced_too(backend: Backend) {
     let q = remeasure::queue_entries(&db.db, &unpaced).await.unwrap();
     assert_eq!((q.entries, q.queued), (1, 1), "only the large problem's entry");
     let again = claim_one(&db).await;
-    assert_eq!(again.job.problem_id, claim_problem_id(&db, large).await);
+    let queue::Work::Verify { manifest, .. } = &again.work else { panic!("a verify job") };
+    assert_eq!(manifest.problem, large);
     // Back to back it still wins; paced it loses to cuBLASLt.
     let mut o = regimed(905.0, 1.04, 880.0, 1.05);
     let bench = o.bench.as_mut().unwrap();
@@ -109,20 +104,6 @@ async fn remeasure_unpaced_judges_large_kernels_paced_too(backend: Backend) {
     let left = remeasure::queue_entries(&db.db, &unpaced).await.unwrap();
     assert_eq!((left.entries, left.queued), (0, 0), "timed paced now");
     db.cleanup().await;
-}
-
-async fn claim_problem_id(db: &TestDb, p: kaas::problem::Problem) -> i32 {
-    use sea_orm::{ColumnTrait, EntityTrait, QueryFilter};
-    use kaas::db::entities::problem;
-    problem::Entity::find()
-        .filter(problem::Column::M.eq(p.m as i32))
-        .filter(problem::Column::N.eq(p.n as i32))
-        .filter(problem::Column::K.eq(p.k as i32))
-        .one(&db.db)
-        .await
-        .unwrap()
-        .expect("the problem row")
-        .id
 }
 
 async fn the_catalog_is_remeasured_in_the_ranked_regime_under_its_own_submitter(backend: Backend) {
